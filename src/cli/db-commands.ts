@@ -1,0 +1,36 @@
+import type { Argv } from 'yargs';
+import { openDatabase } from '../db/connect.ts';
+import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
+import { migrateToLatest } from '../db/migrate.ts';
+import { dumpSchema } from '../db/schema-dump.ts';
+import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+
+export function databaseUrlFrom(flag: string | undefined): string {
+  return flag ?? process.env[TRIGGERER_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
+}
+
+export function registerDbCommands(cli: Argv): void {
+  cli.command('db <action>', 'Database commands: migrate, schema', (db) =>
+    db
+      .positional('action', { choices: ['migrate', 'schema'] as const, describe: 'migrate: apply new migrations; schema: print the schema' })
+      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
+    async (args) => {
+      const url = databaseUrlFrom(args.db);
+      const database = openDatabase(url);
+      try {
+        if (args.action === 'migrate') {
+          const applied = await migrateToLatest(database);
+          process.stdout.write(
+            applied.length > 0
+              ? `applied ${applied.length} migration(s) to ${redactDatabaseUrl(url)}: ${applied.join(', ')}\n`
+              : `${redactDatabaseUrl(url)} is up to date\n`,
+          );
+        } else {
+          process.stdout.write(await dumpSchema(database));
+        }
+      } finally {
+        await database.close();
+      }
+    },
+  );
+}

@@ -1,0 +1,29 @@
+import yargs, { type Argv } from 'yargs';
+import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
+import { registerDbCommands } from './db-commands.ts';
+import { registerTriggererCommand } from './triggerer-command.ts';
+
+/** Runs the deferflow CLI with `argv` (without node and the script). */
+export async function main(argv: readonly string[]): Promise<void> {
+  const cli: Argv = yargs([...argv])
+    .scriptName('deferflow')
+    .usage('$0 <command> [options]')
+    .strict()
+    .demandCommand(1, 'name a command')
+    .recommendCommands()
+    .wrap(Math.min(110, process.stdout.columns ?? 110))
+    .fail((message, error) => {
+      if (error) {
+        process.stderr.write(`${formatCliError(error)}\n`);
+      } else {
+        process.stderr.write(`error: ${message}\nrun with --help for usage\n`);
+      }
+      process.exit(DEFERFLOW_ERROR_EXIT);
+    })
+    .help()
+    .alias('help', 'h')
+    .version(false);
+  registerDbCommands(cli);
+  registerTriggererCommand(cli);
+  await cli.parseAsync();
+}

@@ -1,0 +1,90 @@
+import type { ColumnType, Generated } from 'kysely';
+
+/**
+ * The tables, named after Airflow's so its users feel at home.
+ *
+ * Two conventions keep every query dialect-free:
+ * - JSON columns (jsonb on PostgreSQL, text on SQLite) are written and read as JSON text;
+ *   the PostgreSQL pool is told to hand jsonb back unparsed (see connect.ts).
+ * - Time columns (timestamptz on PostgreSQL, ISO-8601 UTC text on SQLite) are written as
+ *   `toDbTime(ms)` strings, which both compare correctly, and read through `fromDbTime`.
+ */
+export type DbTime = ColumnType<Date | string, string, string>;
+export type NullableDbTime = ColumnType<Date | string | null, string | null, string | null>;
+export type JsonText = string;
+
+export const TASK_INSTANCE_STATES = [
+  'scheduled',
+  'queued',
+  'running',
+  'deferred',
+  'success',
+  'failed',
+  'up_for_retry',
+  'up_for_reschedule',
+  'skipped',
+] as const;
+export type TaskInstanceState = (typeof TASK_INSTANCE_STATES)[number];
+
+export interface TriggerTable {
+  id: Generated<number>;
+  classpath: string;
+  kwargs: JsonText;
+  created_at: DbTime;
+  /** The job id of the triggerer that owns (runs) this trigger; null while unowned. */
+  triggerer_id: number | null;
+  /** sha256 of the canonical {classpath, kwargs}: identical waits share one row. Null opts out. */
+  hash: string | null;
+  /** The highest priority_weight of the task instances waiting on it: claimed first. */
+  priority_weight: Generated<number>;
+}
+
+export interface TaskInstanceTable {
+  id: Generated<number>;
+  dag_id: string;
+  task_id: string;
+  run_id: string;
+  map_index: Generated<number>;
+  try_number: Generated<number>;
+  state: TaskInstanceState | null;
+  next_method: string | null;
+  next_kwargs: JsonText | null;
+  trigger_id: number | null;
+  trigger_timeout: NullableDbTime;
+  priority_weight: Generated<number>;
+  start_date: NullableDbTime;
+  end_date: NullableDbTime;
+  updated_at: NullableDbTime;
+}
+
+export const TRIGGERER_JOB_TYPE = 'TriggererJob';
+export type JobState = 'running' | 'success' | 'failed';
+
+export interface JobTable {
+  id: Generated<number>;
+  job_type: string;
+  state: JobState;
+  hostname: string;
+  pid: number;
+  capacity: number | null;
+  start_date: DbTime;
+  end_date: NullableDbTime;
+  latest_heartbeat: DbTime;
+}
+
+export interface DatabaseSchema {
+  trigger: TriggerTable;
+  task_instance: TaskInstanceTable;
+  job: JobTable;
+}
+
+export function toDbTime(epochMs: number): string {
+  return new Date(epochMs).toISOString();
+}
+
+export function fromDbTime(value: Date | string): number;
+export function fromDbTime(value: Date | string | null): number | null;
+export function fromDbTime(value: Date | string | null): number | null {
+  if (value === null) return null;
+  return value instanceof Date ? value.getTime() : Date.parse(value);
+}

@@ -1,0 +1,60 @@
+import type { Database } from './db/connect.ts';
+import { TaskDeferralError, TaskDeferralTimeout, TaskInstanceStateError, UnknownNextMethodError } from './errors.ts';
+import type { BaseOperator, TaskContext } from './operators/base-operator.ts';
+import type { TaskDeferred } from './operators/task-deferred.ts';
+import type { JsonObject, JsonValue } from './serialization/json.ts';
+import { Storage, TRIGGER_FAILURE_METHOD, type DeferResult, type FailureKwargs } from './storage/index.ts';
+
+/**
+ * Records a deferral: in one transaction the trigger row is inserted (or an identical unfired
+ * one is joined) and the task instance becomes deferred with next_method, next_kwargs,
+ * trigger_id and trigger_timeout. Call it with the TaskDeferred an operator threw.
+ */
+export function deferTaskInstance(
+  database: Pick<Database, 'db' | 'adapter'>,
+  taskInstanceId: number,
+  deferral: TaskDeferred,
+  now = Date.now(),
+): Promise<DeferResult> {
+  return new Storage(database).deferTaskInstance(taskInstanceId, deferral, now);
+}
+
+/** States a resumed task instance may be in: scheduled by the triggerer, or picked up by a worker. */
+const RESUMABLE_STATES = ['scheduled', 'queued', 'running'];
+
+/**
+ * Resumes a task instance the triggerer moved back to scheduled: calls its operator's
+ * next_method as `method(context, event, kwargs)` and returns what it returns (a TaskDeferred
+ * it throws propagates, to be recorded with deferTaskInstance). For the failure marker it
+ * throws TaskDeferralTimeout (the deferral timed out) or TaskDeferralError (the trigger failed)
+ * carrying the trigger's error text and traceback.
+ */
+export async function resumeTaskInstance<Context extends TaskContext>(
+  database: Pick<Database, 'db'>,
+  taskInstanceId: number,
+  operator: BaseOperator<Context>,
+  context: Context,
+): Promise<unknown> {
+  const ti = await database.db
+    .selectFrom('task_instance')
+    .select(['state', 'next_method', 'next_kwargs'])
+    .where('id', '=', taskInstanceId)
+    .executeTakeFirst();
+  if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
+  if (ti.next_method === null) {
+    throw new TaskInstanceStateError(`task instance ${taskInstanceId} has no next_method: it is not resuming from a deferral`);
+  }
+  if (ti.state === null || !RESUMABLE_STATES.includes(ti.state)) {
+    throw new TaskInstanceStateError(`task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; it resumes once scheduled`);
+  }
+  const kwargs = (ti.next_kwargs === null ? {} : JSON.parse(ti.next_kwargs)) as JsonObject;
+  if (ti.next_method === TRIGGER_FAILURE_METHOD) {
+    const failure = kwargs as unknown as FailureKwargs;
+    if (failure.reason === 'timeout') throw new TaskDeferralTimeout(failure.error);
+    throw new TaskDeferralError(`the trigger failed: ${failure.error}`, failure.traceback ?? null);
+  }
+  const { event, ...rest } = kwargs as JsonObject & { event?: JsonValue };
+  const method = (operator as unknown as Record<string, unknown>)[ti.next_method];
+  if (typeof method !== 'function') throw new UnknownNextMethodError(operator.constructor.name, ti.next_method);
+  return method.call(operator, context, event ?? null, rest);
+}

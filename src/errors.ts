@@ -1,0 +1,125 @@
+/**
+ * Every error deferflow raises on purpose lives here, each with a stable `code`
+ * (what scripts, logs and tests match on; messages may be reworded, codes never).
+ *
+ * | code                         | raised when                                                        |
+ * |------------------------------|--------------------------------------------------------------------|
+ * | DF_INVALID_OPTION            | a configuration value is out of range or of the wrong kind          |
+ * | DF_INVALID_DATABASE_URL      | --db / DEFERFLOW_DATABASE_URL names no supported database           |
+ * | DF_NOT_JSON                  | kwargs, next_kwargs or an event payload holds a non-JSON value      |
+ * | DF_INVALID_TRIGGER_ARGUMENT  | a trigger's constructor refuses its kwargs (naive moment, bad glob) |
+ * | DF_UNKNOWN_TRIGGER           | a trigger row names a classpath the triggerer does not allow        |
+ * | DF_TRIGGER_MODULE            | a --trigger-module cannot be loaded or exports clashing classpaths  |
+ * | DF_TRIGGER_FAILED            | a trigger threw or ended without an event                           |
+ * | DF_TASK_DEFERRAL             | a resumed task finds its trigger failed (TaskDeferralError)         |
+ * | DF_TASK_DEFERRAL_TIMEOUT     | a resumed task finds its deferral timed out (TaskDeferralTimeout)   |
+ * | DF_TASK_INSTANCE_STATE       | a task instance is not in the state an operation needs              |
+ * | DF_UNKNOWN_NEXT_METHOD       | a resumed task names a method its operator does not have            |
+ */
+
+export type DeferflowErrorCode =
+  | 'DF_INVALID_OPTION'
+  | 'DF_INVALID_DATABASE_URL'
+  | 'DF_NOT_JSON'
+  | 'DF_INVALID_TRIGGER_ARGUMENT'
+  | 'DF_UNKNOWN_TRIGGER'
+  | 'DF_TRIGGER_MODULE'
+  | 'DF_TRIGGER_FAILED'
+  | 'DF_TASK_DEFERRAL'
+  | 'DF_TASK_DEFERRAL_TIMEOUT'
+  | 'DF_TASK_INSTANCE_STATE'
+  | 'DF_UNKNOWN_NEXT_METHOD';
+
+export class DeferflowError extends Error {
+  readonly code: DeferflowErrorCode;
+
+  constructor(code: DeferflowErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+export class InvalidOptionError extends DeferflowError {
+  constructor(readonly option: string, message: string) {
+    super('DF_INVALID_OPTION', `${option}: ${message}`);
+  }
+}
+
+export class InvalidDatabaseUrlError extends DeferflowError {
+  constructor(url: string, why: string) {
+    super('DF_INVALID_DATABASE_URL', `database URL ${JSON.stringify(url)}: ${why}`);
+  }
+}
+
+export class NotJsonError extends DeferflowError {
+  constructor(readonly path: string, why: string) {
+    super('DF_NOT_JSON', `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored`);
+  }
+}
+
+export class InvalidTriggerArgumentError extends DeferflowError {
+  constructor(trigger: string, message: string) {
+    super('DF_INVALID_TRIGGER_ARGUMENT', `${trigger}: ${message}`);
+  }
+}
+
+export class UnknownTriggerError extends DeferflowError {
+  constructor(readonly classpath: string, allowed: readonly string[]) {
+    super(
+      'DF_UNKNOWN_TRIGGER',
+      `trigger classpath ${JSON.stringify(classpath)} is not allowed on this triggerer ` +
+        `(allowed: ${allowed.join(', ') || 'none'}); load its module with --trigger-module`,
+    );
+  }
+}
+
+export class TriggerModuleError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_TRIGGER_MODULE', message, options);
+  }
+}
+
+export class TriggerFailedError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_TRIGGER_FAILED', message, options);
+  }
+}
+
+/** Raised inside a resumed task when the trigger it waited on failed. */
+export class TaskDeferralError extends DeferflowError {
+  constructor(
+    message: string,
+    readonly triggerTraceback: string | null = null,
+    code: 'DF_TASK_DEFERRAL' | 'DF_TASK_DEFERRAL_TIMEOUT' = 'DF_TASK_DEFERRAL',
+  ) {
+    super(code, message);
+  }
+}
+
+/** Raised inside a resumed task when its deferral's timeout passed before the trigger fired. */
+export class TaskDeferralTimeout extends TaskDeferralError {
+  constructor(message: string) {
+    super(message, null, 'DF_TASK_DEFERRAL_TIMEOUT');
+  }
+}
+
+export class TaskInstanceStateError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TASK_INSTANCE_STATE', message);
+  }
+}
+
+export class UnknownNextMethodError extends DeferflowError {
+  constructor(operator: string, method: string) {
+    super('DF_UNKNOWN_NEXT_METHOD', `operator ${operator} has no method ${JSON.stringify(method)} to resume at`);
+  }
+}
+
+/** The text and stack of anything thrown, for logs and the failure marker's next_kwargs. */
+export function describeThrown(thrown: unknown): { error: string; traceback: string | null } {
+  if (thrown instanceof Error) {
+    return { error: `${thrown.name}: ${thrown.message}`, traceback: thrown.stack ?? null };
+  }
+  return { error: String(thrown), traceback: null };
+}

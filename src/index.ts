@@ -1,0 +1,17 @@
+// deferflow's public API. Triggers: BaseTrigger + TriggerEvent; operators: BaseOperator.defer()
+// throwing TaskDeferred; persistence: deferTaskInstance / resumeTaskInstance; the daemon: Triggerer.
+export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
+export { TriggerEvent } from './triggers/trigger-event.ts';
+export { TriggerRegistry } from './triggers/registry.ts';
+export { BaseOperator, type TaskContext, type TaskInstanceRef } from './operators/base-operator.ts';
+export { TaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
+export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
+export { openDatabase, type Database } from './db/connect.ts';
+export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './db/database-url.ts';
+export { migrateToLatest } from './db/migrate.ts';
+export { Storage, TRIGGER_FAILURE_METHOD } from './storage/index.ts';
+export { Triggerer } from './triggerer/triggerer.ts';
+export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './triggerer/options.ts';
+export { createLogger } from './logging.ts';
+export type { JsonValue, JsonObject } from './serialization/json.ts';
+export * from './errors.ts';

@@ -1,0 +1,34 @@
+import type { StorageContext } from './context.ts';
+
+export interface TriggerRow {
+  readonly id: number;
+  readonly classpath: string;
+  readonly kwargs: string;
+}
+
+/**
+ * Gives up to `limit` unowned triggers to triggerer `jobId`, highest priority_weight then oldest
+ * first. On PostgreSQL the candidate rows are locked with SKIP LOCKED, so peers claiming at the
+ * same moment take disjoint sets without waiting; on SQLite the single write lock does that. The
+ * re-check of `triggerer_id is null` keeps the update conditional either way.
+ */
+export async function claimTriggers({ db, adapter }: StorageContext, jobId: number, limit: number): Promise<TriggerRow[]> {
+  if (limit <= 0) return [];
+  const candidates = adapter.lockSkippingLocked(
+    db
+      .selectFrom('trigger')
+      .select('id')
+      .where('triggerer_id', 'is', null)
+      .orderBy('priority_weight', 'desc')
+      .orderBy('created_at')
+      .orderBy('id')
+      .limit(limit),
+  );
+  return db
+    .updateTable('trigger')
+    .set({ triggerer_id: jobId })
+    .where('id', 'in', candidates)
+    .where('triggerer_id', 'is', null)
+    .returning(['id', 'classpath', 'kwargs'])
+    .execute();
+}

@@ -1,0 +1,102 @@
+import { sql, type Transaction } from 'kysely';
+import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
+import type { DialectAdapter } from '../db/dialect.ts';
+import { TaskInstanceStateError } from '../errors.ts';
+import type { TaskDeferred } from '../operators/task-deferred.ts';
+import type { StorageContext } from './context.ts';
+
+/** States a task instance may defer from: running (an operator), or scheduled/queued (started from a trigger). */
+export const DEFERRABLE_STATES: readonly TaskInstanceState[] = ['running', 'queued', 'scheduled'];
+
+export interface DeferResult {
+  readonly triggerId: number;
+  /** True when the deferral joined an identical wait's trigger instead of inserting one. */
+  readonly reusedTrigger: boolean;
+}
+
+/**
+ * In one transaction: find or insert the trigger row and set the task instance to deferred
+ * with next_method, next_kwargs, trigger_id and trigger_timeout.
+ */
+export async function deferTaskInstance(
+  { db, adapter }: StorageContext,
+  taskInstanceId: number,
+  deferral: TaskDeferred,
+  now: number,
+): Promise<DeferResult> {
+  return db.transaction().execute(async (trx) => {
+    const ti = await adapter
+      .lockForUpdate(trx.selectFrom('task_instance').select(['state', 'priority_weight']).where('id', '=', taskInstanceId))
+      .executeTakeFirst();
+    if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
+    if (ti.state === null || !DEFERRABLE_STATES.includes(ti.state)) {
+      throw new TaskInstanceStateError(
+        `task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`,
+      );
+    }
+    const trigger = await linkTrigger(trx, adapter, deferral, ti.priority_weight, now);
+    await trx
+      .updateTable('task_instance')
+      .set({
+        state: 'deferred',
+        next_method: deferral.method,
+        next_kwargs: adapter.jsonParam(JSON.stringify(deferral.kwargs)),
+        trigger_id: trigger.triggerId,
+        trigger_timeout: deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs),
+        updated_at: toDbTime(now),
+      })
+      .where('id', '=', taskInstanceId)
+      .execute();
+    return trigger;
+  });
+}
+
+const LINK_ATTEMPTS = 5;
+
+/**
+ * Joins the unfired trigger with the same hash, or inserts one. Joining is an UPDATE (raising
+ * the trigger's priority_weight to this task's), which row-locks it: an event write holding the
+ * row makes this wait, and if that write deleted the row the UPDATE finds nothing and a new
+ * trigger is inserted. Two deferrals inserting the same new wait at once meet at the unique
+ * hash index; the loser loops and joins the winner's row.
+ */
+async function linkTrigger(
+  trx: Transaction<DatabaseSchema>,
+  adapter: DialectAdapter,
+  deferral: TaskDeferred,
+  priorityWeight: number,
+  now: number,
+): Promise<DeferResult> {
+  const hash = deferral.triggerHash;
+  const values = {
+    classpath: deferral.serializedTrigger.classpath,
+    kwargs: adapter.jsonParam(JSON.stringify(deferral.serializedTrigger.kwargs)),
+    created_at: toDbTime(now),
+    triggerer_id: null,
+    hash,
+    priority_weight: priorityWeight,
+  };
+  if (hash === null) {
+    const row = await trx.insertInto('trigger').values(values).returning('id').executeTakeFirstOrThrow();
+    return { triggerId: row.id, reusedTrigger: false };
+  }
+  for (let attempt = 0; attempt < LINK_ATTEMPTS; attempt++) {
+    const joined = await trx
+      .updateTable('trigger')
+      .set({
+        priority_weight: sql<number>`case when priority_weight < ${priorityWeight} then ${priorityWeight} else priority_weight end`,
+      })
+      .where('hash', '=', hash)
+      .returning('id')
+      .executeTakeFirst();
+    if (joined) return { triggerId: joined.id, reusedTrigger: true };
+    const inserted = await trx
+      .insertInto('trigger')
+      .values(values)
+      .onConflict((conflict) => conflict.column('hash').doNothing())
+      .returning('id')
+      .executeTakeFirst();
+    if (inserted) return { triggerId: inserted.id, reusedTrigger: false };
+  }
+  throw new Error(`could not link trigger ${hash} after ${LINK_ATTEMPTS} attempts: it kept firing between lookup and insert`);
+}

@@ -1,0 +1,106 @@
+import type { Database } from '../db/connect.ts';
+import type { TaskDeferred } from '../operators/task-deferred.ts';
+import { claimTriggers, type TriggerRow } from './claim-triggers.ts';
+import type { FailureKwargs, StorageContext } from './context.ts';
+import { deferTaskInstance, type DeferResult } from './defer-task-instance.ts';
+import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
+import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
+import { listOwnedTriggerIds, loadOwnedTriggers, releaseOwnedTriggers } from './owned-triggers.ts';
+import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
+import { endJob, heartbeatJob, registerTriggererJob, type TriggererJobFields } from './triggerer-job.ts';
+
+export type { TriggerRow } from './claim-triggers.ts';
+export type { MoveResult } from './move-deferred-task-instances.ts';
+export type { DeferResult } from './defer-task-instance.ts';
+export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
+
+export interface TriggerEventRecord {
+  readonly triggerId: number;
+  /** The event payload as JSON text. */
+  readonly payloadJson: string;
+}
+
+export interface TriggerFailureRecord {
+  readonly triggerId: number;
+  readonly failure: FailureKwargs;
+}
+
+/**
+ * The named database operations, one file each under src/storage/. Every one runs unchanged on
+ * SQLite and PostgreSQL; what differs lives in src/db/dialect.ts. Times are epoch ms passed in
+ * by the caller, so tests and peers agree on one clock per call.
+ */
+export class Storage {
+  readonly #context: StorageContext;
+
+  constructor(database: Pick<Database, 'db' | 'adapter'>) {
+    this.#context = { db: database.db, adapter: database.adapter };
+  }
+
+  registerTriggererJob(fields: TriggererJobFields, now = Date.now()): Promise<number> {
+    return registerTriggererJob(this.#context, fields, now);
+  }
+
+  heartbeat(jobId: number, now = Date.now()): Promise<void> {
+    return heartbeatJob(this.#context, jobId, now);
+  }
+
+  endJob(jobId: number, state: 'success' | 'failed', now = Date.now()): Promise<void> {
+    return endJob(this.#context, jobId, state, now);
+  }
+
+  releaseTriggersOfDeadTriggerers(aliveSince: number): Promise<number> {
+    return releaseTriggersOfDeadTriggerers(this.#context, aliveSince);
+  }
+
+  claimTriggers(jobId: number, limit: number): Promise<TriggerRow[]> {
+    return claimTriggers(this.#context, jobId, limit);
+  }
+
+  listOwnedTriggerIds(jobId: number): Promise<number[]> {
+    return listOwnedTriggerIds(this.#context, jobId);
+  }
+
+  loadOwnedTriggers(jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
+    return loadOwnedTriggers(this.#context, jobId, ids);
+  }
+
+  releaseOwnedTriggers(jobId: number): Promise<number> {
+    return releaseOwnedTriggers(this.#context, jobId);
+  }
+
+  submitEvents(events: readonly TriggerEventRecord[], now = Date.now()): Promise<MoveResult> {
+    return moveDeferredTaskInstances(
+      this.#context,
+      events.map((event) => ({ triggerId: event.triggerId, json: event.payloadJson })),
+      'event',
+      now,
+    );
+  }
+
+  submitFailures(failures: readonly TriggerFailureRecord[], now = Date.now()): Promise<MoveResult> {
+    return moveDeferredTaskInstances(
+      this.#context,
+      failures.map((failure) => ({ triggerId: failure.triggerId, json: JSON.stringify(failure.failure) })),
+      'failure',
+      now,
+    );
+  }
+
+  cleanUnusedTriggers(): Promise<number> {
+    return deleteUnusedTriggers(this.#context);
+  }
+
+  failTimedOutDeferrals(now = Date.now()): Promise<number> {
+    return failTimedOutDeferrals(this.#context, now);
+  }
+
+  nextDeferralDeadline(): Promise<number | null> {
+    return nextDeferralDeadline(this.#context);
+  }
+
+  deferTaskInstance(taskInstanceId: number, deferral: TaskDeferred, now = Date.now()): Promise<DeferResult> {
+    return deferTaskInstance(this.#context, taskInstanceId, deferral, now);
+  }
+}

@@ -1,0 +1,23 @@
+import { toDbTime, TRIGGERER_JOB_TYPE } from '../db/schema.ts';
+import type { StorageContext } from './context.ts';
+
+/**
+ * Unowns the triggers of triggerers that are not alive, so any live triggerer may claim them.
+ * Alive means: state running, no end date, and a heartbeat newer than `aliveSince`.
+ * Idempotent; every triggerer runs it each pass.
+ */
+export async function releaseTriggersOfDeadTriggerers({ db }: StorageContext, aliveSince: number): Promise<number> {
+  const deadJobs = db
+    .selectFrom('job')
+    .select('id')
+    .where('job_type', '=', TRIGGERER_JOB_TYPE)
+    .where((eb) =>
+      eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]),
+    );
+  const result = await db
+    .updateTable('trigger')
+    .set({ triggerer_id: null })
+    .where('triggerer_id', 'in', deadJobs)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}

@@ -1,0 +1,171 @@
+import os from 'node:os';
+import { DEFAULT_DATABASE_URL } from '../db/database-url.ts';
+import { InvalidOptionError } from '../errors.ts';
+
+/**
+ * Every triggerer option, in one place: its flag, environment variable, default and unit.
+ * The CLI builds its flags and --help from this table and the README's table mirrors it.
+ * Options go raw (flags and env, strings or numbers) → defaulted → validated and frozen.
+ * A flag wins over its environment variable, which wins over the default.
+ */
+export const TRIGGERER_OPTIONS = {
+  db: {
+    env: 'DEFERFLOW_DATABASE_URL',
+    default: DEFAULT_DATABASE_URL,
+    unit: 'URL',
+    describe: 'Database: sqlite:PATH or postgres://USER@HOST:PORT/DB',
+  },
+  capacity: {
+    env: 'DEFERFLOW_TRIGGERER_CAPACITY',
+    default: 1000,
+    unit: 'triggers',
+    describe: 'Most triggers this triggerer runs at once; it claims no more',
+  },
+  'heartbeat-interval': {
+    env: 'DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL',
+    default: 5,
+    unit: 'seconds',
+    describe: 'How often the triggerer records that it is alive',
+  },
+  'health-check-threshold': {
+    env: 'DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD',
+    default: 30,
+    unit: 'seconds',
+    describe: 'A triggerer silent for this long is dead; peers take its triggers',
+  },
+  'claims-per-loop': {
+    env: 'DEFERFLOW_TRIGGERER_CLAIMS_PER_LOOP',
+    default: 50,
+    unit: 'triggers',
+    describe: 'Most unowned triggers claimed in one pass (a full batch starts the next pass at once)',
+  },
+  'poll-interval': {
+    env: 'DEFERFLOW_TRIGGERER_POLL_INTERVAL',
+    default: 1,
+    unit: 'seconds',
+    describe: 'Pause between passes (claim, hand over, clean up) when there is nothing more to claim',
+  },
+  'block-threshold': {
+    env: 'DEFERFLOW_TRIGGERER_BLOCK_THRESHOLD',
+    default: 200,
+    unit: 'milliseconds',
+    describe: 'A trigger step holding the event loop longer than this is logged as a warning naming it',
+  },
+  'trigger-module': {
+    env: 'DEFERFLOW_TRIGGER_MODULES',
+    default: [] as string[],
+    unit: 'paths or packages (env: comma-separated)',
+    describe: 'Module whose exported BaseTrigger classes this triggerer may run (repeatable; built-ins always allowed)',
+  },
+  'log-level': {
+    env: 'DEFERFLOW_LOG_LEVEL',
+    default: 'info',
+    unit: 'trace|debug|info|warn|error',
+    describe: 'Least severe log level printed',
+  },
+  'log-format': {
+    env: 'DEFERFLOW_LOG_FORMAT',
+    default: 'json',
+    unit: 'json|pretty',
+    describe: 'json: one pino JSON object per line; pretty: coloured lines for humans',
+  },
+} as const;
+
+export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
+export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | readonly string[] | undefined>>;
+
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+export type LogFormat = 'json' | 'pretty';
+
+export interface TriggererOptions {
+  readonly databaseUrl: string;
+  readonly capacity: number;
+  readonly heartbeatIntervalMs: number;
+  readonly healthCheckThresholdMs: number;
+  readonly claimsPerLoop: number;
+  readonly pollIntervalMs: number;
+  readonly blockThresholdMs: number;
+  readonly triggerModules: readonly string[];
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+  /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
+  readonly timeoutSweepMs: number;
+  /** How often triggers no task instance points at are deleted. */
+  readonly cleanupIntervalMs: number;
+  /** What a graceful stop waits for triggers' cleanup() before handing over anyway. */
+  readonly cleanupGraceMs: number;
+  readonly hostname: string;
+}
+
+export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: NodeJS.ProcessEnv = process.env): TriggererOptions {
+  const pick = (name: TriggererOptionName) => {
+    const given = raw[name];
+    if (given !== undefined && !(Array.isArray(given) && given.length === 0)) return given;
+    const fromEnv = env[TRIGGERER_OPTIONS[name].env];
+    if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
+    return TRIGGERER_OPTIONS[name].default;
+  };
+  const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
+  const healthCheckThresholdMs = seconds(pick('health-check-threshold'), 'health-check-threshold');
+  if (healthCheckThresholdMs <= heartbeatIntervalMs) {
+    throw new InvalidOptionError(
+      'health-check-threshold',
+      `must be longer than heartbeat-interval (${heartbeatIntervalMs / 1000} s), or live triggerers would look dead between heartbeats`,
+    );
+  }
+  const pollIntervalMs = seconds(pick('poll-interval'), 'poll-interval');
+  const modules = pick('trigger-module');
+  const options: TriggererOptions = {
+    databaseUrl: String(pick('db')),
+    capacity: positiveInteger(pick('capacity'), 'capacity'),
+    heartbeatIntervalMs,
+    healthCheckThresholdMs,
+    claimsPerLoop: positiveInteger(pick('claims-per-loop'), 'claims-per-loop'),
+    pollIntervalMs,
+    blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
+    triggerModules: Object.freeze(
+      (Array.isArray(modules) ? modules : String(modules).split(','))
+        .map((m: string) => m.trim())
+        .filter((m: string) => m !== ''),
+    ),
+    logLevel: oneOf(pick('log-level'), 'log-level', LOG_LEVELS),
+    logFormat: oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const),
+    timeoutSweepMs: Math.min(500, pollIntervalMs),
+    cleanupIntervalMs: 30_000,
+    cleanupGraceMs: 3_000,
+    hostname: os.hostname(),
+  };
+  return Object.freeze(options);
+}
+
+function positiveInteger(value: unknown, name: string): number {
+  const number = toNumber(value);
+  if (!Number.isInteger(number) || number <= 0) {
+    throw new InvalidOptionError(name, `expected a positive integer, got ${JSON.stringify(value)}`);
+  }
+  return number;
+}
+
+function positiveNumber(value: unknown, name: string): number {
+  const number = toNumber(value);
+  if (!Number.isFinite(number) || number <= 0) {
+    throw new InvalidOptionError(name, `expected a positive number, got ${JSON.stringify(value)}`);
+  }
+  return number;
+}
+
+function seconds(value: unknown, name: string): number {
+  return Math.round(positiveNumber(value, name) * 1000);
+}
+
+function toNumber(value: unknown): number {
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string' && /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(value)) return Number(value);
+  return Number.NaN;
+}
+
+function oneOf<T extends string>(value: unknown, name: string, allowed: readonly T[]): T {
+  if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
+  throw new InvalidOptionError(name, `expected one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+}

@@ -1,0 +1,275 @@
+import type { Logger } from 'pino';
+import { describeThrown, TriggerFailedError } from '../errors.ts';
+import { toJsonText } from '../serialization/json.ts';
+import { attachRuntime, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
+import type { TriggerRegistry } from '../triggers/registry.ts';
+import type { TriggerEvent } from '../triggers/trigger-event.ts';
+import type { FailureKwargs, TriggerRow } from '../storage/index.ts';
+import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
+import { LoopWatch } from './loop-watch.ts';
+
+/** Where a runner sends what its triggers produced; the triggerer batches them into the database. */
+export interface RunnerOutcomes {
+  event(triggerId: number, payloadJson: string): void;
+  failure(triggerId: number, failure: FailureKwargs): void;
+}
+
+export interface TriggerRunnerOptions {
+  /** A trigger step that keeps the event loop longer than this is logged by name. */
+  readonly blockThresholdMs: number;
+}
+
+/*
+ * A run's life:
+ *
+ *   running ──first event──▶ fired  ──outcome written──▶ (forgotten)
+ *      │  └──throws / ends──▶ failed ──outcome written──▶ (forgotten)
+ *      └──cancel (lost ownership, deleted, shutdown)──▶ stopped (forgotten at once; nothing written)
+ *
+ * Every path out of running stops the generator and runs cleanup() exactly once.
+ */
+type RunState = 'running' | 'fired' | 'failed' | 'stopped';
+
+class TriggerRun implements TriggerRuntime, DeadlineWaiter {
+  wakeAt = 0;
+  heapIndex = -1;
+  resolveWait: (() => void) | null = null;
+  rejectWait: ((reason: unknown) => void) | null = null;
+  state: RunState = 'running';
+  generator: AsyncGenerator<TriggerEvent, void, void> | null = null;
+  cleanupStarted = false;
+  readonly controller = new AbortController();
+  #log: Logger | undefined;
+
+  constructor(
+    readonly id: number,
+    readonly classpath: string,
+    readonly trigger: BaseTrigger,
+    readonly runner: TriggerRunner,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  sleepUntil(epochMs: number): Promise<void> {
+    return this.runner.sleepUntil(this, epochMs);
+  }
+
+  logger(): Logger {
+    return (this.#log ??= this.runner.log.child({ trigger_id: this.id, classpath: this.classpath }));
+  }
+}
+
+function cancellation(): DOMException {
+  return new DOMException('the trigger was cancelled', 'AbortError');
+}
+
+/**
+ * Runs triggers as async generators on this one event loop. It knows nothing of the database:
+ * the triggerer tells it what to start and cancel, and hears back through RunnerOutcomes.
+ * Per trigger it keeps one small record (also the trigger's slot in the shared timer heap) and
+ * the generator; loggers are made on first use.
+ */
+export class TriggerRunner {
+  readonly #runs = new Map<number, TriggerRun>();
+  /** Triggers whose class or kwargs could not be built: failure reported, not yet written. */
+  readonly #unbuildable = new Set<number>();
+  readonly #timers: DeadlineQueue<TriggerRun>;
+  readonly #watch: LoopWatch<TriggerRun>;
+
+  constructor(
+    private readonly registry: TriggerRegistry,
+    readonly log: Logger,
+    private readonly outcomes: RunnerOutcomes,
+    options: TriggerRunnerOptions,
+  ) {
+    this.#watch = new LoopWatch<TriggerRun>(
+      options.blockThresholdMs,
+      ({ subject, blockedMs }) =>
+        this.log.warn(
+          { trigger_id: subject.id, classpath: subject.classpath, blocked_ms: Math.round(blockedMs) },
+          `trigger ${subject.id} (${subject.classpath}) blocked the event loop for ${Math.round(blockedMs)} ms; ` +
+            'move blocking work off the loop (await an async API or a worker thread)',
+        ),
+      (blockedMs, steps) =>
+        steps > 0
+          ? this.log.debug({ blocked_ms: Math.round(blockedMs), trigger_steps: steps }, 'event loop busy running trigger steps')
+          : this.log.warn(
+              { blocked_ms: Math.round(blockedMs) },
+              `the event loop was blocked for ${Math.round(blockedMs)} ms by code that no trigger step accounts for`,
+            ),
+    );
+    this.#timers = new DeadlineQueue<TriggerRun>({
+      beforeResume: () => this.#watch.mark(),
+      afterResume: (run) => this.#watch.checkpoint(run),
+    });
+  }
+
+  start(): void {
+    this.#watch.start();
+  }
+
+  /** Marks the end of work the runner does not see (a database call), for blocking attribution. */
+  markLoopEdge(): void {
+    this.#watch.mark();
+  }
+
+  /** Triggers held: running, or finished with an outcome not yet written. */
+  get size(): number {
+    return this.#runs.size + this.#unbuildable.size;
+  }
+
+  get runningCount(): number {
+    let count = 0;
+    for (const run of this.#runs.values()) if (run.state === 'running') count++;
+    return count;
+  }
+
+  has(triggerId: number): boolean {
+    return this.#runs.has(triggerId) || this.#unbuildable.has(triggerId);
+  }
+
+  isRunning(triggerId: number): boolean {
+    return this.#runs.get(triggerId)?.state === 'running';
+  }
+
+  /** Ids of triggers held (see size). */
+  heldIds(): number[] {
+    return [...this.#runs.keys(), ...this.#unbuildable];
+  }
+
+  startTrigger(row: TriggerRow): void {
+    if (this.has(row.id)) return;
+    let trigger: BaseTrigger;
+    try {
+      const cls = this.registry.resolve(row.classpath);
+      trigger = new cls(JSON.parse(row.kwargs));
+    } catch (error) {
+      this.#unbuildable.add(row.id);
+      this.#reportFailure(row.id, row.classpath, error, 'could not be built from its row');
+      return;
+    }
+    const run = new TriggerRun(row.id, row.classpath, trigger, this);
+    attachRuntime(trigger, run);
+    this.#runs.set(row.id, run);
+    try {
+      run.generator = trigger.run(run.signal);
+    } catch (error) {
+      this.#fail(run, error);
+      return;
+    }
+    this.#step(run);
+  }
+
+  /** Stops a trigger without writing anything (ownership lost, row deleted, shutdown). */
+  cancel(triggerId: number): Promise<void> {
+    this.#unbuildable.delete(triggerId);
+    const run = this.#runs.get(triggerId);
+    if (!run) return Promise.resolve();
+    this.#runs.delete(triggerId);
+    if (run.state === 'running') run.state = 'stopped';
+    return this.#stopRun(run);
+  }
+
+  /** Cancels every running trigger, waiting up to `timeoutMs` for their cleanups. */
+  async cancelAll(timeoutMs: number): Promise<void> {
+    const running = [...this.#runs.values()].filter((run) => run.state === 'running').map((run) => this.cancel(run.id));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled(running),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** The trigger's outcome is in the database: let it go. */
+  forget(triggerId: number): void {
+    this.#unbuildable.delete(triggerId);
+    const run = this.#runs.get(triggerId);
+    if (run && run.state !== 'running') this.#runs.delete(triggerId);
+  }
+
+  close(): void {
+    this.#watch.stop();
+    this.#timers.close();
+  }
+
+  sleepUntil(run: TriggerRun, epochMs: number): Promise<void> {
+    this.#watch.checkpoint(run);
+    if (run.state !== 'running') return Promise.reject(cancellation());
+    return this.#timers.wait(run, epochMs);
+  }
+
+  #step(run: TriggerRun): void {
+    this.#watch.mark();
+    const pending = run.generator!.next();
+    this.#watch.checkpoint(run);
+    pending.then(
+      (result) => this.#onStep(run, result),
+      (error: unknown) => {
+        if (run.state === 'running') this.#fail(run, error);
+      },
+    );
+  }
+
+  #onStep(run: TriggerRun, result: IteratorResult<TriggerEvent, void>): void {
+    if (run.state !== 'running') return;
+    this.#watch.checkpoint(run);
+    if (result.done) {
+      this.#fail(run, new TriggerFailedError('the trigger ended without yielding an event'));
+      return;
+    }
+    let payloadJson: string;
+    try {
+      const event: unknown = result.value;
+      if (event === null || typeof event !== 'object' || !('payload' in event)) {
+        throw new TriggerFailedError(`the trigger yielded ${describe(event)} instead of a TriggerEvent`);
+      }
+      payloadJson = toJsonText(event.payload, 'event.payload');
+    } catch (error) {
+      this.#fail(run, error);
+      return;
+    }
+    run.state = 'fired';
+    this.outcomes.event(run.id, payloadJson);
+    void this.#stopRun(run);
+  }
+
+  #fail(run: TriggerRun, error: unknown): void {
+    run.state = 'failed';
+    this.#reportFailure(run.id, run.classpath, error, 'failed');
+    void this.#stopRun(run);
+  }
+
+  #reportFailure(triggerId: number, classpath: string, error: unknown, what: string): void {
+    const failure = describeThrown(error);
+    this.log.error(
+      { trigger_id: triggerId, classpath, error: failure.error, traceback: failure.traceback },
+      `trigger ${triggerId} (${classpath}) ${what}: ${failure.error}; failing its task instances`,
+    );
+    this.outcomes.failure(triggerId, { ...failure, reason: 'trigger_failure' });
+  }
+
+  async #stopRun(run: TriggerRun): Promise<void> {
+    if (run.cleanupStarted) return;
+    run.cleanupStarted = true;
+    this.#timers.cancel(run, cancellation());
+    run.controller.abort(cancellation());
+    run.generator?.return(undefined).catch(() => {});
+    try {
+      await run.trigger.cleanup();
+    } catch (error) {
+      this.log.warn(
+        { trigger_id: run.id, classpath: run.classpath, error: describeThrown(error).error },
+        `trigger ${run.id} (${run.classpath}) cleanup failed`,
+      );
+    }
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'object') return `an object (${(value as object).constructor?.name ?? 'Object'})`;
+  return `a ${typeof value}`;
+}

@@ -1,0 +1,227 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/connect.ts';
+import { redactDatabaseUrl } from '../db/database-url.ts';
+import { describeThrown } from '../errors.ts';
+import { Storage } from '../storage/index.ts';
+import type { TriggerRegistry } from '../triggers/registry.ts';
+import type { TriggererOptions } from './options.ts';
+import { OutcomeWriter } from './outcome-writer.ts';
+import { TriggerRunner } from './trigger-runner.ts';
+
+/*
+ * A triggerer's life:
+ *
+ *   new ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
+ *
+ * While running, three loops share the event loop with the triggers:
+ * - the pass (every poll-interval, at once again after a full claim): release the triggers of
+ *   dead peers; list what this triggerer owns; cancel what it runs but no longer owns; start
+ *   what it owns but does not run; claim more up to capacity; now and then delete triggers
+ *   nothing waits on;
+ * - the heartbeat (every heartbeat-interval);
+ * - the timeout sweep (at the next deferral deadline, at most timeoutSweepMs apart).
+ * Outcomes (events, failures) go through the OutcomeWriter as they happen.
+ *
+ * stop(): stop claiming, cancel triggers (cleanup runs), write outcomes already produced,
+ * release ownership so peers take over at once, mark the job row ended.
+ */
+export class Triggerer {
+  readonly storage: Storage;
+  readonly #runner: TriggerRunner;
+  readonly #writer: OutcomeWriter;
+  #jobId: number | null = null;
+  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  #passLoop: Promise<void> | null = null;
+  #wakePass: (() => void) | null = null;
+  #heartbeatTimer: NodeJS.Timeout | null = null;
+  #sweepTimer: NodeJS.Timeout | null = null;
+  #sweeping: Promise<void> | null = null;
+  #lastCleanupAt = 0;
+  #stopped: Promise<void> | null = null;
+
+  constructor(
+    private readonly database: Database,
+    readonly options: TriggererOptions,
+    registry: TriggerRegistry,
+    readonly log: Logger,
+  ) {
+    this.storage = new Storage(database);
+    this.#runner = new TriggerRunner(
+      registry,
+      log,
+      {
+        event: (triggerId, payloadJson) => this.#writer.addEvent(triggerId, payloadJson),
+        failure: (triggerId, failure) => this.#writer.addFailure(triggerId, failure),
+      },
+      { blockThresholdMs: options.blockThresholdMs },
+    );
+    this.#writer = new OutcomeWriter(
+      this.storage,
+      log,
+      { batchSize: 2000, retryDelayMs: 1000 },
+      (ids) => ids.forEach((id) => this.#runner.forget(id)),
+      () => this.#runner.markLoopEdge(),
+    );
+  }
+
+  /** This triggerer's job id (its identity in trigger.triggerer_id); null before start(). */
+  get jobId(): number | null {
+    return this.#jobId;
+  }
+
+  /** Triggers held now: running, or fired with the outcome not yet written. */
+  get heldTriggerIds(): number[] {
+    return this.#runner.heldIds();
+  }
+
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new Error(`triggerer already ${this.#state}`);
+    this.#jobId = await this.storage.registerTriggererJob({
+      hostname: this.options.hostname,
+      pid: process.pid,
+      capacity: this.options.capacity,
+    });
+    this.#state = 'running';
+    this.log.info(
+      {
+        job_id: this.#jobId,
+        config: { ...this.options, databaseUrl: redactDatabaseUrl(this.options.databaseUrl) },
+      },
+      `triggerer ${this.#jobId} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
+    );
+    this.#runner.start();
+    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.options.heartbeatIntervalMs);
+    this.#scheduleSweep(0);
+    this.#passLoop = this.#runPasses();
+  }
+
+  stop(): Promise<void> {
+    this.#stopped ??= this.#shutdown();
+    return this.#stopped;
+  }
+
+  async #shutdown(): Promise<void> {
+    if (this.#state === 'new') {
+      this.#state = 'stopped';
+      return;
+    }
+    this.#state = 'stopping';
+    this.log.info({ job_id: this.#jobId }, 'triggerer stopping: no more claims, cancelling triggers');
+    clearInterval(this.#heartbeatTimer!);
+    clearTimeout(this.#sweepTimer!);
+    this.#wakePass?.();
+    await this.#passLoop;
+    await this.#sweeping;
+    await this.#runner.cancelAll(this.options.cleanupGraceMs);
+    await this.#writer.drain(this.options.cleanupGraceMs);
+    this.#runner.close();
+    const jobId = this.#jobId!;
+    try {
+      const released = await this.storage.releaseOwnedTriggers(jobId);
+      await this.storage.endJob(jobId, 'success');
+      this.log.info({ job_id: jobId, released_triggers: released }, `triggerer ${jobId} stopped; released ${released} trigger(s) to peers`);
+    } catch (error) {
+      this.log.error({ job_id: jobId, error: describeThrown(error).error }, 'could not release triggers on stop; peers take them after the health-check threshold');
+    }
+    this.#state = 'stopped';
+  }
+
+  async #runPasses(): Promise<void> {
+    while (this.#state === 'running') {
+      let again = false;
+      try {
+        again = await this.#pass();
+      } catch (error) {
+        this.log.error({ error: describeThrown(error).error }, 'triggerer pass failed; retrying next pass');
+      }
+      this.#runner.markLoopEdge();
+      if (this.#state !== 'running') break;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, again ? 0 : this.options.pollIntervalMs);
+        this.#wakePass = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wakePass = null;
+    }
+  }
+
+  /** One pass; true when it claimed a full batch (so more may be waiting). */
+  async #pass(): Promise<boolean> {
+    const jobId = this.#jobId!;
+    const { storage, options } = this;
+    const released = await storage.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
+    if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
+
+    const owned = await storage.listOwnedTriggerIds(jobId);
+    this.#runner.markLoopEdge();
+    const ownedSet = new Set(owned);
+    for (const id of this.#runner.heldIds()) {
+      if (!ownedSet.has(id) && this.#runner.isRunning(id)) {
+        this.log.info({ trigger_id: id }, `trigger ${id} is no longer ours (deleted or taken over); stopping it`);
+        void this.#runner.cancel(id);
+      }
+    }
+    if (this.#state !== 'running') return false;
+
+    const notRunning = owned.filter((id) => !this.#runner.has(id));
+    if (notRunning.length > 0) {
+      for (const row of await storage.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
+      this.#runner.markLoopEdge();
+    }
+
+    const room = Math.min(options.claimsPerLoop, options.capacity - owned.length);
+    let claimedFull = false;
+    if (room > 0) {
+      const claimed = await storage.claimTriggers(jobId, room);
+      this.#runner.markLoopEdge();
+      for (const row of claimed) this.#runner.startTrigger(row);
+      if (claimed.length > 0) {
+        this.log.info(
+          { claimed: claimed.length, running: this.#runner.runningCount },
+          `claimed ${claimed.length} trigger(s); running ${this.#runner.runningCount}`,
+        );
+      }
+      claimedFull = claimed.length === room;
+    }
+
+    if (Date.now() - this.#lastCleanupAt >= options.cleanupIntervalMs) {
+      this.#lastCleanupAt = Date.now();
+      const deleted = await storage.cleanUnusedTriggers();
+      if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
+    }
+    return claimedFull;
+  }
+
+  async #heartbeat(): Promise<void> {
+    try {
+      await this.storage.heartbeat(this.#jobId!);
+      this.#runner.markLoopEdge();
+    } catch (error) {
+      this.log.error({ error: describeThrown(error).error }, 'heartbeat failed');
+    }
+  }
+
+  #scheduleSweep(delayMs: number): void {
+    if (this.#state !== 'running') return;
+    this.#sweepTimer = setTimeout(() => {
+      this.#sweeping = this.#sweepTimeouts().finally(() => (this.#sweeping = null));
+    }, delayMs);
+  }
+
+  /** Fails deferrals past their timeout, then sleeps until the next deadline (at most timeoutSweepMs). */
+  async #sweepTimeouts(): Promise<void> {
+    let nextInMs = this.options.timeoutSweepMs;
+    try {
+      const failed = await this.storage.failTimedOutDeferrals();
+      if (failed > 0) this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
+      const deadline = await this.storage.nextDeferralDeadline();
+      this.#runner.markLoopEdge();
+      if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));
+    } catch (error) {
+      this.log.error({ error: describeThrown(error).error }, 'timeout sweep failed');
+    }
+    this.#scheduleSweep(nextInMs);
+  }
+}

@@ -1,0 +1,88 @@
+import type { Logger } from 'pino';
+import type { JsonObject } from '../serialization/json.ts';
+import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
+import type { TriggerEvent } from './trigger-event.ts';
+
+export interface SerializedTrigger {
+  /** The name the triggerer's registry knows the class by. */
+  readonly classpath: string;
+  /** JSON kwargs that rebuild an equal trigger through `new Class(kwargs)`. */
+  readonly kwargs: JsonObject;
+}
+
+/**
+ * What the triggerer lends a running trigger. Created once per trigger by the runner; the
+ * trigger reaches it through its protected helpers.
+ */
+export interface TriggerRuntime {
+  readonly signal: AbortSignal;
+  /** Resolves at `epochMs`, or rejects with an AbortError when the trigger is cancelled. */
+  sleepUntil(epochMs: number): Promise<void>;
+  /** The trigger's child logger (trigger id, classpath), created on first use. */
+  logger(): Logger;
+}
+
+const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
+const RUNTIME = Symbol('deferflow.triggerRuntime');
+
+/**
+ * A trigger waits for one thing on the triggerer's event loop and yields a TriggerEvent when
+ * it happens. Subclasses implement:
+ * - `constructor(kwargs)`: validate and keep what run() needs; throw on bad input.
+ * - `serialize()`: the classpath and JSON kwargs that rebuild it on the triggerer.
+ * - `async *run(signal)`: wait (prefer `this.sleep` / `this.sleepUntil`, which cost no timer
+ *   per trigger) and yield events; the first event completes the wait.
+ * - `cleanup()` (optional): release what run() opened; it runs whenever the trigger stops
+ *   (fired, failed, cancelled, moved to another triggerer).
+ *
+ * The triggerer finds a class by its classpath: a subclass's own `static classpath`, else its
+ * class name.
+ */
+export abstract class BaseTrigger {
+  static readonly [TRIGGER_BRAND] = true;
+
+  [RUNTIME]: TriggerRuntime | undefined;
+
+  abstract serialize(): SerializedTrigger;
+
+  abstract run(signal: AbortSignal): AsyncGenerator<TriggerEvent, void, void>;
+
+  async cleanup(): Promise<void> {}
+
+  /** Sleeps `ms` milliseconds; see sleepUntil. */
+  protected sleep(ms: number): Promise<void> {
+    return this.sleepUntil(Date.now() + ms);
+  }
+
+  /**
+   * Sleeps until the wall-clock moment `epochMs` (never wakes early, works past Node's 24.8-day
+   * timer limit). On a triggerer this joins one shared timer queue; cancelling the trigger
+   * rejects it with an AbortError.
+   */
+  protected sleepUntil(epochMs: number): Promise<void> {
+    const runtime = this[RUNTIME];
+    return runtime ? runtime.sleepUntil(epochMs) : standaloneSleepUntil(epochMs);
+  }
+
+  /** A logger bound to this trigger's id and classpath. */
+  protected get log(): Logger {
+    const runtime = this[RUNTIME];
+    if (!runtime) throw new Error('this.log is available while the trigger runs on a triggerer');
+    return runtime.logger();
+  }
+}
+
+export type TriggerClass = (new (kwargs: JsonObject) => BaseTrigger) & { readonly classpath?: string };
+
+export function isTriggerClass(value: unknown): value is TriggerClass {
+  return typeof value === 'function' && (value as unknown as Record<symbol, unknown>)[TRIGGER_BRAND] === true;
+}
+
+export function classpathOf(cls: TriggerClass): string {
+  return Object.hasOwn(cls, 'classpath') && typeof cls.classpath === 'string' ? cls.classpath : cls.name;
+}
+
+/** Lends `runtime` to `trigger` (the runner's side of the protected helpers). */
+export function attachRuntime(trigger: BaseTrigger, runtime: TriggerRuntime): void {
+  trigger[RUNTIME] = runtime;
+}

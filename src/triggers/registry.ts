@@ -1,0 +1,60 @@
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { TriggerModuleError, UnknownTriggerError } from '../errors.ts';
+import { classpathOf, isTriggerClass, type TriggerClass } from './base-trigger.ts';
+
+/**
+ * The allow-list of trigger code a triggerer may run. A trigger row names a classpath; the
+ * triggerer only ever constructs a class registered here: the built-ins plus the exports of the
+ * modules whoever runs it named with --trigger-module. A row naming anything else fails its
+ * task instances; nothing in a row is ever imported or eval'd.
+ */
+export class TriggerRegistry {
+  readonly #classes = new Map<string, TriggerClass>();
+
+  constructor(classes: Iterable<TriggerClass> = []) {
+    for (const cls of classes) this.register(cls, 'built-in');
+  }
+
+  register(cls: TriggerClass, origin: string): void {
+    const classpath = classpathOf(cls);
+    const existing = this.#classes.get(classpath);
+    if (existing && existing !== cls) {
+      throw new TriggerModuleError(`${origin}: classpath ${JSON.stringify(classpath)} is already taken by another class; give one of them a distinct static classpath`);
+    }
+    this.#classes.set(classpath, cls);
+  }
+
+  /**
+   * Imports a module (a file path, resolved from the working directory, or a package name) and
+   * registers every BaseTrigger subclass it exports. `.ts` files load without a build step.
+   */
+  async loadModule(specifier: string): Promise<string[]> {
+    const isPath = specifier.startsWith('.') || specifier.startsWith('/') || /\.[cm]?[jt]s$/.test(specifier);
+    const url = isPath ? pathToFileURL(path.resolve(specifier)).href : specifier;
+    let exports: Record<string, unknown>;
+    try {
+      exports = (await import(url)) as Record<string, unknown>;
+    } catch (error) {
+      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} could not be loaded: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    const found = Object.values(exports).filter(isTriggerClass);
+    if (found.length === 0) {
+      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} exports no BaseTrigger subclass`);
+    }
+    for (const cls of found) this.register(cls, `trigger module ${specifier}`);
+    return found.map(classpathOf);
+  }
+
+  resolve(classpath: string): TriggerClass {
+    const cls = this.#classes.get(classpath);
+    if (!cls) throw new UnknownTriggerError(classpath, this.classpaths);
+    return cls;
+  }
+
+  get classpaths(): string[] {
+    return [...this.#classes.keys()].sort();
+  }
+}

@@ -1,0 +1,102 @@
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { openDatabase, type Database } from '../../src/db/connect.ts';
+import { migrateToLatest } from '../../src/db/migrate.ts';
+import { toDbTime, type TaskInstanceState } from '../../src/db/schema.ts';
+import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
+import { TriggerRegistry } from '../../src/triggers/registry.ts';
+import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/triggerer/options.ts';
+import { Triggerer } from '../../src/triggerer/triggerer.ts';
+import * as testTriggers from '../fixtures/test-triggers.ts';
+import { freshDatabaseUrl, type TestDialect } from './databases.ts';
+
+export interface TestDatabase extends Database {
+  readonly url: string;
+}
+
+/** A fresh, migrated database of `dialect`. */
+export async function migratedDatabase(dialect: TestDialect): Promise<TestDatabase> {
+  const url = await freshDatabaseUrl(dialect);
+  const database = openDatabase(url);
+  await migrateToLatest(database);
+  return Object.assign(database, { url });
+}
+
+let taskCounter = 0;
+
+export async function createTaskInstance(
+  database: Database,
+  fields: { state?: TaskInstanceState; priorityWeight?: number; dagId?: string; taskId?: string } = {},
+): Promise<number> {
+  const row = await database.db
+    .insertInto('task_instance')
+    .values({
+      dag_id: fields.dagId ?? 'test_dag',
+      task_id: fields.taskId ?? `task_${++taskCounter}_${process.pid}`,
+      run_id: 'manual__1',
+      state: fields.state ?? 'running',
+      priority_weight: fields.priorityWeight ?? 1,
+      start_date: toDbTime(Date.now()),
+    })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  return row.id;
+}
+
+export async function taskInstance(database: Database, id: number) {
+  const row = await database.db.selectFrom('task_instance').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+  return { ...row, next_kwargs: row.next_kwargs === null ? null : (JSON.parse(row.next_kwargs) as Record<string, unknown>) };
+}
+
+/** Log lines captured from an in-process triggerer. */
+export class LogCapture extends Writable {
+  readonly lines: Record<string, unknown>[] = [];
+  override _write(chunk: Buffer, _encoding: string, callback: () => void): void {
+    for (const line of chunk.toString().split('\n')) if (line.trim()) this.lines.push(JSON.parse(line));
+    callback();
+  }
+  matching(predicate: (line: Record<string, unknown>) => boolean): Record<string, unknown>[] {
+    return this.lines.filter(predicate);
+  }
+}
+
+export interface TestTriggerer {
+  readonly triggerer: Triggerer;
+  readonly logs: LogCapture;
+  stop(): Promise<void>;
+}
+
+/** An in-process triggerer on `database`, allowing the built-ins and test/fixtures/test-triggers.ts. */
+export async function startTriggerer(
+  database: TestDatabase,
+  raw: RawTriggererOptions = {},
+  internal: Partial<TriggererOptions> = {},
+): Promise<TestTriggerer> {
+  const options = {
+    ...resolveTriggererOptions({ 'poll-interval': 0.1, 'heartbeat-interval': 0.5, 'health-check-threshold': 3, ...raw, db: database.url }, {}),
+    ...internal,
+  };
+  const logs = new LogCapture();
+  const log = pino({ level: 'debug' }, logs);
+  const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
+  for (const cls of Object.values(testTriggers)) {
+    if (cls !== testTriggers.UnregisteredTrigger) registry.register(cls as never, 'test');
+  }
+  const triggerer = new Triggerer(database, options, registry, log);
+  await triggerer.start();
+  return { triggerer, logs, stop: () => triggerer.stop() };
+}
+
+export async function waitFor<T>(
+  probe: () => Promise<T> | T,
+  { timeoutMs = 10_000, intervalMs = 25, what = 'condition' }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: T | undefined;
+  while (Date.now() < deadline) {
+    last = await probe();
+    if (last) return last as NonNullable<T>;
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (last: ${JSON.stringify(last)})`);
+}

@@ -1,0 +1,208 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { Storage, TaskDeferred, TRIGGER_FAILURE_METHOD } from '../src/index.ts';
+import * as t from './fixtures/test-triggers.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+describe.each(testDialects)('triggerer on %s', (dialect) => {
+  const open: { databases: TestDatabase[]; triggerers: TestTriggerer[] } = { databases: [], triggerers: [] };
+  afterEach(async () => {
+    await Promise.all(open.triggerers.splice(0).map((tr) => tr.stop()));
+    await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  });
+  const database = async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    return db;
+  };
+  const triggerer = async (...args: Parameters<typeof startTriggerer>) => {
+    const tr = await startTriggerer(...args);
+    open.triggerers.push(tr);
+    return tr;
+  };
+  const deferOnto = async (db: TestDatabase, trigger: InstanceType<typeof t.ImmediateTrigger> | import('../src/index.ts').BaseTrigger, extra: { kwargs?: Record<string, string>; timeout?: number; priorityWeight?: number } = {}) => {
+    const id = await createTaskInstance(db, { priorityWeight: extra.priorityWeight });
+    const result = await new Storage(db).deferTaskInstance(
+      id,
+      new TaskDeferred({ trigger, method: 'resume', kwargs: extra.kwargs ?? { note: 'kept' }, timeout: extra.timeout }),
+    );
+    return { id, triggerId: result.triggerId };
+  };
+  const countTriggers = async (db: TestDatabase) =>
+    Number((await db.db.selectFrom('trigger').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
+
+  it('an event moves every task instance deferred on the trigger to scheduled, once, and deletes the trigger', async () => {
+    const db = await database();
+    const shared = [0, 1, 2].map(() => new t.DelayTrigger({ ms: 150 }));
+    const a = await deferOnto(db, shared[0]!);
+    const b = await deferOnto(db, shared[1]!, { kwargs: { other: 'kwarg' } });
+    const c = await deferOnto(db, shared[2]!);
+    expect(new Set([a.triggerId, b.triggerId, c.triggerId]).size).toBe(1);
+    const waiting = await deferOnto(db, new t.NeverTrigger({}));
+    const tr = await triggerer(db);
+
+    await waitFor(async () => (await taskInstance(db, c.id)).state === 'scheduled', { what: 'the event' });
+    for (const { id } of [a, c]) {
+      const ti = await taskInstance(db, id);
+      expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: 'resume' });
+      expect(ti.next_kwargs).toEqual({ note: 'kept', event: { slept: 150 } });
+    }
+    expect((await taskInstance(db, b.id)).next_kwargs).toEqual({ other: 'kwarg', event: { slept: 150 } });
+    expect(await db.db.selectFrom('trigger').select('id').where('id', '=', a.triggerId).execute()).toEqual([]);
+    expect((await taskInstance(db, waiting.id)).state).toBe('deferred');
+
+    const moved = tr.logs.matching((l) => l.kind === 'event').reduce((sum, l) => sum + Number(l.moved_task_instances), 0);
+    expect(moved).toBe(3);
+  });
+
+  it('a duplicate or late event changes nothing', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const first = await deferOnto(db, new t.ImmediateTrigger({ payload: 'one' }));
+    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({ movedTaskInstances: 1, deletedTriggers: 1 });
+    const before = await taskInstance(db, first.id);
+    // The same event again (a triggerer that lost ownership during a pause): nothing moves.
+    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, deletedTriggers: 0 });
+    expect(await taskInstance(db, first.id)).toEqual(before);
+    // A late failure for a trigger whose task instance has moved on changes nothing either.
+    await storage.submitFailures([{ triggerId: first.triggerId, failure: { error: 'late', traceback: null, reason: 'trigger_failure' } }]);
+    expect(await taskInstance(db, first.id)).toEqual(before);
+  });
+
+  it('each kind of bad trigger fails only its own task instances; the others still fire', async () => {
+    const db = await database();
+    const bad = {
+      throws: await deferOnto(db, new t.ThrowingTrigger({ tag: 'T1' })),
+      endsEarly: await deferOnto(db, new t.EndsWithoutEventTrigger({})),
+      badKwargs: await deferOnto(db, Object.assign(new t.BadConstructorTrigger({ count: 1 }), { kwargs: { count: 'many' } })),
+      notJson: await deferOnto(db, new t.NonJsonEventTrigger({})),
+      notAllowed: await deferOnto(db, new t.UnregisteredTrigger({})),
+    };
+    await db.db.insertInto('trigger').values({ classpath: 'nowhere.Missing', kwargs: '{}', created_at: new Date().toISOString(), triggerer_id: null, hash: null }).execute();
+    const unknownTrigger = await db.db.selectFrom('trigger').select('id').where('classpath', '=', 'nowhere.Missing').executeTakeFirstOrThrow();
+    const unknownTi = await createTaskInstance(db, { state: 'deferred' });
+    await db.db.updateTable('task_instance').set({ trigger_id: unknownTrigger.id, next_method: 'resume', next_kwargs: '{}' }).where('id', '=', unknownTi).execute();
+    const good = await deferOnto(db, new t.DelayTrigger({ ms: 300 }));
+
+    const tr = await triggerer(db);
+    const ids = [...Object.values(bad).map((b) => b.id), unknownTi, good.id];
+    await waitFor(async () => (await Promise.all(ids.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'all task instances scheduled' });
+
+    const error = async (id: number) => {
+      const ti = await taskInstance(db, id);
+      expect(ti.next_method).toBe(TRIGGER_FAILURE_METHOD);
+      expect(ti.next_kwargs).toMatchObject({ reason: 'trigger_failure' });
+      return String(ti.next_kwargs!.error);
+    };
+    expect(await error(bad.throws.id)).toContain('boom from T1');
+    expect((await taskInstance(db, bad.throws.id)).next_kwargs!.traceback).toContain('ThrowingTrigger');
+    expect(await error(bad.endsEarly.id)).toContain('ended without yielding an event');
+    expect(await error(bad.badKwargs.id)).toContain('count must be a number, got "many"');
+    expect(await error(bad.notJson.id)).toContain('event.payload.when');
+    expect(await error(bad.notAllowed.id)).toContain('"test.NotAllowedTrigger" is not allowed');
+    expect(await error(unknownTi)).toContain('"nowhere.Missing" is not allowed');
+    const goodTi = await taskInstance(db, good.id);
+    expect(goodTi).toMatchObject({ state: 'scheduled', next_method: 'resume' });
+    expect(goodTi.next_kwargs!.event).toEqual({ slept: 300 });
+
+    const failureLogs = tr.logs.matching((l) => l.level === 50 && typeof l.trigger_id === 'number');
+    expect(failureLogs.map((l) => l.classpath).sort()).toEqual(
+      ['nowhere.Missing', 'test.BadConstructorTrigger', 'test.EndsWithoutEventTrigger', 'test.NonJsonEventTrigger', 'test.NotAllowedTrigger', 'test.ThrowingTrigger'].sort(),
+    );
+    expect(await countTriggers(db)).toBe(0);
+  });
+
+  it('fails a deferral whose timeout passes within one second of its deadline, once, with two triggerers sweeping', async () => {
+    const db = await database();
+    const timed = await deferOnto(db, new t.NeverTrigger({ tag: 'timed' }), { timeout: 1.2 });
+    const untimed = await deferOnto(db, new t.NeverTrigger({ tag: 'untimed' }));
+    const deadline = (await db.db.selectFrom('task_instance').select('trigger_timeout').where('id', '=', timed.id).executeTakeFirstOrThrow()).trigger_timeout!;
+    const deadlineMs = new Date(deadline).getTime();
+    const one = await triggerer(db);
+    const two = await triggerer(db);
+    await waitFor(async () => (await taskInstance(db, timed.id)).state === 'scheduled', { what: 'the timeout', intervalMs: 10 });
+    const observedAt = Date.now();
+    expect(observedAt - deadlineMs).toBeLessThan(1000);
+    const ti = await taskInstance(db, timed.id);
+    expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: TRIGGER_FAILURE_METHOD });
+    expect(ti.next_kwargs).toMatchObject({ reason: 'timeout' });
+    expect(new Date(ti.updated_at!).getTime()).toBeGreaterThanOrEqual(deadlineMs);
+    const timedOut = [...one.logs.lines, ...two.logs.lines].filter((l) => typeof l.timed_out === 'number').reduce((s, l) => s + Number(l.timed_out), 0);
+    expect(timedOut).toBe(1);
+    expect((await taskInstance(db, untimed.id)).state).toBe('deferred');
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('id', '=', timed.triggerId).execute()).length === 0, { what: 'the timed-out trigger deleted' });
+  });
+
+  it('never owns more triggers than its capacity, and claims highest priority first', async () => {
+    const db = await database();
+    for (let i = 0; i < 12; i++) await deferOnto(db, new t.NeverTrigger({ n: i }), { priorityWeight: i === 7 ? 100 : 1 });
+    const tr = await triggerer(db, { capacity: 5, 'claims-per-loop': 2 });
+    const owned = async () =>
+      Number((await db.db.selectFrom('trigger').select((eb) => eb.fn.countAll().as('n')).where('triggerer_id', '=', tr.triggerer.jobId).executeTakeFirstOrThrow()).n);
+    const seen: number[] = [];
+    const until = Date.now() + 1500;
+    while (Date.now() < until) {
+      seen.push(await owned());
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(Math.max(...seen)).toBe(5);
+    expect(tr.triggerer.heldTriggerIds.length).toBe(5);
+    const first = tr.logs.matching((l) => typeof l.claimed === 'number')[0];
+    expect(first?.claimed).toBe(2);
+    const urgent = await db.db.selectFrom('trigger').select('triggerer_id').where('priority_weight', '=', 100).executeTakeFirstOrThrow();
+    expect(urgent.triggerer_id).toBe(tr.triggerer.jobId);
+  });
+
+  it('names the trigger whose step blocks the event loop', async () => {
+    const db = await database();
+    const late = await deferOnto(db, new t.BlockingTrigger({ sleepMs: 20, blockMs: 300 }));
+    const early = await deferOnto(db, new t.BlockingAtStartTrigger({ blockMs: 300 }));
+    await deferOnto(db, new t.DelayTrigger({ ms: 50 }));
+    const tr = await triggerer(db);
+    await waitFor(async () => (await taskInstance(db, late.id)).state === 'scheduled' && (await taskInstance(db, early.id)).state === 'scheduled');
+    const warnings = tr.logs.matching((l) => l.level === 40 && typeof l.blocked_ms === 'number' && typeof l.trigger_id === 'number');
+    expect(warnings.map((w) => [w.trigger_id, w.classpath]).sort()).toEqual(
+      [[late.triggerId, 'test.BlockingTrigger'], [early.triggerId, 'test.BlockingAtStartTrigger']].sort(),
+    );
+    for (const w of warnings) expect(Number(w.blocked_ms)).toBeGreaterThanOrEqual(290);
+  });
+
+  it('stops a trigger it no longer owns or that was deleted, running its cleanup', async () => {
+    const db = await database();
+    const file = path.join(os.tmpdir(), `deferflow-cleanup-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    const moved = await deferOnto(db, new t.NeverTrigger({ file, tag: 'moved' }));
+    const cleared = await deferOnto(db, new t.NeverTrigger({ file, tag: 'cleared' }));
+    const tr = await triggerer(db, {}, { cleanupIntervalMs: 100 });
+    await waitFor(() => readFileSync(file, 'utf8').includes('start cleared'), { what: 'both started' });
+    const otherJob = await new Storage(db).registerTriggererJob({ hostname: 'elsewhere', pid: 1, capacity: 10 });
+    await db.db.updateTable('trigger').set({ triggerer_id: otherJob }).where('id', '=', moved.triggerId).execute();
+    await db.db.updateTable('task_instance').set({ state: 'skipped', trigger_id: null }).where('id', '=', cleared.id).execute();
+    await waitFor(() => readFileSync(file, 'utf8').includes('cleanup moved') && readFileSync(file, 'utf8').includes('cleanup cleared'), { what: 'cleanups' });
+    expect(tr.triggerer.heldTriggerIds).toEqual([]);
+    expect(await db.db.selectFrom('trigger').select('id').where('id', '=', cleared.triggerId).execute()).toEqual([]);
+    expect((await taskInstance(db, moved.id)).state).toBe('deferred');
+  });
+
+  it('a graceful stop cleans up, hands triggers back and ends its job row', async () => {
+    const db = await database();
+    const file = path.join(os.tmpdir(), `deferflow-stop-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    const ti = await deferOnto(db, new t.NeverTrigger({ file, tag: 'held' }));
+    const tr = await startTriggerer(db);
+    await waitFor(() => readFileSync(file, 'utf8').includes('start held'));
+    await tr.stop();
+    expect(readFileSync(file, 'utf8')).toContain('cleanup held');
+    const trigger = await db.db.selectFrom('trigger').selectAll().where('id', '=', ti.triggerId).executeTakeFirstOrThrow();
+    expect(trigger.triggerer_id).toBeNull();
+    const job = await db.db.selectFrom('job').selectAll().where('id', '=', tr.triggerer.jobId!).executeTakeFirstOrThrow();
+    expect(job.state).toBe('success');
+    expect(job.end_date).not.toBeNull();
+    expect((await taskInstance(db, ti.id)).state).toBe('deferred');
+  });
+});

@@ -1,0 +1,16 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    globalSetup: './test/support/global-setup.ts',
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    pool: 'forks',
+    fileParallelism: true,
+    // The machine has 2 cores.
+    poolOptions: {
+      forks: { maxForks: 2, minForks: 1 },
+    },
+  },
+});
