@@ -1,0 +1,26 @@
+/**
+ * deferflow's built-in triggers (the package export "deferflow/triggers").
+ *
+ * BUILTIN_TRIGGERS are the classes a triggerer allows by default. TimeDeltaTrigger is exported for
+ * operators to defer with, but it serializes as a DateTimeTrigger (as in Airflow), so no trigger
+ * row ever names it and it is not in the list.
+ */
+import type { TriggerClass } from '../src/triggers/base-trigger.ts';
+import { DateTimeTrigger } from './date-time-trigger.ts';
+import { FileTrigger } from './file-trigger.ts';
+
+export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
+export { FileTrigger, type FileTriggerKwargs } from './file-trigger.ts';
+export { TimeDeltaTrigger } from './time-delta-trigger.ts';
+
+/**
+ * The registry's view of a trigger class: constructible from the JSON kwargs it stored. The
+ * built-ins' constructors are typed for operators (a Date or luxon DateTime is accepted too), so
+ * TypeScript does not see them as `new (kwargs: JsonObject)`; at run time they validate whatever
+ * they are given, which is what makes this cast sound.
+ */
+function asTriggerClass<C extends abstract new (...args: never[]) => unknown>(cls: C): C & TriggerClass {
+  return cls as unknown as C & TriggerClass;
+}
+
+export const BUILTIN_TRIGGERS = [asTriggerClass(DateTimeTrigger), asTriggerClass(FileTrigger)] as const;
