@@ -1,5 +1,16 @@
 import BetterSqlite3 from 'better-sqlite3';
-import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection, type Driver } from 'kysely';
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  CompiledQuery,
+  Kysely,
+  PostgresDialect,
+  SqliteAdapter,
+  SqliteDialect,
+  SqliteDriver,
+  type DatabaseConnection,
+  type DialectAdapter as KyselyAdapter,
+  type Driver,
+} from 'kysely';
 import pg from 'pg';
 import { parseDatabaseUrl, type DatabaseTarget } from './database-url.ts';
 import { postgresAdapter, sqliteAdapter, type DialectAdapter } from './dialect.ts';
@@ -27,10 +38,13 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
   return { db, adapter, target, close: () => db.destroy() };
 }
 
+/** How long a statement or transaction waits for another process's write lock before failing. */
+const SQLITE_BUSY_TIMEOUT_MS = 5000;
+
 function openSqlite(file: string): BetterSqlite3.Database {
   // busy_timeout: another process (a worker, a second triggerer) may hold the write lock
   // for a short transaction; wait for it instead of failing.
-  const sqlite = new BetterSqlite3(file, { timeout: 5000 });
+  const sqlite = new BetterSqlite3(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
   sqlite.pragma('journal_mode = WAL');
   sqlite.pragma('synchronous = NORMAL');
   sqlite.pragma('foreign_keys = ON');
@@ -65,6 +79,10 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
  * Write transactions start with BEGIN IMMEDIATE so they take SQLite's write lock up front:
  * a plain BEGIN that reads first and writes later fails with SQLITE_BUSY instead of waiting
  * when another process wrote in between.
+ *
+ * SQLite runs DDL inside transactions, so the adapter says so: kysely's migrator then runs the
+ * migrations in one such transaction, which is what serializes concurrent `db migrate` runs
+ * (kysely's own SQLite adapter claims no transactional DDL and takes no lock at all).
  */
 class ImmediateSqliteDialect extends SqliteDialect {
   readonly #database: BetterSqlite3.Database;
@@ -75,12 +93,50 @@ class ImmediateSqliteDialect extends SqliteDialect {
   }
 
   override createDriver(): Driver {
-    return new ImmediateSqliteDriver({ database: this.#database });
+    return new ImmediateSqliteDriver({ database: this.#database }, this.#database);
+  }
+
+  override createAdapter(): KyselyAdapter {
+    return new TransactionalDdlSqliteAdapter();
+  }
+}
+
+class TransactionalDdlSqliteAdapter extends SqliteAdapter {
+  override get supportsTransactionalDdl(): boolean {
+    return true;
   }
 }
 
 class ImmediateSqliteDriver extends SqliteDriver {
+  readonly #sqlite: BetterSqlite3.Database;
+
+  constructor(config: ConstructorParameters<typeof SqliteDriver>[0], sqlite: BetterSqlite3.Database) {
+    super(config);
+    this.#sqlite = sqlite;
+  }
+
+  /**
+   * better-sqlite3 waits out busy_timeout synchronously, which would freeze this process's event
+   * loop (every trigger, every timer) while another process holds the write lock, and deadlock
+   * two connections of one process outright. So the lock is asked for without waiting and the
+   * wait happens between tries, on the event loop. kysely's connection mutex keeps anyone else
+   * off this connection meanwhile, so the pragma is ours to flip.
+   */
   override async beginTransaction(connection: DatabaseConnection): Promise<void> {
-    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+    const deadline = Date.now() + SQLITE_BUSY_TIMEOUT_MS;
+    this.#sqlite.pragma('busy_timeout = 0');
+    try {
+      for (let pauseMs = 1; ; pauseMs = Math.min(pauseMs * 2, 25)) {
+        try {
+          await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+          return;
+        } catch (error) {
+          if ((error as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() >= deadline) throw error;
+        }
+        await delay(pauseMs);
+      }
+    } finally {
+      this.#sqlite.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
+    }
   }
 }
