@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { DialectAdapter } from '../src/db/dialect.ts';
 
-// Immutable once released: change the schema with a new numbered file.
+// Immutable from the first release (0.1.0) on: change the schema with a new numbered file.
 
 export async function up(db: Kysely<any>, adapter: DialectAdapter): Promise<void> {
   const { json, time, bigint } = adapter.types;
@@ -60,10 +60,11 @@ export async function up(db: Kysely<any>, adapter: DialectAdapter): Promise<void
       end_date ${sql.raw(time)},
       updated_at ${sql.raw(time)},
       constraint task_instance_key unique (dag_id, task_id, run_id, map_index),
-      -- Only a deferred task instance waits on a trigger.
-      constraint task_instance_trigger_only_when_deferred check (trigger_id is null or state = 'deferred')
+      -- Only a deferred task instance waits on a trigger. coalesce: with no state,
+      -- state = 'deferred' is NULL, which a CHECK would let pass.
+      constraint task_instance_trigger_only_when_deferred check (trigger_id is null or coalesce(state = 'deferred', false))
     )`.execute(db);
-  await sql`create index task_instance_trigger_id_idx on task_instance (trigger_id) where trigger_id is not null`.execute(db);
+  await sql`create index task_instance_trigger_id_idx on task_instance (trigger_id, state) where trigger_id is not null`.execute(db);
   await sql`create index task_instance_state_idx on task_instance (state)`.execute(db);
   await sql`
     create index task_instance_deferred_timeout_idx on task_instance (trigger_timeout)

@@ -1,0 +1,10 @@
+CREATE TABLE job (id integer primary key autoincrement, job_type text not null, state text not null check (state in ('running', 'success', 'failed')), hostname text not null, pid integer not null, capacity integer, start_date text not null, end_date text, latest_heartbeat text not null);
+CREATE INDEX job_type_heartbeat_idx on job (job_type, latest_heartbeat);
+CREATE TABLE task_instance (id integer primary key autoincrement, dag_id text not null, task_id text not null, run_id text not null, map_index integer not null default -1, try_number integer not null default 0, state text check (state in ('scheduled', 'queued', 'running', 'deferred', 'success', 'failed', 'up_for_retry', 'up_for_reschedule', 'skipped')), next_method text, next_kwargs text, trigger_id integer references trigger (id), trigger_timeout text, priority_weight integer not null default 1, start_date text, end_date text, updated_at text, constraint task_instance_key unique (dag_id, task_id, run_id, map_index), constraint task_instance_trigger_only_when_deferred check (trigger_id is null or coalesce(state = 'deferred', false)));
+CREATE INDEX task_instance_deferred_timeout_idx on task_instance (trigger_timeout) where state = 'deferred' and trigger_timeout is not null;
+CREATE INDEX task_instance_state_idx on task_instance (state);
+CREATE INDEX task_instance_trigger_id_idx on task_instance (trigger_id, state) where trigger_id is not null;
+CREATE TABLE trigger (id integer primary key autoincrement, classpath text not null, kwargs text not null, created_at text not null, triggerer_id integer, hash text, priority_weight integer not null default 1);
+CREATE UNIQUE INDEX trigger_hash_idx on trigger (hash);
+CREATE INDEX trigger_triggerer_id_idx on trigger (triggerer_id);
+CREATE INDEX trigger_unowned_idx on trigger (priority_weight desc, created_at, id) where triggerer_id is null;
