@@ -18,8 +18,14 @@ export interface DialectAdapter {
   lockSkippingLocked<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
   lockForUpdate<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
   lockForShare<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
-  /** `json` (a JSON object column) with `key` set to the JSON text `valueJson`. */
-  jsonSetKey(json: RawBuilder<unknown>, key: string, valueJson: RawBuilder<unknown>): RawBuilder<string>;
+  /** `json` (a JSON object column) with `key` set to `value` (a JSON value expression). */
+  jsonSetKey(json: RawBuilder<unknown>, key: string, value: RawBuilder<unknown>): RawBuilder<string>;
+  /**
+   * The JSON value under `key` (an integer expression) in the JSON object passed as the
+   * parameter `mapJson`: one parameter carries a whole batch's per-row values, looked up by
+   * index, where a joined VALUES list would be scanned (SQLite builds it no index).
+   */
+  jsonMapValue(mapJson: string, key: RawBuilder<unknown>): RawBuilder<unknown>;
   /** A bind parameter holding JSON text, typed for this dialect's JSON column. */
   jsonParam(jsonText: string): RawBuilder<string>;
 }
@@ -32,8 +38,8 @@ export const postgresAdapter: DialectAdapter = {
   lockSkippingLocked: (query) => query.forUpdate().skipLocked(),
   lockForUpdate: (query) => query.forUpdate(),
   lockForShare: (query) => query.forShare(),
-  jsonSetKey: (json, key, valueJson) =>
-    sql<string>`jsonb_set(coalesce(${json}, '{}'::jsonb), ${sql.lit(`{${key}}`)}, ${valueJson}::jsonb)`,
+  jsonSetKey: (json, key, value) => sql<string>`jsonb_set(coalesce(${json}, '{}'::jsonb), ${sql.lit(`{${key}}`)}, ${value})`,
+  jsonMapValue: (mapJson, key) => sql`(cast(${mapJson} as jsonb) -> cast(${key} as text))`,
   jsonParam: (jsonText) => sql<string>`cast(${jsonText} as jsonb)`,
 };
 
@@ -45,7 +51,7 @@ export const sqliteAdapter: DialectAdapter = {
   lockSkippingLocked: (query) => query,
   lockForUpdate: (query) => query,
   lockForShare: (query) => query,
-  jsonSetKey: (json, key, valueJson) =>
-    sql<string>`json_set(coalesce(${json}, '{}'), ${sql.lit(`$.${key}`)}, json(${valueJson}))`,
+  jsonSetKey: (json, key, value) => sql<string>`json_set(coalesce(${json}, '{}'), ${sql.lit(`$.${key}`)}, ${value})`,
+  jsonMapValue: (mapJson, key) => sql`json(${mapJson} -> ('$."' || ${key} || '"'))`,
   jsonParam: (jsonText) => sql<string>`${jsonText}`,
 };

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { toDbTime } from '../db/schema.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';
 
@@ -38,21 +38,21 @@ export async function moveDeferredTaskInstances(
     const triggerIds = [...new Set(outcomes.map((outcome) => outcome.triggerId))].sort((a, b) => a - b);
     await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where('id', 'in', triggerIds).orderBy('id')).execute();
 
-    const rows = sql.join(
-      outcomes.map(
-        (outcome) => sql`(cast(${outcome.triggerId} as ${sql.raw(adapter.types.bigint)}), ${adapter.jsonParam(outcome.json)})`,
-      ),
-    );
-    const assignments =
-      kind === 'event'
-        ? sql`next_kwargs = ${adapter.jsonSetKey(sql`task_instance.next_kwargs`, 'event', sql`outcome.json`)}`
-        : sql`next_method = ${TRIGGER_FAILURE_METHOD}, next_kwargs = outcome.json`;
-    const moved = await sql`
-      with outcome (trigger_id, json) as (values ${rows})
-      update task_instance
-      set state = 'scheduled', trigger_id = null, updated_at = ${toDbTime(now)}, ${assignments}
-      from outcome
-      where task_instance.trigger_id = outcome.trigger_id and task_instance.state = 'deferred'`.execute(trx);
+    // One JSON object maps each trigger id to its outcome, so the statement stays one
+    // index lookup per task instance however many distinct payloads the batch carries.
+    const outcomeByTrigger = `{${outcomes.map((outcome) => `"${outcome.triggerId}":${outcome.json}`).join(',')}}`;
+    const outcome = adapter.jsonMapValue(outcomeByTrigger, sql.ref('task_instance.trigger_id'));
+    const moved = await trx
+      .updateTable('task_instance')
+      .set(
+        kind === 'event'
+          ? { next_kwargs: adapter.jsonSetKey(sql.ref('task_instance.next_kwargs'), 'event', outcome) }
+          : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome as RawBuilder<string> },
+      )
+      .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
+      .where('trigger_id', 'in', triggerIds)
+      .where('state', '=', 'deferred')
+      .executeTakeFirst();
 
     const deleted = await trx
       .deleteFrom('trigger')
@@ -61,6 +61,6 @@ export async function moveDeferredTaskInstances(
         not(exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id'))),
       )
       .executeTakeFirst();
-    return { movedTaskInstances: Number(moved.numAffectedRows ?? 0), deletedTriggers: Number(deleted.numDeletedRows) };
+    return { movedTaskInstances: Number(moved.numUpdatedRows), deletedTriggers: Number(deleted.numDeletedRows) };
   });
 }

@@ -1,3 +1,4 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
@@ -25,6 +26,8 @@ import { TriggerRunner } from './trigger-runner.ts';
  * stop(): stop claiming, cancel triggers (cleanup runs), write outcomes already produced,
  * release ownership so peers take over at once, mark the job row ended.
  */
+const CLAIM_STATEMENT_ROWS = 1000;
+
 export class Triggerer {
   readonly storage: Storage;
   readonly #runner: TriggerRunner;
@@ -172,19 +175,25 @@ export class Triggerer {
     }
 
     const room = Math.min(options.claimsPerLoop, options.capacity - owned.length);
-    let claimedFull = false;
-    if (room > 0) {
-      const claimed = await storage.claimTriggers(jobId, room);
+    let claimedTotal = 0;
+    // Claim in statements of at most CLAIM_STATEMENT_ROWS so no single (on SQLite, synchronous)
+    // statement holds the loop long, letting due triggers fire in between.
+    while (claimedTotal < room && this.#state === 'running') {
+      const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
+      const claimed = await storage.claimTriggers(jobId, want);
       this.#runner.markLoopEdge();
       for (const row of claimed) this.#runner.startTrigger(row);
-      if (claimed.length > 0) {
-        this.log.info(
-          { claimed: claimed.length, running: this.#runner.runningCount },
-          `claimed ${claimed.length} trigger(s); running ${this.#runner.runningCount}`,
-        );
-      }
-      claimedFull = claimed.length === room;
+      claimedTotal += claimed.length;
+      if (claimed.length < want) break;
+      await nextTurn();
     }
+    if (claimedTotal > 0) {
+      this.log.info(
+        { claimed: claimedTotal, running: this.#runner.runningCount },
+        `claimed ${claimedTotal} trigger(s); running ${this.#runner.runningCount}`,
+      );
+    }
+    const claimedFull = room > 0 && claimedTotal === room;
 
     if (Date.now() - this.#lastCleanupAt >= options.cleanupIntervalMs) {
       this.#lastCleanupAt = Date.now();

@@ -1,0 +1,200 @@
+/**
+ * Triggerer benchmark: N task instances deferred onto N distinct DateTimeTriggers due at one
+ * moment, one triggerer process, and what it costs to hold them and to fire them.
+ *
+ *   npm run bench -- --db URL --triggers N [--lead SECONDS]
+ *
+ * Prints one JSON line:
+ *   n, dialect
+ *   load_ms                 rows inserted → the triggerer runs all N
+ *   rss_bytes               the triggerer's RSS with all N loaded
+ *   rss_per_trigger_bytes   (that RSS − its RSS when idle) / N
+ *   fire_p50_ms, fire_p99_ms, fire_max_ms
+ *                           due moment → task instance seen committed as scheduled (a poller
+ *                           reads the database every few ms, so these include its resolution)
+ *   moved_per_s             N / (due moment → last task instance committed)
+ *
+ * The deferrals are bulk-inserted (a multi-row insert per 1,000), as deferTaskInstance would
+ * write them with deduplication off (each row is its own wait, which is what is measured).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { sql } from 'kysely';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { openDatabase, type Database } from '../src/db/connect.ts';
+import { migrateToLatest } from '../src/db/migrate.ts';
+import { toDbTime } from '../src/db/schema.ts';
+import { DateTimeTrigger } from '../triggers/date-time-trigger.ts';
+
+const args = await yargs(hideBin(process.argv))
+  .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
+  .option('triggers', { type: 'number', default: 10_000, describe: 'N: deferred task instances, one trigger each' })
+  .option('node-arg', { type: 'array', string: true, default: [] as string[], describe: 'extra node flags for the triggerer (e.g. --cpu-prof)' })
+  .option('lead', { type: 'number', describe: 'seconds from insert to the due moment (default 5 + N/5000)' })
+  .strict()
+  .parse();
+
+const n = args.triggers;
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-bench-'));
+const { url, dispose } = await prepareDatabase(args.db);
+const database = openDatabase(url);
+await migrateToLatest(database);
+
+const triggerer = spawn(
+  process.execPath,
+  [...args['node-arg'].map(String), path.join(root, 'bin/triggerer.js'), '--db', url, '--capacity', String(n), '--claims-per-loop', '10000', '--poll-interval', '0.5', '--log-level', 'info'],
+  { stdio: ['ignore', 'pipe', 'inherit'] },
+);
+const lines = readline.createInterface({ input: triggerer.stdout! });
+let running = 0;
+let started = false;
+lines.on('line', (line) => {
+  try {
+    const entry = JSON.parse(line) as { running?: number; job_id?: number; level?: number; msg?: string };
+    if (typeof entry.job_id === 'number') started = true;
+    if (typeof entry.running === 'number') running = entry.running;
+    if ((entry.level ?? 0) >= 40) process.stderr.write(`triggerer: ${entry.msg}\n`);
+  } catch {
+    // not JSON
+  }
+});
+
+try {
+  await until(() => started, 30_000, 'the triggerer to start');
+  await sleep(1000);
+  const idleRss = rssOf(triggerer.pid!);
+
+  const leadMs = (args.lead ?? 5 + n / 5000) * 1000;
+  const insertStart = Date.now();
+  const dueMs = insertStart + leadMs;
+  await insertDeferrals(database, n, dueMs);
+  const inserted = Date.now();
+  await until(() => running >= n, leadMs, `the triggerer to run all ${n} triggers before the due moment`);
+  const loadMs = Date.now() - inserted;
+  await sleep(Math.min(1000, Math.max(0, dueMs - Date.now() - 200)));
+  const loadedRss = rssOf(triggerer.pid!);
+
+  const latencies = await observeScheduled(database, n, dueMs);
+  const last = latencies[latencies.length - 1]!;
+  const result = {
+    n,
+    dialect: database.adapter.name,
+    load_ms: loadMs,
+    rss_bytes: loadedRss,
+    rss_per_trigger_bytes: Math.round((loadedRss - idleRss) / n),
+    fire_p50_ms: percentile(latencies, 0.5),
+    fire_p99_ms: percentile(latencies, 0.99),
+    fire_max_ms: last,
+    moved_per_s: Math.round(n / (Math.max(last, 1) / 1000)),
+  };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+} finally {
+  triggerer.kill('SIGTERM');
+  await new Promise((resolve) => triggerer.once('exit', resolve));
+  await database.close();
+  await dispose();
+  rmSync(scratch, { recursive: true, force: true });
+}
+
+async function prepareDatabase(given: string | undefined): Promise<{ url: string; dispose: () => Promise<void> }> {
+  if (!given) return { url: `sqlite:${path.join(scratch, 'bench.db')}`, dispose: async () => {} };
+  if (given.startsWith('sqlite:')) return { url: given, dispose: async () => {} };
+  // PostgreSQL: a private schema, dropped afterwards.
+  const schema = `bench_${randomBytes(6).toString('hex')}`;
+  const admin = openDatabase(given);
+  await sql`create schema ${sql.id(schema)}`.execute(admin.db);
+  const separator = given.includes('?') ? '&' : '?';
+  return {
+    url: `${given}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`,
+    dispose: async () => {
+      await sql`drop schema ${sql.id(schema)} cascade`.execute(admin.db);
+      await admin.close();
+    },
+  };
+}
+
+async function insertDeferrals({ db }: Database, count: number, dueMs: number): Promise<void> {
+  const now = toDbTime(Date.now());
+  const chunk = 1000;
+  for (let start = 0; start < count; start += chunk) {
+    const size = Math.min(chunk, count - start);
+    await db.transaction().execute(async (trx) => {
+      const triggers = await trx
+        .insertInto('trigger')
+        .values(
+          Array.from({ length: size }, () => ({
+            classpath: DateTimeTrigger.classpath,
+            kwargs: JSON.stringify(new DateTimeTrigger({ moment: new Date(dueMs) }).serialize().kwargs),
+            created_at: now,
+            triggerer_id: null,
+            hash: null,
+          })),
+        )
+        .returning('id')
+        .execute();
+      await trx
+        .insertInto('task_instance')
+        .values(
+          triggers.map((trigger, i) => ({
+            dag_id: 'bench',
+            task_id: `wait_${start + i}`,
+            run_id: 'bench__1',
+            state: 'deferred' as const,
+            next_method: 'resume',
+            next_kwargs: '{}',
+            trigger_id: trigger.id,
+          })),
+        )
+        .execute();
+    });
+  }
+}
+
+/** Polls the task instances until all `count` are scheduled; returns each one's latency past `dueMs`, sorted. */
+async function observeScheduled({ db }: Database, count: number, dueMs: number): Promise<number[]> {
+  const latencies: number[] = [];
+  let seen = 0;
+  const deadline = dueMs + 120_000;
+  while (seen < count) {
+    if (Date.now() > deadline) throw new Error(`only ${seen} of ${count} task instances were scheduled 120 s after the due moment`);
+    const row = await db
+      .selectFrom('task_instance')
+      .select((eb) => eb.fn.countAll<number>().as('scheduled'))
+      .where('state', '=', 'scheduled')
+      .executeTakeFirstOrThrow();
+    const now = Date.now();
+    const scheduled = Number(row.scheduled);
+    for (; seen < scheduled; seen++) latencies.push(Math.max(0, now - dueMs));
+    await sleep(Date.now() < dueMs - 50 ? Math.min(50, dueMs - 50 - Date.now()) : 5);
+  }
+  return latencies;
+}
+
+function rssOf(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1]);
+  return kb * 1024;
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)]!;
+}
+
+async function until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,223 @@
+// The triggerer as users run it: the real binary (bin/triggerer.js) in a child process, judged by
+// its exit code, its output and what it leaves in the database.
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { Storage, TaskDeferred, TRIGGERER_OPTIONS } from '../src/index.ts';
+import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
+import { dropTestDatabases, testDialects, type TestDialect } from './support/databases.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from './support/fixtures.ts';
+import { killLeftovers, spawnTriggerer, type ProcessExit, type TriggererProcess } from './support/processes.ts';
+
+/** A database the triggerer cannot open: if refused input were accepted, the process still ends. */
+const UNOPENABLE_DB = `sqlite:${path.join(os.tmpdir(), 'deferflow-cli-test-no-such-dir', 'never.db')}`;
+
+const open: TestDatabase[] = [];
+afterEach(async () => {
+  await killLeftovers();
+  await Promise.all(open.splice(0).map((database) => database.close()));
+});
+afterAll(dropTestDatabases);
+
+async function migrated(dialect: TestDialect = 'sqlite'): Promise<TestDatabase> {
+  const database = await migratedDatabase(dialect);
+  open.push(database);
+  return database;
+}
+
+/** The process's exit, or a rejection naming its last output if it runs longer than `timeoutMs`. */
+async function exitOf(tr: TriggererProcess, timeoutMs = 20_000): Promise<ProcessExit> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`triggerer ${tr.pid} (${tr.args.join(' ')}) still running after ${timeoutMs} ms\n${tr.describe()}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([tr.exit, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The first stdout line (JSON or not) matching `predicate`. */
+async function textLine(tr: TriggererProcess, predicate: (line: string) => boolean): Promise<string> {
+  return waitFor(
+    () => {
+      const line = tr.text.find(predicate);
+      if (line === undefined && tr.exited) throw new Error(`triggerer exited (${JSON.stringify(tr.exited)}) without the awaited line\n${tr.describe()}`);
+      return line;
+    },
+    { what: `a stdout line from triggerer ${tr.pid}` },
+  );
+}
+
+const isStartLine = (line: Record<string, unknown>) => typeof line.job_id === 'number' && typeof line.config === 'object';
+
+describe('triggerer --help', () => {
+  it('exits 0 and names every option with its environment variable and default', async () => {
+    const tr = spawnTriggerer(['--help']);
+    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    expect(tr.stderr).toEqual([]);
+
+    // yargs wraps descriptions across lines; compare with whitespace collapsed.
+    const help = tr.text.join('\n').replace(/\s+/g, ' ');
+    const names = Object.keys(TRIGGERER_OPTIONS);
+    const starts = names.map((name) => {
+      const at = help.indexOf(`--${name} `);
+      expect(at, `--help names --${name}`).toBeGreaterThanOrEqual(0);
+      return at;
+    });
+    for (const [i, [name, spec]] of Object.entries(TRIGGERER_OPTIONS).entries()) {
+      const end = Math.min(...starts.filter((start) => start > starts[i]!), help.length);
+      const entry = help.slice(starts[i], end);
+      const shownDefault = Array.isArray(spec.default) ? 'none' : String(spec.default);
+      expect(entry, `--help entry of --${name}`).toContain(spec.env);
+      expect(entry, `--help entry of --${name}`).toContain(`default ${shownDefault}`);
+    }
+  });
+});
+
+describe('triggerer option validation', () => {
+  it('refuses a capacity that is not a positive integer, from a flag or the environment', async () => {
+    const cases: { args: string[]; env?: NodeJS.ProcessEnv }[] = [
+      { args: ['--capacity', '0'] },
+      { args: ['--capacity', '-3'] },
+      { args: ['--capacity', '1.5'] },
+      { args: ['--capacity', 'abc'] },
+      { args: [], env: { DEFERFLOW_TRIGGERER_CAPACITY: '0' } },
+    ];
+    const runs = cases.map(({ args, env }) => ({ label: [...Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`), ...args].join(' '), tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB], env) }));
+    for (const { label, tr } of runs) {
+      expect(await exitOf(tr), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
+      const stderr = tr.stderr.join('\n');
+      expect(stderr, label).toContain('DF_INVALID_OPTION');
+      expect(stderr, label).toMatch(/\bcapacity\b/);
+      expect(tr.text, `${label}: nothing on stdout`).toEqual([]);
+    }
+  });
+
+  it('refuses a health-check threshold not longer than the heartbeat interval', async () => {
+    const runs = [
+      ['--heartbeat-interval', '5', '--health-check-threshold', '5'],
+      ['--health-check-threshold', '3'], // below the default heartbeat interval (5 s)
+    ].map((args) => ({ label: args.join(' '), tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB]) }));
+    for (const { label, tr } of runs) {
+      expect(await exitOf(tr), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
+      const stderr = tr.stderr.join('\n');
+      expect(stderr, label).toContain('DF_INVALID_OPTION');
+      expect(stderr, label).toContain('health-check-threshold');
+    }
+  });
+
+  it('refuses a database URL of an unsupported kind', async () => {
+    const tr = spawnTriggerer(['--db', 'mysql://x']);
+    expect(await exitOf(tr)).toEqual({ code: 2, signal: null });
+    expect(tr.stderr.join('\n')).toMatch(/^error \[DF_INVALID_DATABASE_URL\]: .*mysql:\/\/x/);
+  });
+});
+
+describe('a started triggerer', () => {
+  it('prints its configuration as its first JSON line and exits 0 on SIGTERM', async () => {
+    const database = await migrated('sqlite');
+    const tr = spawnTriggerer(['--db', database.url, '--log-level', 'info', '--capacity', '7', '--heartbeat-interval', '2', '--health-check-threshold', '9']);
+
+    const start = await tr.waitForLine(isStartLine);
+    expect(tr.text[0], 'the configuration is the first line printed').toBe(JSON.stringify(start));
+    expect(start.config).toMatchObject({
+      databaseUrl: database.url,
+      capacity: 7,
+      heartbeatIntervalMs: 2000,
+      healthCheckThresholdMs: 9000,
+      claimsPerLoop: TRIGGERER_OPTIONS['claims-per-loop'].default,
+      pollIntervalMs: TRIGGERER_OPTIONS['poll-interval'].default * 1000,
+      triggerModules: [],
+      logLevel: 'info',
+      logFormat: 'json',
+    });
+
+    tr.kill('SIGTERM');
+    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    expect(tr.matching((line) => /stopped/.test(String(line.msg)))).toHaveLength(1);
+    const job = await database.db.selectFrom('job').select(['id', 'state', 'end_date', 'capacity']).executeTakeFirstOrThrow();
+    expect(job).toMatchObject({ id: start.job_id, state: 'success', capacity: 7 });
+    expect(job.end_date).not.toBeNull();
+  });
+
+  it('masks the password of a PostgreSQL URL in its printed configuration', async () => {
+    const database = await migrated('postgres');
+    // The local server trusts its clients and ignores the password; an embedded one checks its own.
+    const url = new URL(database.url);
+    if (url.password === '') url.password = 'secret';
+    const password = url.password;
+    const withPassword = url.toString();
+    expect(withPassword).toContain(`:${password}@`);
+
+    const tr = spawnTriggerer(['--db', withPassword, '--log-level', 'info']);
+    const start = await tr.waitForLine(isStartLine);
+
+    expect(start.msg).toMatch(/started on postgres/);
+    expect((start.config as Record<string, unknown>).databaseUrl).toBe(withPassword.replace(`:${password}@`, ':***@'));
+    expect(tr.text.filter((line) => line.includes(`:${password}@`)), 'lines showing the password').toEqual([]);
+    tr.kill('SIGTERM');
+    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    expect(tr.text.filter((line) => line.includes(`:${password}@`)), 'lines showing the password').toEqual([]);
+  });
+
+  it('prints human-readable lines, not JSON, with --log-format pretty', async () => {
+    const database = await migrated('sqlite');
+    const tr = spawnTriggerer(['--db', database.url, '--log-format', 'pretty']);
+
+    const started = await textLine(tr, (line) => /triggerer \d+ started on sqlite/.test(line));
+    expect(started).toMatch(/INFO/);
+    tr.kill('SIGTERM');
+    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    expect(tr.lines, 'stdout lines that parse as JSON objects').toEqual([]);
+    expect(tr.text.some((line) => /stopped/.test(line))).toBe(true);
+  });
+});
+
+describe('triggerer --trigger-module', () => {
+  it('refuses a .ts module path that does not exist', async () => {
+    const missing = './test/fixtures/no-such-trigger-module.ts';
+    const tr = spawnTriggerer(['--trigger-module', missing, '--db', UNOPENABLE_DB]);
+    expect(await exitOf(tr), tr.describe()).toEqual({ code: 2, signal: null });
+    const stderr = tr.stderr.join('\n');
+    expect(stderr).toContain('DF_TRIGGER_MODULE');
+    expect(stderr).toContain(missing);
+  });
+
+  it('refuses a .ts module that exports no trigger class', async () => {
+    const module = './test/fixtures/no-trigger-module.ts';
+    const tr = spawnTriggerer(['--trigger-module', module, '--db', UNOPENABLE_DB]);
+    expect(await exitOf(tr), tr.describe()).toEqual({ code: 2, signal: null });
+    const stderr = tr.stderr.join('\n');
+    expect(stderr).toContain('DF_TRIGGER_MODULE');
+    expect(stderr).toContain(module);
+  });
+
+  it.each(testDialects)('runs a custom trigger from a .ts file without a build step (%s)', async (dialect) => {
+    const database = await migrated(dialect);
+    const message = `echo from a .ts module ✓ ${process.pid}-${Date.now()}`;
+    const id = await createTaskInstance(database);
+    const { triggerId } = await new Storage(database).deferTaskInstance(
+      id,
+      new TaskDeferred({ trigger: new EchoTrigger({ message }), method: 'resume', kwargs: { note: 'kept' } }),
+    );
+    expect((await database.db.selectFrom('trigger').select('classpath').where('id', '=', triggerId).executeTakeFirstOrThrow()).classpath).toBe(
+      'custom.EchoTrigger',
+    );
+
+    const tr = spawnTriggerer(['--db', database.url, '--trigger-module', './test/fixtures/custom-trigger-module.ts', '--poll-interval', '0.1']);
+    const loaded = await tr.waitForLine((line) => Array.isArray(line.classpaths));
+    expect(loaded.classpaths).toEqual(['custom.EchoTrigger']);
+
+    await waitFor(async () => (await taskInstance(database, id)).state === 'scheduled', { what: 'the EchoTrigger event' });
+    const ti = await taskInstance(database, id);
+    expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: 'resume' });
+    expect(ti.next_kwargs).toEqual({ note: 'kept', event: message });
+    expect(await database.db.selectFrom('trigger').select('id').where('id', '=', triggerId).execute()).toEqual([]);
+
+    tr.kill('SIGTERM');
+    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    expect(tr.matching((line) => typeof line.level === 'number' && line.level >= 50), 'error lines').toEqual([]);
+  });
+});

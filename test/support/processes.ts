@@ -1,0 +1,161 @@
+/**
+ * Real triggerer processes for the HA tests.
+ *
+ *   const tr = spawnTriggerer(['--db', url, '--capacity', '300']);
+ *   const start = await tr.waitForLine((l) => typeof l.job_id === 'number');
+ *   tr.kill('SIGTERM');
+ *   expect(await tr.exit).toEqual({ code: 0, signal: null });
+ *   afterEach(killLeftovers);
+ *
+ * Every stdout line is kept as text; those that parse as a JSON object (pino's lines) are
+ * also kept parsed. stderr is kept as text for error messages.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const TRIGGERER_BIN = path.join(REPO_ROOT, 'bin/triggerer.js');
+
+export type LogLine = Record<string, unknown>;
+
+export interface ProcessExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+const live = new Set<TriggererProcess>();
+
+export class TriggererProcess {
+  readonly child: ChildProcess;
+  /** stdout lines that are JSON objects, parsed, in order. */
+  readonly lines: LogLine[] = [];
+  /** Every stdout line as printed, JSON or not, in order. */
+  readonly text: string[] = [];
+  readonly stderr: string[] = [];
+  /** Resolves when the process has exited and its output is fully read. */
+  readonly exit: Promise<ProcessExit>;
+  /** Set once the process has exited. */
+  exited: ProcessExit | null = null;
+  readonly #waiters = new Set<() => void>();
+
+  constructor(readonly args: readonly string[], env: NodeJS.ProcessEnv = {}) {
+    this.child = spawn(process.execPath, [TRIGGERER_BIN, ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, DEFERFLOW_LOG_FORMAT: 'json', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    live.add(this);
+    const stdoutDone = new Promise<void>((resolve) => {
+      const reader = createInterface({ input: this.child.stdout!, crlfDelay: Infinity });
+      reader.on('line', (line) => this.#onLine(line));
+      reader.on('close', resolve);
+    });
+    const stderrDone = new Promise<void>((resolve) => {
+      const reader = createInterface({ input: this.child.stderr!, crlfDelay: Infinity });
+      reader.on('line', (line) => this.stderr.push(line));
+      reader.on('close', resolve);
+    });
+    const exited = new Promise<ProcessExit>((resolve) => {
+      this.child.on('exit', (code, signal) => resolve({ code, signal }));
+      this.child.on('error', (error) => {
+        this.stderr.push(`spawn error: ${error.message}`);
+        resolve({ code: null, signal: null });
+      });
+    });
+    this.exit = Promise.all([exited, stdoutDone, stderrDone]).then(([result]) => {
+      this.exited = result;
+      live.delete(this);
+      this.#notify();
+      return result;
+    });
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  /** Sends `signal` unless the process has already exited. */
+  kill(signal: NodeJS.Signals = 'SIGTERM'): void {
+    if (this.exited === null && this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+  }
+
+  /** JSON lines matching `predicate`. */
+  matching(predicate: (line: LogLine) => boolean): LogLine[] {
+    return this.lines.filter(predicate);
+  }
+
+  /**
+   * The first JSON line (already printed or still to come) matching `predicate`. Rejects after
+   * `timeoutMs`, or as soon as the process exits without having printed one.
+   */
+  waitForLine(predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> {
+    return new Promise<LogLine>((resolve, reject) => {
+      let scanned = 0;
+      const check = (): boolean => {
+        for (; scanned < this.lines.length; scanned++) {
+          if (predicate(this.lines[scanned]!)) {
+            finish();
+            resolve(this.lines[scanned]!);
+            return true;
+          }
+        }
+        if (this.exited !== null) {
+          finish();
+          reject(new Error(`triggerer ${this.pid} exited (${JSON.stringify(this.exited)}) without the awaited line\n${this.describe()}`));
+          return true;
+        }
+        return false;
+      };
+      const timer = setTimeout(() => {
+        finish();
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for a line from triggerer ${this.pid}\n${this.describe()}`));
+      }, timeoutMs);
+      const finish = () => {
+        clearTimeout(timer);
+        this.#waiters.delete(check);
+      };
+      if (!check()) this.#waiters.add(check);
+    });
+  }
+
+  /** The last lines of output, for failure messages. */
+  describe(last = 15): string {
+    const out = this.text.slice(-last).map((line) => `  stdout: ${line.slice(0, 400)}`);
+    const err = this.stderr.slice(-last).map((line) => `  stderr: ${line.slice(0, 400)}`);
+    return [...out, ...err].join('\n');
+  }
+
+  #onLine(line: string): void {
+    this.text.push(line);
+    try {
+      const parsed: unknown = JSON.parse(line);
+      if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) this.lines.push(parsed as LogLine);
+    } catch {
+      // not JSON: kept in `text` only
+    }
+    this.#notify();
+  }
+
+  #notify(): void {
+    for (const waiter of [...this.#waiters]) waiter();
+  }
+}
+
+/** Starts `node bin/triggerer.js ARGS` in the repository root. */
+export function spawnTriggerer(args: readonly string[], env: NodeJS.ProcessEnv = {}): TriggererProcess {
+  return new TriggererProcess(args, env);
+}
+
+/** SIGKILLs every triggerer still running and waits for them to be gone (use in afterEach). */
+export async function killLeftovers(): Promise<void> {
+  const left = [...live];
+  for (const tr of left) tr.kill('SIGKILL');
+  await Promise.all(left.map((tr) => tr.exit));
+}
+
+// Should the test process go away without afterEach (a crash, a timeout), do not leave orphans.
+process.on('exit', () => {
+  for (const tr of live) tr.child.kill('SIGKILL');
+});
