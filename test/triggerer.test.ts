@@ -189,6 +189,20 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect((await taskInstance(db, moved.id)).state).toBe('deferred');
   });
 
+  it('aborts the signal of a cancelled trigger, whether run() takes it as a parameter or reads this.signal', async () => {
+    const db = await database();
+    const file = path.join(os.tmpdir(), `deferflow-signal-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    await deferOnto(db, new t.SignalWaitTrigger({ file, tag: 'parameter', source: 'parameter' }));
+    await deferOnto(db, new t.SignalWaitTrigger({ file, tag: 'getter', source: 'getter' }));
+    await deferOnto(db, new t.LazySignalWaitTrigger({ file, tag: 'lazy' }));
+    const tr = await startTriggerer(db);
+    await waitFor(() => tr.triggerer.heldTriggerIds.length === 3, { what: 'all three running' });
+    await tr.stop();
+    const lines = readFileSync(file, 'utf8').trim().split('\n').sort();
+    expect(lines).toEqual(['aborted getter AbortError', 'aborted lazy AbortError args=0', 'aborted parameter AbortError']);
+  });
+
   it('a graceful stop cleans up, hands triggers back and ends its job row', async () => {
     const db = await database();
     const file = path.join(os.tmpdir(), `deferflow-stop-${process.pid}-${Date.now()}.log`);

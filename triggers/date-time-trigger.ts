@@ -46,7 +46,7 @@ export class DateTimeTrigger extends BaseTrigger {
     return { classpath: DateTimeTrigger.classpath, kwargs: { moment: this.moment } };
   }
 
-  override async *run(_signal: AbortSignal): AsyncGenerator<TriggerEvent<string>, void, void> {
+  override async *run(): AsyncGenerator<TriggerEvent<string>, void, void> {
     // sleepUntil never wakes early; the loop only guards the promise that this never fires early.
     while (Date.now() < this.momentMs) await this.sleepUntil(this.momentMs);
     yield new TriggerEvent(this.moment);

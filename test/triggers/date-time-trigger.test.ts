@@ -157,7 +157,7 @@ describe('DateTimeTrigger.run', () => {
 
   it('fires once: the generator ends after its event', async () => {
     const events: unknown[] = [];
-    for await (const event of new DateTimeTrigger({ moment: '2020-01-01T00:00:00Z' }).run(new AbortController().signal)) {
+    for await (const event of new DateTimeTrigger({ moment: '2020-01-01T00:00:00Z' }).run()) {
       events.push(event.payload);
     }
     expect(events).toEqual(['2020-01-01T00:00:00.000Z']);
