@@ -165,6 +165,27 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     expect(byMoment).toEqual({ triggerId: byDelta.triggerId, reusedTrigger: true });
   });
 
+
+  it('a deferral that joins a trigger after its event was written, before its row is deleted, gets an event of its own', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const moment = '2020-06-01T00:00:00.000Z';
+    const first = await createTaskInstance(db);
+    const { triggerId } = await storage.deferTaskInstance(first, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
+    expect(await storage.submitEvents([{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({ movedTaskInstances: 1 });
+
+    // The window between the two writes: the row is still there, so the deferral joins it ...
+    const late = await createTaskInstance(db);
+    const joined = await storage.deferTaskInstance(late, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
+    expect(joined).toEqual({ triggerId, reusedTrigger: true });
+    // ... and the delete that follows leaves it, because the late task instance points at it.
+    expect(await storage.cleanUnusedTriggers([triggerId])).toBe(0);
+
+    opened.triggerers.push(await startTriggerer(db));
+    await waitFor(async () => (await taskInstance(db, late)).state === 'scheduled', { what: 'the late task instance scheduled' });
+    expect((await taskInstance(db, late)).next_kwargs).toEqual({ event: moment });
+    expect((await taskInstance(db, first)).next_kwargs).toEqual({ event: moment });
+  });
 });
 
 describe('deferral races on postgres', () => {

@@ -1,4 +1,4 @@
-import { sql, type RawBuilder, type SelectQueryBuilder } from 'kysely';
+import { sql, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
 
 /**
  * Every difference between SQLite and PostgreSQL that a query needs lives here; storage
@@ -11,6 +11,11 @@ export interface DialectAdapter {
    * transaction holds the one database-wide write lock, which serializes the same races.
    */
   readonly supportsRowLocks: boolean;
+  /**
+   * How many write transactions are worth running at once. PostgreSQL spreads them over its
+   * backends (cores); SQLite has one write lock, so a second writer would only wait.
+   */
+  readonly concurrentWrites: number;
   /** How many bind parameters one statement may carry, with headroom. */
   readonly maxBindParameters: number;
   readonly types: { readonly json: string; readonly time: string; readonly bigint: string };
@@ -21,37 +26,76 @@ export interface DialectAdapter {
   /** `json` (a JSON object column) with `key` set to `value` (a JSON value expression). */
   jsonSetKey(json: RawBuilder<unknown>, key: string, value: RawBuilder<unknown>): RawBuilder<string>;
   /**
-   * The JSON value under `key` (an integer expression) in the JSON object passed as the
-   * parameter `mapJson`: one parameter carries a whole batch's per-row values, looked up by
-   * index, where a joined VALUES list would be scanned (SQLite builds it no index).
+   * Makes a batch of per-trigger JSON values readable by later statements of `trx`, and returns
+   * the expression that reads the value of a trigger id expression. One batch at a time per
+   * transaction; a later call replaces the earlier batch.
    */
-  jsonMapValue(mapJson: string, key: RawBuilder<unknown>): RawBuilder<unknown>;
+  stageTriggerValues(trx: Transaction<any>, values: readonly TriggerValue[]): Promise<(triggerId: RawBuilder<unknown>) => RawBuilder<unknown>>;
+  /**
+   * `column` is one of `ids`. PostgreSQL takes the ids as one array parameter: parsing and
+   * planning a list of 2,000 parameters costs more than the lookups it asks for.
+   */
+  idIn(column: string, ids: readonly number[]): RawBuilder<SqlBool>;
   /** A bind parameter holding JSON text, typed for this dialect's JSON column. */
   jsonParam(jsonText: string): RawBuilder<string>;
+}
+
+export interface TriggerValue {
+  readonly triggerId: number;
+  /** JSON text. */
+  readonly json: string;
+}
+
+/** The batch as one JSON object keyed by trigger id (ids are integers: no escaping needed). */
+function jsonObjectByTrigger(values: readonly TriggerValue[]): string {
+  return `{${values.map((value) => `"${value.triggerId}":${value.json}`).join(',')}}`;
 }
 
 export const postgresAdapter: DialectAdapter = {
   name: 'postgres',
   supportsRowLocks: true,
+  concurrentWrites: 2,
   maxBindParameters: 60_000,
   types: { json: 'jsonb', time: 'timestamptz', bigint: 'bigint' },
   lockSkippingLocked: (query) => query.forUpdate().skipLocked(),
   lockForUpdate: (query) => query.forUpdate(),
   lockForShare: (query) => query.forShare(),
   jsonSetKey: (json, key, value) => sql<string>`jsonb_set(coalesce(${json}, '{}'::jsonb), ${sql.lit(`{${key}}`)}, ${value})`,
-  jsonMapValue: (mapJson, key) => sql`(cast(${mapJson} as jsonb) -> cast(${key} as text))`,
+  // One jsonb parameter: PostgreSQL looks a key up in a jsonb object by binary search.
+  stageTriggerValues: async (_trx, values) => {
+    const byTrigger = jsonObjectByTrigger(values);
+    return (triggerId) => sql`(cast(${byTrigger} as jsonb) -> cast(${triggerId} as text))`;
+  },
+  idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} = any(cast(${[...ids]} as bigint[]))`,
   jsonParam: (jsonText) => sql<string>`cast(${jsonText} as jsonb)`,
 };
 
 export const sqliteAdapter: DialectAdapter = {
   name: 'sqlite',
   supportsRowLocks: false,
+  concurrentWrites: 1,
   maxBindParameters: 30_000,
   types: { json: 'text', time: 'text', bigint: 'integer' },
   lockSkippingLocked: (query) => query,
   lockForUpdate: (query) => query,
   lockForShare: (query) => query,
   jsonSetKey: (json, key, value) => sql<string>`json_set(coalesce(${json}, '{}'), ${sql.lit(`$.${key}`)}, ${value})`,
-  jsonMapValue: (mapJson, key) => sql`json(${mapJson} -> ('$."' || ${key} || '"'))`,
+  // SQLite scans a JSON object's keys to look one up, so a JSON parameter would cost
+  // batch x batch; a temp table (private to this connection) keyed by trigger id is a lookup.
+  stageTriggerValues: async (trx, values) => {
+    await sql`create temp table if not exists deferflow_trigger_value (trigger_id integer primary key, json text not null)`.execute(trx);
+    await sql`delete from temp.deferflow_trigger_value`.execute(trx);
+    for (const rows of chunks(values, Math.floor(sqliteAdapter.maxBindParameters / 2))) {
+      await sql`insert into temp.deferflow_trigger_value (trigger_id, json) values ${sql.join(rows.map((row) => sql`(${row.triggerId}, ${row.json})`))}`.execute(trx);
+    }
+    return (triggerId) => sql`json((select json from temp.deferflow_trigger_value where trigger_id = ${triggerId}))`;
+  },
+  idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} in (${sql.join([...ids])})`,
   jsonParam: (jsonText) => sql<string>`${jsonText}`,
 };
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const result: T[][] = [];
+  for (let start = 0; start < items.length; start += size) result.push(items.slice(start, start + size));
+  return result;
+}

@@ -1,18 +1,20 @@
 import type { StorageContext } from './context.ts';
 
 /**
- * Deletes triggers no task instance points at (their task instances were cleared or moved
- * elsewhere). Rows a deferral holds locked while linking to them are skipped, not waited for.
+ * Deletes triggers no task instance points at: fired ones (pass their ids: the outcome writer
+ * does, right after moving their task instances) and ones whose task instances were cleared or
+ * moved elsewhere (no ids: every trigger, the periodic sweep). Rows a deferral holds locked
+ * while linking to them are skipped, not waited for.
  */
-export async function deleteUnusedTriggers({ db, adapter }: StorageContext): Promise<number> {
-  const unused = adapter.lockSkippingLocked(
-    db
-      .selectFrom('trigger')
-      .select('trigger.id')
-      .where(({ not, exists, selectFrom }) =>
-        not(exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id'))),
-      ),
-  );
-  const result = await db.deleteFrom('trigger').where('id', 'in', unused).executeTakeFirst();
+export async function deleteUnusedTriggers({ db, adapter }: StorageContext, triggerIds?: readonly number[]): Promise<number> {
+  if (triggerIds?.length === 0) return 0;
+  let candidates = db
+    .selectFrom('trigger')
+    .select('trigger.id')
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id'))),
+    );
+  if (triggerIds) candidates = candidates.where(adapter.idIn('trigger.id', triggerIds));
+  const result = await db.deleteFrom('trigger').where('id', 'in', adapter.lockSkippingLocked(candidates)).executeTakeFirst();
   return Number(result.numDeletedRows);
 }

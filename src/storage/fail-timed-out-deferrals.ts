@@ -38,7 +38,7 @@ async function failBatch({ db, adapter }: StorageContext, now: number): Promise<
     if (due.length === 0) return { selected: 0, failed: 0 };
     const triggerIds = [...new Set(due.map((row) => row.trigger_id).filter((id): id is number => id !== null))].sort((a, b) => a - b);
     if (triggerIds.length > 0) {
-      await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where('id', 'in', triggerIds).orderBy('id')).execute();
+      await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
     }
     const result = await trx
       .updateTable('task_instance')
@@ -49,14 +49,14 @@ async function failBatch({ db, adapter }: StorageContext, now: number): Promise<
         next_kwargs: adapter.jsonParam(JSON.stringify(DEFERRAL_TIMEOUT_KWARGS)),
         updated_at: toDbTime(now),
       })
-      .where('id', 'in', due.map((row) => row.id))
+      .where(adapter.idIn('id', due.map((row) => row.id)))
       .where('state', '=', 'deferred')
       .where('trigger_timeout', '<=', toDbTime(now))
       .executeTakeFirst();
     if (triggerIds.length > 0) {
       await trx
         .deleteFrom('trigger')
-        .where('id', 'in', triggerIds)
+        .where(adapter.idIn('id', triggerIds))
         .where(({ not, exists, selectFrom }) =>
           not(exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id'))),
         )

@@ -6,11 +6,12 @@ import { deferTaskInstance, type DeferResult } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
-import { listOwnedTriggerIds, loadOwnedTriggers, releaseOwnedTriggers } from './owned-triggers.ts';
+import { listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerTriggererJob, type TriggererJobFields } from './triggerer-job.ts';
 
 export type { TriggerRow } from './claim-triggers.ts';
+export type { OwnedDigest } from './owned-triggers.ts';
 export type { MoveResult } from './move-deferred-task-instances.ts';
 export type { DeferResult } from './defer-task-instance.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
@@ -62,6 +63,10 @@ export class Storage {
     return listOwnedTriggerIds(this.#context, jobId);
   }
 
+  ownedTriggersDigest(jobId: number): Promise<OwnedDigest> {
+    return ownedTriggersDigest(this.#context, jobId);
+  }
+
   loadOwnedTriggers(jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
     return loadOwnedTriggers(this.#context, jobId, ids);
   }
@@ -88,8 +93,9 @@ export class Storage {
     );
   }
 
-  cleanUnusedTriggers(): Promise<number> {
-    return deleteUnusedTriggers(this.#context);
+  /** Deletes the given triggers (or, without ids, any) that no task instance points at. */
+  cleanUnusedTriggers(triggerIds?: readonly number[]): Promise<number> {
+    return deleteUnusedTriggers(this.#context, triggerIds);
   }
 
   failTimedOutDeferrals(now = Date.now()): Promise<number> {

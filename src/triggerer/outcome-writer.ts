@@ -1,11 +1,16 @@
 import { setTimeout as delay, setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
-import type { FailureKwargs, MoveResult, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
+import type { FailureKwargs, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
 
 export interface OutcomeWriterOptions {
   /** Triggers per transaction: bounds how long one write holds the event loop (SQLite is synchronous). */
   readonly batchSize: number;
+  /**
+   * Move batches written at once, each in its own transaction. Safe: a batch's task instances
+   * are those of its own triggers, and every writer locks trigger rows in id order.
+   */
+  readonly concurrency: number;
   readonly retryDelayMs: number;
 }
 
@@ -13,25 +18,35 @@ export interface OutcomeWriterOptions {
  * Collects what triggers produced and writes it in batches: many task instances per statement,
  * one transaction per batch, never a round trip per task instance. The first outcome schedules
  * a flush on the next turn of the loop, so everything that fired together is written together.
+ *
+ * An outcome goes through two writes: its task instances move to scheduled (first, as soon as
+ * possible: that is what makes them runnable), then, once no move is waiting, its trigger row
+ * is deleted if nothing points at it. Only then is the trigger forgotten: until its row is gone
+ * the runner still holds it, so the triggerer neither restarts it nor counts it free.
+ *
  * A failed batch is kept and retried; outcomes are never dropped while the triggerer runs.
  */
 export class OutcomeWriter {
   #events: TriggerEventRecord[] = [];
   #failures: TriggerFailureRecord[] = [];
+  /** Triggers whose task instances were moved; their rows are still to be deleted. */
+  #moved: number[] = [];
   #flushing: Promise<void> | null = null;
+  #closed = false;
 
   constructor(
     private readonly storage: Storage,
     private readonly log: Logger,
     private readonly options: OutcomeWriterOptions,
-    /** Called with the trigger ids whose outcome is committed. */
+    /** Called with the trigger ids whose outcome is fully written. */
     private readonly onWritten: (triggerIds: number[]) => void,
     /** Called after each database call (for the loop watch). */
     private readonly onDatabaseCall: () => void = () => {},
   ) {}
 
+  /** Outcomes not fully written yet. */
   get pending(): number {
-    return this.#events.length + this.#failures.length;
+    return this.#events.length + this.#failures.length + this.#moved.length;
   }
 
   addEvent(triggerId: number, payloadJson: string): void {
@@ -53,8 +68,17 @@ export class OutcomeWriter {
     }
   }
 
+  /**
+   * Writes nothing more (the database is about to close). What is left unwritten is not lost:
+   * the stopping triggerer releases its triggers, and a peer runs them again; fired triggers'
+   * rows are removed by any triggerer's periodic cleanup.
+   */
+  close(): void {
+    this.#closed = true;
+  }
+
   #scheduleFlush(): void {
-    if (this.#flushing) return;
+    if (this.#flushing || this.#closed) return;
     this.#flushing = this.#flush().finally(() => {
       this.#flushing = null;
       if (this.pending > 0) this.#scheduleFlush();
@@ -64,41 +88,60 @@ export class OutcomeWriter {
   async #flush(): Promise<void> {
     // Let everything that fired in this turn queue up first.
     await nextTurn();
-    while (this.pending > 0) {
-      if (this.#failures.length > 0) {
-        const batch = this.#failures.splice(0, this.options.batchSize);
-        const ok = await this.#write(batch, 'failure', () => this.storage.submitFailures(batch));
-        if (!ok) {
-          this.#failures.unshift(...batch);
-          await delay(this.options.retryDelayMs);
-        }
-        continue;
+    while (this.pending > 0 && !this.#closed) {
+      const writes: Promise<boolean>[] = [];
+      while (writes.length < this.options.concurrency && this.#failures.length + this.#events.length > 0) {
+        writes.push(
+          this.#failures.length > 0
+            ? this.#moveBatch('failure', this.#failures, (batch) => this.storage.submitFailures(batch))
+            : this.#moveBatch('event', this.#events, (batch) => this.storage.submitEvents(batch)),
+        );
       }
-      const batch = this.#events.splice(0, this.options.batchSize);
-      const ok = await this.#write(batch, 'event', () => this.storage.submitEvents(batch));
-      if (!ok) {
-        this.#events.unshift(...batch);
-        await delay(this.options.retryDelayMs);
-      }
+      if (writes.length === 0) writes.push(this.#deleteBatch());
+      const ok = (await Promise.all(writes)).every(Boolean);
+      if (!ok && !this.#closed) await delay(this.options.retryDelayMs);
       // Give timers (fires, heartbeats) a turn between batches.
       await nextTurn();
     }
   }
 
-  async #write(batch: readonly { triggerId: number }[], kind: string, write: () => Promise<MoveResult>): Promise<boolean> {
+  async #moveBatch<Outcome extends { triggerId: number }>(
+    kind: 'event' | 'failure',
+    queue: Outcome[],
+    write: (batch: Outcome[]) => Promise<{ movedTaskInstances: number }>,
+  ): Promise<boolean> {
+    const batch = queue.splice(0, this.options.batchSize);
     try {
-      const result = await write();
+      const { movedTaskInstances } = await write(batch);
       this.onDatabaseCall();
-      const ids = batch.map((item) => item.triggerId);
+      for (const outcome of batch) this.#moved.push(outcome.triggerId);
       this.log.info(
-        { kind, triggers: ids.length, moved_task_instances: result.movedTaskInstances, deleted_triggers: result.deletedTriggers },
-        `wrote ${ids.length} trigger ${kind}${ids.length === 1 ? '' : 's'}: ${result.movedTaskInstances} task instance(s) scheduled`,
+        { kind, triggers: batch.length, moved_task_instances: movedTaskInstances },
+        `wrote ${batch.length} trigger ${kind}${batch.length === 1 ? '' : 's'}: ${movedTaskInstances} task instance(s) scheduled`,
       );
+      return true;
+    } catch (error) {
+      this.onDatabaseCall();
+      queue.unshift(...batch);
+      if (this.#closed) return false;
+      this.log.error({ kind, triggers: batch.length, error: describeThrown(error).error }, `writing ${kind}s failed; retrying`);
+      return false;
+    }
+  }
+
+  async #deleteBatch(): Promise<boolean> {
+    const ids = this.#moved.splice(0, this.options.batchSize);
+    try {
+      const deleted = await this.storage.cleanUnusedTriggers(ids);
+      this.onDatabaseCall();
+      this.log.debug({ fired_triggers: ids.length, deleted_triggers: deleted }, `deleted ${deleted} fired trigger(s)`);
       this.onWritten(ids);
       return true;
     } catch (error) {
       this.onDatabaseCall();
-      this.log.error({ kind, triggers: batch.length, error: describeThrown(error).error }, `writing ${kind}s failed; retrying`);
+      this.#moved.unshift(...ids);
+      if (this.#closed) return false;
+      this.log.error({ triggers: ids.length, error: describeThrown(error).error }, 'deleting fired triggers failed; retrying');
       return false;
     }
   }
