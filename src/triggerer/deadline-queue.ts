@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { MAX_TIMER_MS } from '../triggers/standalone-sleep.ts';
 
 /** What the queue needs of a waiter; the runner's per-trigger record is one, so a wait allocates no node. */
@@ -22,6 +23,10 @@ const EXACT_BELOW_MS = 50;
 // Microtask hops after a resume before the next one: an `await` on our promise resumes in one,
 // a helper async function wrapped around it in up to three.
 const CONTINUATION_HOPS = 3;
+// Resuming 100,000 due waiters takes a few hundred ms of CPU. In slices of this long, with a
+// macrotask turn between them, the outcome writer starts on the first ones (on PostgreSQL the
+// database then works while this process resumes the rest) and heartbeats keep their turn.
+const RESUME_SLICE_MS = 10;
 
 /**
  * One timer for every sleeping trigger: a binary min-heap of waiters keyed by wall-clock wake
@@ -30,7 +35,8 @@ const CONTINUATION_HOPS = 3;
  * longer than Node's 24.8-day timer limit re-arm in steps.
  *
  * Due waiters are resumed one at a time, each after the previous one's continuation ran, so
- * the hooks see exactly which trigger's code ran between them (how a slow step is named).
+ * the hooks see exactly which trigger's code ran between them (how a slow step is named), in
+ * slices of RESUME_SLICE_MS with a turn of the event loop between slices.
  */
 export class DeadlineQueue<W extends DeadlineWaiter> {
   readonly #heap: W[] = [];
@@ -59,10 +65,12 @@ export class DeadlineQueue<W extends DeadlineWaiter> {
     return promise;
   }
 
-  /** Removes the waiter's pending wait, rejecting it with `reason`. No-op when it is not waiting. */
+  /**
+   * Removes the waiter's pending wait, rejecting it with `reason`: also a wait already due but
+   * not resumed yet (a later slice). No-op when it is not waiting.
+   */
   cancel(waiter: W, reason: unknown): void {
-    if (waiter.heapIndex === -1) return;
-    this.#removeAt(waiter.heapIndex);
+    if (waiter.heapIndex !== -1) this.#removeAt(waiter.heapIndex);
     const reject = waiter.rejectWait;
     waiter.resolveWait = waiter.rejectWait = null;
     reject?.(reason);
@@ -105,26 +113,34 @@ export class DeadlineQueue<W extends DeadlineWaiter> {
       due.push(waiter);
     }
     this.#arm();
-    if (due.length > 0) this.#resumeInTurn(due, 0);
+    this.#resumeInTurn(due, 0);
   }
 
-  #resumeInTurn(due: W[], index: number): void {
-    const waiter = due[index]!;
-    const resolve = waiter.resolveWait;
-    waiter.resolveWait = waiter.rejectWait = null;
-    if (!this.#hooks) {
-      resolve?.();
-      if (index + 1 < due.length) this.#resumeInTurn(due, index + 1);
+  #resumeInTurn(due: W[], from: number, sliceStartedAt = performance.now()): void {
+    for (let index = from; index < due.length; index++) {
+      if (performance.now() - sliceStartedAt > RESUME_SLICE_MS) {
+        setImmediate(() => this.#resumeInTurn(due, index));
+        return;
+      }
+      const waiter = due[index]!;
+      const resolve = waiter.resolveWait;
+      waiter.resolveWait = waiter.rejectWait = null;
+      // Cancelled while it waited for its slice: nothing to resume.
+      if (!resolve) continue;
+      if (!this.#hooks) {
+        resolve();
+        continue;
+      }
+      this.#hooks.beforeResume(waiter);
+      resolve();
+      let hop = Promise.resolve();
+      for (let i = 1; i < CONTINUATION_HOPS; i++) hop = hop.then();
+      void hop.then(() => {
+        this.#hooks!.afterResume(waiter);
+        this.#resumeInTurn(due, index + 1, sliceStartedAt);
+      });
       return;
     }
-    this.#hooks.beforeResume(waiter);
-    resolve?.();
-    let hop = Promise.resolve();
-    for (let i = 1; i < CONTINUATION_HOPS; i++) hop = hop.then();
-    void hop.then(() => {
-      this.#hooks!.afterResume(waiter);
-      if (index + 1 < due.length) this.#resumeInTurn(due, index + 1);
-    });
   }
 
   #push(waiter: W): void {

@@ -4,7 +4,7 @@ import { toJsonText } from '../serialization/json.ts';
 import { attachRuntime, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggerEvent } from '../triggers/trigger-event.ts';
-import type { FailureKwargs, TriggerRow } from '../storage/index.ts';
+import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 
@@ -88,6 +88,8 @@ export class TriggerRunner {
   readonly #runs = new Map<number, TriggerRun>();
   /** Triggers whose class or kwargs could not be built: failure reported, not yet written. */
   readonly #unbuildable = new Set<number>();
+  #heldCount = 0;
+  #heldIdSum = 0;
   readonly #timers: DeadlineQueue<TriggerRun>;
   readonly #watch: LoopWatch<TriggerRun>;
 
@@ -152,6 +154,25 @@ export class TriggerRunner {
     return [...this.#runs.keys(), ...this.#unbuildable];
   }
 
+  /**
+   * The count and id sum of the triggers held, kept as they come and go: the triggerer compares
+   * it with the same digest of the rows it owns, so a pass learns "nothing changed" without
+   * reading 100,000 ids. Trigger ids are never reused, so any single change shows.
+   */
+  heldDigest(): OwnedDigest {
+    return { count: this.#heldCount, idSum: this.#heldIdSum };
+  }
+
+  #held(triggerId: number): void {
+    this.#heldCount++;
+    this.#heldIdSum += triggerId;
+  }
+
+  #released(triggerId: number): void {
+    this.#heldCount--;
+    this.#heldIdSum -= triggerId;
+  }
+
   startTrigger(row: TriggerRow): void {
     if (this.has(row.id)) return;
     let trigger: BaseTrigger;
@@ -160,12 +181,14 @@ export class TriggerRunner {
       trigger = new cls(JSON.parse(row.kwargs));
     } catch (error) {
       this.#unbuildable.add(row.id);
+      this.#held(row.id);
       this.#reportFailure(row.id, row.classpath, error, 'could not be built from its row');
       return;
     }
     const run = new TriggerRun(row.id, row.classpath, trigger, this);
     attachRuntime(trigger, run);
     this.#runs.set(row.id, run);
+    this.#held(row.id);
     try {
       // A run() that declares no parameter gets no signal, so none is made (see TriggerRun).
       run.generator = trigger.run.length === 0 ? (trigger.run as () => TriggerGenerator).call(trigger) : trigger.run(run.signal);
@@ -178,10 +201,11 @@ export class TriggerRunner {
 
   /** Stops a trigger without writing anything (ownership lost, row deleted, shutdown). */
   cancel(triggerId: number): Promise<void> {
-    this.#unbuildable.delete(triggerId);
+    if (this.#unbuildable.delete(triggerId)) this.#released(triggerId);
     const run = this.#runs.get(triggerId);
     if (!run) return Promise.resolve();
     this.#runs.delete(triggerId);
+    this.#released(triggerId);
     if (run.state === 'running') run.state = 'stopped';
     return this.#stopRun(run);
   }
@@ -199,9 +223,12 @@ export class TriggerRunner {
 
   /** The trigger's outcome is in the database: let it go. */
   forget(triggerId: number): void {
-    this.#unbuildable.delete(triggerId);
+    if (this.#unbuildable.delete(triggerId)) this.#released(triggerId);
     const run = this.#runs.get(triggerId);
-    if (run && run.state !== 'running') this.#runs.delete(triggerId);
+    if (run && run.state !== 'running') {
+      this.#runs.delete(triggerId);
+      this.#released(triggerId);
+    }
   }
 
   close(): void {

@@ -9,6 +9,11 @@ import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
 
+/** Most rows one claim statement takes (see #pass). */
+const CLAIM_STATEMENT_ROWS = 1000;
+/** Longest between two id-by-id comparisons of owned and held triggers when digests agree. */
+const FULL_RECONCILE_MS = 60_000;
+
 /*
  * A triggerer's life:
  *
@@ -16,9 +21,9 @@ import { TriggerRunner } from './trigger-runner.ts';
  *
  * While running, three loops share the event loop with the triggers:
  * - the pass (every poll-interval, at once again after a full claim): release the triggers of
- *   dead peers; list what this triggerer owns; cancel what it runs but no longer owns; start
- *   what it owns but does not run; claim more up to capacity; now and then delete triggers
- *   nothing waits on;
+ *   dead peers; when what it owns differs from what it runs, cancel what it runs but no longer
+ *   owns and start what it owns but does not run; claim more up to capacity; now and then
+ *   delete triggers nothing waits on;
  * - the heartbeat (every heartbeat-interval);
  * - the timeout sweep (at the next deferral deadline, at most timeoutSweepMs apart).
  * Outcomes (events, failures) go through the OutcomeWriter as they happen.
@@ -26,7 +31,6 @@ import { TriggerRunner } from './trigger-runner.ts';
  * stop(): stop claiming, cancel triggers (cleanup runs), write outcomes already produced,
  * release ownership so peers take over at once, mark the job row ended.
  */
-const CLAIM_STATEMENT_ROWS = 1000;
 
 export class Triggerer {
   readonly storage: Storage;
@@ -40,6 +44,7 @@ export class Triggerer {
   #sweepTimer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
   #lastCleanupAt = 0;
+  #lastFullReconcileAt = 0;
   #stopped: Promise<void> | null = null;
 
   constructor(
@@ -61,7 +66,7 @@ export class Triggerer {
     this.#writer = new OutcomeWriter(
       this.storage,
       log,
-      { batchSize: 2000, retryDelayMs: 1000 },
+      { batchSize: 2000, concurrency: database.adapter.concurrentWrites, retryDelayMs: 1000 },
       (ids) => ids.forEach((id) => this.#runner.forget(id)),
       () => this.#runner.markLoopEdge(),
     );
@@ -115,8 +120,12 @@ export class Triggerer {
     this.#wakePass?.();
     await this.#passLoop;
     await this.#sweeping;
+    // One grace for both: cleanups, then writing what already fired. Past it, peers take over
+    // (and re-run what was not written), which is what the process exit deadline protects.
+    const graceEndsAt = Date.now() + this.options.cleanupGraceMs;
     await this.#runner.cancelAll(this.options.cleanupGraceMs);
-    await this.#writer.drain(this.options.cleanupGraceMs);
+    await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
+    this.#writer.close();
     this.#runner.close();
     const jobId = this.#jobId!;
     try {
@@ -157,24 +166,20 @@ export class Triggerer {
     const released = await storage.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
     if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
 
-    const owned = await storage.listOwnedTriggerIds(jobId);
+    // What this triggerer owns against what it holds: a digest each (one row from the database)
+    // tells whether anything changed; only then, or now and then as a guard against a digest
+    // collision, are the two sets compared id by id.
+    const ownedDigest = await storage.ownedTriggersDigest(jobId);
     this.#runner.markLoopEdge();
-    const ownedSet = new Set(owned);
-    for (const id of this.#runner.heldIds()) {
-      if (!ownedSet.has(id) && this.#runner.isRunning(id)) {
-        this.log.info({ trigger_id: id }, `trigger ${id} is no longer ours (deleted or taken over); stopping it`);
-        void this.#runner.cancel(id);
-      }
+    const held = this.#runner.heldDigest();
+    let ownedCount = ownedDigest.count;
+    if (ownedDigest.count !== held.count || ownedDigest.idSum !== held.idSum || Date.now() - this.#lastFullReconcileAt >= FULL_RECONCILE_MS) {
+      ownedCount = await this.#reconcile(jobId);
+      this.#lastFullReconcileAt = Date.now();
     }
     if (this.#state !== 'running') return false;
 
-    const notRunning = owned.filter((id) => !this.#runner.has(id));
-    if (notRunning.length > 0) {
-      for (const row of await storage.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
-      this.#runner.markLoopEdge();
-    }
-
-    const room = Math.min(options.claimsPerLoop, options.capacity - owned.length);
+    const room = Math.min(options.claimsPerLoop, options.capacity - ownedCount);
     let claimedTotal = 0;
     // Claim in statements of at most CLAIM_STATEMENT_ROWS so no single (on SQLite, synchronous)
     // statement holds the loop long, letting due triggers fire in between.
@@ -201,6 +206,29 @@ export class Triggerer {
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
     }
     return claimedFull;
+  }
+
+  /**
+   * Stops what it runs but no longer owns (deleted, or taken over while this process looked
+   * dead) and starts what it owns but does not run. Returns how many triggers it owns.
+   */
+  async #reconcile(jobId: number): Promise<number> {
+    const owned = await this.storage.listOwnedTriggerIds(jobId);
+    this.#runner.markLoopEdge();
+    const ownedSet = new Set(owned);
+    for (const id of this.#runner.heldIds()) {
+      if (!ownedSet.has(id) && this.#runner.isRunning(id)) {
+        this.log.info({ trigger_id: id }, `trigger ${id} is no longer ours (deleted or taken over); stopping it`);
+        void this.#runner.cancel(id);
+      }
+    }
+    if (this.#state !== 'running') return owned.length;
+    const notRunning = owned.filter((id) => !this.#runner.has(id));
+    if (notRunning.length > 0) {
+      for (const row of await this.storage.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
+      this.#runner.markLoopEdge();
+    }
+    return owned.length;
   }
 
   async #heartbeat(): Promise<void> {
