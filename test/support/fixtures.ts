@@ -66,7 +66,10 @@ export interface TestTriggerer {
   stop(): Promise<void>;
 }
 
-/** An in-process triggerer on `database`, allowing the built-ins and test/fixtures/test-triggers.ts. */
+/**
+ * An in-process triggerer on `database`, allowing the built-ins, test/fixtures/test-triggers.ts
+ * and the modules named in `raw['trigger-module']` (loaded as --trigger-module loads them).
+ */
 export async function startTriggerer(
   database: TestDatabase,
   raw: RawTriggererOptions = {},
@@ -82,6 +85,7 @@ export async function startTriggerer(
   for (const cls of Object.values(testTriggers)) {
     if (cls !== testTriggers.UnregisteredTrigger) registry.register(cls as never, 'test');
   }
+  for (const module of options.triggerModules) await registry.loadModule(module);
   const triggerer = new Triggerer(database, options, registry, log);
   await triggerer.start();
   return { triggerer, logs, stop: () => triggerer.stop() };

@@ -1,0 +1,96 @@
+// The README's worked example, run for real: examples/triggers/http-status-trigger.ts loaded the
+// way --trigger-module loads it, and examples/operators/wait-for-report.ts deferring on it.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { resumeTaskInstance, Storage, TaskDeferred, TRIGGER_FAILURE_METHOD, type TaskContext } from '../src/index.ts';
+import { WaitForReport } from '../examples/operators/wait-for-report.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+const EXAMPLE_MODULE = 'examples/triggers/http-status-trigger.ts';
+
+/** A local server answering 404 until `ready()` is called, then 200. */
+async function reportServer() {
+  let ready = false;
+  let requests = 0;
+  const server = http.createServer((_request, response) => {
+    requests++;
+    response.writeHead(ready ? 200 : 404).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/daily`,
+    ready: () => (ready = true),
+    requests: () => requests,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+const capture = (operator: WaitForReport): TaskDeferred => {
+  try {
+    operator.execute({} as TaskContext);
+  } catch (thrown) {
+    if (thrown instanceof TaskDeferred) return thrown;
+    throw thrown;
+  }
+  throw new Error('expected WaitForReport to defer');
+};
+
+describe.each(testDialects)('README example on %s', (dialect) => {
+  const open: { databases: TestDatabase[]; triggerers: TestTriggerer[]; servers: { close(): Promise<void> }[] } = { databases: [], triggerers: [], servers: [] };
+  afterEach(async () => {
+    await Promise.all(open.triggerers.splice(0).map((tr) => tr.stop()));
+    await Promise.all(open.servers.splice(0).map((server) => server.close()));
+    await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  });
+
+  it('WaitForReport defers on HttpStatusTrigger and resumes in onReady once the URL answers 200', async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const server = await reportServer();
+    open.servers.push(server);
+    const operator = new WaitForReport(server.url);
+    const deferral = capture(operator);
+    // Poll every 60 s as written in the example would make a slow test: same trigger, 50 ms.
+    (deferral.serializedTrigger.kwargs as { pollSeconds: number }).pollSeconds = 0.05;
+    const id = await createTaskInstance(db);
+    await new Storage(db).deferTaskInstance(id, deferral);
+    const tr = await startTriggerer(db, { 'trigger-module': [EXAMPLE_MODULE] });
+    open.triggerers.push(tr);
+
+    await waitFor(() => server.requests() >= 3, { what: 'the trigger polling' });
+    expect((await taskInstance(db, id)).state).toBe('deferred');
+    server.ready();
+    await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the event' });
+
+    const context: TaskContext = { taskInstance: { id, dagId: 'test_dag', taskId: 'wait', runId: 'manual__1', mapIndex: -1, tryNumber: 1 } };
+    const result = await resumeTaskInstance(db, id, operator, context);
+    expect(result).toEqual({ taskInstance: id, report: server.url, requestedAt: deferral.kwargs.requestedAt });
+  });
+
+  it('a bad URL in a stored row fails only that task instance, naming the problem', async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const server = await reportServer();
+    open.servers.push(server);
+    server.ready();
+    const good = capture(new WaitForReport(server.url));
+    (good.serializedTrigger.kwargs as { pollSeconds: number }).pollSeconds = 0.05;
+    const bad = capture(new WaitForReport(`${server.url}?other`));
+    (bad.serializedTrigger.kwargs as { url: string }).url = 'ftp://nowhere';
+    const goodId = await createTaskInstance(db);
+    const badId = await createTaskInstance(db);
+    await new Storage(db).deferTaskInstance(goodId, good);
+    await new Storage(db).deferTaskInstance(badId, bad);
+    open.triggerers.push(await startTriggerer(db, { 'trigger-module': [EXAMPLE_MODULE] }));
+
+    await waitFor(async () => (await taskInstance(db, badId)).state === 'scheduled' && (await taskInstance(db, goodId)).state === 'scheduled');
+    const failed = await taskInstance(db, badId);
+    expect(failed.next_method).toBe(TRIGGER_FAILURE_METHOD);
+    expect(String(failed.next_kwargs!.error)).toContain('url must be an http(s) URL, got "ftp://nowhere"');
+    expect((await taskInstance(db, goodId)).next_kwargs!.event).toEqual({ url: server.url, status: 200 });
+  });
+});
