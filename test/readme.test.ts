@@ -1,0 +1,32 @@
+// The README stays true where it restates code: the options table and the two commands.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { TRIGGERER_OPTIONS } from '../src/index.ts';
+import { REPO_ROOT } from './support/processes.ts';
+
+const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
+const packageJson = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+
+describe('README', () => {
+  it.each(Object.entries(TRIGGERER_OPTIONS))('documents --%s with its environment variable and default', (name, spec) => {
+    const row = readme.split('\n').find((line) => line.startsWith(`| \`--${name}\` |`));
+    expect(row, `a configuration table row for --${name}`).toBeDefined();
+    const cells = row!.split('|').map((cell) => cell.trim());
+    expect(cells[2]).toBe(`\`${spec.env}\``);
+    const documentedDefault = Array.isArray(spec.default) ? 'none' : `\`${spec.default}\``;
+    expect(cells[3]).toBe(documentedDefault);
+  });
+
+  it('documents no option the triggerer does not have', () => {
+    const documented = [...readme.matchAll(/^\| `--([a-z-]+)` \|/gm)].map((match) => match[1]);
+    expect(documented.sort()).toEqual(Object.keys(TRIGGERER_OPTIONS).sort());
+  });
+
+  it('gives the two set-up commands, and they name scripts package.json has', () => {
+    expect(readme).toContain('npm install && npm start');
+    expect(readme).toContain('npm install && npm test');
+    expect(packageJson.scripts.start).toBeDefined();
+    expect(packageJson.scripts.test).toBe('vitest run');
+  });
+});
