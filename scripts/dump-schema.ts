@@ -9,15 +9,14 @@
  * PostgreSQL: DEFERFLOW_TEST_PG_URL, else postgres://postgres@127.0.0.1:5432/test. A temporary
  * schema is created there and dropped afterwards.
  */
-import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { openDatabase } from '../src/db/connect.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { dumpSchema } from '../src/db/schema-dump.ts';
+import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const DEFAULT_PG_URL = 'postgres://postgres@127.0.0.1:5432/test';
 const OUTPUT_DIR = fileURLToPath(new URL('../migrations/schema/', import.meta.url));
@@ -41,32 +40,12 @@ async function dumpSqlite(): Promise<string> {
   }
 }
 
-/** `base` with `-c search_path=<schema>` added to its `options` query parameter. */
-function withSearchPath(base: string, schema: string): string {
-  const url = new URL(base);
-  const existing = url.searchParams.get('options');
-  url.searchParams.set('options', `${existing ? `${existing} ` : ''}-c search_path=${schema}`);
-  return url.toString();
-}
-
-async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
-  client.on('error', () => undefined);
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
 async function dumpPostgres(baseUrl: string): Promise<string> {
-  const schema = `deferflow_schema_dump_${crypto.randomBytes(6).toString('hex')}`;
-  await withClient(baseUrl, (client) => client.query(`create schema ${client.escapeIdentifier(schema)}`));
+  const schema = await createScratchSchema(baseUrl, 'deferflow_schema_dump');
   try {
-    return await dumpOf(withSearchPath(baseUrl, schema));
+    return await dumpOf(schema.url);
   } finally {
-    await withClient(baseUrl, (client) => client.query(`drop schema if exists ${client.escapeIdentifier(schema)} cascade`));
+    await schema.drop();
   }
 }
 

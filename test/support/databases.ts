@@ -9,12 +9,11 @@
  *           `options=-c search_path=t_<hex>`, a freshly created schema, so
  *           every unqualified table lives in that schema.
  */
-import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import pg from 'pg';
 import { inject } from 'vitest';
+import { createScratchSchema, dropSchemas, withClient } from './pg-schemas.ts';
 
 export type TestDialect = 'sqlite' | 'postgres';
 
@@ -22,31 +21,6 @@ export const testDialects: TestDialect[] = ['sqlite', 'postgres'];
 
 const createdSchemas: string[] = [];
 const createdDirs: string[] = [];
-
-async function withClient<T>(connectionString: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString, connectionTimeoutMillis: 10_000 });
-  client.on('error', () => undefined);
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
-/** `base` with `options=-c search_path=<schema>` added to its query string. */
-function withSearchPath(base: string, schema: string): string {
-  const option = `-c search_path=${schema}`;
-  const parsed = new URL(base);
-  const existing = parsed.searchParams.get('options');
-  if (existing !== null) {
-    // Keep whatever options the base URL already carries.
-    parsed.searchParams.set('options', `${existing} ${option}`);
-    return parsed.toString();
-  }
-  const separator = parsed.search === '' ? (base.endsWith('?') ? '' : '?') : '&';
-  return `${base}${separator}options=${encodeURIComponent(option)}`;
-}
 
 /** A URL for an empty database of the given dialect, private to the caller. */
 export async function freshDatabaseUrl(dialect: TestDialect): Promise<string> {
@@ -56,14 +30,9 @@ export async function freshDatabaseUrl(dialect: TestDialect): Promise<string> {
     return `sqlite:${path.join(dir, 'test.db')}`;
   }
 
-  const base = inject('pgUrl');
-  const schema = `t_${crypto.randomBytes(8).toString('hex')}`;
-  await withClient(base, async (client) => {
-    await client.query(`create schema ${client.escapeIdentifier(schema)}`);
-  });
+  const { name: schema, url } = await createScratchSchema(inject('pgUrl'), 't');
   createdSchemas.push(schema);
 
-  const url = withSearchPath(base, schema);
   // Make sure the driver really applies `options` from the connection string.
   const searchPath = await withClient(url, async (client) => {
     const result = await client.query<{ search_path: string }>('show search_path');
@@ -79,12 +48,6 @@ export async function freshDatabaseUrl(dialect: TestDialect): Promise<string> {
 export async function dropTestDatabases(): Promise<void> {
   const schemas = createdSchemas.splice(0);
   const dirs = createdDirs.splice(0);
-  if (schemas.length > 0) {
-    await withClient(inject('pgUrl'), async (client) => {
-      for (const schema of schemas) {
-        await client.query(`drop schema if exists ${client.escapeIdentifier(schema)} cascade`);
-      }
-    });
-  }
+  if (schemas.length > 0) await dropSchemas(inject('pgUrl'), schemas);
   await Promise.all(dirs.map((dir) => fs.rm(dir, { recursive: true, force: true })));
 }
