@@ -21,19 +21,18 @@
  * write them with deduplication off (each row is its own wait, which is what is measured).
  */
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { sql } from 'kysely';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { openDatabase, type Database } from '../src/db/connect.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { toDbTime } from '../src/db/schema.ts';
 import { DateTimeTrigger } from '../triggers/date-time-trigger.ts';
+import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
@@ -119,17 +118,8 @@ async function prepareDatabase(given: string | undefined): Promise<{ url: string
   if (!given) return { url: `sqlite:${path.join(scratch, 'bench.db')}`, dispose: async () => {} };
   if (given.startsWith('sqlite:')) return { url: given, dispose: async () => {} };
   // PostgreSQL: a private schema, dropped afterwards.
-  const schema = `bench_${randomBytes(6).toString('hex')}`;
-  const admin = openDatabase(given);
-  await sql`create schema ${sql.id(schema)}`.execute(admin.db);
-  const separator = given.includes('?') ? '&' : '?';
-  return {
-    url: `${given}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`,
-    dispose: async () => {
-      await sql`drop schema ${sql.id(schema)} cascade`.execute(admin.db);
-      await admin.close();
-    },
-  };
+  const schema = await createScratchSchema(given, 'bench');
+  return { url: schema.url, dispose: () => schema.drop() };
 }
 
 async function insertDeferrals({ db }: Database, count: number, dueMs: number): Promise<void> {
