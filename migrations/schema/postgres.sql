@@ -1,3 +1,36 @@
+table dag_run
+  column id bigint not null identity
+  column dag_id text not null
+  column run_id text not null
+  column run_type text not null
+  column logical_date timestamp with time zone not null
+  column data_interval_start timestamp with time zone
+  column data_interval_end timestamp with time zone
+  column state text not null
+  column conf jsonb not null
+  column dag_hash text
+  column created_at timestamp with time zone not null
+  column start_date timestamp with time zone
+  column end_date timestamp with time zone
+  column updated_at timestamp with time zone not null
+  constraint dag_run_logical_date_key UNIQUE (dag_id, logical_date)
+  constraint dag_run_pkey PRIMARY KEY (id)
+  constraint dag_run_run_id_key UNIQUE (dag_id, run_id)
+  constraint dag_run_run_type_check CHECK ((run_type = ANY (ARRAY['manual'::text, 'scheduled'::text])))
+  constraint dag_run_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'success'::text, 'failed'::text])))
+  index CREATE UNIQUE INDEX dag_run_logical_date_key ON dag_run USING btree (dag_id, logical_date)
+  index CREATE UNIQUE INDEX dag_run_pkey ON dag_run USING btree (id)
+  index CREATE UNIQUE INDEX dag_run_run_id_key ON dag_run USING btree (dag_id, run_id)
+  index CREATE INDEX dag_run_unfinished_idx ON dag_run USING btree (state, dag_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
+table import_error
+  column id bigint not null identity
+  column fileloc text not null
+  column message text not null
+  column created_at timestamp with time zone not null
+  constraint import_error_fileloc_key UNIQUE (fileloc)
+  constraint import_error_pkey PRIMARY KEY (id)
+  index CREATE UNIQUE INDEX import_error_fileloc_key ON import_error USING btree (fileloc)
+  index CREATE UNIQUE INDEX import_error_pkey ON import_error USING btree (id)
 table job
   column id bigint not null identity
   column job_type text not null
@@ -12,6 +45,16 @@ table job
   constraint job_state_check CHECK ((state = ANY (ARRAY['running'::text, 'success'::text, 'failed'::text])))
   index CREATE UNIQUE INDEX job_pkey ON job USING btree (id)
   index CREATE INDEX job_type_heartbeat_idx ON job USING btree (job_type, latest_heartbeat)
+table serialized_dag
+  column dag_id text not null
+  column fileloc text not null
+  column data jsonb not null
+  column hash text not null
+  column schema_version integer not null
+  column last_updated timestamp with time zone not null
+  column deleted_at timestamp with time zone
+  constraint serialized_dag_pkey PRIMARY KEY (dag_id)
+  index CREATE UNIQUE INDEX serialized_dag_pkey ON serialized_dag USING btree (dag_id)
 table task_instance
   column id bigint not null identity
   column dag_id text not null
@@ -28,16 +71,28 @@ table task_instance
   column start_date timestamp with time zone
   column end_date timestamp with time zone
   column updated_at timestamp with time zone
+  column operator text
+  column max_tries integer not null default 0
+  column ready_at timestamp with time zone
+  column execution_deadline timestamp with time zone
+  column queued_at timestamp with time zone
+  column hostname text
+  column pid integer
+  column worker_job_id bigint
+  column return_value jsonb
   constraint task_instance_key UNIQUE (dag_id, task_id, run_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
   constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text])))
   constraint task_instance_trigger_id_fkey FOREIGN KEY (trigger_id) REFERENCES trigger(id)
   constraint task_instance_trigger_only_when_deferred CHECK (((trigger_id IS NULL) OR COALESCE((state = 'deferred'::text), false)))
+  index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (priority_weight DESC, id) WHERE (state = 'scheduled'::text)
   index CREATE INDEX task_instance_deferred_timeout_idx ON task_instance USING btree (trigger_timeout) WHERE ((state = 'deferred'::text) AND (trigger_timeout IS NOT NULL))
   index CREATE UNIQUE INDEX task_instance_key ON task_instance USING btree (dag_id, task_id, run_id, map_index)
   index CREATE UNIQUE INDEX task_instance_pkey ON task_instance USING btree (id)
-  index CREATE INDEX task_instance_state_idx ON task_instance USING btree (state)
+  index CREATE INDEX task_instance_run_idx ON task_instance USING btree (dag_id, run_id)
   index CREATE INDEX task_instance_trigger_id_idx ON task_instance USING btree (trigger_id, state) WHERE (trigger_id IS NOT NULL)
+  index CREATE INDEX task_instance_waiting_idx ON task_instance USING btree (ready_at) WHERE (state = ANY (ARRAY['up_for_retry'::text, 'up_for_reschedule'::text]))
+  index CREATE INDEX task_instance_worker_idx ON task_instance USING btree (worker_job_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
 table trigger
   column id bigint not null identity
   column classpath text not null

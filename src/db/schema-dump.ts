@@ -33,7 +33,9 @@ async function dumpPostgres({ db }: Database): Promise<string> {
     select tablename, indexname, indexdef from pg_indexes
     where schemaname = current_schema() and tablename not like 'deferflow_migration%'
     order by tablename, indexname`.execute(db);
-  const schemaPrefix = /\b[a-z_][a-z0-9_]*\.(?=(job|trigger|task_instance)\b)/g;
+  const schema = (await sql<{ name: string }>`select current_schema() as name`.execute(db)).rows[0]!.name;
+  // Index and constraint definitions name the schema; the dump must not (each test has its own).
+  const schemaPrefix = new RegExp(`\\b${schema}\\.`, 'g');
   const lines: string[] = [];
   const tables = [...new Set(columns.rows.map((c) => c.table_name))];
   for (const table of tables) {

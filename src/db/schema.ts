@@ -55,9 +55,67 @@ export interface TaskInstanceTable {
   start_date: NullableDbTime;
   end_date: NullableDbTime;
   updated_at: NullableDbTime;
+  /** The operator's class name, for people reading the row. */
+  operator: string | null;
+  /** Retries allowed: a try that fails while try_number <= max_tries is retried. */
+  max_tries: Generated<number>;
+  /** Earliest moment an up_for_retry or up_for_reschedule task instance may be scheduled again. */
+  ready_at: NullableDbTime;
+  /** When execution_timeout runs out, fixed at the first start (deferrals do not extend it). */
+  execution_deadline: NullableDbTime;
+  queued_at: NullableDbTime;
+  hostname: string | null;
+  pid: number | null;
+  /** The job row of the worker running it; a stale heartbeat there makes it a zombie. */
+  worker_job_id: number | null;
+  /** The JSON value execute() returned (Airflow's XCom return value). */
+  return_value: JsonText | null;
+}
+
+export const DAG_RUN_STATES = ['queued', 'running', 'success', 'failed'] as const;
+export type DagRunState = (typeof DAG_RUN_STATES)[number];
+export type DagRunType = 'manual' | 'scheduled';
+
+export interface DagRunTable {
+  id: Generated<number>;
+  dag_id: string;
+  run_id: string;
+  run_type: DagRunType;
+  logical_date: DbTime;
+  data_interval_start: NullableDbTime;
+  data_interval_end: NullableDbTime;
+  state: DagRunState;
+  conf: JsonText;
+  /** The serialized DAG version the run's task instances were made from. */
+  dag_hash: string | null;
+  created_at: DbTime;
+  start_date: NullableDbTime;
+  end_date: NullableDbTime;
+  updated_at: DbTime;
+}
+
+export interface SerializedDagTable {
+  dag_id: string;
+  fileloc: string;
+  /** The versioned JSON of the DAG (see src/dags/serialized-dag.ts). */
+  data: JsonText;
+  hash: string;
+  schema_version: number;
+  last_updated: DbTime;
+  /** Set while the DAG's file (or the DAG in it) is gone. */
+  deleted_at: NullableDbTime;
+}
+
+export interface ImportErrorTable {
+  id: Generated<number>;
+  fileloc: string;
+  message: string;
+  created_at: DbTime;
 }
 
 export const TRIGGERER_JOB_TYPE = 'TriggererJob';
+export const WORKER_JOB_TYPE = 'WorkerJob';
+export const SCHEDULER_JOB_TYPE = 'SchedulerJob';
 export type JobState = 'running' | 'success' | 'failed';
 
 export interface JobTable {
@@ -76,6 +134,9 @@ export interface DatabaseSchema {
   trigger: TriggerTable;
   task_instance: TaskInstanceTable;
   job: JobTable;
+  dag_run: DagRunTable;
+  serialized_dag: SerializedDagTable;
+  import_error: ImportErrorTable;
 }
 
 export function toDbTime(epochMs: number): string {
