@@ -162,6 +162,16 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(urgent.triggerer_id).toBe(tr.triggerer.jobId);
   });
 
+  it('a claim never takes more triggers than asked for', async () => {
+    const db = await database();
+    for (let i = 0; i < 30; i++) await deferOnto(db, new t.NeverTrigger({ n: i }));
+    const storage = new Storage(db);
+    const jobId = await storage.registerJob({ jobType: 'TriggererJob', hostname: 'here', pid: 1, capacity: 30 });
+    for (const limit of [1, 2, 5]) expect(await storage.claimTriggers(jobId, limit)).toHaveLength(limit);
+    const owned = await db.db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId).execute();
+    expect(owned).toHaveLength(8);
+  });
+
   it('names the trigger whose step blocks the event loop', async () => {
     const db = await database();
     const late = await deferOnto(db, new t.BlockingTrigger({ sleepMs: 20, blockMs: 300 }));
@@ -184,7 +194,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const cleared = await deferOnto(db, new t.NeverTrigger({ file, tag: 'cleared' }));
     const tr = await triggerer(db, {}, { cleanupIntervalMs: 100 });
     await waitFor(() => readFileSync(file, 'utf8').includes('start cleared'), { what: 'both started' });
-    const otherJob = await new Storage(db).registerTriggererJob({ hostname: 'elsewhere', pid: 1, capacity: 10 });
+    const otherJob = await new Storage(db).registerJob({ jobType: 'TriggererJob', hostname: 'elsewhere', pid: 1, capacity: 10 });
     await db.db.updateTable('trigger').set({ triggerer_id: otherJob }).where('id', '=', moved.triggerId).execute();
     await db.db.updateTable('task_instance').set({ state: 'skipped', trigger_id: null }).where('id', '=', cleared.id).execute();
     await waitFor(() => readFileSync(file, 'utf8').includes('cleanup moved') && readFileSync(file, 'utf8').includes('cleanup cleared'), { what: 'cleanups' });

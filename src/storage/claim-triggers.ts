@@ -11,6 +11,10 @@ export interface TriggerRow {
  * first. On PostgreSQL the candidate rows are locked with SKIP LOCKED, so peers claiming at the
  * same moment take disjoint sets without waiting; on SQLite the single write lock does that. The
  * re-check of `triggerer_id is null` keeps the update conditional either way.
+ *
+ * The candidates are a MATERIALIZED CTE, evaluated once: as an `IN (subquery)` PostgreSQL may run
+ * the locking subquery more than once, each run skipping what the last one locked, and so claim
+ * more than `limit` rows.
  */
 export async function claimTriggers({ db, adapter }: StorageContext, jobId: number, limit: number): Promise<TriggerRow[]> {
   if (limit <= 0) return [];
@@ -25,9 +29,10 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
       .limit(limit),
   );
   return db
+    .with((cte) => cte('candidate').materialized(), () => candidates)
     .updateTable('trigger')
     .set({ triggerer_id: jobId })
-    .where('id', 'in', candidates)
+    .where('id', 'in', (eb) => eb.selectFrom('candidate').select('candidate.id'))
     .where('triggerer_id', 'is', null)
     .returning(['id', 'classpath', 'kwargs'])
     .execute();

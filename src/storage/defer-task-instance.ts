@@ -1,5 +1,5 @@
 import { sql, type Transaction } from 'kysely';
-import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
+import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 import { TaskInstanceStateError } from '../errors.ts';
 import type { TaskDeferred } from '../operators/task-deferred.ts';
@@ -16,7 +16,9 @@ export interface DeferResult {
 
 /**
  * In one transaction: find or insert the trigger row and set the task instance to deferred
- * with next_method, next_kwargs, trigger_id and trigger_timeout.
+ * with next_method, next_kwargs, trigger_id and trigger_timeout. The timeout is the earlier of
+ * the deferral's own and the task's execution deadline, so execution_timeout spans deferrals.
+ * The task instance leaves its worker (the slot is free).
  */
 export async function deferTaskInstance(
   { db, adapter }: StorageContext,
@@ -26,7 +28,7 @@ export async function deferTaskInstance(
 ): Promise<DeferResult> {
   return db.transaction().execute(async (trx) => {
     const ti = await adapter
-      .lockForUpdate(trx.selectFrom('task_instance').select(['state', 'priority_weight']).where('id', '=', taskInstanceId))
+      .lockForUpdate(trx.selectFrom('task_instance').select(['state', 'priority_weight', 'execution_deadline']).where('id', '=', taskInstanceId))
       .executeTakeFirst();
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
     if (ti.state === null || !DEFERRABLE_STATES.includes(ti.state)) {
@@ -35,6 +37,9 @@ export async function deferTaskInstance(
       );
     }
     const trigger = await linkTrigger(trx, adapter, deferral, ti.priority_weight, now);
+    const deadlines = [deferral.timeoutMs === null ? null : now + deferral.timeoutMs, fromDbTime(ti.execution_deadline)].filter(
+      (deadline): deadline is number => deadline !== null,
+    );
     await trx
       .updateTable('task_instance')
       .set({
@@ -42,7 +47,8 @@ export async function deferTaskInstance(
         next_method: deferral.method,
         next_kwargs: adapter.jsonParam(JSON.stringify(deferral.kwargs)),
         trigger_id: trigger.triggerId,
-        trigger_timeout: deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs),
+        trigger_timeout: deadlines.length === 0 ? null : toDbTime(Math.min(...deadlines)),
+        worker_job_id: null,
         updated_at: toDbTime(now),
       })
       .where('id', '=', taskInstanceId)

@@ -8,12 +8,23 @@ import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-de
 import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
 import { listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
-import { endJob, heartbeatJob, registerTriggererJob, type TriggererJobFields } from './triggerer-job.ts';
+import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
+import {
+  claimTaskInstances,
+  finishTaskInstance,
+  startTaskInstance,
+  type ClaimedTaskInstance,
+  type StartedTaskInstance,
+  type TaskOutcome,
+  type WorkerIdentity,
+} from './task-instance-transitions.ts';
 
 export type { TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
 export type { MoveResult } from './move-deferred-task-instances.ts';
 export type { DeferResult } from './defer-task-instance.ts';
+export type { JobFields } from './jobs.ts';
+export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 
 export interface TriggerEventRecord {
@@ -39,8 +50,8 @@ export class Storage {
     this.#context = { db: database.db, adapter: database.adapter };
   }
 
-  registerTriggererJob(fields: TriggererJobFields, now = Date.now()): Promise<number> {
-    return registerTriggererJob(this.#context, fields, now);
+  registerJob(fields: JobFields, now = Date.now()): Promise<number> {
+    return registerJob(this.#context, fields, now);
   }
 
   heartbeat(jobId: number, now = Date.now()): Promise<void> {
@@ -104,6 +115,18 @@ export class Storage {
 
   nextDeferralDeadline(): Promise<number | null> {
     return nextDeferralDeadline(this.#context);
+  }
+
+  claimTaskInstances(worker: WorkerIdentity, limit: number, now = Date.now()): Promise<ClaimedTaskInstance[]> {
+    return claimTaskInstances(this.#context, worker, limit, now);
+  }
+
+  startTaskInstance(taskInstanceId: number, workerJobId: number, executionTimeoutMs: number | null, now = Date.now()): Promise<StartedTaskInstance | null> {
+    return startTaskInstance(this.#context, taskInstanceId, workerJobId, executionTimeoutMs, now);
+  }
+
+  finishTaskInstance(taskInstanceId: number, workerJobId: number, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
+    return finishTaskInstance(this.#context, taskInstanceId, workerJobId, outcome, now);
   }
 
   deferTaskInstance(taskInstanceId: number, deferral: TaskDeferred, now = Date.now()): Promise<DeferResult> {

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
 import { describeThrown } from '../errors.ts';
+import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
@@ -84,7 +85,8 @@ export class Triggerer {
 
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new Error(`triggerer already ${this.#state}`);
-    this.#jobId = await this.storage.registerTriggererJob({
+    this.#jobId = await this.storage.registerJob({
+      jobType: TRIGGERER_JOB_TYPE,
       hostname: this.options.hostname,
       pid: process.pid,
       capacity: this.options.capacity,

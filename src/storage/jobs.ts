@@ -1,18 +1,24 @@
-import { toDbTime, TRIGGERER_JOB_TYPE, type JobState } from '../db/schema.ts';
+import { toDbTime, type JobState } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 
-export interface TriggererJobFields {
+export interface JobFields {
+  /** TriggererJob, WorkerJob or SchedulerJob (see db/schema.ts). */
+  readonly jobType: string;
   readonly hostname: string;
   readonly pid: number;
-  readonly capacity: number;
+  /** Triggers (a triggerer) or task slots (a worker) it runs at once; null where it has none. */
+  readonly capacity: number | null;
 }
 
-/** Inserts the job row of a starting triggerer; its id is the triggerer's identity. */
-export async function registerTriggererJob({ db }: StorageContext, fields: TriggererJobFields, now: number): Promise<number> {
+/**
+ * Inserts the job row of a starting triggerer, worker or scheduler; its id is the process's
+ * identity, and its heartbeat is how peers tell it is alive.
+ */
+export async function registerJob({ db }: StorageContext, fields: JobFields, now: number): Promise<number> {
   const row = await db
     .insertInto('job')
     .values({
-      job_type: TRIGGERER_JOB_TYPE,
+      job_type: fields.jobType,
       state: 'running',
       hostname: fields.hostname,
       pid: fields.pid,

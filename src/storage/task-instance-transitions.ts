@@ -1,0 +1,158 @@
+import { sql } from 'kysely';
+import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
+import type { StorageContext } from './context.ts';
+
+/*
+ * A task instance's life (Airflow's states):
+ *
+ *   (no state) ──scheduler: upstreams done──▶ scheduled
+ *   scheduled ──worker claims──▶ queued ──worker starts──▶ running
+ *   scheduled ──start from trigger (scheduler)──▶ deferred
+ *   running ──▶ success | skipped | failed
+ *           ──▶ up_for_retry        (failed with tries left; ready_at = now + retry delay)
+ *           ──▶ up_for_reschedule   (a sensor asked to be run again at ready_at)
+ *           ──▶ deferred            (TaskDeferred: the worker slot is free; defer-task-instance.ts)
+ *   deferred ──trigger event, failure or timeout (triggerer)──▶ scheduled, resumed at next_method
+ *   up_for_retry | up_for_reschedule ──ready_at passed (scheduler)──▶ scheduled
+ *   queued | running ──its worker's heartbeat went stale (scheduler)──▶ up_for_retry | failed
+ *
+ * Every transition is one conditional UPDATE on the state it leaves (and, for a worker, on the
+ * worker that holds it), so two processes racing for one task instance cannot both win: the
+ * loser's update matches no row. try_number counts starts: it goes up when a task instance
+ * starts running, but not when it resumes from a deferral (the same try goes on).
+ *
+ * This file holds the worker's transitions: claim, start, finish.
+ */
+
+export interface ClaimedTaskInstance {
+  readonly id: number;
+  readonly dagId: string;
+  readonly taskId: string;
+  readonly runId: string;
+  readonly mapIndex: number;
+}
+
+export interface WorkerIdentity {
+  readonly jobId: number;
+  readonly hostname: string;
+  readonly pid: number;
+}
+
+/**
+ * Moves up to `limit` scheduled task instances to queued for this worker, highest
+ * priority_weight first, then oldest. On PostgreSQL the candidates are locked with SKIP LOCKED,
+ * so several workers claim disjoint sets without waiting; on SQLite the write lock does that.
+ * The candidates are a MATERIALIZED CTE, evaluated once (see claimTriggers).
+ */
+export async function claimTaskInstances(
+  { db, adapter }: StorageContext,
+  worker: WorkerIdentity,
+  limit: number,
+  now: number,
+): Promise<ClaimedTaskInstance[]> {
+  if (limit <= 0) return [];
+  const candidates = adapter.lockSkippingLocked(
+    db.selectFrom('task_instance').select('id').where('state', '=', 'scheduled').orderBy('priority_weight', 'desc').orderBy('id').limit(limit),
+  );
+  const rows = await db
+    .with((cte) => cte('candidate').materialized(), () => candidates)
+    .updateTable('task_instance')
+    .set({
+      state: 'queued',
+      queued_at: toDbTime(now),
+      worker_job_id: worker.jobId,
+      hostname: worker.hostname,
+      pid: worker.pid,
+      updated_at: toDbTime(now),
+    })
+    .where('id', 'in', (eb) => eb.selectFrom('candidate').select('candidate.id'))
+    .where('state', '=', 'scheduled')
+    .returning(['id', 'dag_id', 'task_id', 'run_id', 'map_index'])
+    .execute();
+  return rows.map((row) => ({ id: row.id, dagId: row.dag_id, taskId: row.task_id, runId: row.run_id, mapIndex: row.map_index }));
+}
+
+export interface StartedTaskInstance {
+  readonly tryNumber: number;
+  /** The method to resume at (a deferral came back), or null for a fresh execute(). */
+  readonly nextMethod: string | null;
+  /** When execution_timeout runs out, or null when the task has none. */
+  readonly executionDeadline: number | null;
+}
+
+/**
+ * queued → running for the worker that claimed it. A fresh start takes the next try_number and,
+ * when the task has an execution timeout, fixes its deadline; a resume from a deferral keeps
+ * both (the timeout spans the whole task, deferrals included). Null when the task instance is
+ * no longer queued for this worker (cleared, or reaped as a zombie meanwhile).
+ */
+export async function startTaskInstance(
+  { db }: StorageContext,
+  taskInstanceId: number,
+  workerJobId: number,
+  executionTimeoutMs: number | null,
+  now: number,
+): Promise<StartedTaskInstance | null> {
+  const resuming = sql<boolean>`next_method is not null`;
+  const row = await db
+    .updateTable('task_instance')
+    .set({
+      state: 'running',
+      try_number: sql<number>`case when ${resuming} then try_number else try_number + 1 end`,
+      start_date: sql<string>`coalesce(start_date, ${toDbTime(now)})`,
+      end_date: null,
+      execution_deadline:
+        executionTimeoutMs === null
+          ? sql<string | null>`case when ${resuming} then execution_deadline else null end`
+          : sql<string>`case when ${resuming} and execution_deadline is not null then execution_deadline else ${toDbTime(now + executionTimeoutMs)} end`,
+      updated_at: toDbTime(now),
+    })
+    .where('id', '=', taskInstanceId)
+    .where('state', '=', 'queued')
+    .where('worker_job_id', '=', workerJobId)
+    .returning(['try_number', 'next_method', 'execution_deadline'])
+    .executeTakeFirst();
+  if (!row) return null;
+  return { tryNumber: row.try_number, nextMethod: row.next_method, executionDeadline: fromDbTime(row.execution_deadline) };
+}
+
+/** How a run of a task instance ended (a deferral is recorded by deferTaskInstance instead). */
+export type TaskOutcome =
+  | { readonly state: 'success'; /** JSON text of what execute() returned, or null. */ readonly returnValueJson: string | null }
+  | { readonly state: 'skipped' }
+  | { readonly state: 'failed' }
+  | { readonly state: 'up_for_retry'; readonly readyAt: number }
+  | { readonly state: 'up_for_reschedule'; readonly readyAt: number };
+
+/**
+ * running → the outcome's state, for the worker that runs it. next_method and next_kwargs are
+ * cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. False
+ * when the task instance is no longer running on this worker: its outcome is dropped, as it
+ * must be.
+ */
+export async function finishTaskInstance(
+  { db, adapter }: StorageContext,
+  taskInstanceId: number,
+  workerJobId: number,
+  outcome: TaskOutcome,
+  now: number,
+): Promise<boolean> {
+  const terminal: readonly TaskInstanceState[] = ['success', 'skipped', 'failed'];
+  const result = await db
+    .updateTable('task_instance')
+    .set({
+      state: outcome.state,
+      end_date: terminal.includes(outcome.state) ? toDbTime(now) : null,
+      ready_at: 'readyAt' in outcome ? toDbTime(outcome.readyAt) : null,
+      return_value: outcome.state === 'success' && outcome.returnValueJson !== null ? adapter.jsonParam(outcome.returnValueJson) : null,
+      next_method: null,
+      next_kwargs: null,
+      worker_job_id: null,
+      updated_at: toDbTime(now),
+    })
+    .where('id', '=', taskInstanceId)
+    .where('state', '=', 'running')
+    .where('worker_job_id', '=', workerJobId)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}

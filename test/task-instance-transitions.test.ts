@@ -1,0 +1,115 @@
+// The worker's side of a task instance's life, on both dialects, judged by database rows.
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { openDatabase, Storage, TaskDeferred } from '../src/index.ts';
+import * as t from './fixtures/test-triggers.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, type TestDatabase } from './support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+describe.each(testDialects)('task instance transitions on %s', (dialect) => {
+  const open: { close(): Promise<void> }[] = [];
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((db) => db.close()));
+  });
+  const database = async (): Promise<TestDatabase> => {
+    const db = await migratedDatabase(dialect);
+    open.push(db);
+    return db;
+  };
+  const worker = async (storage: Storage, hostname = 'worker-host') => {
+    const jobId = await storage.registerJob({ jobType: 'WorkerJob', hostname, pid: 4242, capacity: 4 });
+    return { jobId, hostname, pid: 4242 };
+  };
+
+  it('claims scheduled task instances only, highest priority first, and records the worker', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const low = await createTaskInstance(db, { state: 'scheduled', priorityWeight: 1 });
+    const high = await createTaskInstance(db, { state: 'scheduled', priorityWeight: 10 });
+    const notReady = await createTaskInstance(db, { state: 'up_for_retry' });
+    const me = await worker(storage);
+
+    const first = await storage.claimTaskInstances(me, 1);
+    expect(first.map((ti) => ti.id)).toEqual([high]);
+    expect(await taskInstance(db, high)).toMatchObject({ state: 'queued', worker_job_id: me.jobId, hostname: 'worker-host', pid: 4242 });
+    const rest = await storage.claimTaskInstances(me, 10);
+    expect(rest.map((ti) => ti.id)).toEqual([low]);
+    expect((await taskInstance(db, notReady)).state).toBe('up_for_retry');
+    expect(await storage.claimTaskInstances(me, 10)).toEqual([]);
+  });
+
+  it('a fresh start takes the next try and fixes the execution deadline; a resume after a deferral keeps both', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const me = await worker(storage);
+    const id = await createTaskInstance(db, { state: 'scheduled' });
+    await db.db.updateTable('task_instance').set({ start_date: null }).where('id', '=', id).execute();
+    await storage.claimTaskInstances(me, 1, 1_000_000);
+    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({ tryNumber: 1, nextMethod: null, executionDeadline: 1_060_000 });
+
+    // Deferring for 10 minutes is cut to what is left of the execution timeout, and frees the worker.
+    await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }), 1_010_000);
+    const deferred = await taskInstance(db, id);
+    expect(deferred).toMatchObject({ state: 'deferred', worker_job_id: null });
+    expect(new Date(deferred.trigger_timeout!).getTime()).toBe(1_060_000);
+
+    // The trigger fires; the task instance is claimed and started again: same try, same deadline.
+    await storage.submitEvents([{ triggerId: deferred.trigger_id!, payloadJson: '"ok"' }], 1_020_000);
+    await storage.claimTaskInstances(me, 1, 1_030_000);
+    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_030_000)).toEqual({ tryNumber: 1, nextMethod: 'resume', executionDeadline: 1_060_000 });
+    expect(await storage.finishTaskInstance(id, me.jobId, { state: 'success', returnValueJson: '{"rows":3}' }, 1_040_000)).toBe(true);
+    const done = await taskInstance(db, id);
+    expect(done).toMatchObject({ state: 'success', try_number: 1, next_method: null, next_kwargs: null, worker_job_id: null });
+    expect(JSON.parse(done.return_value!)).toEqual({ rows: 3 });
+    expect(new Date(done.start_date!).getTime()).toBe(1_000_000);
+    expect(new Date(done.end_date!).getTime()).toBe(1_040_000);
+  });
+
+  it('a retry starts a new try; a finish or start from a worker that no longer holds the task instance changes nothing', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const me = await worker(storage);
+    const other = await worker(storage, 'other-host');
+    const id = await createTaskInstance(db, { state: 'scheduled' });
+    await storage.claimTaskInstances(me, 1);
+    expect(await storage.startTaskInstance(id, other.jobId, null)).toBeNull();
+    await storage.startTaskInstance(id, me.jobId, null);
+    expect(await storage.finishTaskInstance(id, other.jobId, { state: 'success', returnValueJson: null })).toBe(false);
+    expect((await taskInstance(db, id)).state).toBe('running');
+
+    expect(await storage.finishTaskInstance(id, me.jobId, { state: 'up_for_retry', readyAt: 5_000 })).toBe(true);
+    const waiting = await taskInstance(db, id);
+    expect(waiting).toMatchObject({ state: 'up_for_retry', try_number: 1, end_date: null });
+    expect(new Date(waiting.ready_at!).getTime()).toBe(5_000);
+    await db.db.updateTable('task_instance').set({ state: 'scheduled' }).where('id', '=', id).execute();
+    await storage.claimTaskInstances(me, 1);
+    expect(await storage.startTaskInstance(id, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: null });
+  });
+
+  it.runIf(dialect === 'postgres')('workers claiming at once on separate connections never claim the same task instance', async () => {
+    const db = await database();
+    const ids: number[] = [];
+    for (let i = 0; i < 200; i++) ids.push(await createTaskInstance(db, { state: 'scheduled' }));
+    const connections = [0, 1, 2, 3].map(() => openDatabase(db.url, { poolSize: 2 }));
+    open.push(...connections);
+    const workers = await Promise.all(connections.map((c, i) => worker(new Storage(c), `host-${i}`)));
+    const claimedBy = await Promise.all(
+      connections.map(async (connection, i) => {
+        const storage = new Storage(connection);
+        const mine: number[] = [];
+        for (let round = 0; round < 20; round++) mine.push(...(await storage.claimTaskInstances(workers[i]!, 7)).map((ti) => ti.id));
+        return mine;
+      }),
+    );
+    const all = claimedBy.flat();
+    expect(new Set(all).size).toBe(all.length);
+    expect(all.sort((a, b) => a - b)).toEqual(ids);
+    expect(claimedBy.filter((mine) => mine.length > 0).length).toBeGreaterThan(1);
+    const rows = await db.db.selectFrom('task_instance').select(['id', 'worker_job_id']).execute();
+    for (const row of rows) {
+      const owner = claimedBy.findIndex((mine) => mine.includes(row.id));
+      expect(row.worker_job_id).toBe(workers[owner]!.jobId);
+    }
+  });
+});
