@@ -15,6 +15,7 @@
  * | DF_TASK_DEFERRAL_TIMEOUT     | a resumed task finds its deferral timed out (TaskDeferralTimeout)   |
  * | DF_TASK_INSTANCE_STATE       | a task instance is not in the state an operation needs              |
  * | DF_UNKNOWN_NEXT_METHOD       | a resumed task names a method its operator does not have            |
+ * | DF_TASK_EXECUTION_TIMEOUT    | a task ran past its execution_timeout (deferrals included)          |
  */
 
 export type DeferflowErrorCode =
@@ -28,7 +29,8 @@ export type DeferflowErrorCode =
   | 'DF_TASK_DEFERRAL'
   | 'DF_TASK_DEFERRAL_TIMEOUT'
   | 'DF_TASK_INSTANCE_STATE'
-  | 'DF_UNKNOWN_NEXT_METHOD';
+  | 'DF_UNKNOWN_NEXT_METHOD'
+  | 'DF_TASK_EXECUTION_TIMEOUT';
 
 export class DeferflowError extends Error {
   readonly code: DeferflowErrorCode;
@@ -113,6 +115,13 @@ export class TaskInstanceStateError extends DeferflowError {
 export class UnknownNextMethodError extends DeferflowError {
   constructor(operator: string, method: string) {
     super('DF_UNKNOWN_NEXT_METHOD', `operator ${operator} has no method ${JSON.stringify(method)} to resume at`);
+  }
+}
+
+/** A task ran past its execution_timeout, which spans its deferrals too. */
+export class TaskExecutionTimeoutError extends DeferflowError {
+  constructor(task: string, deadline: number) {
+    super('DF_TASK_EXECUTION_TIMEOUT', `${task} ran past its execution timeout (${new Date(deadline).toISOString()})`);
   }
 }
 

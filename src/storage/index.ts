@@ -9,6 +9,7 @@ import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task
 import { listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
+import { scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import {
   claimTaskInstances,
   finishTaskInstance,
@@ -127,6 +128,10 @@ export class Storage {
 
   finishTaskInstance(taskInstanceId: number, workerJobId: number, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
     return finishTaskInstance(this.#context, taskInstanceId, workerJobId, outcome, now);
+  }
+
+  scheduleReadyTaskInstances(now = Date.now()): Promise<number> {
+    return scheduleReadyTaskInstances(this.#context, now);
   }
 
   deferTaskInstance(taskInstanceId: number, deferral: TaskDeferred, now = Date.now()): Promise<DeferResult> {

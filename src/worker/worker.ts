@@ -1,0 +1,224 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/connect.ts';
+import { WORKER_JOB_TYPE } from '../db/schema.ts';
+import { resumeTaskInstance } from '../deferral.ts';
+import { describeThrown, TaskExecutionTimeoutError } from '../errors.ts';
+import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
+import { TaskDeferred } from '../operators/task-deferred.ts';
+import { toJsonText } from '../serialization/json.ts';
+import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
+import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
+
+/** What the worker needs to run one task: its operator, and how failures and time are handled. */
+export interface ResolvedTask<Context extends TaskContext = TaskContext> {
+  readonly operator: BaseOperator<Context>;
+  readonly retry: RetryPolicy;
+  /** The whole task's time budget, deferrals included; null for none. */
+  readonly executionTimeoutMs: number | null;
+  /** The context execute() and resumed methods receive. */
+  context(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): Context | Promise<Context>;
+}
+
+/** Finds the task a claimed task instance runs (by importing its DAG file). Throws, naming the task, when it cannot. */
+export type TaskResolver = (taskInstance: ClaimedTaskInstance) => Promise<ResolvedTask<any>>;
+
+export interface WorkerOptions {
+  /** Task instances run at once (slots). */
+  readonly concurrency: number;
+  /** Pause between claims when there is nothing to claim or no free slot. */
+  readonly pollIntervalMs: number;
+  readonly heartbeatIntervalMs: number;
+  /** How long a stop waits for running tasks before handing them back for a retry. */
+  readonly shutdownGraceMs: number;
+  readonly hostname: string;
+}
+
+/*
+ * A worker's life:
+ *
+ *   new ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
+ *
+ * While running it claims scheduled task instances into free slots and runs each: start it
+ * (queued → running), execute() it or resume it at next_method, and record the outcome (see
+ * src/storage/task-instance-transitions.ts). A TaskDeferred is recorded with the core's
+ * deferTaskInstance and frees the slot at once. Its job row is heartbeated; a worker whose
+ * heartbeat goes stale has its task instances retried by the scheduler.
+ *
+ * stop(): claim nothing more, give running tasks `shutdownGraceMs` to finish, hand the others
+ * back as up_for_retry (retried, not lost), end the job row.
+ */
+export class Worker {
+  readonly storage: Storage;
+  #jobId: number | null = null;
+  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  readonly #running = new Map<number, Promise<void>>();
+  #loop: Promise<void> | null = null;
+  #wake: (() => void) | null = null;
+  #heartbeatTimer: NodeJS.Timeout | null = null;
+  #stopped: Promise<void> | null = null;
+
+  constructor(
+    private readonly database: Database,
+    readonly options: WorkerOptions,
+    private readonly resolve: TaskResolver,
+    readonly log: Logger,
+  ) {
+    this.storage = new Storage(database);
+  }
+
+  get jobId(): number | null {
+    return this.#jobId;
+  }
+
+  /** Task instances running in this worker's slots now. */
+  get runningCount(): number {
+    return this.#running.size;
+  }
+
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new Error(`worker already ${this.#state}`);
+    this.#jobId = await this.storage.registerJob({
+      jobType: WORKER_JOB_TYPE,
+      hostname: this.options.hostname,
+      pid: process.pid,
+      capacity: this.options.concurrency,
+    });
+    this.#state = 'running';
+    this.log.info({ job_id: this.#jobId, concurrency: this.options.concurrency }, `worker ${this.#jobId} started with ${this.options.concurrency} slot(s)`);
+    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.options.heartbeatIntervalMs);
+    this.#loop = this.#claimLoop();
+  }
+
+  stop(): Promise<void> {
+    this.#stopped ??= this.#shutdown();
+    return this.#stopped;
+  }
+
+  async #shutdown(): Promise<void> {
+    if (this.#state === 'new') {
+      this.#state = 'stopped';
+      return;
+    }
+    this.#state = 'stopping';
+    this.#wake?.();
+    await this.#loop;
+    const graceEnds = new Promise<void>((resolve) => setTimeout(resolve, this.options.shutdownGraceMs).unref());
+    await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
+    const jobId = this.#jobId!;
+    for (const taskInstanceId of this.#running.keys()) {
+      // Its code may still be running in this process, but the process is going: hand it back.
+      const handedBack = await this.storage.finishTaskInstance(taskInstanceId, jobId, { state: 'up_for_retry', readyAt: Date.now() });
+      if (handedBack) this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; it will be retried`);
+    }
+    clearInterval(this.#heartbeatTimer!);
+    await this.storage.endJob(jobId, 'success');
+    this.#state = 'stopped';
+    this.log.info({ job_id: jobId }, `worker ${jobId} stopped`);
+  }
+
+  async #claimLoop(): Promise<void> {
+    const worker = { jobId: this.#jobId!, hostname: this.options.hostname, pid: process.pid };
+    while (this.#state === 'running') {
+      const free = this.options.concurrency - this.#running.size;
+      let claimed: ClaimedTaskInstance[] = [];
+      if (free > 0) {
+        try {
+          claimed = await this.storage.claimTaskInstances(worker, free);
+        } catch (error) {
+          this.log.error({ error: describeThrown(error).error }, 'claiming task instances failed; retrying');
+        }
+      }
+      for (const taskInstance of claimed) {
+        const run = this.#run(taskInstance).finally(() => {
+          this.#running.delete(taskInstance.id);
+          this.#wake?.();
+        });
+        this.#running.set(taskInstance.id, run);
+      }
+      // Claim again at once while there is work and room; else wait for a slot or the poll.
+      if (claimed.length > 0 && claimed.length === free) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, this.options.pollIntervalMs);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = null;
+    }
+  }
+
+  async #run(taskInstance: ClaimedTaskInstance): Promise<void> {
+    const jobId = this.#jobId!;
+    const label = `${taskInstance.dagId}.${taskInstance.taskId} (run ${taskInstance.runId}, task instance ${taskInstance.id})`;
+    let task: ResolvedTask<any>;
+    try {
+      task = await this.resolve(taskInstance);
+    } catch (error) {
+      // No code to run: the try is spent like any failure, without retries (they would fail alike).
+      const started = await this.storage.startTaskInstance(taskInstance.id, jobId, null);
+      if (started) await this.#finish(taskInstance, label, { state: 'failed' }, error);
+      return;
+    }
+    const started = await this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs);
+    if (!started) return; // cleared or reaped meanwhile
+    this.log.info({ task_instance_id: taskInstance.id, try_number: started.tryNumber, next_method: started.nextMethod }, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
+    try {
+      const context = await task.context(taskInstance, started);
+      const work = started.nextMethod
+        ? resumeTaskInstance(this.database, taskInstance.id, task.operator, context)
+        : Promise.resolve().then(() => task.operator.execute(context));
+      const returned = await withDeadline(work, started.executionDeadline, label);
+      const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
+      await this.#finish(taskInstance, label, { state: 'success', returnValueJson });
+    } catch (error) {
+      if (error instanceof TaskDeferred) {
+        await this.storage.deferTaskInstance(taskInstance.id, error);
+        this.log.info({ task_instance_id: taskInstance.id, next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
+        return;
+      }
+      const outcome: TaskOutcome =
+        started.tryNumber <= task.retry.retries
+          ? { state: 'up_for_retry', readyAt: Date.now() + retryDelayMs(task.retry, started.tryNumber) }
+          : { state: 'failed' };
+      await this.#finish(taskInstance, label, outcome, error);
+    }
+  }
+
+  async #finish(taskInstance: ClaimedTaskInstance, label: string, outcome: TaskOutcome, error?: unknown): Promise<void> {
+    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#jobId!, outcome);
+    const fields = { task_instance_id: taskInstance.id, state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
+    if (!recorded) {
+      this.log.warn(fields, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
+    } else if (error === undefined) {
+      this.log.info(fields, `${label} ${outcome.state}`);
+    } else {
+      this.log.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
+    }
+  }
+
+  async #heartbeat(): Promise<void> {
+    try {
+      await this.storage.heartbeat(this.#jobId!);
+    } catch (error) {
+      this.log.error({ error: describeThrown(error).error }, 'heartbeat failed');
+    }
+  }
+}
+
+/**
+ * `work`, or a TaskExecutionTimeoutError at `deadline`. JavaScript cannot be preempted: the
+ * abandoned work may go on in the background, but its result is ignored.
+ */
+async function withDeadline<T>(work: Promise<T>, deadline: number | null, label: string): Promise<T> {
+  if (deadline === null) return work;
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TaskExecutionTimeoutError(label, deadline)), Math.max(0, deadline - Date.now()));
+  });
+  try {
+    return await Promise.race([work, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

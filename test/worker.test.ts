@@ -1,0 +1,179 @@
+// The worker in-process on both dialects: claimed task instances run, defer, resume, retry and
+// time out, judged by their rows. (DAG files and the scheduler come with the task runtime.)
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { BaseOperator, type TaskContext } from '../src/index.ts';
+import { NO_RETRIES, type RetryPolicy } from '../src/worker/retry-policy.ts';
+import { Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
+import * as t from './fixtures/test-triggers.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { createTaskInstance, LogCapture, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+class ReturnsRows extends BaseOperator {
+  execute() {
+    return { rows: 3 };
+  }
+}
+
+/** Fails until its attempt counter reaches `succeedOn`. */
+class Flaky extends BaseOperator {
+  attempts = 0;
+  constructor(readonly succeedOn: number) {
+    super();
+  }
+  execute() {
+    this.attempts++;
+    if (this.attempts < this.succeedOn) throw new Error(`flaky attempt ${this.attempts}`);
+    return 'finally';
+  }
+}
+
+/** Defers on a trigger, then returns what it was resumed with. */
+class DeferThenReport extends BaseOperator {
+  constructor(readonly trigger: () => import('../src/index.ts').BaseTrigger) {
+    super();
+  }
+  execute(): never {
+    return this.defer({ trigger: this.trigger(), method: 'report', kwargs: { asked: 'twice' } });
+  }
+  report(_context: TaskContext, event: unknown, kwargs: Record<string, unknown>) {
+    return { event, kwargs };
+  }
+}
+
+class Sleeps extends BaseOperator {
+  execute() {
+    return new Promise((resolve) => setTimeout(resolve, 60_000));
+  }
+}
+
+describe.each(testDialects)('worker on %s', (dialect) => {
+  const open: { databases: TestDatabase[]; workers: Worker[]; triggerers: TestTriggerer[] } = { databases: [], workers: [], triggerers: [] };
+  afterEach(async () => {
+    await Promise.all(open.workers.splice(0).map((w) => w.stop()));
+    await Promise.all(open.triggerers.splice(0).map((tr) => tr.stop()));
+    await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  });
+  const database = async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    return db;
+  };
+  /** A worker whose tasks are `operators[task_id]`. */
+  const startWorker = async (db: TestDatabase, operators: Record<string, BaseOperator>, settings: { retry?: RetryPolicy; executionTimeoutMs?: number; concurrency?: number } = {}) => {
+    const resolve: TaskResolver = async (ti) => {
+      const operator = operators[ti.taskId];
+      if (!operator) throw new Error(`no task ${ti.taskId}`);
+      const task: ResolvedTask = {
+        operator,
+        retry: settings.retry ?? NO_RETRIES,
+        executionTimeoutMs: settings.executionTimeoutMs ?? null,
+        context: (claimed, started) => ({
+          taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
+        }),
+      };
+      return task;
+    };
+    const logs = new LogCapture();
+    const worker = new Worker(
+      db,
+      { concurrency: settings.concurrency ?? 4, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' },
+      resolve,
+      pino({ level: 'debug' }, logs),
+    );
+    await worker.start();
+    open.workers.push(worker);
+    return { worker, logs };
+  };
+  const scheduled = (db: TestDatabase, taskId: string) => createTaskInstance(db, { state: 'scheduled', taskId });
+  const stateOf = async (db: TestDatabase, id: number) => (await taskInstance(db, id)).state;
+
+  it('runs a scheduled task instance to success and keeps its return value', async () => {
+    const db = await database();
+    const id = await scheduled(db, 'rows');
+    const { worker } = await startWorker(db, { rows: new ReturnsRows() });
+    await waitFor(async () => (await stateOf(db, id)) === 'success', { what: 'success' });
+    const row = await taskInstance(db, id);
+    expect(row).toMatchObject({ try_number: 1, hostname: 'test-worker', worker_job_id: null });
+    expect(JSON.parse(row.return_value!)).toEqual({ rows: 3 });
+    expect(worker.runningCount).toBe(0);
+  });
+
+  it('retries a failing task after its delay, then succeeds; a task with no retries left fails', async () => {
+    const db = await database();
+    const flaky = new Flaky(2);
+    const doomed = new Flaky(99);
+    const flakyId = await scheduled(db, 'flaky');
+    const doomedId = await scheduled(db, 'doomed');
+    const { logs } = await startWorker(db, { flaky, doomed }, { retry: { retries: 1, retryDelayMs: 200, exponentialBackoff: false, maxRetryDelayMs: null } });
+
+    await waitFor(async () => (await stateOf(db, flakyId)) === 'up_for_retry', { what: 'the first failure' });
+    const waiting = await taskInstance(db, flakyId);
+    expect(new Date(waiting.ready_at!).getTime() - new Date(waiting.updated_at!).getTime()).toBe(200);
+    const storage = open.workers[0]!.storage;
+    expect(await storage.scheduleReadyTaskInstances(new Date(waiting.ready_at!).getTime() - 1)).toBe(0);
+
+    // Do the scheduler's part until both are done: retries go back to scheduled once ready.
+    const finished = ['success', 'failed'];
+    await waitFor(
+      async () => {
+        await storage.scheduleReadyTaskInstances();
+        return finished.includes((await stateOf(db, flakyId))!) && finished.includes((await stateOf(db, doomedId))!);
+      },
+      { what: 'both tasks finished' },
+    );
+    expect(await taskInstance(db, flakyId)).toMatchObject({ state: 'success', try_number: 2 });
+    expect(await taskInstance(db, doomedId)).toMatchObject({ state: 'failed', try_number: 2 });
+    const doomedLines = logs.matching((l) => l.task_instance_id === doomedId && typeof l.error === 'string');
+    expect(doomedLines.map((l) => [l.state, l.error])).toEqual([
+      ['up_for_retry', 'Error: flaky attempt 1'],
+      ['failed', 'Error: flaky attempt 2'],
+    ]);
+  });
+
+  it('a deferring task frees its slot, and resumes at next_method with the event once the trigger fires', async () => {
+    const db = await database();
+    const id = await scheduled(db, 'waits');
+    const { worker } = await startWorker(db, { waits: new DeferThenReport(() => new t.DelayTrigger({ ms: 400 })), rows: new ReturnsRows() }, { concurrency: 1 });
+    await waitFor(async () => (await stateOf(db, id)) === 'deferred', { what: 'the deferral' });
+    expect(worker.runningCount).toBe(0);
+    // The one slot is free while it waits: another task runs to the end meanwhile.
+    const other = await scheduled(db, 'rows');
+    await waitFor(async () => (await stateOf(db, other)) === 'success', { what: 'the other task in the freed slot' });
+    expect(await stateOf(db, id)).toBe('deferred');
+    open.triggerers.push(await startTriggerer(db));
+    await waitFor(async () => (await stateOf(db, id)) === 'success', { what: 'the resumed task' });
+    const row = await taskInstance(db, id);
+    expect(JSON.parse(row.return_value!)).toEqual({ event: { slept: 400 }, kwargs: { asked: 'twice' } });
+    expect(row.try_number).toBe(1);
+  });
+
+  it('execution_timeout spans the deferral: a trigger that never fires fails the task at the deadline', async () => {
+    const db = await database();
+    const id = await scheduled(db, 'forever');
+    const { logs } = await startWorker(db, { forever: new DeferThenReport(() => new t.NeverTrigger({})) }, { executionTimeoutMs: 1000 });
+    open.triggerers.push(await startTriggerer(db));
+    await waitFor(async () => (await stateOf(db, id)) === 'deferred');
+    const deferred = await taskInstance(db, id);
+    expect(new Date(deferred.trigger_timeout!).getTime()).toBe(new Date(deferred.execution_deadline!).getTime());
+    await waitFor(async () => (await stateOf(db, id)) === 'failed', { what: 'the timeout failing the task', timeoutMs: 5000 });
+    const failed = await taskInstance(db, id);
+    expect(new Date(failed.end_date!).getTime()).toBeGreaterThanOrEqual(new Date(deferred.execution_deadline!).getTime());
+    const failure = logs.matching((l) => l.task_instance_id === id && l.state === 'failed')[0];
+    expect(String(failure?.error)).toMatch(/^TaskDeferralTimeout: /);
+  });
+
+  it('a stop hands a task that does not finish in the grace period back for a retry', async () => {
+    const db = await database();
+    const id = await scheduled(db, 'sleeps');
+    const { worker } = await startWorker(db, { sleeps: new Sleeps() });
+    await waitFor(async () => (await stateOf(db, id)) === 'running');
+    await worker.stop();
+    const row = await taskInstance(db, id);
+    expect(row).toMatchObject({ state: 'up_for_retry', worker_job_id: null, try_number: 1 });
+    const job = await db.db.selectFrom('job').selectAll().where('id', '=', worker.jobId!).executeTakeFirstOrThrow();
+    expect(job).toMatchObject({ job_type: 'WorkerJob', state: 'success' });
+  });
+});
