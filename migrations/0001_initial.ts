@@ -49,7 +49,7 @@ export async function up(db: Kysely<any>, adapter: DialectAdapter): Promise<void
       map_index integer not null default -1,
       try_number integer not null default 0,
       state text check (state in ('scheduled', 'queued', 'running', 'deferred', 'success', 'failed',
-                                  'up_for_retry', 'up_for_reschedule', 'skipped')),
+                                  'up_for_retry', 'up_for_reschedule', 'skipped', 'upstream_failed')),
       next_method text,
       next_kwargs ${sql.raw(json)},
       -- A plain foreign key: deleting a trigger never deletes a task instance.

@@ -82,7 +82,7 @@ table task_instance
   column return_value jsonb
   constraint task_instance_key UNIQUE (dag_id, task_id, run_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
-  constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text])))
+  constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text])))
   constraint task_instance_trigger_id_fkey FOREIGN KEY (trigger_id) REFERENCES trigger(id)
   constraint task_instance_trigger_only_when_deferred CHECK (((trigger_id IS NULL) OR COALESCE((state = 'deferred'::text), false)))
   index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (priority_weight DESC, id) WHERE (state = 'scheduled'::text)

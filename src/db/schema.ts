@@ -23,6 +23,8 @@ export const TASK_INSTANCE_STATES = [
   'up_for_retry',
   'up_for_reschedule',
   'skipped',
+  // Never ran: an upstream it needed failed (its trigger rule can no longer be met).
+  'upstream_failed',
 ] as const;
 export type TaskInstanceState = (typeof TASK_INSTANCE_STATES)[number];
 

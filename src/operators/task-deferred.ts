@@ -1,7 +1,7 @@
 import { InvalidOptionError } from '../errors.ts';
-import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject } from '../serialization/json.ts';
+import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { durationToMs, type DurationInput } from '../time/duration.ts';
-import { isTriggerClass, type BaseTrigger, type SerializedTrigger } from '../triggers/base-trigger.ts';
+import { isTriggerClass, triggerHash, type BaseTrigger, type SerializedTrigger } from '../triggers/base-trigger.ts';
 
 export interface DeferralRequest {
   /** What to wait for. */
@@ -54,8 +54,7 @@ export class TaskDeferred extends Error {
     assertJsonObject(serialized.kwargs, `${serialized.classpath} kwargs`);
     this.trigger = request.trigger;
     this.serializedTrigger = { classpath: serialized.classpath, kwargs: serialized.kwargs };
-    this.triggerHash =
-      request.deduplicate === false ? null : sha256Hex(canonicalJson({ classpath: serialized.classpath, kwargs: serialized.kwargs }));
+    this.triggerHash = request.deduplicate === false ? null : triggerHash(this.serializedTrigger);
     this.method = request.method;
     this.kwargs = kwargs;
     this.timeoutMs = request.timeout === undefined || request.timeout === null ? null : durationToMs(request.timeout, 'defer.timeout');

@@ -2,11 +2,25 @@ import { sql, type Transaction } from 'kysely';
 import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 import { TaskInstanceStateError } from '../errors.ts';
-import type { TaskDeferred } from '../operators/task-deferred.ts';
+import type { SerializedTrigger } from '../triggers/base-trigger.ts';
+import type { JsonObject } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
 
 /** States a task instance may defer from: running (an operator), or scheduled/queued (started from a trigger). */
 export const DEFERRABLE_STATES: readonly TaskInstanceState[] = ['running', 'queued', 'scheduled'];
+
+/**
+ * What a deferral records: a TaskDeferred an operator threw is one; the scheduler builds one
+ * from a serialized start trigger (it never holds a trigger object).
+ */
+export interface Deferral {
+  readonly serializedTrigger: SerializedTrigger;
+  /** triggerHash(serializedTrigger), or null to opt out of sharing the row with identical waits. */
+  readonly triggerHash: string | null;
+  readonly method: string;
+  readonly kwargs: JsonObject;
+  readonly timeoutMs: number | null;
+}
 
 export interface DeferResult {
   readonly triggerId: number;
@@ -23,7 +37,7 @@ export interface DeferResult {
 export async function deferTaskInstance(
   { db, adapter }: StorageContext,
   taskInstanceId: number,
-  deferral: TaskDeferred,
+  deferral: Deferral,
   now: number,
 ): Promise<DeferResult> {
   return db.transaction().execute(async (trx) => {
@@ -69,7 +83,7 @@ const LINK_ATTEMPTS = 5;
 async function linkTrigger(
   trx: Transaction<DatabaseSchema>,
   adapter: DialectAdapter,
-  deferral: TaskDeferred,
+  deferral: Deferral,
   priorityWeight: number,
   now: number,
 ): Promise<DeferResult> {

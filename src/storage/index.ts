@@ -1,8 +1,7 @@
 import type { Database } from '../db/connect.ts';
-import type { TaskDeferred } from '../operators/task-deferred.ts';
 import { claimTriggers, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
-import { deferTaskInstance, type DeferResult } from './defer-task-instance.ts';
+import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
@@ -10,6 +9,18 @@ import { listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwn
 import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
 import { scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
+import { createDagRun, type NewDagRun } from './create-dag-run.ts';
+import {
+  decideTaskInstances,
+  listUnfinishedDagRuns,
+  setDagRunState,
+  taskInstancesOfRun,
+  type RunTaskInstance,
+  type UnfinishedDagRun,
+} from './dag-run-progress.ts';
+import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-instances.ts';
+import type { DagRunState } from '../db/schema.ts';
+import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import {
   claimTaskInstances,
   finishTaskInstance,
@@ -23,8 +34,11 @@ import {
 export type { TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
 export type { MoveResult } from './move-deferred-task-instances.ts';
-export type { DeferResult } from './defer-task-instance.ts';
+export type { Deferral, DeferResult } from './defer-task-instance.ts';
 export type { JobFields } from './jobs.ts';
+export type { NewDagRun } from './create-dag-run.ts';
+export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
+export type { ReapResult } from './reap-zombie-task-instances.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 
@@ -130,11 +144,35 @@ export class Storage {
     return finishTaskInstance(this.#context, taskInstanceId, workerJobId, outcome, now);
   }
 
+  createDagRun(dag: SchedulerDag, run: NewDagRun, now = Date.now()): Promise<number | null> {
+    return createDagRun(this.#context, dag, run, now);
+  }
+
+  listUnfinishedDagRuns(limit: number): Promise<UnfinishedDagRun[]> {
+    return listUnfinishedDagRuns(this.#context, limit);
+  }
+
+  taskInstancesOfRun(dagId: string, runId: string): Promise<RunTaskInstance[]> {
+    return taskInstancesOfRun(this.#context, dagId, runId);
+  }
+
+  decideTaskInstances(ids: readonly number[], state: 'scheduled' | 'skipped' | 'upstream_failed', now = Date.now()): Promise<number[]> {
+    return decideTaskInstances(this.#context, ids, state, now);
+  }
+
+  setDagRunState(dagRunId: number, from: DagRunState, to: DagRunState, now = Date.now()): Promise<boolean> {
+    return setDagRunState(this.#context, dagRunId, from, to, now);
+  }
+
+  reapZombieTaskInstances(aliveSince: number, now = Date.now()): Promise<ReapResult> {
+    return reapZombieTaskInstances(this.#context, aliveSince, now);
+  }
+
   scheduleReadyTaskInstances(now = Date.now()): Promise<number> {
     return scheduleReadyTaskInstances(this.#context, now);
   }
 
-  deferTaskInstance(taskInstanceId: number, deferral: TaskDeferred, now = Date.now()): Promise<DeferResult> {
+  deferTaskInstance(taskInstanceId: number, deferral: Deferral, now = Date.now()): Promise<DeferResult> {
     return deferTaskInstance(this.#context, taskInstanceId, deferral, now);
   }
 }

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { JsonObject } from '../serialization/json.ts';
+import { canonicalJson, sha256Hex, type JsonObject } from '../serialization/json.ts';
 import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
 import type { TriggerEvent } from './trigger-event.ts';
 
@@ -97,4 +97,9 @@ export function classpathOf(cls: TriggerClass): string {
 /** Lends `runtime` to `trigger` (the runner's side of the protected helpers). */
 export function attachRuntime(trigger: BaseTrigger, runtime: TriggerRuntime): void {
   trigger[RUNTIME] = runtime;
+}
+
+/** sha256 of the canonical {classpath, kwargs}: identical waits share one trigger row. */
+export function triggerHash(serialized: SerializedTrigger): string {
+  return sha256Hex(canonicalJson({ classpath: serialized.classpath, kwargs: serialized.kwargs }));
 }

@@ -1,0 +1,35 @@
+import type { JsonObject } from '../serialization/json.ts';
+import type { TriggerRule } from './trigger-rules.ts';
+
+/**
+ * What the scheduler knows of a DAG: structure and settings, no code. It is read from the
+ * serialized DAG (never by importing the DAG file), so a slow or broken file cannot stall
+ * scheduling.
+ */
+export interface SchedulerDag {
+  readonly dagId: string;
+  /** The serialized version's hash, recorded on the runs it creates. */
+  readonly hash: string;
+  readonly tasks: readonly SchedulerTask[];
+}
+
+export interface SchedulerTask {
+  readonly taskId: string;
+  /** The operator's class name, for people reading the rows. */
+  readonly operator: string;
+  readonly upstreamTaskIds: readonly string[];
+  readonly triggerRule: TriggerRule;
+  readonly retries: number;
+  readonly priorityWeight: number;
+  /** Set for a task that starts from a trigger: the scheduler defers it, no worker slot needed. */
+  readonly startTrigger: StartTrigger | null;
+}
+
+export interface StartTrigger {
+  readonly classpath: string;
+  readonly kwargs: JsonObject;
+  /** The operator method the task resumes at when the trigger fires. */
+  readonly method: string;
+  readonly nextKwargs: JsonObject;
+  readonly timeoutMs: number | null;
+}

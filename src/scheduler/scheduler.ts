@@ -1,0 +1,166 @@
+import type { Logger } from 'pino';
+import type { Database } from '../db/connect.ts';
+import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
+import { describeThrown } from '../errors.ts';
+import { Storage, type UnfinishedDagRun } from '../storage/index.ts';
+import { triggerHash } from '../triggers/base-trigger.ts';
+import type { SchedulerDag, SchedulerTask } from './scheduler-dag.ts';
+import { decide, FINISHED_STATES } from './trigger-rules.ts';
+
+/** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
+export type DagSource = (dagId: string) => Promise<SchedulerDag | null>;
+
+export interface SchedulerOptions {
+  readonly pollIntervalMs: number;
+  readonly heartbeatIntervalMs: number;
+  /** A worker silent this long is dead: its task instances are retried or failed. */
+  readonly zombieThresholdMs: number;
+  /** Most unfinished DAG runs looked at in one pass. */
+  readonly runsPerPass: number;
+  readonly hostname: string;
+}
+
+/*
+ * A scheduler pass:
+ * - up_for_retry / up_for_reschedule task instances whose ready_at passed → scheduled;
+ * - task instances of dead workers (zombies) → scheduled (never started), up_for_retry or failed;
+ * - for each unfinished DAG run (queued → running on its first pass): every task instance with
+ *   no state whose trigger rule is met → scheduled (a start-from-trigger task is deferred at
+ *   once, no worker involved); one whose rule can no longer be met → skipped or upstream_failed;
+ *   once every task instance is finished, the run → success, or failed if a leaf task failed.
+ * Every write is conditional on the state it leaves, so several schedulers may run at once.
+ * The scheduler reads DAG structure through a DagSource and never imports DAG code.
+ */
+export class Scheduler {
+  readonly storage: Storage;
+  #jobId: number | null = null;
+  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  #loop: Promise<void> | null = null;
+  #wake: (() => void) | null = null;
+  #heartbeatTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    database: Database,
+    readonly options: SchedulerOptions,
+    private readonly dags: DagSource,
+    readonly log: Logger,
+  ) {
+    this.storage = new Storage(database);
+  }
+
+  get jobId(): number | null {
+    return this.#jobId;
+  }
+
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new Error(`scheduler already ${this.#state}`);
+    this.#jobId = await this.storage.registerJob({ jobType: SCHEDULER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: null });
+    this.#state = 'running';
+    this.log.info({ job_id: this.#jobId }, `scheduler ${this.#jobId} started`);
+    this.#heartbeatTimer = setInterval(() => {
+      this.storage.heartbeat(this.#jobId!).catch((error: unknown) => this.log.error({ error: describeThrown(error).error }, 'heartbeat failed'));
+    }, this.options.heartbeatIntervalMs);
+    this.#loop = this.#run();
+  }
+
+  async stop(): Promise<void> {
+    if (this.#state !== 'running') return;
+    this.#state = 'stopping';
+    this.#wake?.();
+    await this.#loop;
+    clearInterval(this.#heartbeatTimer!);
+    await this.storage.endJob(this.#jobId!, 'success');
+    this.#state = 'stopped';
+    this.log.info({ job_id: this.#jobId }, `scheduler ${this.#jobId} stopped`);
+  }
+
+  async #run(): Promise<void> {
+    while (this.#state === 'running') {
+      try {
+        await this.pass();
+      } catch (error) {
+        this.log.error({ error: describeThrown(error).error }, 'scheduler pass failed; retrying next pass');
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, this.options.pollIntervalMs);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = null;
+    }
+  }
+
+  /** One pass (see the top of this file). Public so a standalone process can drive it too. */
+  async pass(now = Date.now()): Promise<void> {
+    const ready = await this.storage.scheduleReadyTaskInstances(now);
+    if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
+    const reaped = await this.storage.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now);
+    if (reaped.requeued + reaped.retried + reaped.failed > 0) {
+      this.log.warn({ ...reaped }, `task instances of dead workers: ${reaped.requeued} requeued, ${reaped.retried} to retry, ${reaped.failed} failed`);
+    }
+    const dags = new Map<string, SchedulerDag | null>();
+    for (const run of await this.storage.listUnfinishedDagRuns(this.options.runsPerPass)) {
+      if (!dags.has(run.dagId)) dags.set(run.dagId, await this.dags(run.dagId));
+      const dag = dags.get(run.dagId)!;
+      if (!dag) {
+        this.log.warn({ dag_id: run.dagId, run_id: run.runId }, `DAG ${run.dagId} is not among the serialized DAGs; run ${run.runId} waits`);
+        continue;
+      }
+      await this.#advance(run, dag, now);
+    }
+  }
+
+  async #advance(run: UnfinishedDagRun, dag: SchedulerDag, now: number): Promise<void> {
+    if (run.state === 'queued' && (await this.storage.setDagRunState(run.id, 'queued', 'running', now))) {
+      this.log.info({ dag_id: run.dagId, run_id: run.runId }, `DAG run ${run.dagId} ${run.runId} running`);
+    }
+    const instances = await this.storage.taskInstancesOfRun(run.dagId, run.runId);
+    const stateOf = new Map(instances.map((ti) => [ti.taskId, ti.state]));
+    const tasks = new Map(dag.tasks.map((task) => [task.taskId, task]));
+    const decided = { scheduled: [] as number[], skipped: [] as number[], upstream_failed: [] as number[] };
+    for (const ti of instances) {
+      const task = tasks.get(ti.taskId);
+      if (ti.state !== null || !task) continue;
+      const decision = decide(task.triggerRule, task.upstreamTaskIds.map((id) => stateOf.get(id) ?? null));
+      if (decision === 'schedule') decided.scheduled.push(ti.id);
+      else if (decision === 'skip') decided.skipped.push(ti.id);
+      else if (decision === 'upstream_failed') decided.upstream_failed.push(ti.id);
+    }
+    const scheduled = await this.storage.decideTaskInstances(decided.scheduled, 'scheduled', now);
+    await this.storage.decideTaskInstances(decided.skipped, 'skipped', now);
+    await this.storage.decideTaskInstances(decided.upstream_failed, 'upstream_failed', now);
+    await this.#deferStartTriggers(instances.filter((ti) => scheduled.includes(ti.id)), tasks, now);
+
+    const changed = decided.skipped.length + decided.upstream_failed.length + scheduled.length > 0;
+    const states = changed ? new Map((await this.storage.taskInstancesOfRun(run.dagId, run.runId)).map((ti) => [ti.taskId, ti.state])) : stateOf;
+    if (![...states.values()].every((state) => state !== null && FINISHED_STATES.includes(state))) return;
+    const outcome = leavesSucceeded(dag, states) ? 'success' : 'failed';
+    if (await this.storage.setDagRunState(run.id, 'running', outcome, now)) {
+      this.log.info({ dag_id: run.dagId, run_id: run.runId, state: outcome }, `DAG run ${run.dagId} ${run.runId} ${outcome}`);
+    }
+  }
+
+  /** Tasks that start from a trigger go straight from scheduled to deferred: no worker slot. */
+  async #deferStartTriggers(scheduled: readonly { id: number; taskId: string }[], tasks: ReadonlyMap<string, SchedulerTask>, now: number): Promise<void> {
+    for (const ti of scheduled) {
+      const start = tasks.get(ti.taskId)?.startTrigger;
+      if (!start) continue;
+      const serializedTrigger = { classpath: start.classpath, kwargs: start.kwargs };
+      await this.storage.deferTaskInstance(
+        ti.id,
+        { serializedTrigger, triggerHash: triggerHash(serializedTrigger), method: start.method, kwargs: start.nextKwargs, timeoutMs: start.timeoutMs },
+        now,
+      );
+    }
+  }
+}
+
+/** A run succeeds when every leaf task (one nothing depends on) succeeded or was skipped. */
+function leavesSucceeded(dag: SchedulerDag, states: ReadonlyMap<string, TaskInstanceState | null>): boolean {
+  const upstreamOfSomething = new Set(dag.tasks.flatMap((task) => task.upstreamTaskIds));
+  return dag.tasks
+    .filter((task) => !upstreamOfSomething.has(task.taskId))
+    .every((task) => states.get(task.taskId) === 'success' || states.get(task.taskId) === 'skipped');
+}

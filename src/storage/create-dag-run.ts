@@ -1,0 +1,59 @@
+import { toDbTime, type DagRunType } from '../db/schema.ts';
+import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
+import type { JsonObject } from '../serialization/json.ts';
+import type { StorageContext } from './context.ts';
+
+export interface NewDagRun {
+  readonly runId: string;
+  readonly runType: DagRunType;
+  readonly logicalDate: number;
+  readonly conf: JsonObject;
+  readonly dataInterval?: { readonly start: number; readonly end: number };
+}
+
+/**
+ * In one transaction: the dag_run row (queued) and a task instance with no state for each of
+ * the DAG's tasks. A run whose run id or logical date the DAG already has is not created again
+ * (two schedulers, or a repeated trigger, meet at the unique keys): null then.
+ */
+export async function createDagRun({ db, adapter }: StorageContext, dag: SchedulerDag, run: NewDagRun, now: number): Promise<number | null> {
+  return db.transaction().execute(async (trx) => {
+    const inserted = await trx
+      .insertInto('dag_run')
+      .values({
+        dag_id: dag.dagId,
+        run_id: run.runId,
+        run_type: run.runType,
+        logical_date: toDbTime(run.logicalDate),
+        data_interval_start: run.dataInterval ? toDbTime(run.dataInterval.start) : null,
+        data_interval_end: run.dataInterval ? toDbTime(run.dataInterval.end) : null,
+        state: 'queued',
+        conf: adapter.jsonParam(JSON.stringify(run.conf)),
+        dag_hash: dag.hash,
+        created_at: toDbTime(now),
+        updated_at: toDbTime(now),
+      })
+      .onConflict((conflict) => conflict.doNothing())
+      .returning('id')
+      .executeTakeFirst();
+    if (!inserted) return null;
+    if (dag.tasks.length > 0) {
+      await trx
+        .insertInto('task_instance')
+        .values(
+          dag.tasks.map((task) => ({
+            dag_id: dag.dagId,
+            task_id: task.taskId,
+            run_id: run.runId,
+            state: null,
+            operator: task.operator,
+            max_tries: task.retries,
+            priority_weight: task.priorityWeight,
+            updated_at: toDbTime(now),
+          })),
+        )
+        .execute();
+    }
+    return inserted.id;
+  });
+}

@@ -1,0 +1,82 @@
+import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../db/schema.ts';
+import type { JsonObject } from '../serialization/json.ts';
+import type { StorageContext } from './context.ts';
+
+export interface UnfinishedDagRun {
+  readonly id: number;
+  readonly dagId: string;
+  readonly runId: string;
+  readonly state: DagRunState;
+  readonly logicalDate: number;
+  readonly conf: JsonObject;
+}
+
+/** Queued and running DAG runs, oldest first. */
+export async function listUnfinishedDagRuns({ db }: StorageContext, limit: number): Promise<UnfinishedDagRun[]> {
+  const rows = await db
+    .selectFrom('dag_run')
+    .select(['id', 'dag_id', 'run_id', 'state', 'logical_date', 'conf'])
+    .where('state', 'in', ['queued', 'running'])
+    .orderBy('logical_date')
+    .orderBy('id')
+    .limit(limit)
+    .execute();
+  return rows.map((row) => ({
+    id: row.id,
+    dagId: row.dag_id,
+    runId: row.run_id,
+    state: row.state,
+    logicalDate: fromDbTime(row.logical_date),
+    conf: JSON.parse(row.conf) as JsonObject,
+  }));
+}
+
+export interface RunTaskInstance {
+  readonly id: number;
+  readonly taskId: string;
+  readonly state: TaskInstanceState | null;
+}
+
+export async function taskInstancesOfRun({ db }: StorageContext, dagId: string, runId: string): Promise<RunTaskInstance[]> {
+  const rows = await db.selectFrom('task_instance').select(['id', 'task_id', 'state']).where('dag_id', '=', dagId).where('run_id', '=', runId).execute();
+  return rows.map((row) => ({ id: row.id, taskId: row.task_id, state: row.state }));
+}
+
+/**
+ * Task instances with no state yet go to `state` (scheduled, skipped or upstream_failed): the
+ * scheduler's decision from their trigger rules. Conditional on still having no state, so two
+ * schedulers deciding at once change each row once. Returns the ids it changed.
+ */
+export async function decideTaskInstances(
+  { db, adapter }: StorageContext,
+  ids: readonly number[],
+  state: 'scheduled' | 'skipped' | 'upstream_failed',
+  now: number,
+): Promise<number[]> {
+  if (ids.length === 0) return [];
+  const finished = state !== 'scheduled';
+  const rows = await db
+    .updateTable('task_instance')
+    .set({ state, updated_at: toDbTime(now), ...(finished ? { end_date: toDbTime(now) } : {}) })
+    .where(adapter.idIn('id', ids))
+    .where('state', 'is', null)
+    .returning('id')
+    .execute();
+  return rows.map((row) => row.id);
+}
+
+/** A queued run starts; a running one ends as success or failed. Conditional on the state it leaves. */
+export async function setDagRunState({ db }: StorageContext, dagRunId: number, from: DagRunState, to: DagRunState, now: number): Promise<boolean> {
+  const result = await db
+    .updateTable('dag_run')
+    .set({
+      state: to,
+      updated_at: toDbTime(now),
+      ...(to === 'running' ? { start_date: toDbTime(now) } : {}),
+      ...(to === 'success' || to === 'failed' ? { end_date: toDbTime(now) } : {}),
+    })
+    .where('id', '=', dagRunId)
+    .where('state', '=', from)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}

@@ -1,0 +1,175 @@
+// Scheduler, worker and triggerer together in one process, on both dialects: DAG runs move
+// through their tasks by trigger rules, deferrals free slots, start-from-trigger tasks need no
+// worker, dead workers' tasks are retried. DAG structure comes from a SchedulerDag, as the
+// scheduler reads it from serialized DAGs.
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { BaseOperator, type TaskContext } from '../../src/index.ts';
+import { Scheduler } from '../../src/scheduler/scheduler.ts';
+import type { SchedulerDag, SchedulerTask } from '../../src/scheduler/scheduler-dag.ts';
+import { NO_RETRIES } from '../../src/worker/retry-policy.ts';
+import { Worker, type TaskResolver } from '../../src/worker/worker.ts';
+import * as t from '../fixtures/test-triggers.ts';
+import { dropTestDatabases, testDialects } from '../support/databases.ts';
+import { LogCapture, migratedDatabase, startTriggerer, waitFor, type TestDatabase, type TestTriggerer } from '../support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+class Returns extends BaseOperator {
+  constructor(readonly value: unknown) {
+    super();
+  }
+  execute() {
+    return this.value;
+  }
+}
+class Fails extends BaseOperator {
+  execute(): never {
+    throw new Error('extract failed');
+  }
+}
+class WaitsThenReturns extends BaseOperator {
+  execute(): never {
+    return this.defer({ trigger: new t.DelayTrigger({ ms: 300 }), method: 'done' });
+  }
+  done(_context: TaskContext, event: unknown) {
+    return { resumedWith: event };
+  }
+}
+/** Resumed only: it starts from a trigger, so execute() must never run. */
+class StartsFromTrigger extends BaseOperator {
+  execute(): never {
+    throw new Error('execute() ran for a start-from-trigger task');
+  }
+  fired(_context: TaskContext, event: unknown, kwargs: Record<string, unknown>) {
+    return { event, kwargs };
+  }
+}
+
+const task = (taskId: string, upstreamTaskIds: string[] = [], more: Partial<SchedulerTask> = {}): SchedulerTask => ({
+  taskId,
+  operator: 'TestOperator',
+  upstreamTaskIds,
+  triggerRule: 'all_success',
+  retries: 0,
+  priorityWeight: 1,
+  startTrigger: null,
+  ...more,
+});
+
+describe.each(testDialects)('scheduler on %s', (dialect) => {
+  const open: { databases: TestDatabase[]; stops: (() => Promise<void>)[]; triggerers: TestTriggerer[] } = { databases: [], stops: [], triggerers: [] };
+  afterEach(async () => {
+    for (const stop of open.stops.splice(0).reverse()) await stop();
+    await Promise.all(open.triggerers.splice(0).map((tr) => tr.stop()));
+    await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  });
+
+  /** A database, a scheduler that knows `dag`, a worker running `operators`, a triggerer. */
+  async function runtime(dag: SchedulerDag, operators: Record<string, BaseOperator>, { zombieThresholdMs = 30_000 } = {}) {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const logs = new LogCapture();
+    const log = pino({ level: 'debug' }, logs);
+    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs, runsPerPass: 100, hostname: 'test' }, async (id) => (id === dag.dagId ? dag : null), log);
+    const resolve: TaskResolver = async (ti) => ({
+      operator: operators[ti.taskId]!,
+      retry: NO_RETRIES,
+      executionTimeoutMs: null,
+      context: (claimed, started) => ({ taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber } }),
+    });
+    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' }, resolve, log);
+    return {
+      db,
+      logs,
+      scheduler,
+      worker,
+      start: async () => {
+        await scheduler.start();
+        open.stops.push(() => scheduler.stop());
+        await worker.start();
+        open.stops.push(() => worker.stop());
+        open.triggerers.push(await startTriggerer(db));
+      },
+      run: (runId: string) => scheduler.storage.createDagRun(dag, { runId, runType: 'manual', logicalDate: Date.now(), conf: {} }),
+      states: async (runId: string) => Object.fromEntries((await scheduler.storage.taskInstancesOfRun(dag.dagId, runId)).map((ti) => [ti.taskId, ti.state])),
+      runState: async (runId: string) => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', runId).executeTakeFirstOrThrow()).state,
+    };
+  }
+
+  it('runs a DAG run through its dependencies, a deferral in the middle, to success', async () => {
+    const dag: SchedulerDag = { dagId: 'etl', hash: 'h1', tasks: [task('extract'), task('wait', ['extract']), task('load', ['wait'])] };
+    const rt = await runtime(dag, { extract: new Returns(1), wait: new WaitsThenReturns(), load: new Returns('loaded') });
+    await rt.run('manual__1');
+    await rt.start();
+    await waitFor(async () => (await rt.runState('manual__1')) === 'success', { what: 'the run to succeed' });
+    expect(await rt.states('manual__1')).toEqual({ extract: 'success', wait: 'success', load: 'success' });
+    const rows = await rt.db.db.selectFrom('task_instance').select(['task_id', 'start_date', 'end_date', 'return_value']).execute();
+    const byTask = Object.fromEntries(rows.map((row) => [row.task_id, row]));
+    expect(JSON.parse(byTask.wait!.return_value!)).toEqual({ resumedWith: { slept: 300 } });
+    expect(new Date(byTask.load!.start_date!).getTime()).toBeGreaterThanOrEqual(new Date(byTask.wait!.end_date!).getTime());
+    expect(new Date(byTask.wait!.start_date!).getTime()).toBeGreaterThanOrEqual(new Date(byTask.extract!.end_date!).getTime());
+  });
+
+  it('a failed task fails its all_success downstream as upstream_failed, lets all_done run, and fails the run', async () => {
+    const dag: SchedulerDag = {
+      dagId: 'fragile',
+      hash: 'h1',
+      tasks: [task('extract'), task('load', ['extract']), task('report', ['load']), task('cleanup', ['extract'], { triggerRule: 'all_done' })],
+    };
+    const rt = await runtime(dag, { extract: new Fails(), load: new Returns(1), report: new Returns(2), cleanup: new Returns('cleaned') });
+    await rt.run('manual__1');
+    await rt.start();
+    await waitFor(async () => (await rt.runState('manual__1')) === 'failed', { what: 'the run to fail' });
+    expect(await rt.states('manual__1')).toEqual({ extract: 'failed', load: 'upstream_failed', report: 'upstream_failed', cleanup: 'success' });
+  });
+
+  it('a task that starts from a trigger is deferred by the scheduler, never runs execute(), and resumes at its method', async () => {
+    const dag: SchedulerDag = {
+      dagId: 'sensor',
+      hash: 'h1',
+      tasks: [task('await_file', [], { startTrigger: { classpath: 'test.DelayTrigger', kwargs: { ms: 200 }, method: 'fired', nextKwargs: { why: 'start' }, timeoutMs: null } })],
+    };
+    const rt = await runtime(dag, { await_file: new StartsFromTrigger() });
+    await rt.run('manual__1');
+    await rt.scheduler.start();
+    open.stops.push(() => rt.scheduler.stop());
+    await waitFor(async () => (await rt.states('manual__1')).await_file === 'deferred', { what: 'the deferral by the scheduler' });
+    const deferred = await rt.db.db.selectFrom('task_instance').selectAll().where('task_id', '=', 'await_file').executeTakeFirstOrThrow();
+    expect(deferred).toMatchObject({ hostname: null, worker_job_id: null, try_number: 0, next_method: 'fired' });
+    await rt.worker.start();
+    open.stops.push(() => rt.worker.stop());
+    open.triggerers.push(await startTriggerer(rt.db));
+    await waitFor(async () => (await rt.runState('manual__1')) === 'success', { what: 'the run to succeed' });
+    const done = await rt.db.db.selectFrom('task_instance').select('return_value').where('task_id', '=', 'await_file').executeTakeFirstOrThrow();
+    expect(JSON.parse(done.return_value!)).toEqual({ event: { slept: 200 }, kwargs: { why: 'start' } });
+  });
+
+  it('task instances of a worker whose heartbeat went stale are retried (or requeued) and finish elsewhere', async () => {
+    const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', tasks: [task('was_running', [], { retries: 1 }), task('was_queued'), task('no_tries_left')] };
+    const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
+    await rt.run('manual__1');
+    const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
+    const set = (taskId: string, state: 'running' | 'queued', tryNumber: number) =>
+      rt.db.db.updateTable('task_instance').set({ state, worker_job_id: dead, try_number: tryNumber }).where('task_id', '=', taskId).execute();
+    await set('was_running', 'running', 1);
+    await set('was_queued', 'queued', 0);
+    await set('no_tries_left', 'running', 1);
+    await rt.start();
+    await waitFor(async () => (await rt.runState('manual__1')) !== 'running' && (await rt.runState('manual__1')) !== 'queued', { what: 'the run to finish' });
+    expect(await rt.states('manual__1')).toEqual({ was_running: 'success', was_queued: 'success', no_tries_left: 'failed' });
+    const tries = Object.fromEntries((await rt.db.db.selectFrom('task_instance').select(['task_id', 'try_number']).execute()).map((r) => [r.task_id, r.try_number]));
+    expect(tries).toEqual({ was_running: 2, was_queued: 1, no_tries_left: 1 });
+    expect(await rt.runState('manual__1')).toBe('failed');
+  });
+
+  it('the same run id or logical date is never created twice', async () => {
+    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', tasks: [task('only')] };
+    const rt = await runtime(dag, {});
+    const at = Date.now();
+    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(expect.any(Number));
+    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at + 1, conf: {} })).toBeNull();
+    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__b', runType: 'scheduled', logicalDate: at, conf: {} })).toBeNull();
+    expect(await rt.db.db.selectFrom('task_instance').select('id').execute()).toHaveLength(1);
+  });
+});
