@@ -121,6 +121,22 @@ describe.each(testDialects)('migrations on %s', (dialect) => {
     expect(await migrationRows(databases[0]!)).toEqual(MIGRATION_NAMES);
   });
 
+  it.runIf(dialect === 'postgres')('migrating looks at its own schema only: another schema and its tables do not matter', async () => {
+    const database = await migrated();
+    const other = await freshDatabaseUrl('postgres');
+    const otherDatabase = opened(other);
+    // A same-named bookkeeping table elsewhere, and a serial column (what kysely's own
+    // introspector resolved per table, across every schema, racing concurrent drops).
+    await sql`create table deferflow_migration (name text, timestamp text, id serial)`.execute(otherDatabase.db);
+    const tables = await database.db.introspection.getTables();
+    const schema = (await sql<{ name: string }>`select current_schema() as name`.execute(database.db)).rows[0]!.name;
+    expect(new Set(tables.map((table) => table.schema))).toEqual(new Set([schema]));
+    expect(tables.map((table) => table.name)).toEqual(expect.arrayContaining(['deferflow_migration', 'task_instance', 'trigger']));
+    // Each schema keeps its own migration history.
+    expect(await migrateToLatest(otherDatabase)).toEqual(MIGRATION_NAMES);
+    expect(await migrateToLatest(database)).toEqual([]);
+  });
+
   it(`db schema on a freshly migrated database prints the committed migrations/schema/${dialect}.sql`, async () => {
     const database = await migrated();
     const committedFile = path.join(MIGRATIONS_DIR, 'schema', `${dialect}.sql`);

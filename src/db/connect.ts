@@ -8,12 +8,14 @@ import {
   SqliteDialect,
   SqliteDriver,
   type DatabaseConnection,
+  type DatabaseIntrospector,
   type DialectAdapter as KyselyAdapter,
   type Driver,
 } from 'kysely';
 import pg from 'pg';
 import { parseDatabaseUrl, type DatabaseTarget } from './database-url.ts';
 import { postgresAdapter, sqliteAdapter, type DialectAdapter } from './dialect.ts';
+import { CurrentSchemaIntrospector } from './postgres-introspector.ts';
 import type { DatabaseSchema } from './schema.ts';
 
 export interface Database {
@@ -33,7 +35,7 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
   const db =
     target.dialect === 'sqlite'
       ? new Kysely<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(openSqlite(target.file)) })
-      : new Kysely<DatabaseSchema>({ dialect: new PostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
+      : new Kysely<DatabaseSchema>({ dialect: new CurrentSchemaPostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
   const adapter = target.dialect === 'sqlite' ? sqliteAdapter : postgresAdapter;
   return { db, adapter, target, close: () => db.destroy() };
 }
@@ -73,6 +75,13 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
   // query gets a fresh client.
   pool.on('error', () => {});
   return pool;
+}
+
+/** PostgreSQL, introspected in the current schema only (see postgres-introspector.ts). */
+class CurrentSchemaPostgresDialect extends PostgresDialect {
+  override createIntrospector(db: Kysely<any>): DatabaseIntrospector {
+    return new CurrentSchemaIntrospector(db);
+  }
 }
 
 /**
