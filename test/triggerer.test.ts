@@ -186,21 +186,28 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     for (const w of warnings) expect(Number(w.blocked_ms)).toBeGreaterThanOrEqual(290);
   });
 
-  it('stops a trigger it no longer owns or that was deleted, running its cleanup', async () => {
+  it('stops a trigger taken over by a peer with cleanup() only, and one whose task instance was cleared with onKill() then cleanup()', async () => {
     const db = await database();
     const file = path.join(os.tmpdir(), `deferflow-cleanup-${process.pid}-${Date.now()}.log`);
     writeFileSync(file, '');
     const moved = await deferOnto(db, new t.NeverTrigger({ file, tag: 'moved' }));
     const cleared = await deferOnto(db, new t.NeverTrigger({ file, tag: 'cleared' }));
-    const tr = await triggerer(db, {}, { cleanupIntervalMs: 100 });
-    await waitFor(() => readFileSync(file, 'utf8').includes('start cleared'), { what: 'both started' });
-    const otherJob = await new Storage(db).registerJob({ jobType: 'TriggererJob', hostname: 'elsewhere', pid: 1, capacity: 10 });
+    const tr = await triggerer(db);
+    await waitFor(() => readFileSync(file, 'utf8').includes('start cleared') && readFileSync(file, 'utf8').includes('start moved'), { what: 'both started' });
+    const storage = new Storage(db);
+    const otherJob = await storage.registerJob({ jobType: 'TriggererJob', hostname: 'elsewhere', pid: 1, capacity: 10 });
     await db.db.updateTable('trigger').set({ triggerer_id: otherJob }).where('id', '=', moved.triggerId).execute();
-    await db.db.updateTable('task_instance').set({ state: 'skipped', trigger_id: null }).where('id', '=', cleared.id).execute();
+    expect(await storage.clearTaskInstances([{ id: cleared.id, retries: 2 }])).toEqual({ cleared: 1, deletedTriggers: 1 });
+
     await waitFor(() => readFileSync(file, 'utf8').includes('cleanup moved') && readFileSync(file, 'utf8').includes('cleanup cleared'), { what: 'cleanups' });
+    const lines = readFileSync(file, 'utf8').trim().split('\n').map((line) => line.split(' ').slice(0, 2).join(' '));
+    expect(lines.filter((line) => !line.startsWith('start'))).toEqual(expect.arrayContaining(['kill cleared', 'cleanup cleared', 'cleanup moved']));
+    expect(lines).not.toContain('kill moved');
+    expect(lines.indexOf('kill cleared')).toBeLessThan(lines.indexOf('cleanup cleared'));
     expect(tr.triggerer.heldTriggerIds).toEqual([]);
-    expect(await db.db.selectFrom('trigger').select('id').where('id', '=', cleared.triggerId).execute()).toEqual([]);
     expect((await taskInstance(db, moved.id)).state).toBe('deferred');
+    const clearedRow = await taskInstance(db, cleared.id);
+    expect(clearedRow).toMatchObject({ state: null, trigger_id: null, next_method: null, next_kwargs: null, max_tries: 2 });
   });
 
   it('aborts the signal of a cancelled trigger, whether run() takes it as a parameter or reads this.signal', async () => {

@@ -5,11 +5,12 @@ import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
-import { listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
+import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
 import { scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import { createDagRun, type NewDagRun } from './create-dag-run.ts';
+import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
 import {
   decideTaskInstances,
   listUnfinishedDagRuns,
@@ -37,6 +38,7 @@ export type { MoveResult } from './move-deferred-task-instances.ts';
 export type { Deferral, DeferResult } from './defer-task-instance.ts';
 export type { JobFields } from './jobs.ts';
 export type { NewDagRun } from './create-dag-run.ts';
+export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult } from './reap-zombie-task-instances.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
@@ -87,6 +89,10 @@ export class Storage {
 
   listOwnedTriggerIds(jobId: number): Promise<number[]> {
     return listOwnedTriggerIds(this.#context, jobId);
+  }
+
+  existingTriggerIds(ids: readonly number[]): Promise<number[]> {
+    return existingTriggerIds(this.#context, ids);
   }
 
   ownedTriggersDigest(jobId: number): Promise<OwnedDigest> {
@@ -142,6 +148,10 @@ export class Storage {
 
   finishTaskInstance(taskInstanceId: number, workerJobId: number, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
     return finishTaskInstance(this.#context, taskInstanceId, workerJobId, outcome, now);
+  }
+
+  clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], now = Date.now()): Promise<ClearResult> {
+    return clearTaskInstances(this.#context, taskInstances, now);
   }
 
   createDagRun(dag: SchedulerDag, run: NewDagRun, now = Date.now()): Promise<number | null> {

@@ -39,3 +39,10 @@ export async function releaseOwnedTriggers({ db }: StorageContext, jobId: number
   const result = await db.updateTable('trigger').set({ triggerer_id: null }).where('triggerer_id', '=', jobId).executeTakeFirst();
   return Number(result.numUpdatedRows);
 }
+
+/** Which of the given trigger ids still have a row. */
+export async function existingTriggerIds({ db, adapter }: StorageContext, ids: readonly number[]): Promise<number[]> {
+  if (ids.length === 0) return [];
+  const rows = await db.selectFrom('trigger').select('id').where(adapter.idIn('id', ids)).execute();
+  return rows.map((row) => row.id);
+}

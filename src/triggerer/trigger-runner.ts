@@ -199,15 +199,19 @@ export class TriggerRunner {
     this.#step(run);
   }
 
-  /** Stops a trigger without writing anything (ownership lost, row deleted, shutdown). */
-  cancel(triggerId: number): Promise<void> {
+  /**
+   * Stops a trigger without writing anything. `killed`: nothing waits on it any more (its row
+   * was deleted, its task instances cleared): onKill() runs before cleanup(). Otherwise (lost
+   * ownership, shutdown) another triggerer may run it next, and only cleanup() runs.
+   */
+  cancel(triggerId: number, killed = false): Promise<void> {
     if (this.#unbuildable.delete(triggerId)) this.#released(triggerId);
     const run = this.#runs.get(triggerId);
     if (!run) return Promise.resolve();
     this.#runs.delete(triggerId);
     this.#released(triggerId);
     if (run.state === 'running') run.state = 'stopped';
-    return this.#stopRun(run);
+    return this.#stopRun(run, killed);
   }
 
   /** Cancels every running trigger, waiting up to `timeoutMs` for their cleanups. */
@@ -292,12 +296,22 @@ export class TriggerRunner {
     this.outcomes.failure(triggerId, { ...failure, reason: 'trigger_failure' });
   }
 
-  async #stopRun(run: TriggerRun): Promise<void> {
+  async #stopRun(run: TriggerRun, killed = false): Promise<void> {
     if (run.cleanupStarted) return;
     run.cleanupStarted = true;
     this.#timers.cancel(run, CANCELLED);
     run.abort();
     run.generator?.return(undefined).catch(() => {});
+    if (killed) {
+      try {
+        await run.trigger.onKill();
+      } catch (error) {
+        this.log.warn(
+          { trigger_id: run.id, classpath: run.classpath, error: describeThrown(error).error },
+          `trigger ${run.id} (${run.classpath}) onKill failed`,
+        );
+      }
+    }
     try {
       await run.trigger.cleanup();
     } catch (error) {

@@ -218,10 +218,14 @@ export class Triggerer {
     const owned = await this.storage.listOwnedTriggerIds(jobId);
     this.#runner.markLoopEdge();
     const ownedSet = new Set(owned);
-    for (const id of this.#runner.heldIds()) {
-      if (!ownedSet.has(id) && this.#runner.isRunning(id)) {
-        this.log.info({ trigger_id: id }, `trigger ${id} is no longer ours (deleted or taken over); stopping it`);
-        void this.#runner.cancel(id);
+    const lost = this.#runner.heldIds().filter((id) => !ownedSet.has(id) && this.#runner.isRunning(id));
+    if (lost.length > 0) {
+      // A row still there belongs to another triggerer now; a row gone was abandoned (killed).
+      const elsewhere = new Set(await this.storage.existingTriggerIds(lost));
+      for (const id of lost) {
+        const killed = !elsewhere.has(id);
+        this.log.info({ trigger_id: id, killed }, `trigger ${id} is no longer ours (${killed ? 'nothing waits on it' : 'taken over'}); stopping it`);
+        void this.#runner.cancel(id, killed);
       }
     }
     if (this.#state !== 'running') return owned.length;

@@ -38,6 +38,10 @@ const RUNTIME = Symbol('deferflow.triggerRuntime');
  *   hundred bytes each, at 100,000 triggers), and `this.signal` still makes one on demand.
  * - `cleanup()` (optional): release what run() opened; it runs whenever the trigger stops
  *   (fired, failed, cancelled, moved to another triggerer).
+ * - `onKill()` (optional): the wait was abandoned for good (its task instances were cleared or
+ *   finished otherwise, so its row is gone): stop what it started outside this process, e.g.
+ *   cancel a remote job. It runs before cleanup(), and not when the trigger merely moves to
+ *   another triggerer, which runs it on.
  *
  * The triggerer finds a class by its classpath: a subclass's own `static classpath`, else its
  * class name.
@@ -60,6 +64,8 @@ export abstract class BaseTrigger {
   }
 
   async cleanup(): Promise<void> {}
+
+  async onKill(): Promise<void> {}
 
   /** Sleeps `ms` milliseconds; see sleepUntil. */
   protected sleep(ms: number): Promise<void> {

@@ -1,0 +1,60 @@
+import { sql } from 'kysely';
+import { toDbTime } from '../db/schema.ts';
+import type { StorageContext } from './context.ts';
+import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+
+export interface TaskInstanceToClear {
+  readonly id: number;
+  /** The task's retries now (from its DAG): a cleared task instance gets that many again. */
+  readonly retries: number;
+}
+
+export interface ClearResult {
+  readonly cleared: number;
+  /** Triggers nothing waits on any more: their triggerers stop them and run onKill(). */
+  readonly deletedTriggers: number;
+}
+
+/**
+ * Airflow's clear: the task instances go back to no state, for the scheduler to run again,
+ * with `retries` more tries (max_tries = try_number + retries); what they were waiting on,
+ * returned or resumed at is forgotten. In the same transaction the triggers they were deferred
+ * on are deleted when nothing else waits on them, so their triggerer stops them promptly. A
+ * worker still running one finds it no longer its own and drops its outcome.
+ */
+export async function clearTaskInstances({ db, adapter }: StorageContext, taskInstances: readonly TaskInstanceToClear[], now: number): Promise<ClearResult> {
+  if (taskInstances.length === 0) return { cleared: 0, deletedTriggers: 0 };
+  return db.transaction().execute(async (trx) => {
+    const ids = taskInstances.map((ti) => ti.id);
+    const waitingOn = await trx.selectFrom('task_instance').select('trigger_id').where(adapter.idIn('id', ids)).where('trigger_id', 'is not', null).execute();
+    const triggerIds = [...new Set(waitingOn.map((row) => row.trigger_id!))].sort((a, b) => a - b);
+    // Trigger rows first, in id order, as event writes and the timeout sweep lock them.
+    if (triggerIds.length > 0) await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
+    let cleared = 0;
+    const byRetries = new Map<number, TaskInstanceToClear[]>();
+    for (const ti of taskInstances) byRetries.set(ti.retries, [...(byRetries.get(ti.retries) ?? []), ti]);
+    for (const [retries, group] of byRetries) {
+      const result = await trx
+        .updateTable('task_instance')
+        .set({
+          state: null,
+          max_tries: sql<number>`try_number + ${retries}`,
+          trigger_id: null,
+          trigger_timeout: null,
+          next_method: null,
+          next_kwargs: null,
+          ready_at: null,
+          execution_deadline: null,
+          worker_job_id: null,
+          return_value: null,
+          end_date: null,
+          updated_at: toDbTime(now),
+        })
+        .where(adapter.idIn('id', group.map((ti) => ti.id)))
+        .executeTakeFirst();
+      cleared += Number(result.numUpdatedRows);
+    }
+    const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter }, triggerIds);
+    return { cleared, deletedTriggers };
+  });
+}
