@@ -16,6 +16,8 @@
  * | DF_TASK_INSTANCE_STATE       | a task instance is not in the state an operation needs              |
  * | DF_UNKNOWN_NEXT_METHOD       | a resumed task names a method its operator does not have            |
  * | DF_TASK_EXECUTION_TIMEOUT    | a task ran past its execution_timeout (deferrals included)          |
+ * | DF_INVALID_DAG               | a DAG or task is malformed: bad id, duplicate, cycle, unknown task  |
+ * | DF_INVALID_SERIALIZED_DAG    | a stored serialized DAG fails validation (names the field)          |
  */
 
 export type DeferflowErrorCode =
@@ -30,7 +32,9 @@ export type DeferflowErrorCode =
   | 'DF_TASK_DEFERRAL_TIMEOUT'
   | 'DF_TASK_INSTANCE_STATE'
   | 'DF_UNKNOWN_NEXT_METHOD'
-  | 'DF_TASK_EXECUTION_TIMEOUT';
+  | 'DF_TASK_EXECUTION_TIMEOUT'
+  | 'DF_INVALID_DAG'
+  | 'DF_INVALID_SERIALIZED_DAG';
 
 export class DeferflowError extends Error {
   readonly code: DeferflowErrorCode;
@@ -122,6 +126,20 @@ export class UnknownNextMethodError extends DeferflowError {
 export class TaskExecutionTimeoutError extends DeferflowError {
   constructor(task: string, deadline: number) {
     super('DF_TASK_EXECUTION_TIMEOUT', `${task} ran past its execution timeout (${new Date(deadline).toISOString()})`);
+  }
+}
+
+/** A DAG or task definition is malformed; the message names the DAG and task. */
+export class InvalidDagError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_DAG', message);
+  }
+}
+
+/** A serialized DAG read from the database does not have the shape this version writes. */
+export class InvalidSerializedDagError extends DeferflowError {
+  constructor(dagId: string, field: string, why: string) {
+    super('DF_INVALID_SERIALIZED_DAG', `serialized DAG ${JSON.stringify(dagId)}: ${field} ${why}`);
   }
 }
 

@@ -3,7 +3,8 @@
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
 export { TriggerEvent } from './triggers/trigger-event.ts';
 export { TriggerRegistry } from './triggers/registry.ts';
-export { BaseOperator, type TaskContext, type TaskInstanceRef } from './operators/base-operator.ts';
+export { BaseOperator, chain, type TaskContext, type TaskDefaults, type TaskInstanceRef, type TaskOptions, type TaskOrTasks, type StartTriggerOptions } from './operators/base-operator.ts';
+export { Dag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { openDatabase, type Database } from './db/connect.ts';

@@ -1,3 +1,8 @@
+import { InvalidDagError } from '../errors.ts';
+import type { TriggerRule } from '../scheduler/trigger-rules.ts';
+import type { JsonObject } from '../serialization/json.ts';
+import type { DurationInput } from '../time/duration.ts';
+import type { BaseTrigger } from '../triggers/base-trigger.ts';
 import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
 
 /** What a running task sees of itself. */
@@ -14,15 +19,112 @@ export interface TaskContext {
   readonly taskInstance: TaskInstanceRef;
 }
 
+/** Settings a task takes from its DAG's default args unless it sets its own. */
+export interface TaskDefaults {
+  /** Retries after the first try. Default 0. */
+  readonly retries?: number;
+  /** Wait before a retry (luxon Duration or seconds). Default 300 s. */
+  readonly retryDelay?: DurationInput;
+  /** Double the wait after each further failure. Default false. */
+  readonly retryExponentialBackoff?: boolean;
+  /** Cap on the wait between tries (with backoff). Default none. */
+  readonly maxRetryDelay?: DurationInput | null;
+  /** The whole task's time budget, deferrals included. Default none. */
+  readonly executionTimeout?: DurationInput | null;
+  /** Claimed before lower weights, by workers and triggerers alike. Default 1. */
+  readonly priorityWeight?: number;
+  /** When the task may run, given its upstreams. Default all_success. */
+  readonly triggerRule?: TriggerRule;
+}
+
+/**
+ * A task that starts from a trigger (Airflow's start_from_trigger): the scheduler defers it at
+ * once, no worker slot taken, and it resumes at `method` when the trigger fires.
+ */
+export interface StartTriggerOptions {
+  readonly trigger: BaseTrigger;
+  readonly method: string;
+  readonly kwargs?: JsonObject;
+  readonly timeout?: DurationInput | null;
+}
+
+export interface TaskOptions extends TaskDefaults {
+  /** Letters, digits, `_`, `-` and `.`; unique within its DAG. */
+  readonly taskId: string;
+  /** Task params, laid over the DAG's params. */
+  readonly params?: JsonObject;
+  readonly startTrigger?: StartTriggerOptions;
+}
+
+/** What can be chained: one task, or several side by side. */
+export type TaskOrTasks = BaseOperator<any> | readonly BaseOperator<any>[];
+
+const TASK_ID = /^[A-Za-z0-9_.-]+$/;
+
 /**
  * An operator does a task's work in execute(). One that must wait calls this.defer(...),
  * which throws TaskDeferred: the worker records the deferral and frees its slot, and when the
  * trigger fires the task resumes at `method`, called as `method(context, event, kwargs)`.
+ *
+ * In a DAG, an operator is a task: `new MyOperator({ taskId: 'extract', retries: 2 })`, added
+ * with `dag.add(...)`, and ordered with `extract.then(transform).then(load)` or
+ * `extract.then([a, b])`. An operator used on its own (no DAG) needs no options.
  */
 export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
+  readonly #options: TaskOptions | undefined;
+  readonly #upstream = new Set<BaseOperator<any>>();
+  /** The DAG that owns this task, once added (its dag_id). */
+  dagId: string | null = null;
+
+  constructor(options?: TaskOptions) {
+    if (options !== undefined) {
+      if (typeof options.taskId !== 'string' || !TASK_ID.test(options.taskId)) {
+        throw new InvalidDagError(`task id ${JSON.stringify(options.taskId)} must be letters, digits, "_", "-" or "."`);
+      }
+      this.#options = Object.freeze({ ...options });
+    }
+  }
+
   abstract execute(context: Context): unknown;
 
   defer(request: DeferralRequest): never {
     throw new TaskDeferred(request);
+  }
+
+  /** The task id, or an error for an operator made without options (it cannot be a task). */
+  get taskId(): string {
+    if (!this.#options) throw new InvalidDagError(`${this.constructor.name} has no taskId: pass { taskId } to its constructor to use it in a DAG`);
+    return this.#options.taskId;
+  }
+
+  /** The options given to the constructor (frozen). */
+  get taskOptions(): TaskOptions {
+    this.taskId; // throws with the explanation when there are none
+    return this.#options!;
+  }
+
+  /** The tasks this one waits for. */
+  get upstream(): ReadonlySet<BaseOperator<any>> {
+    return this.#upstream;
+  }
+
+  /**
+   * Makes `next` (a task, or several) run after this one, and returns it, so chains read in
+   * order: `extract.then(transform).then(load)`, `start.then([a, b])`.
+   */
+  then<Next extends TaskOrTasks>(next: Next): Next {
+    for (const task of Array.isArray(next) ? next : [next as BaseOperator<any>]) task.#upstream.add(this);
+    return next;
+  }
+}
+
+/**
+ * Each step runs after the one before: `chain(extract, [clean, enrich], load)` makes clean and
+ * enrich wait for extract, and load wait for both (Airflow's chain).
+ */
+export function chain(...steps: readonly TaskOrTasks[]): void {
+  for (let i = 1; i < steps.length; i++) {
+    const before = steps[i - 1]!;
+    for (const task of Array.isArray(before) ? before : [before as BaseOperator<any>]) task.then(steps[i]!);
   }
 }

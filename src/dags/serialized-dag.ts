@@ -1,0 +1,143 @@
+import { InvalidDagError, InvalidSerializedDagError } from '../errors.ts';
+import type { SchedulerDag, SchedulerTask } from '../scheduler/scheduler-dag.ts';
+import { TRIGGER_RULES } from '../scheduler/trigger-rules.ts';
+import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../serialization/json.ts';
+import { durationToMs } from '../time/duration.ts';
+import type { Dag } from './dag.ts';
+import { taskSettings } from './task-settings.ts';
+
+/** The version of the JSON below; a reader refuses any other. */
+export const SERIALIZED_DAG_VERSION = 1;
+
+/*
+ * A DAG as JSON (the AIP-24 design): everything the scheduler and the CLI need, and no code.
+ * Task settings are stored resolved (task option, else default arg, else built-in default).
+ *
+ *   { "__version": 1,
+ *     "dag": { "dag_id", "fileloc", "description", "tags", "params",
+ *              "tasks": [ { "task_id", "operator", "upstream_task_ids" (sorted), "trigger_rule",
+ *                           "retries", "retry_delay_ms", "retry_exponential_backoff",
+ *                           "max_retry_delay_ms", "execution_timeout_ms", "priority_weight",
+ *                           "params", "start_trigger": null | { "classpath", "kwargs",
+ *                           "method", "next_kwargs", "timeout_ms" } } ] } }
+ *
+ * A function among params is stored as { "__callable": "<its name>" }; other non-JSON values
+ * are refused, naming the DAG, task and field.
+ */
+export interface SerializedDag {
+  readonly data: JsonObject;
+  /** sha256 of the canonical JSON: rows are rewritten only when it changes. */
+  readonly hash: string;
+}
+
+export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
+  dag.validate();
+  const tasks = [...dag.tasks]
+    .sort((a, b) => (a.taskId < b.taskId ? -1 : 1))
+    .map((task) => {
+      const settings = taskSettings(dag, task);
+      const where = `DAG ${dag.dagId}, task ${task.taskId}`;
+      const start = task.taskOptions.startTrigger;
+      let startTrigger: JsonValue = null;
+      if (start) {
+        const serialized = start.trigger.serialize();
+        startTrigger = {
+          classpath: serialized.classpath,
+          kwargs: jsonOf(serialized.kwargs, `${where}: startTrigger kwargs`),
+          method: start.method,
+          next_kwargs: jsonOf(start.kwargs ?? {}, `${where}: startTrigger.kwargs`),
+          timeout_ms: start.timeout === undefined || start.timeout === null ? null : durationToMs(start.timeout, `${where}: startTrigger.timeout`),
+        };
+      }
+      return {
+        task_id: task.taskId,
+        operator: task.constructor.name,
+        upstream_task_ids: [...task.upstream].map((upstream) => upstream.taskId).sort(),
+        trigger_rule: settings.triggerRule,
+        retries: settings.retry.retries,
+        retry_delay_ms: settings.retry.retryDelayMs,
+        retry_exponential_backoff: settings.retry.exponentialBackoff,
+        max_retry_delay_ms: settings.retry.maxRetryDelayMs,
+        execution_timeout_ms: settings.executionTimeoutMs,
+        priority_weight: settings.priorityWeight,
+        params: jsonOf(task.taskOptions.params ?? {}, `${where}: params`),
+        start_trigger: startTrigger,
+      };
+    });
+  const data: JsonObject = {
+    __version: SERIALIZED_DAG_VERSION,
+    dag: {
+      dag_id: dag.dagId,
+      fileloc,
+      description: dag.options.description ?? null,
+      tags: [...(dag.options.tags ?? [])],
+      params: jsonOf(dag.options.params ?? {}, `DAG ${dag.dagId}: params`),
+      tasks,
+    },
+  };
+  return { data, hash: sha256Hex(canonicalJson(data)) };
+}
+
+/** Functions become { "__callable": name }; anything else must already be JSON. */
+function jsonOf(value: object, where: string): JsonObject {
+  const replaced = replaceCallables(value);
+  try {
+    assertJsonObject(replaced, where);
+  } catch (error) {
+    throw new InvalidDagError((error as Error).message);
+  }
+  return replaced;
+}
+
+function replaceCallables(value: unknown): any {
+  if (typeof value === 'function') return { __callable: value.name || '(anonymous)' };
+  if (Array.isArray(value)) return value.map(replaceCallables);
+  if (value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype) {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, replaceCallables(item)]));
+  }
+  return value;
+}
+
+/** Reads a stored serialized DAG for the scheduler, checking its version and shape. */
+export function toSchedulerDag(dagId: string, dataText: string, hash: string): SchedulerDag {
+  const bad = (field: string, why: string) => new InvalidSerializedDagError(dagId, field, why);
+  let data: any;
+  try {
+    data = JSON.parse(dataText);
+  } catch {
+    throw bad('data', 'is not JSON');
+  }
+  if (data?.__version !== SERIALIZED_DAG_VERSION) throw bad('__version', `is ${JSON.stringify(data?.__version)}; this deferflow reads version ${SERIALIZED_DAG_VERSION}`);
+  const dag = data.dag;
+  if (dag?.dag_id !== dagId) throw bad('dag.dag_id', `is ${JSON.stringify(dag?.dag_id)}`);
+  if (!Array.isArray(dag.tasks)) throw bad('dag.tasks', 'is not a list');
+  const ids = new Set<string>(dag.tasks.map((task: any) => task?.task_id));
+  const tasks: SchedulerTask[] = dag.tasks.map((task: any, index: number): SchedulerTask => {
+    const at = `dag.tasks[${index}]`;
+    const text = (field: string) => {
+      if (typeof task?.[field] !== 'string' || task[field] === '') throw bad(`${at}.${field}`, 'is not a non-empty string');
+      return task[field] as string;
+    };
+    const whole = (field: string, min: number) => {
+      if (!Number.isInteger(task?.[field]) || task[field] < min) throw bad(`${at}.${field}`, `is not a whole number >= ${min}`);
+      return task[field] as number;
+    };
+    const upstream = task.upstream_task_ids;
+    if (!Array.isArray(upstream) || !upstream.every((id: unknown) => typeof id === 'string' && ids.has(id))) throw bad(`${at}.upstream_task_ids`, 'names a task the DAG does not have');
+    if (!TRIGGER_RULES.includes(task.trigger_rule)) throw bad(`${at}.trigger_rule`, `is not one of ${TRIGGER_RULES.join(', ')}`);
+    const start = task.start_trigger;
+    if (start !== null && (typeof start?.classpath !== 'string' || typeof start.method !== 'string' || typeof start.kwargs !== 'object' || typeof start.next_kwargs !== 'object')) {
+      throw bad(`${at}.start_trigger`, 'is neither null nor { classpath, kwargs, method, next_kwargs, timeout_ms }');
+    }
+    return Object.freeze({
+      taskId: text('task_id'),
+      operator: text('operator'),
+      upstreamTaskIds: Object.freeze([...upstream]),
+      triggerRule: task.trigger_rule,
+      retries: whole('retries', 0),
+      priorityWeight: whole('priority_weight', Number.MIN_SAFE_INTEGER),
+      startTrigger: start === null ? null : Object.freeze({ classpath: start.classpath, kwargs: start.kwargs, method: start.method, nextKwargs: start.next_kwargs, timeoutMs: start.timeout_ms ?? null }),
+    });
+  });
+  return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks) });
+}
