@@ -162,7 +162,7 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const failed = await taskInstance(db, id);
     expect(new Date(failed.end_date!).getTime()).toBeGreaterThanOrEqual(new Date(deferred.execution_deadline!).getTime());
     const failure = logs.matching((l) => l.task_instance_id === id && l.state === 'failed')[0];
-    expect(String(failure?.error)).toMatch(/^TaskDeferralTimeout: /);
+    expect(String(failure?.error)).toMatch(/^TaskExecutionTimeoutError: test_dag\.forever .* ran past its execution timeout/);
   });
 
   it('a stop hands a task that does not finish in the grace period back for a retry', async () => {

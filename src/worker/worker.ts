@@ -164,6 +164,10 @@ export class Worker {
     if (!started) return; // cleared or reaped meanwhile
     this.log.info({ task_instance_id: taskInstance.id, try_number: started.tryNumber, next_method: started.nextMethod }, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
     try {
+      // Out of time already (its deferral timed out at the deadline): nothing more may run.
+      if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
+        throw new TaskExecutionTimeoutError(label, started.executionDeadline);
+      }
       const context = await task.context(taskInstance, started);
       const work = started.nextMethod
         ? resumeTaskInstance(this.database, taskInstance.id, task.operator, context)
@@ -177,16 +181,17 @@ export class Worker {
         this.log.info({ task_instance_id: taskInstance.id, next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
         return;
       }
+      const now = Date.now();
       const outcome: TaskOutcome =
         started.tryNumber <= task.retry.retries
-          ? { state: 'up_for_retry', readyAt: Date.now() + retryDelayMs(task.retry, started.tryNumber) }
+          ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) }
           : { state: 'failed' };
-      await this.#finish(taskInstance, label, outcome, error);
+      await this.#finish(taskInstance, label, outcome, error, now);
     }
   }
 
-  async #finish(taskInstance: ClaimedTaskInstance, label: string, outcome: TaskOutcome, error?: unknown): Promise<void> {
-    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#jobId!, outcome);
+  async #finish(taskInstance: ClaimedTaskInstance, label: string, outcome: TaskOutcome, error?: unknown, now = Date.now()): Promise<void> {
+    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#jobId!, outcome, now);
     const fields = { task_instance_id: taskInstance.id, state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
     if (!recorded) {
       this.log.warn(fields, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
