@@ -214,7 +214,9 @@ describe('triggerer --trigger-module', () => {
     const ti = await taskInstance(database, id);
     expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: 'resume' });
     expect(ti.next_kwargs).toEqual({ note: 'kept', event: message });
-    expect(await database.db.selectFrom('trigger').select('id').where('id', '=', triggerId).execute()).toEqual([]);
+    await waitFor(async () => (await database.db.selectFrom('trigger').select('id').where('id', '=', triggerId).execute()).length === 0, {
+      what: 'the fired trigger deleted',
+    });
 
     tr.kill('SIGTERM');
     expect(await exitOf(tr)).toEqual({ code: 0, signal: null });

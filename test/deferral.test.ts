@@ -232,6 +232,6 @@ describe('deferral races on postgres', () => {
     expect(joined).toBeGreaterThan(0);
     const moved = tr.logs.matching((l) => l.kind === 'event').reduce((s, l) => s + Number(l.moved_task_instances), 0);
     expect(moved).toBe(240);
-    expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('id').execute()).length === 0, { what: 'the fired triggers deleted' });
   });
 });
