@@ -148,5 +148,17 @@ export function describeThrown(thrown: unknown): { error: string; traceback: str
   if (thrown instanceof Error) {
     return { error: `${thrown.name}: ${thrown.message}`, traceback: thrown.stack ?? null };
   }
+  // An error-like object from another realm or loader, or anything else thrown.
+  if (typeof thrown === 'object' && thrown !== null && typeof (thrown as { message?: unknown }).message === 'string') {
+    const { name, message, stack } = thrown as { name?: unknown; message: string; stack?: unknown };
+    return { error: `${typeof name === 'string' ? name : 'Error'}: ${message}`, traceback: typeof stack === 'string' ? stack : null };
+  }
+  if (typeof thrown === 'object' && thrown !== null) {
+    try {
+      return { error: JSON.stringify(thrown), traceback: null };
+    } catch {
+      // not serializable: fall through
+    }
+  }
   return { error: String(thrown), traceback: null };
 }

@@ -4,8 +4,8 @@ export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './trigge
 export { TriggerEvent } from './triggers/trigger-event.ts';
 export { TriggerRegistry } from './triggers/registry.ts';
 export { BaseOperator, chain, type TaskContext, type TaskDefaults, type TaskInstanceRef, type TaskOptions, type TaskOrTasks, type StartTriggerOptions } from './operators/base-operator.ts';
-export { Dag, type DagOptions } from './dags/dag.ts';
-export { TaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
+export { Dag, isDag, type DagOptions } from './dags/dag.ts';
+export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { openDatabase, type Database } from './db/connect.ts';
 export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './db/database-url.ts';

@@ -14,6 +14,14 @@ export interface DagOptions {
 }
 
 const DAG_ID = /^[A-Za-z0-9_.-]+$/;
+// A registered symbol, not instanceof: a DAG file loaded as CommonJS (a .ts file outside a
+// "type": "module" package) gets its own copy of deferflow's classes.
+const DAG_BRAND = Symbol.for('deferflow.Dag');
+
+/** Whether `value` is a Dag, from this copy of deferflow or another. */
+export function isDag(value: unknown): value is Dag {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[DAG_BRAND] === true;
+}
 
 /**
  * A DAG: tasks and the order they run in. Tasks join with `dag.add(...)`; their order comes
@@ -21,6 +29,7 @@ const DAG_ID = /^[A-Za-z0-9_.-]+$/;
  * no cycle: `validate()` (called by the loader) refuses anything else, naming the task.
  */
 export class Dag {
+  readonly [DAG_BRAND] = true;
   readonly dagId: string;
   readonly options: DagOptions;
   readonly #tasks = new Map<string, BaseOperator<any>>();

@@ -24,7 +24,17 @@ export interface DeferralRequest {
  * Everything is checked and serialized here, so a non-JSON kwarg fails in the operator's own
  * stack, at the defer() call, not later on the triggerer.
  */
+// A registered symbol, not instanceof: an operator from a DAG file loaded as CommonJS throws
+// its own copy of this class.
+const TASK_DEFERRED_BRAND = Symbol.for('deferflow.TaskDeferred');
+
+/** Whether `thrown` is a TaskDeferred, from this copy of deferflow or another. */
+export function isTaskDeferred(thrown: unknown): thrown is TaskDeferred {
+  return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[TASK_DEFERRED_BRAND] === true;
+}
+
 export class TaskDeferred extends Error {
+  readonly [TASK_DEFERRED_BRAND] = true;
   readonly trigger: BaseTrigger;
   readonly serializedTrigger: SerializedTrigger;
   /** sha256 of the canonical {classpath, kwargs}; null when deduplication is off. */

@@ -4,7 +4,7 @@ import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { resumeTaskInstance } from '../deferral.ts';
 import { describeThrown, TaskExecutionTimeoutError } from '../errors.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
-import { TaskDeferred } from '../operators/task-deferred.ts';
+import { isTaskDeferred } from '../operators/task-deferred.ts';
 import { toJsonText } from '../serialization/json.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
@@ -176,7 +176,7 @@ export class Worker {
       const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
       await this.#finish(taskInstance, label, { state: 'success', returnValueJson });
     } catch (error) {
-      if (error instanceof TaskDeferred) {
+      if (isTaskDeferred(error)) {
         await this.storage.deferTaskInstance(taskInstance.id, error);
         this.log.info({ task_instance_id: taskInstance.id, next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
         return;

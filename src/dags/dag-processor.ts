@@ -1,0 +1,46 @@
+import type { Database } from '../db/connect.ts';
+import { markMissingDagsDeleted, readSerializedDag, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
+import type { DagSource } from '../scheduler/scheduler.ts';
+import { loadDagFolder, type DagFileError } from './loader.ts';
+import { SERIALIZED_DAG_VERSION, serializeDag, toSchedulerDag } from './serialized-dag.ts';
+
+export interface ProcessResult {
+  readonly written: Readonly<Record<string, SerializedDagWrite>>;
+  readonly deleted: readonly string[];
+  readonly errors: readonly DagFileError[];
+}
+
+/**
+ * DAG processing: loads the DAG folder and records what the scheduler and the CLI read instead
+ * of DAG code: each DAG's serialized JSON (rewritten only when its hash changed), DAGs gone from
+ * the folder marked deleted, and one import error per file that could not be loaded.
+ */
+export async function processDagFolder(database: Database, folder: string, now = Date.now()): Promise<ProcessResult> {
+  const context = { db: database.db, adapter: database.adapter };
+  const loaded = await loadDagFolder(folder);
+  const errors: DagFileError[] = [...loaded.errors];
+  const written: Record<string, SerializedDagWrite> = {};
+  for (const { dag, fileloc } of loaded.dags) {
+    let serialized;
+    try {
+      serialized = serializeDag(dag, fileloc);
+    } catch (error) {
+      errors.push({ fileloc, message: (error as Error).message });
+      continue;
+    }
+    written[dag.dagId] = await writeSerializedDag(context, { dagId: dag.dagId, fileloc, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION }, now);
+  }
+  const brokenFiles = [...new Set(errors.map((error) => error.fileloc))];
+  const deleted = await markMissingDagsDeleted(context, Object.keys(written), brokenFiles, now);
+  await replaceImportErrors(context, errors, now);
+  return { written, deleted, errors };
+}
+
+/** The scheduler's view of DAGs: the serialized rows, never DAG code. */
+export function serializedDagSource(database: Database): DagSource {
+  const context = { db: database.db, adapter: database.adapter };
+  return async (dagId) => {
+    const row = await readSerializedDag(context, dagId);
+    return row === null ? null : toSchedulerDag(dagId, row.data, row.hash);
+  };
+}

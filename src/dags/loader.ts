@@ -1,0 +1,97 @@
+import { readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { describeThrown } from '../errors.ts';
+import { isDag, type Dag } from './dag.ts';
+
+export interface LoadedDag {
+  readonly dag: Dag;
+  /** The absolute path of the file that defines it. */
+  readonly fileloc: string;
+}
+
+export interface DagFileError {
+  readonly fileloc: string;
+  readonly message: string;
+}
+
+export interface DagFolder {
+  readonly dags: readonly LoadedDag[];
+  /** Files that could not be loaded (or whose DAGs are invalid), with why; the others load. */
+  readonly errors: readonly DagFileError[];
+  /** Every DAG file found, loaded or not. */
+  readonly files: readonly string[];
+}
+
+const DAG_FILE = /\.(ts|mts|js|mjs)$/;
+
+/**
+ * Imports every DAG file under `folder` (recursively; names starting with `_` or `.`, and
+ * node_modules, are skipped) and collects the Dag objects each exports, validated. A file that
+ * fails to import, or defines an invalid DAG or a dag_id another file already defined, is
+ * reported in `errors` and never stops the others. Files are imported afresh each time (the
+ * URL carries the file's mtime), so an edited file is picked up by the next load. `.ts` files
+ * load without a build step.
+ */
+export async function loadDagFolder(folder: string): Promise<DagFolder> {
+  const files = await dagFiles(path.resolve(folder));
+  const dags: LoadedDag[] = [];
+  const errors: DagFileError[] = [];
+  const definedIn = new Map<string, string>();
+  for (const fileloc of files) {
+    let exports: Record<string, unknown>;
+    try {
+      exports = await importDagFile(fileloc);
+    } catch (error) {
+      errors.push({ fileloc, message: `could not be loaded: ${describeThrown(error).error}` });
+      continue;
+    }
+    const found = [...new Set(Object.values(exports).filter(isDag))];
+    const problems: string[] = [];
+    for (const dag of found) {
+      try {
+        dag.validate();
+      } catch (error) {
+        problems.push(describeThrown(error).error);
+        continue;
+      }
+      const earlier = definedIn.get(dag.dagId);
+      if (earlier !== undefined) {
+        problems.push(`DAG ${dag.dagId} is already defined in ${earlier}`);
+        continue;
+      }
+      definedIn.set(dag.dagId, fileloc);
+      dags.push({ dag, fileloc });
+    }
+    if (problems.length > 0) errors.push({ fileloc, message: problems.join('; ') });
+  }
+  return { dags, errors, files };
+}
+
+/** Imports one DAG file as it is now (the URL carries its mtime, so an edit is seen). */
+async function importDagFile(fileloc: string): Promise<Record<string, unknown>> {
+  // Whole microseconds: a '.' in the URL would read as a file extension to some loaders (vite).
+  const mtime = Math.round((await stat(fileloc)).mtimeMs * 1000);
+  return (await import(`${pathToFileURL(fileloc).href}?mtime=${mtime}`)) as Record<string, unknown>;
+}
+
+/** The DAG `dagId` as defined in `fileloc` now, validated; throws, naming both, when it is not there. */
+export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {
+  const exports = await importDagFile(fileloc);
+  const dag = Object.values(exports).find((value): value is Dag => isDag(value) && value.dagId === dagId);
+  if (!dag) throw new Error(`${fileloc} no longer defines DAG ${dagId}`);
+  dag.validate();
+  return dag;
+}
+
+async function dagFiles(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const files: string[] = [];
+  for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    if (entry.name.startsWith('_') || entry.name.startsWith('.') || entry.name === 'node_modules') continue;
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) files.push(...(await dagFiles(full)));
+    else if (entry.isFile() && DAG_FILE.test(entry.name) && !entry.name.endsWith('.d.ts')) files.push(full);
+  }
+  return files;
+}

@@ -1,0 +1,67 @@
+import { toDbTime } from '../db/schema.ts';
+import type { JsonObject } from '../serialization/json.ts';
+import type { StorageContext } from './context.ts';
+
+export type SerializedDagWrite = 'created' | 'updated' | 'unchanged';
+
+/**
+ * Stores a DAG's serialized JSON, rewriting the row only when the hash changed (or the DAG
+ * comes back after being marked deleted), so an unchanged DAG costs one conditional statement.
+ */
+export async function writeSerializedDag(
+  { db, adapter }: StorageContext,
+  dag: { dagId: string; fileloc: string; data: JsonObject; hash: string; schemaVersion: number },
+  now: number,
+): Promise<SerializedDagWrite> {
+  const existing = await db.selectFrom('serialized_dag').select(['hash', 'deleted_at']).where('dag_id', '=', dag.dagId).executeTakeFirst();
+  if (existing && existing.hash === dag.hash && existing.deleted_at === null) return 'unchanged';
+  const values = {
+    fileloc: dag.fileloc,
+    data: adapter.jsonParam(JSON.stringify(dag.data)),
+    hash: dag.hash,
+    schema_version: dag.schemaVersion,
+    last_updated: toDbTime(now),
+    deleted_at: null,
+  };
+  await db
+    .insertInto('serialized_dag')
+    .values({ dag_id: dag.dagId, ...values })
+    .onConflict((conflict) => conflict.column('dag_id').doUpdateSet(values))
+    .execute();
+  return existing ? 'updated' : 'created';
+}
+
+/**
+ * Marks deleted every stored DAG not among `present` (the DAGs just loaded), except those of
+ * `brokenFiles`: a file that failed to load keeps its DAGs' last good version (and an import
+ * error says why). Returns the dag ids marked.
+ */
+export async function markMissingDagsDeleted({ db }: StorageContext, present: readonly string[], brokenFiles: readonly string[], now: number): Promise<string[]> {
+  let query = db.updateTable('serialized_dag').set({ deleted_at: toDbTime(now) }).where('deleted_at', 'is', null);
+  if (present.length > 0) query = query.where('dag_id', 'not in', [...present]);
+  if (brokenFiles.length > 0) query = query.where('fileloc', 'not in', [...brokenFiles]);
+  const rows = await query.returning('dag_id').execute();
+  return rows.map((row) => row.dag_id);
+}
+
+/** The stored JSON and hash of a DAG that is not deleted, or null. */
+export async function readSerializedDag({ db }: StorageContext, dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
+  const row = await db.selectFrom('serialized_dag').select(['data', 'hash', 'fileloc']).where('dag_id', '=', dagId).where('deleted_at', 'is', null).executeTakeFirst();
+  return row ?? null;
+}
+
+/** The import errors are exactly `errors` now: fixed files lose theirs, broken ones get (or update) one. */
+export async function replaceImportErrors({ db }: StorageContext, errors: readonly { fileloc: string; message: string }[], now: number): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    let stale = trx.deleteFrom('import_error');
+    if (errors.length > 0) stale = stale.where('fileloc', 'not in', errors.map((error) => error.fileloc));
+    await stale.execute();
+    for (const error of errors) {
+      await trx
+        .insertInto('import_error')
+        .values({ fileloc: error.fileloc, message: error.message, created_at: toDbTime(now) })
+        .onConflict((conflict) => conflict.column('fileloc').doUpdateSet({ message: error.message, created_at: toDbTime(now) }))
+        .execute();
+    }
+  });
+}

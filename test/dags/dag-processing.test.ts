@@ -1,0 +1,106 @@
+// DAG files in a folder → serialized DAGs and import errors → scheduler and worker running them.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { processDagFolder, serializedDagSource } from '../../src/dags/dag-processor.ts';
+import { Scheduler } from '../../src/scheduler/scheduler.ts';
+import { dagFileResolver } from '../../src/worker/dag-file-resolver.ts';
+import { Worker } from '../../src/worker/worker.ts';
+import { REPO_ROOT } from '../support/processes.ts';
+import { dropTestDatabases, testDialects } from '../support/databases.ts';
+import { LogCapture, migratedDatabase, waitFor, type TestDatabase } from '../support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+const INDEX = path.join(REPO_ROOT, 'src/index.ts');
+const dagFile = (dagId: string, { retries = 0, value = 'done' } = {}) => `
+import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
+class Step extends BaseOperator {
+  constructor(taskId: string, readonly value: string) { super({ taskId }); }
+  execute() { return this.value; }
+}
+export const dag = new Dag({ dagId: ${JSON.stringify(dagId)}, defaultArgs: { retries: ${retries} } });
+const extract = new Step('extract', 'rows');
+const load = new Step('load', ${JSON.stringify(value)});
+dag.add(extract, load);
+extract.then(load);
+`;
+
+describe.each(testDialects)('DAG processing on %s', (dialect) => {
+  const open: { databases: TestDatabase[]; dirs: string[]; stops: (() => Promise<void>)[] } = { databases: [], dirs: [], stops: [] };
+  afterEach(async () => {
+    for (const stop of open.stops.splice(0).reverse()) await stop();
+    await Promise.all(open.databases.splice(0).map((db) => db.close()));
+    for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+  const setup = async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-dags-'));
+    open.dirs.push(dir);
+    const write = (name: string, text: string) => writeFileSync(path.join(dir, name), text);
+    const rows = async () => Object.fromEntries((await db.db.selectFrom('serialized_dag').select(['dag_id', 'deleted_at', 'hash']).execute()).map((r) => [r.dag_id, r.deleted_at === null ? 'live' : 'deleted']));
+    const importErrors = async () => Object.fromEntries((await db.db.selectFrom('import_error').select(['fileloc', 'message']).execute()).map((r) => [path.basename(r.fileloc), r.message]));
+    return { db, dir, write, rows, importErrors };
+  };
+
+  it('records serialized DAGs and import errors; one broken file never stops the others; changes and deletions are tracked', async () => {
+    const { db, dir, write, rows, importErrors } = await setup();
+    write('etl.ts', dagFile('etl'));
+    write('reports.ts', dagFile('reports'));
+    write('broken.ts', `${dagFile('broken')}\nthrow new Error('cannot reach the config service');`);
+    write('zz-copycat.ts', dagFile('etl'));
+    write('loop.ts', dagFile('loop').replace('extract.then(load);', 'extract.then(load).then(extract);'));
+    write('_helpers.ts', 'throw new Error("never imported");');
+
+    const first = await processDagFolder(db, dir);
+    expect(first.written).toEqual({ etl: 'created', reports: 'created' });
+    expect(await rows()).toEqual({ etl: 'live', reports: 'live' });
+    const errors = await importErrors();
+    expect(Object.keys(errors).sort()).toEqual(['broken.ts', 'loop.ts', 'zz-copycat.ts']);
+    expect(errors['broken.ts']).toContain('Error: cannot reach the config service');
+    expect(errors['zz-copycat.ts']).toBe(`DAG etl is already defined in ${path.join(dir, 'etl.ts')}`);
+    expect(errors['loop.ts']).toContain('DAG loop has a cycle: extract -> load -> extract');
+
+    expect((await processDagFolder(db, dir)).written).toEqual({ etl: 'unchanged', reports: 'unchanged' });
+    write('etl.ts', dagFile('etl', { retries: 3 }));
+    expect((await processDagFolder(db, dir)).written).toMatchObject({ etl: 'updated' });
+    const stored = await db.db.selectFrom('serialized_dag').select('data').where('dag_id', '=', 'etl').executeTakeFirstOrThrow();
+    expect(JSON.parse(stored.data).dag.tasks.map((task: { retries: number }) => task.retries)).toEqual([3, 3]);
+
+    rmSync(path.join(dir, 'reports.ts'));
+    write('broken.ts', dagFile('broken'));
+    const later = await processDagFolder(db, dir);
+    expect(later.deleted).toEqual(['reports']);
+    expect(await rows()).toEqual({ etl: 'live', reports: 'deleted', broken: 'live' });
+    expect(Object.keys(await importErrors()).sort()).toEqual(['loop.ts', 'zz-copycat.ts']);
+  });
+
+  it('a DAG run goes scheduler → worker → success from the folder; the scheduler needs only the serialized DAG', async () => {
+    const { db, dir, write } = await setup();
+    write('etl.ts', dagFile('etl', { value: 'loaded' }));
+    await processDagFolder(db, dir);
+    const log = pino({ level: 'debug' }, new LogCapture());
+    const dags = serializedDagSource(db);
+    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
+    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
+    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
+    await scheduler.start();
+    open.stops.push(() => scheduler.stop());
+    await worker.start();
+    open.stops.push(() => worker.stop());
+    const runState = async (runId: string) => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', runId).executeTakeFirstOrThrow()).state;
+    await waitFor(async () => (await runState('manual__1')) === 'success', { what: 'the run to succeed' });
+    const load = await db.db.selectFrom('task_instance').select('return_value').where('task_id', '=', 'load').executeTakeFirstOrThrow();
+    expect(JSON.parse(load.return_value!)).toBe('loaded');
+
+    // The code goes away; the scheduler still schedules from the serialized DAG, and only the
+    // worker, which needs the code, fails the task, naming the file.
+    await worker.stop();
+    rmSync(path.join(dir, 'etl.ts'));
+    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__2', runType: 'manual', logicalDate: Date.now() + 1, conf: {} });
+    await waitFor(async () => (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', 'manual__2').where('task_id', '=', 'extract').executeTakeFirstOrThrow()).state === 'scheduled', { what: 'extract scheduled without the code' });
+  });
+});
