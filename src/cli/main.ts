@@ -1,6 +1,8 @@
 import yargs, { type Argv } from 'yargs';
 import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerDbCommands } from './db-commands.ts';
+import { registerDagsCommands } from './dags-commands.ts';
+import { registerRuntimeCommands } from './runtime-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
@@ -25,5 +27,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     .version(false);
   registerDbCommands(cli);
   registerTriggererCommand(cli);
+  registerRuntimeCommands(cli);
+  registerDagsCommands(cli);
   await cli.parseAsync();
 }

@@ -1,6 +1,7 @@
 import os from 'node:os';
 import { DEFAULT_DATABASE_URL } from '../db/database-url.ts';
 import { InvalidOptionError } from '../errors.ts';
+import { oneOf, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 
 /**
  * Every triggerer option, in one place: its flag, environment variable, default and unit.
@@ -99,13 +100,7 @@ export interface TriggererOptions {
 }
 
 export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: NodeJS.ProcessEnv = process.env): TriggererOptions {
-  const pick = (name: TriggererOptionName) => {
-    const given = raw[name];
-    if (given !== undefined && !(Array.isArray(given) && given.length === 0)) return given;
-    const fromEnv = env[TRIGGERER_OPTIONS[name].env];
-    if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
-    return TRIGGERER_OPTIONS[name].default;
-  };
+  const pick = optionPicker(TRIGGERER_OPTIONS, raw, env);
   const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
   const healthCheckThresholdMs = seconds(pick('health-check-threshold'), 'health-check-threshold');
   if (healthCheckThresholdMs <= heartbeatIntervalMs) {
@@ -137,35 +132,4 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     hostname: os.hostname(),
   };
   return Object.freeze(options);
-}
-
-function positiveInteger(value: unknown, name: string): number {
-  const number = toNumber(value);
-  if (!Number.isInteger(number) || number <= 0) {
-    throw new InvalidOptionError(name, `expected a positive integer, got ${JSON.stringify(value)}`);
-  }
-  return number;
-}
-
-function positiveNumber(value: unknown, name: string): number {
-  const number = toNumber(value);
-  if (!Number.isFinite(number) || number <= 0) {
-    throw new InvalidOptionError(name, `expected a positive number, got ${JSON.stringify(value)}`);
-  }
-  return number;
-}
-
-function seconds(value: unknown, name: string): number {
-  return Math.round(positiveNumber(value, name) * 1000);
-}
-
-function toNumber(value: unknown): number {
-  if (typeof value === 'number') return value;
-  if (typeof value === 'string' && /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(value)) return Number(value);
-  return Number.NaN;
-}
-
-function oneOf<T extends string>(value: unknown, name: string, allowed: readonly T[]): T {
-  if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
-  throw new InvalidOptionError(name, `expected one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
 }

@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const TRIGGERER_BIN = path.join(REPO_ROOT, 'bin/triggerer.js');
+const DEFERFLOW_BIN = path.join(REPO_ROOT, 'bin/deferflow.js');
 
 export type LogLine = Record<string, unknown>;
 
@@ -40,8 +41,8 @@ export class TriggererProcess {
   exited: ProcessExit | null = null;
   readonly #waiters = new Set<() => void>();
 
-  constructor(readonly args: readonly string[], env: NodeJS.ProcessEnv = {}) {
-    this.child = spawn(process.execPath, [TRIGGERER_BIN, ...args], {
+  constructor(readonly args: readonly string[], env: NodeJS.ProcessEnv = {}, bin = TRIGGERER_BIN) {
+    this.child = spawn(process.execPath, [bin, ...args], {
       cwd: REPO_ROOT,
       env: { ...process.env, DEFERFLOW_LOG_FORMAT: 'json', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -146,6 +147,11 @@ export class TriggererProcess {
 /** Starts `node bin/triggerer.js ARGS` in the repository root. */
 export function spawnTriggerer(args: readonly string[], env: NodeJS.ProcessEnv = {}): TriggererProcess {
   return new TriggererProcess(args, env);
+}
+
+/** Starts `node bin/deferflow.js ARGS` (any command: worker, scheduler, dags ...) in the repository root. */
+export function spawnDeferflow(args: readonly string[], env: NodeJS.ProcessEnv = {}): TriggererProcess {
+  return new TriggererProcess(args, env, DEFERFLOW_BIN);
 }
 
 /** SIGKILLs every triggerer still running and waits for them to be gone (use in afterEach). */

@@ -1,0 +1,70 @@
+import type { Argv } from 'yargs';
+import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
+import { processDagFolder, serializedDagSource } from '../dags/dag-processor.ts';
+import { openDatabase } from '../db/connect.ts';
+import { describeThrown } from '../errors.ts';
+import { createLogger } from '../logging.ts';
+import { Scheduler } from '../scheduler/scheduler.ts';
+import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../scheduler/options.ts';
+import { dagFileResolver } from '../worker/dag-file-resolver.ts';
+import { resolveWorkerOptions, WORKER_OPTIONS } from '../worker/options.ts';
+import { Worker } from '../worker/worker.ts';
+import { runUntilSignalled } from './daemon.ts';
+
+/** `deferflow worker` and `deferflow scheduler`. */
+export function registerRuntimeCommands(cli: Argv): void {
+  cli.command(
+    'worker',
+    'Run a worker: process the DAG folder, claim scheduled task instances into slots, run and resume them',
+    (command) => declareOptions(command, WORKER_OPTIONS),
+    async (args) => {
+      const options = resolveWorkerOptions(rawOptionsFrom(WORKER_OPTIONS, args));
+      const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
+      const database = openDatabase(options.databaseUrl);
+      const worker = new Worker(database, options, dagFileResolver(database), log);
+      // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
+      const processDags = async () => {
+        try {
+          const result = await processDagFolder(database, options.dagsFolder);
+          for (const error of result.errors) log.error({ fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
+          const changed = Object.entries(result.written).filter(([, write]) => write !== 'unchanged');
+          if (changed.length > 0 || result.deleted.length > 0) {
+            log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);
+          }
+        } catch (error) {
+          log.error({ error: describeThrown(error).error }, `processing DAG folder ${options.dagsFolder} failed`);
+        }
+      };
+      let timer: NodeJS.Timeout | undefined;
+      await runUntilSignalled(
+        log,
+        database,
+        {
+          start: async () => {
+            await processDags();
+            timer = setInterval(() => void processDags(), options.dagProcessIntervalMs);
+            await worker.start();
+          },
+          stop: async () => {
+            clearInterval(timer);
+            await worker.stop();
+          },
+        },
+        options.shutdownGraceMs + 5_000,
+      );
+    },
+  );
+
+  cli.command(
+    'scheduler',
+    'Run the scheduler: move DAG runs through their tasks (from serialized DAGs, never DAG code)',
+    (command) => declareOptions(command, SCHEDULER_OPTIONS),
+    async (args) => {
+      const options = resolveSchedulerOptions(rawOptionsFrom(SCHEDULER_OPTIONS, args));
+      const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'scheduler' });
+      const database = openDatabase(options.databaseUrl);
+      const scheduler = new Scheduler(database, options, serializedDagSource(database), log);
+      await runUntilSignalled(log, database, scheduler, 5_000);
+    },
+  );
+}

@@ -1,0 +1,41 @@
+import os from 'node:os';
+import { InvalidOptionError } from '../errors.ts';
+import { oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { LOG_LEVELS, TRIGGERER_OPTIONS, type LogFormat, type LogLevel } from '../triggerer/options.ts';
+import type { SchedulerOptions } from './scheduler.ts';
+
+/** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */
+export const SCHEDULER_OPTIONS = {
+  db: TRIGGERER_OPTIONS.db,
+  'poll-interval': { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
+  'heartbeat-interval': { env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the scheduler records that it is alive' },
+  'zombie-threshold': { env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD', default: 60, unit: 'seconds', describe: "A worker silent this long is dead: its task instances are retried or failed" },
+  'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
+  'log-level': TRIGGERER_OPTIONS['log-level'],
+  'log-format': TRIGGERER_OPTIONS['log-format'],
+} as const;
+
+export interface ResolvedSchedulerOptions extends SchedulerOptions {
+  readonly databaseUrl: string;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+}
+
+export function resolveSchedulerOptions(raw: RawOptions<typeof SCHEDULER_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): ResolvedSchedulerOptions {
+  const pick = optionPicker(SCHEDULER_OPTIONS, raw, env);
+  const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
+  const zombieThresholdMs = seconds(pick('zombie-threshold'), 'zombie-threshold');
+  if (zombieThresholdMs <= heartbeatIntervalMs) {
+    throw new InvalidOptionError('zombie-threshold', `must be longer than a worker's heartbeat interval (${heartbeatIntervalMs / 1000} s)`);
+  }
+  return Object.freeze({
+    databaseUrl: String(pick('db')),
+    pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
+    heartbeatIntervalMs,
+    zombieThresholdMs,
+    runsPerPass: positiveInteger(pick('runs-per-pass'), 'runs-per-pass'),
+    logLevel: oneOf(pick('log-level'), 'log-level', LOG_LEVELS),
+    logFormat: oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const),
+    hostname: os.hostname(),
+  });
+}
