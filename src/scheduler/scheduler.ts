@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
 import { describeThrown } from '../errors.ts';
+import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import type { SchedulerDag, SchedulerTask } from './scheduler-dag.ts';
@@ -36,7 +37,7 @@ export class Scheduler {
   #jobId: number | null = null;
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #loop: Promise<void> | null = null;
-  #wake: (() => void) | null = null;
+  readonly #pause = new InterruptibleSleep();
   #heartbeatTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -66,7 +67,7 @@ export class Scheduler {
   async stop(): Promise<void> {
     if (this.#state !== 'running') return;
     this.#state = 'stopping';
-    this.#wake?.();
+    this.#pause.wake();
     await this.#loop;
     clearInterval(this.#heartbeatTimer!);
     await this.storage.endJob(this.#jobId!, 'success');
@@ -81,14 +82,7 @@ export class Scheduler {
       } catch (error) {
         this.log.error({ error: describeThrown(error).error }, 'scheduler pass failed; retrying next pass');
       }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, this.options.pollIntervalMs);
-        this.#wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.#wake = null;
+      await this.#pause.sleep(this.options.pollIntervalMs);
     }
   }
 

@@ -5,6 +5,7 @@ import { redactDatabaseUrl } from '../db/database-url.ts';
 import { describeThrown } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
+import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
@@ -40,7 +41,7 @@ export class Triggerer {
   #jobId: number | null = null;
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #passLoop: Promise<void> | null = null;
-  #wakePass: (() => void) | null = null;
+  readonly #pause = new InterruptibleSleep();
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #sweepTimer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
@@ -119,7 +120,7 @@ export class Triggerer {
     this.log.info({ job_id: this.#jobId }, 'triggerer stopping: no more claims, cancelling triggers');
     clearInterval(this.#heartbeatTimer!);
     clearTimeout(this.#sweepTimer!);
-    this.#wakePass?.();
+    this.#pause.wake();
     await this.#passLoop;
     await this.#sweeping;
     // One grace for both: cleanups, then writing what already fired. Past it, peers take over
@@ -150,14 +151,7 @@ export class Triggerer {
       }
       this.#runner.markLoopEdge();
       if (this.#state !== 'running') break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, again ? 0 : this.options.pollIntervalMs);
-        this.#wakePass = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.#wakePass = null;
+      await this.#pause.sleep(again ? 0 : this.options.pollIntervalMs);
     }
   }
 

@@ -6,6 +6,7 @@ import { describeThrown, TaskExecutionTimeoutError } from '../errors.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
 import { toJsonText } from '../serialization/json.ts';
+import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
 
@@ -53,7 +54,7 @@ export class Worker {
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   readonly #running = new Map<number, Promise<void>>();
   #loop: Promise<void> | null = null;
-  #wake: (() => void) | null = null;
+  readonly #pause = new InterruptibleSleep();
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #stopped: Promise<void> | null = null;
 
@@ -100,7 +101,7 @@ export class Worker {
       return;
     }
     this.#state = 'stopping';
-    this.#wake?.();
+    this.#pause.wake();
     await this.#loop;
     const graceEnds = new Promise<void>((resolve) => setTimeout(resolve, this.options.shutdownGraceMs).unref());
     await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
@@ -131,20 +132,13 @@ export class Worker {
       for (const taskInstance of claimed) {
         const run = this.#run(taskInstance).finally(() => {
           this.#running.delete(taskInstance.id);
-          this.#wake?.();
+          this.#pause.wake();
         });
         this.#running.set(taskInstance.id, run);
       }
       // Claim again at once while there is work and room; else wait for a slot or the poll.
       if (claimed.length > 0 && claimed.length === free) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, this.options.pollIntervalMs);
-        this.#wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.#wake = null;
+      await this.#pause.sleep(this.options.pollIntervalMs);
     }
   }
 
