@@ -161,11 +161,13 @@ describe('triggerer processes on postgres (high availability)', () => {
   it('two triggerers share 2,000 triggers: each runs once, every task instance moves once', async () => {
     const db = await database();
     const file = scratchFile('share');
-    const [a, b] = await startTriggerers(db, 2, { capacity: 2000 });
+    // Capacity 1,500 each: neither can take all 2,000, so both must run a share (with more, one
+    // may claim everything in quick full passes before the other's next poll).
+    const [a, b] = await startTriggerers(db, 2, { capacity: 1500 });
     const at = Date.now() + 4000;
     const specs = Array.from({ length: 2000 }, (_, i) => ({ n: i + 1, classpath: 'test.AtMomentTrigger', kwargs: { at, file } }));
-    // All at once, so both claim from the same pool at the same time (SKIP LOCKED keeps their
-    // claims disjoint); they started together, so each gets a share.
+    // All at once, so both claim from the same pool at the same time; SKIP LOCKED keeps their
+    // claims disjoint.
     await deferMany(db, specs);
 
     await waitFor(async () => (await deferredCount(db)) === 0, { timeoutMs: 20_000, what: 'every task instance moved' });
