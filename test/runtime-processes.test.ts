@@ -2,7 +2,7 @@
  * The task runtime as users run it: `deferflow worker`, `deferflow scheduler` and the triggerer
  * as separate processes on one PostgreSQL database, a DAG folder, and the `dags` commands.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -82,5 +82,83 @@ describe('task runtime processes on postgres', () => {
       { job_type: 'TriggererJob', state: 'success' },
       { job_type: 'WorkerJob', state: 'success' },
     ]);
+  }, 60_000);
+
+  /** A migrated database, a DAG folder holding `dagText` as dag.mts, and the folder's serialized DAGs. */
+  async function withDag(dagText: string) {
+    const db = await migratedDatabase('postgres');
+    open.databases.push(db);
+    const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runtime-'));
+    open.dirs.push(dags);
+    writeFileSync(path.join(dags, 'dag.mts'), dagText);
+    expect(await finished(spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]))).toEqual({ code: 0, signal: null });
+    return { db, dags, log: path.join(dags, 'runs.log') };
+  }
+  const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
+  const lines = (file: string) => readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((line) => line.split(' '));
+  const started = async (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
+
+  it('two worker processes never run the same task instance', async () => {
+    const { db, dags, log } = await withDag(`
+import { appendFileSync } from 'node:fs';
+import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
+class Work extends BaseOperator {
+  async execute() {
+    appendFileSync(import.meta.dirname + '/runs.log', \`\${this.taskId} \${process.pid}\n\`);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+}
+export const dag = new Dag({ dagId: 'fan_out' });
+for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
+`);
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    const workers = [0, 1].map(() => spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '3', ...fast]));
+    for (const proc of [scheduler, ...workers]) await started(proc);
+    expect(await finished(spawnDeferflow(['dags', 'trigger', 'fan_out', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', { what: 'the run', timeoutMs: 30_000 });
+
+    const runs = lines(log);
+    const byTask = new Map<string, string[]>();
+    for (const [task, pid] of runs) byTask.set(task!, [...(byTask.get(task!) ?? []), pid!]);
+    expect(byTask.size).toBe(30);
+    expect([...byTask].filter(([, pids]) => pids.length !== 1), 'tasks run more than once').toEqual([]);
+    const pids = new Set(runs.map(([, pid]) => Number(pid)));
+    expect(pids).toEqual(new Set(workers.map((w) => w.pid)));
+    const hosts = await db.db.selectFrom('task_instance').select(['pid', 'try_number']).execute();
+    expect(hosts.every((row) => row.try_number === 1 && pids.has(row.pid!))).toBe(true);
+  }, 60_000);
+
+  it("a worker killed with SIGKILL has its running task retried by the scheduler on another worker", async () => {
+    const { db, dags, log } = await withDag(`
+import { appendFileSync } from 'node:fs';
+import { BaseOperator, Dag, type TaskContext } from ${JSON.stringify(INDEX)};
+class SlowFirstTry extends BaseOperator {
+  async execute(context: TaskContext) {
+    appendFileSync(import.meta.dirname + '/runs.log', \`try\${context.taskInstance.tryNumber} \${process.pid}\n\`);
+    if (context.taskInstance.tryNumber === 1) await new Promise((resolve) => setTimeout(resolve, 60_000));
+    return 'second try';
+  }
+}
+export const dag = new Dag({ dagId: 'survivor', defaultArgs: { retries: 1, retryDelay: 0.1 } });
+dag.add(new SlowFirstTry({ taskId: 'slow' }));
+`);
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '2', ...fast]);
+    const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast]);
+    for (const proc of [scheduler, victim]) await started(proc);
+    expect(await finished(spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    await waitFor(() => { try { return lines(log).length === 1; } catch { return false; } }, { what: 'the first try running' });
+    victim.kill('SIGKILL');
+    expect(await finished(victim)).toEqual({ code: null, signal: 'SIGKILL' });
+    const killedAt = Date.now();
+    const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast]);
+    await started(survivor);
+
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', { what: 'the run', timeoutMs: 20_000 });
+    expect(Date.now() - killedAt).toBeGreaterThanOrEqual(1500);
+    expect(lines(log)).toEqual([['try1', String(victim.pid)], ['try2', String(survivor.pid)]]);
+    const ti = await db.db.selectFrom('task_instance').select(['state', 'try_number', 'pid', 'return_value']).executeTakeFirstOrThrow();
+    expect(ti).toMatchObject({ state: 'success', try_number: 2, pid: survivor.pid });
+    expect(JSON.parse(ti.return_value!)).toBe('second try');
+    expect(scheduler.matching((line) => line.retried === 1)).toHaveLength(1);
   }, 60_000);
 });
