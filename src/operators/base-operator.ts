@@ -1,6 +1,7 @@
 import { InvalidDagError } from '../errors.ts';
 import type { TriggerRule } from '../scheduler/trigger-rules.ts';
-import type { JsonObject } from '../serialization/json.ts';
+import type { Logger } from 'pino';
+import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
 import type { BaseTrigger } from '../triggers/base-trigger.ts';
 import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
@@ -17,6 +18,17 @@ export interface TaskInstanceRef {
 
 export interface TaskContext {
   readonly taskInstance: TaskInstanceRef;
+}
+
+/** What a task run by a worker sees: its DAG run, params, a logger, and upstream return values. */
+export interface RuntimeContext extends TaskContext {
+  readonly dagRun: { readonly runId: string; readonly logicalDate: string; readonly conf: JsonObject };
+  /** The DAG's params with the task's own laid over them. */
+  readonly params: JsonObject;
+  /** A pino logger bound to the task instance (dag_id, task_id, run_id, try). */
+  readonly log: Logger;
+  /** The JSON value task `taskId` of the same DAG run returned, or null. */
+  xcomPull(taskId: string): Promise<JsonValue | null>;
 }
 
 /** Settings a task takes from its DAG's default args unless it sets its own. */

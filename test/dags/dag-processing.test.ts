@@ -85,7 +85,7 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     const log = pino({ level: 'debug' }, new LogCapture());
     const dags = serializedDagSource(db);
     const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
-    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
+    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db, log), log);
     await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());
@@ -102,5 +102,39 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     rmSync(path.join(dir, 'etl.ts'));
     await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__2', runType: 'manual', logicalDate: Date.now() + 1, conf: {} });
     await waitFor(async () => (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', 'manual__2').where('task_id', '=', 'extract').executeTakeFirstOrThrow()).state === 'scheduled', { what: 'extract scheduled without the code' });
+  });
+
+  it('a task sees its DAG run conf, its params over the DAG\'s, a logger, and upstream return values', async () => {
+    const { db, dir, write } = await setup();
+    write('report.ts', `
+import { BaseOperator, Dag, type RuntimeContext } from ${JSON.stringify(INDEX)};
+class Extract extends BaseOperator<RuntimeContext> { execute() { return { rows: 42 }; } }
+class Report extends BaseOperator<RuntimeContext> {
+  async execute(context: RuntimeContext) {
+    context.log.info({ reporting: true }, 'reporting');
+    return { extracted: await context.xcomPull('extract'), missing: await context.xcomPull('nope'), day: context.dagRun.conf.day, params: context.params, run: context.dagRun.runId };
+  }
+}
+export const dag = new Dag({ dagId: 'report', params: { region: 'eu', format: 'csv' } });
+const extract = new Extract({ taskId: 'extract' });
+const report = new Report({ taskId: 'report', params: { format: 'parquet' } });
+dag.add(extract, report);
+extract.then(report);
+`);
+    await processDagFolder(db, dir);
+    const logs = new LogCapture();
+    const log = pino({ level: 'debug' }, logs);
+    const dags = serializedDagSource(db);
+    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
+    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db, log), log);
+    await scheduler.storage.createDagRun((await dags('report'))!, { runId: 'daily', runType: 'manual', logicalDate: Date.now(), conf: { day: '2026-11-22' } });
+    await scheduler.start();
+    open.stops.push(() => scheduler.stop());
+    await worker.start();
+    open.stops.push(() => worker.stop());
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'daily').executeTakeFirstOrThrow()).state === 'success', { what: 'the run' });
+    const row = await db.db.selectFrom('task_instance').select('return_value').where('task_id', '=', 'report').executeTakeFirstOrThrow();
+    expect(JSON.parse(row.return_value!)).toEqual({ extracted: { rows: 42 }, missing: null, day: '2026-11-22', params: { region: 'eu', format: 'parquet' }, run: 'daily' });
+    expect(logs.matching((line) => line.reporting === true)).toMatchObject([{ dag_id: 'report', task_id: 'report', run_id: 'daily', try_number: 1 }]);
   });
 });
