@@ -3,6 +3,7 @@ import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerDbCommands } from './db-commands.ts';
 import { registerDagsCommands } from './dags-commands.ts';
 import { registerRuntimeCommands } from './runtime-commands.ts';
+import { registerTasksCommands } from './tasks-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
@@ -29,5 +30,6 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerTriggererCommand(cli);
   registerRuntimeCommands(cli);
   registerDagsCommands(cli);
+  registerTasksCommands(cli);
   await cli.parseAsync();
 }

@@ -65,7 +65,7 @@ export async function decideTaskInstances(
   return rows.map((row) => row.id);
 }
 
-/** A queued run starts; a running one ends as success or failed. Conditional on the state it leaves. */
+/** A queued run starts; a running one ends as success or failed; a finished one is queued again. Conditional on the state it leaves. */
 export async function setDagRunState({ db }: StorageContext, dagRunId: number, from: DagRunState, to: DagRunState, now: number): Promise<boolean> {
   const result = await db
     .updateTable('dag_run')
@@ -74,6 +74,8 @@ export async function setDagRunState({ db }: StorageContext, dagRunId: number, f
       updated_at: toDbTime(now),
       ...(to === 'running' ? { start_date: toDbTime(now) } : {}),
       ...(to === 'success' || to === 'failed' ? { end_date: toDbTime(now) } : {}),
+      // Back to queued (its task instances cleared): it is not finished any more.
+      ...(to === 'queued' ? { end_date: null } : {}),
     })
     .where('id', '=', dagRunId)
     .where('state', '=', from)

@@ -1,0 +1,79 @@
+import type { Argv } from 'yargs';
+import { serializedDagSource } from '../dags/dag-processor.ts';
+import { openDatabase } from '../db/connect.ts';
+import { InvalidOptionError } from '../errors.ts';
+import { Storage } from '../storage/index.ts';
+import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { databaseUrlFrom } from './db-commands.ts';
+
+/** `deferflow tasks list | clear`: the task instances of a DAG run. */
+export function registerTasksCommands(cli: Argv): void {
+  cli.command('tasks', 'Task instance commands: list, clear', (tasks) =>
+    tasks
+      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
+      .command(
+        'list',
+        "List a DAG run's task instances",
+        (command) =>
+          command
+            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
+            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+        async (args) => {
+          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          try {
+            let query = database.db
+              .selectFrom('task_instance')
+              .select(['dag_id', 'task_id', 'state', 'try_number', 'hostname', 'start_date', 'end_date', 'next_method'])
+              .where('run_id', '=', args.run)
+              .orderBy('dag_id')
+              .orderBy('task_id');
+            if (args.dag) query = query.where('dag_id', '=', args.dag);
+            const rows = (await query.execute()).map((row) => ({
+              ...row,
+              start_date: row.start_date === null ? null : new Date(row.start_date).toISOString(),
+              end_date: row.end_date === null ? null : new Date(row.end_date).toISOString(),
+            }));
+            if (rows.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(rows)}\n`);
+              return;
+            }
+            for (const row of rows) process.stdout.write(`${row.dag_id}\t${row.task_id}\t${row.state ?? 'none'}\ttry ${row.try_number}\t${row.hostname ?? '-'}\n`);
+          } finally {
+            await database.close();
+          }
+        },
+      )
+      .command(
+        'clear',
+        'Clear task instances so the scheduler runs them again; a deferred one stops waiting (its trigger is stopped, onKill runs)',
+        (command) =>
+          command
+            .option('dag', { type: 'string', demandOption: true, describe: 'The DAG id' })
+            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
+            .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
+        async (args) => {
+          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          try {
+            const dag = await serializedDagSource(database)(args.dag);
+            if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(args.dag)} among the serialized DAGs`);
+            const storage = new Storage(database);
+            const instances = await storage.taskInstancesOfRun(args.dag, args.run);
+            const wanted = args.task && args.task.length > 0 ? new Set(args.task.map(String)) : null;
+            const chosen = instances.filter((ti) => wanted === null || wanted.has(ti.taskId));
+            if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${args.dag}`);
+            const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retries]));
+            const result = await storage.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
+            // A finished run with cleared task instances runs again.
+            const run = await database.db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', args.dag).where('run_id', '=', args.run).executeTakeFirst();
+            if (run && (run.state === 'success' || run.state === 'failed')) await storage.setDagRunState(run.id, run.state, 'queued');
+            process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
+          } finally {
+            await database.close();
+          }
+        },
+      )
+      .demandCommand(1, 'name a tasks command'),
+  );
+}

@@ -1,0 +1,69 @@
+// `deferflow tasks list | clear` as users run them, against a run prepared in the database.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { processDagFolder, serializedDagSource } from '../src/dags/dag-processor.ts';
+import { Storage, TaskDeferred } from '../src/index.ts';
+import * as t from './fixtures/test-triggers.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
+import { killLeftovers, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+
+afterAll(dropTestDatabases);
+const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
+afterEach(async () => {
+  await killLeftovers();
+  await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+const DAG = `
+import { BaseOperator, Dag } from ${JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'))};
+class Step extends BaseOperator { execute() { return 1; } }
+export const dag = new Dag({ dagId: 'etl', defaultArgs: { retries: 2 } });
+const extract = new Step({ taskId: 'extract' });
+const load = new Step({ taskId: 'load' });
+dag.add(extract, load);
+extract.then(load);
+`;
+
+const run = async (proc: TriggererProcess) => ({ exit: await proc.exit, out: proc.text, err: proc.stderr });
+
+describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
+  it("lists a run's task instances, and clears a deferred one: its trigger goes, its try budget is renewed, the run is queued again", async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-tasks-'));
+    open.dirs.push(dir);
+    writeFileSync(path.join(dir, 'etl.mts'), DAG);
+    await processDagFolder(db, dir);
+    const storage = new Storage(db);
+    const dagRunId = (await storage.createDagRun((await serializedDagSource(db)('etl'))!, { runId: 'r1', runType: 'manual', logicalDate: Date.now(), conf: {} }))!;
+    const ids = Object.fromEntries((await storage.taskInstancesOfRun('etl', 'r1')).map((ti) => [ti.taskId, ti.id]));
+    await db.db.updateTable('task_instance').set({ state: 'success', try_number: 1 }).where('id', '=', ids.extract!).execute();
+    await db.db.updateTable('task_instance').set({ state: 'running', try_number: 3 }).where('id', '=', ids.load!).execute();
+    const { triggerId } = await storage.deferTaskInstance(ids.load!, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }));
+    await db.db.updateTable('dag_run').set({ state: 'failed' }).where('id', '=', dagRunId).execute();
+
+    const listed = await run(spawnDeferflow(['tasks', 'list', '--db', db.url, '--run', 'r1', '--json']));
+    expect(listed.exit).toEqual({ code: 0, signal: null });
+    expect(JSON.parse(listed.out.join('\n')).map((row: { task_id: string; state: string; try_number: number }) => [row.task_id, row.state, row.try_number])).toEqual([
+      ['extract', 'success', 1],
+      ['load', 'deferred', 3],
+    ]);
+
+    const cleared = await run(spawnDeferflow(['tasks', 'clear', '--db', db.url, '--dag', 'etl', '--run', 'r1', '--task', 'load']));
+    expect(cleared.exit).toEqual({ code: 0, signal: null });
+    expect(cleared.out).toEqual(['cleared 1 task instance(s); stopped 1 trigger(s)']);
+    const load = await db.db.selectFrom('task_instance').selectAll().where('id', '=', ids.load!).executeTakeFirstOrThrow();
+    expect(load).toMatchObject({ state: null, trigger_id: null, next_method: null, try_number: 3, max_tries: 5 });
+    expect(await db.db.selectFrom('trigger').select('id').where('id', '=', triggerId).execute()).toEqual([]);
+    expect((await db.db.selectFrom('task_instance').select('state').where('id', '=', ids.extract!).executeTakeFirstOrThrow()).state).toBe('success');
+    expect(await db.db.selectFrom('dag_run').select(['state', 'end_date']).where('id', '=', dagRunId).executeTakeFirstOrThrow()).toEqual({ state: 'queued', end_date: null });
+
+    const unknown = await run(spawnDeferflow(['tasks', 'list', '--db', db.url, '--run', 'nope']));
+    expect(unknown.exit).toEqual({ code: 2, signal: null });
+    expect(unknown.err.join('\n')).toContain('error [DF_INVALID_OPTION]: run: no task instances of run "nope"');
+  }, 30_000);
+});
