@@ -59,7 +59,8 @@ export async function up(db: Kysely<any>, adapter: DialectAdapter): Promise<void
       start_date ${sql.raw(time)},
       end_date ${sql.raw(time)},
       updated_at ${sql.raw(time)},
-      constraint task_instance_key unique (dag_id, task_id, run_id, map_index),
+      -- Run first: the scheduler reads a run's task instances through this index's prefix.
+      constraint task_instance_key unique (dag_id, run_id, task_id, map_index),
       -- Only a deferred task instance waits on a trigger. coalesce: with no state,
       -- state = 'deferred' is NULL, which a CHECK would let pass.
       constraint task_instance_trigger_only_when_deferred check (trigger_id is null or coalesce(state = 'deferred', false))

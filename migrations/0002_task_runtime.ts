@@ -71,7 +71,7 @@ export async function up(db: Kysely<any>, adapter: DialectAdapter): Promise<void
   await sql`alter table task_instance add column worker_job_id ${sql.raw(bigint)}`.execute(db);
   // The small JSON value execute() returned (Airflow's XCom return value), for downstream tasks.
   await sql`alter table task_instance add column return_value ${sql.raw(json)}`.execute(db);
-  await sql`create index task_instance_run_idx on task_instance (dag_id, run_id)`.execute(db);
+  // A run's task instances are found through task_instance_key (dag_id, run_id, ...) from 0001.
   // Every state query now has a partial index of its own (claimable, waiting, running on a
   // worker, deferred with a timeout); a full index on state would only cost each event write
   // one more index entry.

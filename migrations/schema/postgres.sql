@@ -80,16 +80,15 @@ table task_instance
   column pid integer
   column worker_job_id bigint
   column return_value jsonb
-  constraint task_instance_key UNIQUE (dag_id, task_id, run_id, map_index)
+  constraint task_instance_key UNIQUE (dag_id, run_id, task_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
   constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text])))
   constraint task_instance_trigger_id_fkey FOREIGN KEY (trigger_id) REFERENCES trigger(id)
   constraint task_instance_trigger_only_when_deferred CHECK (((trigger_id IS NULL) OR COALESCE((state = 'deferred'::text), false)))
   index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (priority_weight DESC, id) WHERE (state = 'scheduled'::text)
   index CREATE INDEX task_instance_deferred_timeout_idx ON task_instance USING btree (trigger_timeout) WHERE ((state = 'deferred'::text) AND (trigger_timeout IS NOT NULL))
-  index CREATE UNIQUE INDEX task_instance_key ON task_instance USING btree (dag_id, task_id, run_id, map_index)
+  index CREATE UNIQUE INDEX task_instance_key ON task_instance USING btree (dag_id, run_id, task_id, map_index)
   index CREATE UNIQUE INDEX task_instance_pkey ON task_instance USING btree (id)
-  index CREATE INDEX task_instance_run_idx ON task_instance USING btree (dag_id, run_id)
   index CREATE INDEX task_instance_trigger_id_idx ON task_instance USING btree (trigger_id, state) WHERE (trigger_id IS NOT NULL)
   index CREATE INDEX task_instance_waiting_idx ON task_instance USING btree (ready_at) WHERE (state = ANY (ARRAY['up_for_retry'::text, 'up_for_reschedule'::text]))
   index CREATE INDEX task_instance_worker_idx ON task_instance USING btree (worker_job_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
