@@ -1,7 +1,7 @@
 // deferflow's public API. Triggers: BaseTrigger + TriggerEvent; operators: BaseOperator.defer()
 // throwing TaskDeferred; persistence: deferTaskInstance / resumeTaskInstance; the daemon: Triggerer.
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
-export { TriggerEvent } from './triggers/trigger-event.ts';
+export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './triggers/trigger-event.ts';
 export { TriggerRegistry } from './triggers/registry.ts';
 export { BaseOperator, chain, type RuntimeContext, type TaskContext, type TaskDefaults, type TaskInstanceRef, type TaskOptions, type TaskOrTasks, type StartTriggerOptions } from './operators/base-operator.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';

@@ -172,7 +172,7 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     const moment = '2020-06-01T00:00:00.000Z';
     const first = await createTaskInstance(db);
     const { triggerId } = await storage.deferTaskInstance(first, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
-    expect(await storage.submitEvents([{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({ movedTaskInstances: 1 });
+    expect(await storage.submitEvents([{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
 
     // The window between the two writes: the row is still there, so the deferral joins it ...
     const late = await createTaskInstance(db);

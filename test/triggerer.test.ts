@@ -63,15 +63,42 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(moved).toBe(3);
   });
 
+  it('an end event finishes its task instances itself: success keeps the payload as return value, failed and skipped end there', async () => {
+    const db = await database();
+    const succeeded = [await deferOnto(db, new t.EndTaskTrigger({ state: 'success', payload: 'the result', ms: 20 })), await deferOnto(db, new t.EndTaskTrigger({ state: 'success', payload: 'the result', ms: 20 }))];
+    const failed = await deferOnto(db, new t.EndTaskTrigger({ state: 'failed', payload: 'remote job failed' }));
+    const skipped = await deferOnto(db, new t.EndTaskTrigger({ state: 'skipped' }));
+    const invalid = await deferOnto(db, new t.EndTaskTrigger({ state: 'done' }));
+    const tr = await triggerer(db);
+
+    await waitFor(async () => (await Promise.all([succeeded[1]!, failed, skipped, invalid].map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state !== 'deferred'), {
+      what: 'every end event written',
+    });
+    for (const { id } of succeeded) {
+      const ti = await taskInstance(db, id);
+      expect(ti).toMatchObject({ state: 'success', trigger_id: null, next_method: null, next_kwargs: null, trigger_timeout: null });
+      expect(ti.end_date).not.toBeNull();
+      expect(JSON.parse(ti.return_value!)).toBe('the result');
+    }
+    expect(await taskInstance(db, failed.id)).toMatchObject({ state: 'failed', return_value: null, next_method: null });
+    expect(await taskInstance(db, skipped.id)).toMatchObject({ state: 'skipped', return_value: null });
+    // A malformed end event fails the trigger: its task instance resumes at the failure method, naming the problem.
+    const broken = await taskInstance(db, invalid.id);
+    expect(broken).toMatchObject({ state: 'scheduled', next_method: TRIGGER_FAILURE_METHOD });
+    expect(broken.next_kwargs!.error).toContain('taskState "done"');
+    const ended = tr.logs.matching((l) => l.kind === 'event').reduce((sum, l) => sum + Number(l.ended_task_instances), 0);
+    expect(ended).toBe(4);
+  });
+
   it('a duplicate or late event changes nothing', async () => {
     const db = await database();
     const storage = new Storage(db);
     const first = await deferOnto(db, new t.ImmediateTrigger({ payload: 'one' }));
-    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({ movedTaskInstances: 1 });
+    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
     expect(await storage.cleanUnusedTriggers([first.triggerId])).toBe(1);
     const before = await taskInstance(db, first.id);
     // The same event again (a triggerer that lost ownership during a pause): nothing moves.
-    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0 });
+    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, endedTaskInstances: 0 });
     expect(await taskInstance(db, first.id)).toEqual(before);
     // A late failure for a trigger whose task instance has moved on changes nothing either.
     await storage.submitFailures([{ triggerId: first.triggerId, failure: { error: 'late', traceback: null, reason: 'trigger_failure' } }]);

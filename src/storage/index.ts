@@ -21,6 +21,7 @@ import {
 } from './dag-run-progress.ts';
 import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-instances.ts';
 import type { DagRunState } from '../db/schema.ts';
+import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import {
   claimTaskInstances,
@@ -48,6 +49,8 @@ export interface TriggerEventRecord {
   readonly triggerId: number;
   /** The event payload as JSON text. */
   readonly payloadJson: string;
+  /** Set when the event ends its task instances (TaskEndEvent) instead of resuming them. */
+  readonly endState?: TaskEndState | null;
 }
 
 export interface TriggerFailureRecord {
@@ -110,7 +113,7 @@ export class Storage {
   submitEvents(events: readonly TriggerEventRecord[], now = Date.now()): Promise<MoveResult> {
     return moveDeferredTaskInstances(
       this.#context,
-      events.map((event) => ({ triggerId: event.triggerId, json: event.payloadJson })),
+      events.map((event) => ({ triggerId: event.triggerId, json: event.payloadJson, endState: event.endState ?? null })),
       'event',
       now,
     );

@@ -1,22 +1,28 @@
 import { sql, type RawBuilder } from 'kysely';
 import { toDbTime } from '../db/schema.ts';
+import type { TaskEndState } from '../triggers/trigger-event.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';
 
 export interface TriggerOutcome {
   readonly triggerId: number;
   /** JSON text: the event payload, or the failure marker's next_kwargs. */
   readonly json: string;
+  /** An event that ends its task instances in this state rather than scheduling them. */
+  readonly endState?: TaskEndState | null;
 }
 
 export interface MoveResult {
   /** Task instances moved from deferred to scheduled. */
   readonly movedTaskInstances: number;
+  /** Task instances an end event finished (success, failed, skipped) with no worker. */
+  readonly endedTaskInstances: number;
 }
 
 /**
  * The one write behind events and failures: every task instance still deferred on one of the
  * given triggers goes to scheduled carrying its outcome, in one transaction and a fixed number
- * of statements per batch.
+ * of statements per batch. An end event (TaskEndEvent) instead finishes its task instances in
+ * its state (success keeps the payload as the return value): nothing is left for a worker.
  *
  * The update is conditional on (state = deferred AND trigger_id = that trigger): a duplicate
  * or late outcome (a triggerer that lost ownership during a pause, a timeout that came first)
@@ -35,28 +41,59 @@ export async function moveDeferredTaskInstances(
   kind: 'event' | 'failure',
   now: number,
 ): Promise<MoveResult> {
-  if (outcomes.length === 0) return { movedTaskInstances: 0 };
+  if (outcomes.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0 };
   const { adapter } = context;
   return context.db.transaction().execute(async (trx) => {
     const triggerIds = [...new Set(outcomes.map((outcome) => outcome.triggerId))].sort((a, b) => a - b);
     await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
 
-    // One statement for the whole batch, each task instance reading its trigger's outcome by id.
-    const outcomeOf = await adapter.stageTriggerValues(trx, firstOutcomePerTrigger(outcomes));
-    const outcome = outcomeOf(sql.ref('task_instance.trigger_id'));
-    const moved = await trx
-      .updateTable('task_instance')
-      .set(
-        kind === 'event'
-          ? { next_kwargs: adapter.jsonSetKey(sql.ref('task_instance.next_kwargs'), 'event', outcome) }
-          : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome as RawBuilder<string> },
-      )
-      .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
-      .where(adapter.idIn('trigger_id', triggerIds))
-      .where('state', '=', 'deferred')
-      .executeTakeFirst();
+    const first = firstOutcomePerTrigger(outcomes);
+    const resumed = first.filter((outcome) => !outcome.endState);
+    let movedTaskInstances = 0;
+    if (resumed.length > 0) {
+      // One statement for the whole batch, each task instance reading its trigger's outcome by id.
+      const outcomeOf = await adapter.stageTriggerValues(trx, resumed);
+      const outcome = outcomeOf(sql.ref('task_instance.trigger_id'));
+      const moved = await trx
+        .updateTable('task_instance')
+        .set(
+          kind === 'event'
+            ? { next_kwargs: adapter.jsonSetKey(sql.ref('task_instance.next_kwargs'), 'event', outcome) }
+            : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome as RawBuilder<string> },
+        )
+        .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
+        .where(adapter.idIn('trigger_id', resumed.map((outcome) => outcome.triggerId)))
+        .where('state', '=', 'deferred')
+        .executeTakeFirst();
+      movedTaskInstances = Number(moved.numUpdatedRows);
+    }
 
-    return { movedTaskInstances: Number(moved.numUpdatedRows) };
+    let endedTaskInstances = 0;
+    for (const endState of new Set(first.flatMap((outcome) => (outcome.endState ? [outcome.endState] : [])))) {
+      const ending = first.filter((outcome) => outcome.endState === endState);
+      // A success event's payload is the task's return value; other end states keep none.
+      const returnValueOf = endState === 'success' ? await adapter.stageTriggerValues(trx, ending) : null;
+      const ended = await trx
+        .updateTable('task_instance')
+        .set({
+          state: endState,
+          return_value: returnValueOf ? (returnValueOf(sql.ref('task_instance.trigger_id')) as RawBuilder<string>) : null,
+          trigger_id: null,
+          trigger_timeout: null,
+          next_method: null,
+          next_kwargs: null,
+          // A task started from a trigger and ended by it never ran on a worker: the wait was its try.
+          try_number: sql<number>`case when task_instance.try_number = 0 then 1 else task_instance.try_number end`,
+          start_date: sql<string>`coalesce(task_instance.start_date, task_instance.updated_at)`,
+          end_date: toDbTime(now),
+          updated_at: toDbTime(now),
+        })
+        .where(adapter.idIn('trigger_id', ending.map((outcome) => outcome.triggerId)))
+        .where('state', '=', 'deferred')
+        .executeTakeFirst();
+      endedTaskInstances += Number(ended.numUpdatedRows);
+    }
+    return { movedTaskInstances, endedTaskInstances };
   });
 }
 

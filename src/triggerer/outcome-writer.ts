@@ -1,7 +1,8 @@
 import { setTimeout as delay, setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
-import type { FailureKwargs, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
+import type { FailureKwargs, MoveResult, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
+import type { TaskEndState } from '../triggers/trigger-event.ts';
 
 export interface OutcomeWriterOptions {
   /** Triggers per transaction: bounds how long one write holds the event loop (SQLite is synchronous). */
@@ -49,8 +50,8 @@ export class OutcomeWriter {
     return this.#events.length + this.#failures.length + this.#moved.length;
   }
 
-  addEvent(triggerId: number, payloadJson: string): void {
-    this.#events.push({ triggerId, payloadJson });
+  addEvent(triggerId: number, payloadJson: string, endState: TaskEndState | null = null): void {
+    this.#events.push({ triggerId, payloadJson, endState });
     this.#scheduleFlush();
   }
 
@@ -108,16 +109,17 @@ export class OutcomeWriter {
   async #moveBatch<Outcome extends { triggerId: number }>(
     kind: 'event' | 'failure',
     queue: Outcome[],
-    write: (batch: Outcome[]) => Promise<{ movedTaskInstances: number }>,
+    write: (batch: Outcome[]) => Promise<MoveResult>,
   ): Promise<boolean> {
     const batch = queue.splice(0, this.options.batchSize);
     try {
-      const { movedTaskInstances } = await write(batch);
+      const { movedTaskInstances, endedTaskInstances } = await write(batch);
       this.onDatabaseCall();
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
       this.log.info(
-        { kind, triggers: batch.length, moved_task_instances: movedTaskInstances },
-        `wrote ${batch.length} trigger ${kind}${batch.length === 1 ? '' : 's'}: ${movedTaskInstances} task instance(s) scheduled`,
+        { kind, triggers: batch.length, moved_task_instances: movedTaskInstances, ended_task_instances: endedTaskInstances },
+        `wrote ${batch.length} trigger ${kind}${batch.length === 1 ? '' : 's'}: ${movedTaskInstances} task instance(s) scheduled` +
+          (endedTaskInstances > 0 ? `, ${endedTaskInstances} ended by their trigger` : ''),
       );
       return true;
     } catch (error) {

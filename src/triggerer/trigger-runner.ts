@@ -3,14 +3,15 @@ import { describeThrown, TriggerFailedError } from '../errors.ts';
 import { toJsonText } from '../serialization/json.ts';
 import { attachRuntime, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
-import type { TriggerEvent } from '../triggers/trigger-event.ts';
+import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../triggers/trigger-event.ts';
 import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 
 /** Where a runner sends what its triggers produced; the triggerer batches them into the database. */
 export interface RunnerOutcomes {
-  event(triggerId: number, payloadJson: string): void;
+  /** `endState` set: the event ends its task instances (a TaskEndEvent) rather than resuming them. */
+  event(triggerId: number, payloadJson: string, endState: TaskEndState | null): void;
   failure(triggerId: number, failure: FailureKwargs): void;
 }
 
@@ -266,10 +267,18 @@ export class TriggerRunner {
       return;
     }
     let payloadJson: string;
+    let endState: TaskEndState | null = null;
     try {
       const event: unknown = result.value;
       if (event === null || typeof event !== 'object' || !('payload' in event)) {
         throw new TriggerFailedError(`the trigger yielded ${describe(event)} instead of a TriggerEvent`);
+      }
+      // Checked by shape, not instanceof: a trigger module may carry its own copy of deferflow.
+      if ('taskState' in event) {
+        if (!TASK_END_STATES.includes(event.taskState as TaskEndState)) {
+          throw new TriggerFailedError(`the trigger yielded an end event with taskState ${JSON.stringify(event.taskState) ?? describe(event.taskState)}; expected one of ${TASK_END_STATES.join(', ')}`);
+        }
+        endState = event.taskState as TaskEndState;
       }
       payloadJson = toJsonText(event.payload, 'event.payload');
     } catch (error) {
@@ -277,7 +286,7 @@ export class TriggerRunner {
       return;
     }
     run.state = 'fired';
-    this.outcomes.event(run.id, payloadJson);
+    this.outcomes.event(run.id, payloadJson, endState);
     void this.#stopRun(run);
   }
 

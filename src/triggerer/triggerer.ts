@@ -60,7 +60,7 @@ export class Triggerer {
       registry,
       log,
       {
-        event: (triggerId, payloadJson) => this.#writer.addEvent(triggerId, payloadJson),
+        event: (triggerId, payloadJson, endState) => this.#writer.addEvent(triggerId, payloadJson, endState),
         failure: (triggerId, failure) => this.#writer.addFailure(triggerId, failure),
       },
       { blockThresholdMs: options.blockThresholdMs },
