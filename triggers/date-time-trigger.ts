@@ -1,7 +1,7 @@
 import { DateTime } from 'luxon';
 import { InvalidTriggerArgumentError } from '../src/errors.ts';
 import { BaseTrigger, type SerializedTrigger } from '../src/triggers/base-trigger.ts';
-import { TriggerEvent } from '../src/triggers/trigger-event.ts';
+import { TaskSuccessEvent, TriggerEvent } from '../src/triggers/trigger-event.ts';
 
 /** A timezone-aware moment: an ISO-8601 string with an offset or `Z`, a luxon DateTime, or a Date. */
 export type MomentInput = string | Date | DateTime;
@@ -12,7 +12,9 @@ const PASS_INSTEAD =
 
 /**
  * Fires once, at `moment`, with the moment (its ISO string) as the event payload. A moment in the
- * past fires at once; it never fires before the moment.
+ * past fires at once; it never fires before the moment. With `endFromTrigger: true` the event
+ * ends the waiting task instances as success (a TaskSuccessEvent, Airflow's end_from_trigger):
+ * a task that only waits, started from this trigger, never needs a worker.
  *
  * The moment is kept as one canonical ISO string: luxon's `toISO()` form with milliseconds and the
  * given offset (`Z` for a zero offset), e.g. "2030-05-01T14:00:00.000+02:00". Equal waits written
@@ -26,30 +28,43 @@ export class DateTimeTrigger extends BaseTrigger {
   readonly moment: string;
   /** The moment in epoch milliseconds. */
   readonly momentMs: number;
+  /**
+   * The event ends the task instances (success) instead of resuming them on a worker. False
+   * comes from the prototype, so a plain wait carries no extra field (100,000 triggers add up).
+   */
+  get endFromTrigger(): boolean {
+    return false;
+  }
 
-  constructor(kwargs: { moment: MomentInput }) {
+  constructor(kwargs: { moment: MomentInput; endFromTrigger?: boolean }) {
     super();
     if (kwargs === null || typeof kwargs !== 'object') {
       throw new InvalidTriggerArgumentError('DateTimeTrigger', `expected kwargs { moment }, got ${describeValue(kwargs)}`);
     }
     for (const key in kwargs) {
-      if (key !== 'moment') {
-        throw new InvalidTriggerArgumentError('DateTimeTrigger', `unknown kwarg ${JSON.stringify(key)} (the only kwarg is moment)`);
+      if (key !== 'moment' && key !== 'endFromTrigger') {
+        throw new InvalidTriggerArgumentError('DateTimeTrigger', `unknown kwarg ${JSON.stringify(key)} (the kwargs are moment and endFromTrigger)`);
       }
+    }
+    const endFromTrigger = kwargs.endFromTrigger ?? false;
+    if (typeof endFromTrigger !== 'boolean') {
+      throw new InvalidTriggerArgumentError('DateTimeTrigger', `endFromTrigger ${describeValue(endFromTrigger)} is not a boolean`);
     }
     const [moment, momentMs] = normalizeMoment(kwargs.moment);
     this.moment = moment;
     this.momentMs = momentMs;
+    if (endFromTrigger) Object.defineProperty(this, 'endFromTrigger', { value: true, enumerable: true });
   }
 
   override serialize(): SerializedTrigger {
-    return { classpath: DateTimeTrigger.classpath, kwargs: { moment: this.moment } };
+    // endFromTrigger is written only when set, so plain waits keep the kwargs (and the shared rows) they always had.
+    return { classpath: DateTimeTrigger.classpath, kwargs: this.endFromTrigger ? { moment: this.moment, endFromTrigger: true } : { moment: this.moment } };
   }
 
   override async *run(): AsyncGenerator<TriggerEvent<string>, void, void> {
     // sleepUntil never wakes early; the loop only guards the promise that this never fires early.
     while (Date.now() < this.momentMs) await this.sleepUntil(this.momentMs);
-    yield new TriggerEvent(this.moment);
+    yield this.endFromTrigger ? (new TaskSuccessEvent(this.moment) as TriggerEvent<string>) : new TriggerEvent(this.moment);
   }
 }
 

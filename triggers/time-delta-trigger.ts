@@ -11,12 +11,15 @@ import { DateTimeTrigger, describeValue } from './date-time-trigger.ts';
  * identical moments share a trigger row. It has no static classpath of its own on purpose: no
  * trigger row ever names it, and it is not in BUILTIN_TRIGGERS.
  *
+ * `endFromTrigger: true` ends the task instances as success when it fires (see DateTimeTrigger).
+ *
  * A Duration with calendar units (months, years) is added in UTC calendar terms
  * (`DateTime.plus`), so `{ months: 1 }` from Jan 31 lands on Feb 28/29.
  */
 export class TimeDeltaTrigger extends DateTimeTrigger {
-  constructor(kwargs: { delta: Duration | number }) {
-    super({ moment: momentAfter(kwargs) });
+  constructor(kwargs: { delta: Duration | number; endFromTrigger?: boolean }) {
+    const { endFromTrigger, ...rest } = kwargs ?? ({} as typeof kwargs);
+    super(endFromTrigger === undefined ? { moment: momentAfter(rest) } : { moment: momentAfter(rest), endFromTrigger });
   }
 }
 
@@ -26,7 +29,7 @@ function momentAfter(kwargs: { delta: Duration | number }): Date {
   }
   for (const key in kwargs) {
     if (key !== 'delta') {
-      throw new InvalidTriggerArgumentError('TimeDeltaTrigger', `unknown kwarg ${JSON.stringify(key)} (the only kwarg is delta)`);
+      throw new InvalidTriggerArgumentError('TimeDeltaTrigger', `unknown kwarg ${JSON.stringify(key)} (the kwargs are delta and endFromTrigger)`);
     }
   }
   const delta: unknown = kwargs.delta;

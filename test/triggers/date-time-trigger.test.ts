@@ -129,6 +129,18 @@ describe('DateTimeTrigger construction', () => {
     const trigger = new DateTimeTrigger({ moment: '2030-05-01T12:00:00Z' });
     const own = Object.entries(trigger).filter(([, value]) => value !== undefined);
     expect(Object.fromEntries(own)).toEqual({ moment: '2030-05-01T12:00:00.000Z', momentMs: Date.parse('2030-05-01T12:00:00Z') });
+    expect(trigger.endFromTrigger).toBe(false);
+  });
+
+  it('with endFromTrigger, serializes the flag and yields an event that ends the task as success', async () => {
+    const plain = new DateTimeTrigger({ moment: '2000-01-01T00:00:00Z' });
+    const ending = new DateTimeTrigger({ moment: '2000-01-01T00:00:00Z', endFromTrigger: true });
+    expect(plain.serialize().kwargs).toEqual({ moment: '2000-01-01T00:00:00.000Z' });
+    expect(ending.serialize().kwargs).toEqual({ moment: '2000-01-01T00:00:00.000Z', endFromTrigger: true });
+    expect(new DateTimeTrigger(ending.serialize().kwargs as { moment: string; endFromTrigger: boolean }).endFromTrigger).toBe(true);
+    expect((await plain.run().next()).value).not.toHaveProperty('taskState');
+    expect((await ending.run().next()).value).toMatchObject({ taskState: 'success', payload: '2000-01-01T00:00:00.000Z' });
+    expect(() => new DateTimeTrigger({ moment: '2000-01-01T00:00:00Z', endFromTrigger: 'yes' as unknown as boolean })).toThrow(/endFromTrigger "yes" is not a boolean/);
   });
 
   it('is registered by BUILTIN_TRIGGERS under its classpath', () => {
