@@ -5,13 +5,15 @@ import type { LogFormat, LogLevel } from './triggerer/options.ts';
 export type { Logger } from 'pino';
 
 /**
- * pino to stdout. Writes are synchronous so nothing is lost when the process exits right after
+ * pino to stdout (or stderr with `stderr: true`, when stdout shows something else). Writes are synchronous so nothing is lost when the process exits right after
  * logging (a signal, a fatal error); the hot path logs nothing per trigger at info level.
  */
-export function createLogger(options: { level: LogLevel; format: LogFormat; name?: string }): Logger {
+export function createLogger(options: { level: LogLevel; format: LogFormat; name?: string; stderr?: boolean }): Logger {
   const base = { level: options.level, name: options.name ?? 'deferflow' };
+  const fd = options.stderr ? 2 : 1;
   if (options.format === 'pretty') {
-    return pino(base, pretty({ colorize: process.stdout.isTTY ?? false, sync: true, translateTime: 'SYS:HH:MM:ss.l' }));
+    const stream = options.stderr ? process.stderr : process.stdout;
+    return pino(base, pretty({ colorize: stream.isTTY ?? false, sync: true, translateTime: 'SYS:HH:MM:ss.l', destination: fd }));
   }
-  return pino(base, pino.destination({ dest: 1, sync: true }));
+  return pino(base, pino.destination({ dest: fd, sync: true }));
 }

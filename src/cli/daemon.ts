@@ -7,23 +7,22 @@ import { describeThrown } from '../errors.ts';
  * it starts, runs until SIGTERM or SIGINT (handled from before the start), then stops gracefully (`stop`, then the database closes,
  * exit 0); a second signal, or a stop slower than `deadlineMs`, exits at once with code 1.
  * A throw escaping user code (a trigger's or task's callback) is logged, and the process goes on.
+ * A daemon with `untilDone` (standalone's --exit-when-done) also stops when that resolves, and
+ * exits with the code it resolved to.
  */
 export async function runUntilSignalled(
   log: Logger,
   database: Database,
-  daemon: { start(): Promise<void>; stop(): Promise<void> },
+  daemon: { start(): Promise<void>; stop(): Promise<void>; untilDone?: () => Promise<number> },
   deadlineMs: number,
 ): Promise<never> {
   process.on('uncaughtException', (error) => log.error({ error: describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'));
   process.on('unhandledRejection', (reason) => log.error({ error: describeThrown(reason) }, 'unhandled rejection; continuing'));
   let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    signals++;
-    if (signals > 1) {
-      log.warn({ signal }, `second ${signal}: exiting at once`);
-      process.exit(1);
-    }
-    log.info({ signal }, `received ${signal}; stopping gracefully (send it again to exit at once)`);
+  let stopping = false;
+  const stopAndExit = (exitCode: number) => {
+    if (stopping) return;
+    stopping = true;
     setTimeout(() => {
       log.error('graceful stop took too long; exiting');
       process.exit(1);
@@ -31,11 +30,21 @@ export async function runUntilSignalled(
     void daemon
       .stop()
       .then(() => database.close())
-      .then(() => process.exit(0));
+      .then(() => process.exit(exitCode));
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    signals++;
+    if (signals > 1) {
+      log.warn({ signal }, `second ${signal}: exiting at once`);
+      process.exit(1);
+    }
+    log.info({ signal }, `received ${signal}; stopping gracefully (send it again to exit at once)`);
+    stopAndExit(0);
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
   await daemon.start();
+  if (daemon.untilDone) void daemon.untilDone().then(stopAndExit);
   // The process now lives on its timers until a signal stops it.
   return new Promise<never>(() => {});
 }

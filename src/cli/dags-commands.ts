@@ -1,9 +1,9 @@
 import type { Argv } from 'yargs';
-import { processDagFolder, serializedDagSource } from '../dags/dag-processor.ts';
+import { processDagFolder } from '../dags/dag-processor.ts';
+import { triggerDagRun } from '../dags/manual-run.ts';
 import { openDatabase } from '../db/connect.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
-import { Storage } from '../storage/index.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
 import { WORKER_OPTIONS } from '../worker/options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
@@ -53,12 +53,7 @@ export function registerDagsCommands(cli: Argv): void {
           }
           const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
-            const dag = await serializedDagSource(database)(args.dagId!);
-            if (!dag) throw new InvalidOptionError('dag-id', `no DAG ${JSON.stringify(args.dagId)} among the serialized DAGs (see deferflow dags list)`);
-            const logicalDate = Date.now();
-            const runId = args.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
-            const created = await new Storage(database).createDagRun(dag, { runId, runType: 'manual', logicalDate, conf });
-            if (created === null) throw new InvalidOptionError('run-id', `DAG ${dag.dagId} already has a run ${runId}`);
+            const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId });
             process.stdout.write(`${runId}\n`);
           } finally {
             await database.close();

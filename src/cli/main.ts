@@ -3,6 +3,7 @@ import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerDbCommands } from './db-commands.ts';
 import { registerDagsCommands } from './dags-commands.ts';
 import { registerRuntimeCommands } from './runtime-commands.ts';
+import { registerStandaloneCommand } from './standalone-command.ts';
 import { registerTasksCommands } from './tasks-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
 
@@ -29,6 +30,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerDbCommands(cli);
   registerTriggererCommand(cli);
   registerRuntimeCommands(cli);
+  registerStandaloneCommand(cli);
   registerDagsCommands(cli);
   registerTasksCommands(cli);
   await cli.parseAsync();

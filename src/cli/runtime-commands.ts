@@ -1,8 +1,7 @@
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
-import { processDagFolder, serializedDagSource } from '../dags/dag-processor.ts';
+import { keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
 import { openDatabase } from '../db/connect.ts';
-import { describeThrown } from '../errors.ts';
 import { createLogger } from '../logging.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../scheduler/options.ts';
@@ -23,30 +22,17 @@ export function registerRuntimeCommands(cli: Argv): void {
       const database = openDatabase(options.databaseUrl);
       const worker = new Worker(database, options, dagFileResolver(database, log), log);
       // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
-      const processDags = async () => {
-        try {
-          const result = await processDagFolder(database, options.dagsFolder);
-          for (const error of result.errors) log.error({ fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
-          const changed = Object.entries(result.written).filter(([, write]) => write !== 'unchanged');
-          if (changed.length > 0 || result.deleted.length > 0) {
-            log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);
-          }
-        } catch (error) {
-          log.error({ error: describeThrown(error).error }, `processing DAG folder ${options.dagsFolder} failed`);
-        }
-      };
-      let timer: NodeJS.Timeout | undefined;
+      let dagProcessing: { stop(): void } | undefined;
       await runUntilSignalled(
         log,
         database,
         {
           start: async () => {
-            await processDags();
-            timer = setInterval(() => void processDags(), options.dagProcessIntervalMs);
+            dagProcessing = await keepDagFolderProcessed(database, options.dagsFolder, options.dagProcessIntervalMs, log);
             await worker.start();
           },
           stop: async () => {
-            clearInterval(timer);
+            dagProcessing?.stop();
             await worker.stop();
           },
         },

@@ -8,13 +8,13 @@ import { InvalidOptionError } from '../errors.ts';
  */
 export interface OptionSpec {
   readonly env: string;
-  readonly default: string | number | readonly string[];
+  readonly default: string | number | boolean | readonly string[];
   readonly unit: string;
   readonly describe: string;
 }
 
 export type OptionTable = Readonly<Record<string, OptionSpec>>;
-export type RawOptions<Table extends OptionTable> = Partial<Record<keyof Table & string, string | number | readonly string[] | undefined>>;
+export type RawOptions<Table extends OptionTable> = Partial<Record<keyof Table & string, string | number | boolean | readonly string[] | undefined>>;
 
 /** The raw value of `name`: the flag, else its environment variable, else the default. */
 export function optionPicker<Table extends OptionTable>(table: Table, raw: RawOptions<Table>, env: NodeJS.ProcessEnv) {
@@ -32,7 +32,7 @@ export function declareOptions(command: Argv, table: OptionTable): Argv {
   for (const [name, spec] of Object.entries(table)) {
     const isList = Array.isArray(spec.default);
     command.option(name, {
-      type: isList ? 'array' : typeof spec.default === 'number' ? 'number' : 'string',
+      type: isList ? 'array' : typeof spec.default === 'number' ? 'number' : typeof spec.default === 'boolean' ? 'boolean' : 'string',
       string: isList ? true : undefined,
       describe: `${spec.describe} [${spec.unit}; env ${spec.env}; default ${isList ? 'none' : spec.default}]`,
     });
@@ -64,6 +64,15 @@ export function positiveNumber(value: unknown, name: string): number {
 /** A positive number of seconds, in milliseconds. */
 export function seconds(value: unknown, name: string): number {
   return Math.round(positiveNumber(value, name) * 1000);
+}
+
+/** A flag: true/false (also 1/0, yes/no, as environment variables spell them). */
+export function flag(value: unknown, name: string): boolean {
+  if (typeof value === 'boolean') return value;
+  const text = String(value).trim().toLowerCase();
+  if (['true', '1', 'yes'].includes(text)) return true;
+  if (['false', '0', 'no'].includes(text)) return false;
+  throw new InvalidOptionError(name, `expected true or false, got ${JSON.stringify(value)}`);
 }
 
 export function oneOf<T extends string>(value: unknown, name: string, allowed: readonly T[]): T {

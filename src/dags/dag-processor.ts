@@ -1,4 +1,6 @@
+import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
+import { describeThrown } from '../errors.ts';
 import { markMissingDagsDeleted, readSerializedDag, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
 import type { DagSource } from '../scheduler/scheduler.ts';
 import { loadDagFolder, type DagFileError } from './loader.ts';
@@ -34,6 +36,31 @@ export async function processDagFolder(database: Database, folder: string, now =
   const deleted = await markMissingDagsDeleted(context, Object.keys(written), brokenFiles, now);
   await replaceImportErrors(context, errors, now);
   return { written, deleted, errors };
+}
+
+/**
+ * Processes `folder` now and then every `intervalMs` until stop(), logging import errors and
+ * what changed. A failing pass (a database hiccup) is logged and retried at the next interval.
+ */
+export async function keepDagFolderProcessed(database: Database, folder: string, intervalMs: number, log: Logger): Promise<{ stop(): void }> {
+  const processOnce = async () => {
+    try {
+      const result = await processDagFolder(database, folder);
+      for (const error of result.errors) log.error({ fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
+      const changed = Object.entries(result.written).filter(([, write]) => write !== 'unchanged');
+      if (changed.length > 0 || result.deleted.length > 0) {
+        log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);
+      }
+    } catch (error) {
+      log.error({ error: describeThrown(error).error }, `processing DAG folder ${folder} failed`);
+    }
+  };
+  await processOnce();
+  let running: Promise<void> | null = null;
+  const timer = setInterval(() => {
+    running ??= processOnce().finally(() => (running = null));
+  }, intervalMs);
+  return { stop: () => clearInterval(timer) };
 }
 
 /** The scheduler's view of DAGs: the serialized rows, never DAG code. */

@@ -39,6 +39,8 @@ export class Scheduler {
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   #heartbeatTimer: NodeJS.Timeout | null = null;
+  /** Called after a pass scheduled task instances (standalone wires it to the worker's wake()). */
+  onWork: (() => void) | null = null;
 
   constructor(
     database: Database,
@@ -51,6 +53,11 @@ export class Scheduler {
 
   get jobId(): number | null {
     return this.#jobId;
+  }
+
+  /** Runs the next pass now instead of after the poll interval. */
+  wake(): void {
+    this.#pause.wake();
   }
 
   async start(): Promise<void> {
@@ -94,6 +101,7 @@ export class Scheduler {
     if (reaped.requeued + reaped.retried + reaped.failed > 0) {
       this.log.warn({ ...reaped }, `task instances of dead workers: ${reaped.requeued} requeued, ${reaped.retried} to retry, ${reaped.failed} failed`);
     }
+    let madeWork = ready > 0 || reaped.requeued + reaped.retried > 0;
     const dags = new Map<string, SchedulerDag | null>();
     for (const run of await this.storage.listUnfinishedDagRuns(this.options.runsPerPass)) {
       if (!dags.has(run.dagId)) dags.set(run.dagId, await this.dags(run.dagId));
@@ -102,11 +110,13 @@ export class Scheduler {
         this.log.warn({ dag_id: run.dagId, run_id: run.runId }, `DAG ${run.dagId} is not among the serialized DAGs; run ${run.runId} waits`);
         continue;
       }
-      await this.#advance(run, dag, now);
+      if (await this.#advance(run, dag, now)) madeWork = true;
     }
+    if (madeWork) this.onWork?.();
   }
 
-  async #advance(run: UnfinishedDagRun, dag: SchedulerDag, now: number): Promise<void> {
+  /** Returns whether task instances were scheduled (work for workers). */
+  async #advance(run: UnfinishedDagRun, dag: SchedulerDag, now: number): Promise<boolean> {
     if (run.state === 'queued' && (await this.storage.setDagRunState(run.id, 'queued', 'running', now))) {
       this.log.info({ dag_id: run.dagId, run_id: run.runId }, `DAG run ${run.dagId} ${run.runId} running`);
     }
@@ -129,11 +139,12 @@ export class Scheduler {
 
     const changed = decided.skipped.length + decided.upstream_failed.length + scheduled.length > 0;
     const states = changed ? new Map((await this.storage.taskInstancesOfRun(run.dagId, run.runId)).map((ti) => [ti.taskId, ti.state])) : stateOf;
-    if (![...states.values()].every((state) => state !== null && FINISHED_STATES.includes(state))) return;
+    if (![...states.values()].every((state) => state !== null && FINISHED_STATES.includes(state))) return scheduled.length > 0;
     const outcome = leavesSucceeded(dag, states) ? 'success' : 'failed';
     if (await this.storage.setDagRunState(run.id, 'running', outcome, now)) {
       this.log.info({ dag_id: run.dagId, run_id: run.runId, state: outcome }, `DAG run ${run.dagId} ${run.runId} ${outcome}`);
     }
+    return scheduled.length > 0;
   }
 
   /** Tasks that start from a trigger go straight from scheduled to deferred: no worker slot. */

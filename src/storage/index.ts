@@ -20,6 +20,7 @@ import {
   type UnfinishedDagRun,
 } from './dag-run-progress.ts';
 import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-instances.ts';
+import { runProgress, type RunProgress } from './run-progress.ts';
 import type { DagRunState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
@@ -42,6 +43,7 @@ export type { NewDagRun } from './create-dag-run.ts';
 export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult } from './reap-zombie-task-instances.ts';
+export type { RunProgress } from './run-progress.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 
@@ -175,6 +177,10 @@ export class Storage {
 
   setDagRunState(dagRunId: number, from: DagRunState, to: DagRunState, now = Date.now()): Promise<boolean> {
     return setDagRunState(this.#context, dagRunId, from, to, now);
+  }
+
+  runProgress(dagId: string, runId: string): Promise<RunProgress | null> {
+    return runProgress(this.#context, dagId, runId);
   }
 
   reapZombieTaskInstances(aliveSince: number, now = Date.now()): Promise<ReapResult> {

@@ -73,7 +73,7 @@ export const TRIGGERER_OPTIONS = {
 } as const;
 
 export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
-export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | readonly string[] | undefined>>;
+export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | boolean | readonly string[] | undefined>>;
 
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];

@@ -43,6 +43,8 @@ export class OutcomeWriter {
     private readonly onWritten: (triggerIds: number[]) => void,
     /** Called after each database call (for the loop watch). */
     private readonly onDatabaseCall: () => void = () => {},
+    /** Called after a batch moved task instances out of deferred. */
+    private readonly onMoved: () => void = () => {},
   ) {}
 
   /** Outcomes not fully written yet. */
@@ -116,6 +118,7 @@ export class OutcomeWriter {
       const { movedTaskInstances, endedTaskInstances } = await write(batch);
       this.onDatabaseCall();
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
+      if (movedTaskInstances + endedTaskInstances > 0) this.onMoved();
       this.log.info(
         { kind, triggers: batch.length, moved_task_instances: movedTaskInstances, ended_task_instances: endedTaskInstances },
         `wrote ${batch.length} trigger ${kind}${batch.length === 1 ? '' : 's'}: ${movedTaskInstances} task instance(s) scheduled` +

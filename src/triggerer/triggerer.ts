@@ -71,7 +71,19 @@ export class Triggerer {
       { batchSize: 2000, concurrency: database.adapter.concurrentWrites, retryDelayMs: 1000 },
       (ids) => ids.forEach((id) => this.#runner.forget(id)),
       () => this.#runner.markLoopEdge(),
+      () => this.onWork?.(),
     );
+  }
+
+  /**
+   * Called after task instances left deferred (events, failures, timeouts): a worker or a
+   * scheduler may have work now. Standalone wires it to their wake().
+   */
+  onWork: (() => void) | null = null;
+
+  /** Runs the next pass (claims new triggers) now instead of after the poll interval. */
+  wake(): void {
+    if (this.#state === 'running') this.#pause.wake();
   }
 
   /** This triggerer's job id (its identity in trigger.triggerer_id); null before start(). */
@@ -252,7 +264,10 @@ export class Triggerer {
     let nextInMs = this.options.timeoutSweepMs;
     try {
       const failed = await this.storage.failTimedOutDeferrals();
-      if (failed > 0) this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
+      if (failed > 0) {
+        this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
+        this.onWork?.();
+      }
       const deadline = await this.storage.nextDeferralDeadline();
       this.#runner.markLoopEdge();
       if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));

@@ -57,6 +57,12 @@ export class Worker {
   readonly #pause = new InterruptibleSleep();
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #stopped: Promise<void> | null = null;
+  #slotMs = 0;
+  /**
+   * Called after this worker recorded a deferral or an outcome: others (a triggerer, a
+   * scheduler) may have work now. Standalone wires it to their wake().
+   */
+  onWork: (() => void) | null = null;
 
   constructor(
     private readonly database: Database,
@@ -74,6 +80,16 @@ export class Worker {
   /** Task instances running in this worker's slots now. */
   get runningCount(): number {
     return this.#running.size;
+  }
+
+  /** Slot time spent so far: for each task instance run, from its claim to its outcome recorded. */
+  get slotMsSpent(): number {
+    return this.#slotMs;
+  }
+
+  /** Looks for scheduled task instances now instead of at the next poll. */
+  wake(): void {
+    this.#pause.wake();
   }
 
   async start(): Promise<void> {
@@ -130,9 +146,12 @@ export class Worker {
         }
       }
       for (const taskInstance of claimed) {
+        const claimedAt = performance.now();
         const run = this.#run(taskInstance).finally(() => {
+          this.#slotMs += performance.now() - claimedAt;
           this.#running.delete(taskInstance.id);
           this.#pause.wake();
+          this.onWork?.();
         });
         this.#running.set(taskInstance.id, run);
       }

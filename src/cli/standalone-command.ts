@@ -1,0 +1,102 @@
+import type { Argv } from 'yargs';
+import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
+import { triggerDagRun } from '../dags/manual-run.ts';
+import { openDatabase, type Database } from '../db/connect.ts';
+import { redactDatabaseUrl } from '../db/database-url.ts';
+import { migrateToLatest } from '../db/migrate.ts';
+import { InvalidOptionError } from '../errors.ts';
+import { createLogger } from '../logging.ts';
+import { STANDALONE_OPTIONS, resolveStandaloneOptions } from '../standalone/options.ts';
+import { progressFigures, progressLine, summaryLine } from '../standalone/progress-line.ts';
+import { Standalone } from '../standalone/standalone.ts';
+import { Storage } from '../storage/index.ts';
+import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
+import { TriggerRegistry } from '../triggers/registry.ts';
+import { runUntilSignalled } from './daemon.ts';
+
+const PROGRESS_INTERVAL_MS = 200;
+/** Without a terminal, a progress line is printed when the figures change, at most this often. */
+const PLAIN_PROGRESS_INTERVAL_MS = 1_000;
+
+/** `deferflow standalone`: scheduler, worker and triggerer in one process. */
+export function registerStandaloneCommand(cli: Argv): void {
+  cli.command(
+    'standalone',
+    'Run scheduler, worker and triggerer in one process (the database is migrated first); optionally run one DAG and show its progress',
+    (command) => declareOptions(command, STANDALONE_OPTIONS),
+    async (args) => {
+      const options = resolveStandaloneOptions(rawOptionsFrom(STANDALONE_OPTIONS, args));
+      if (options.exitWhenDone && options.triggerDag === null) {
+        throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
+      }
+      const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
+      const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
+      for (const module of options.triggerer.triggerModules) await registry.loadModule(module);
+      const database = openDatabase(options.worker.databaseUrl);
+      const applied = await migrateToLatest(database);
+      const say = (line: string) => process.stdout.write(`${line}\n`);
+      say(
+        `deferflow standalone: database ${redactDatabaseUrl(options.worker.databaseUrl)} (${applied.length === 0 ? 'up to date' : `${applied.length} migration(s) applied`}), ` +
+          `DAGs from ${options.worker.dagsFolder}, ${options.worker.concurrency} worker slot(s), triggerer capacity ${options.triggerer.capacity}`,
+      );
+      const standalone = new Standalone(database, options, registry, log);
+      let runId: string | null = null;
+      await runUntilSignalled(
+        log,
+        database,
+        {
+          start: async () => {
+            await standalone.start();
+            if (options.triggerDag !== null) {
+              runId = await triggerDagRun(database, options.triggerDag);
+              say(`triggered ${options.triggerDag} run ${runId}`);
+            }
+          },
+          stop: () => standalone.stop(),
+          untilDone:
+            options.triggerDag === null
+              ? undefined
+              : async () => {
+                  const succeeded = await showRunProgress(database, standalone, options.triggerDag!, runId!);
+                  if (options.exitWhenDone) return succeeded ? 0 : 1;
+                  say('standalone keeps running (Ctrl-C to stop)');
+                  return new Promise<number>(() => {});
+                },
+        },
+        options.worker.shutdownGraceMs + 5_000,
+      );
+    },
+  );
+}
+
+/** Shows the run's progress until it finishes, then its summary; resolves to whether it succeeded. */
+async function showRunProgress(database: Database, standalone: Standalone, dagId: string, runId: string): Promise<boolean> {
+  const storage = new Storage(database);
+  const startedAt = performance.now();
+  const terminal = process.stdout.isTTY === true;
+  let lastPrinted = '';
+  let lastPrintedAt = 0;
+  for (;;) {
+    const progress = await storage.runProgress(dagId, runId);
+    if (!progress) throw new Error(`DAG run ${dagId} ${runId} disappeared`);
+    const elapsed = performance.now() - startedAt;
+    const figures = progressFigures(progress);
+    const finished = progress.state === 'success' || progress.state === 'failed';
+    const line = progressLine(figures, elapsed);
+    if (terminal) {
+      process.stdout.write(`\r${line}\x1b[K${finished ? '\n' : ''}`);
+    } else {
+      const withoutTime = line.slice(0, line.lastIndexOf(' · '));
+      if (finished || (withoutTime !== lastPrinted && elapsed - lastPrintedAt >= PLAIN_PROGRESS_INTERVAL_MS)) {
+        process.stdout.write(`${line}\n`);
+        lastPrinted = withoutTime;
+        lastPrintedAt = elapsed;
+      }
+    }
+    if (finished) {
+      process.stdout.write(`${summaryLine({ dagId, runId, state: progress.state }, progress, elapsed, standalone.options.worker.concurrency, standalone.worker.slotMsSpent)}\n`);
+      return progress.state === 'success';
+    }
+    await new Promise((resolve) => setTimeout(resolve, PROGRESS_INTERVAL_MS));
+  }
+}

@@ -1,0 +1,59 @@
+import { flag, oneOf, optionPicker, type RawOptions } from '../config/option-table.ts';
+import { resolveSchedulerOptions, type ResolvedSchedulerOptions } from '../scheduler/options.ts';
+import { LOG_LEVELS, resolveTriggererOptions, TRIGGERER_OPTIONS, type LogFormat, type LogLevel, type TriggererOptions } from '../triggerer/options.ts';
+import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
+
+/**
+ * `deferflow standalone` options: the few a one-process setup needs. Everything else (poll and
+ * heartbeat intervals, grace periods) is each component's own option, read from its
+ * environment variable as the separate commands do (see their tables).
+ */
+export const STANDALONE_OPTIONS = {
+  db: TRIGGERER_OPTIONS.db,
+  dags: WORKER_OPTIONS.dags,
+  concurrency: WORKER_OPTIONS.concurrency,
+  capacity: TRIGGERER_OPTIONS.capacity,
+  'trigger-module': TRIGGERER_OPTIONS['trigger-module'],
+  'trigger-dag': {
+    env: 'DEFERFLOW_STANDALONE_TRIGGER_DAG',
+    default: '',
+    unit: 'DAG id',
+    describe: 'Once started, create a manual run of this DAG and show its progress',
+  },
+  'exit-when-done': {
+    env: 'DEFERFLOW_STANDALONE_EXIT_WHEN_DONE',
+    default: false,
+    unit: 'flag',
+    describe: "With trigger-dag: stop once that run finishes; exit 0 if it succeeded, 1 if it failed",
+  },
+  'log-level': { ...TRIGGERER_OPTIONS['log-level'], default: 'warn', describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)' },
+  'log-format': TRIGGERER_OPTIONS['log-format'],
+} as const;
+
+export interface StandaloneOptions {
+  readonly worker: ResolvedWorkerOptions;
+  readonly scheduler: ResolvedSchedulerOptions;
+  readonly triggerer: TriggererOptions;
+  /** A DAG to run once started; null for none. */
+  readonly triggerDag: string | null;
+  readonly exitWhenDone: boolean;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+}
+
+export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): StandaloneOptions {
+  const pick = optionPicker(STANDALONE_OPTIONS, raw, env);
+  const logLevel = oneOf(pick('log-level'), 'log-level', LOG_LEVELS);
+  const logFormat = oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const);
+  const shared = { db: pick('db') as string, 'log-level': logLevel, 'log-format': logFormat };
+  const triggerDag = String(pick('trigger-dag')).trim();
+  return Object.freeze({
+    worker: resolveWorkerOptions({ ...shared, dags: pick('dags') as string, concurrency: pick('concurrency') as number }, env),
+    scheduler: resolveSchedulerOptions(shared, env),
+    triggerer: resolveTriggererOptions({ ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] }, env),
+    triggerDag: triggerDag === '' ? null : triggerDag,
+    exitWhenDone: flag(pick('exit-when-done'), 'exit-when-done'),
+    logLevel,
+    logFormat,
+  });
+}
