@@ -1,5 +1,7 @@
 import { DateTime, Duration } from 'luxon';
 import { InvalidTriggerArgumentError } from '../src/errors.ts';
+import type { SerializedTrigger } from '../src/triggers/base-trigger.ts';
+import { nowPlusPlaceholder } from '../src/triggers/start-trigger-kwargs.ts';
 import { DateTimeTrigger, describeValue } from './date-time-trigger.ts';
 
 /**
@@ -17,9 +19,19 @@ import { DateTimeTrigger, describeValue } from './date-time-trigger.ts';
  * (`DateTime.plus`), so `{ months: 1 }` from Jan 31 lands on Feb 28/29.
  */
 export class TimeDeltaTrigger extends DateTimeTrigger {
+  // Only TimeDeltaTriggers made in DAG and task code carry this; the triggerer rebuilds plain DateTimeTriggers.
+  readonly #delta: Duration;
+
   constructor(kwargs: { delta: Duration | number; endFromTrigger?: boolean }) {
     const { endFromTrigger, ...rest } = kwargs ?? ({} as typeof kwargs);
     super(endFromTrigger === undefined ? { moment: momentAfter(rest) } : { moment: momentAfter(rest), endFromTrigger });
+    this.#delta = typeof rest.delta === 'number' ? Duration.fromMillis(rest.delta * 1000) : rest.delta;
+  }
+
+  /** As a start trigger, the delay counts from when the task starts, not from when its DAG was serialized. */
+  override serializeAsStartTrigger(): SerializedTrigger {
+    const { classpath, kwargs } = this.serialize();
+    return { classpath, kwargs: { ...kwargs, moment: nowPlusPlaceholder(this.#delta) } };
   }
 }
 

@@ -40,7 +40,7 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
       const start = task.taskOptions.startTrigger;
       let startTrigger: JsonValue = null;
       if (start) {
-        const serialized = start.trigger.serialize();
+        const serialized = start.trigger.serializeAsStartTrigger();
         startTrigger = {
           classpath: serialized.classpath,
           kwargs: jsonOf(serialized.kwargs, `${where}: startTrigger kwargs`),

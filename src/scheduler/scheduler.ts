@@ -3,9 +3,10 @@ import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
 import { describeThrown } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Storage, type UnfinishedDagRun } from '../storage/index.ts';
+import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
-import type { SchedulerDag, SchedulerTask } from './scheduler-dag.ts';
+import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
+import type { SchedulerDag, StartTrigger } from './scheduler-dag.ts';
 import { decide, FINISHED_STATES } from './trigger-rules.ts';
 
 /** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
@@ -123,21 +124,35 @@ export class Scheduler {
     const instances = await this.storage.taskInstancesOfRun(run.dagId, run.runId);
     const stateOf = new Map(instances.map((ti) => [ti.taskId, ti.state]));
     const tasks = new Map(dag.tasks.map((task) => [task.taskId, task]));
-    const decided = { scheduled: [] as number[], skipped: [] as number[], upstream_failed: [] as number[] };
+    const decided = { scheduled: [] as number[], skipped: [] as number[], upstream_failed: [] as number[], failed: [] as number[] };
+    const startDeferrals = new Map<number, Deferral>();
     for (const ti of instances) {
       const task = tasks.get(ti.taskId);
       if (ti.state !== null || !task) continue;
       const decision = decide(task.triggerRule, task.upstreamTaskIds.map((id) => stateOf.get(id) ?? null));
-      if (decision === 'schedule') decided.scheduled.push(ti.id);
-      else if (decision === 'skip') decided.skipped.push(ti.id);
+      if (decision === 'schedule') {
+        try {
+          if (task.startTrigger) startDeferrals.set(ti.id, startDeferral(run.dagId, task.startTrigger, now));
+          decided.scheduled.push(ti.id);
+        } catch (error) {
+          // Its start trigger cannot be built: it fails alone; the run and other DAGs go on.
+          this.log.error({ dag_id: run.dagId, run_id: run.runId, task_id: ti.taskId, error: describeThrown(error).error }, `${run.dagId}.${ti.taskId} cannot start from its trigger; failed`);
+          decided.failed.push(ti.id);
+        }
+      } else if (decision === 'skip') decided.skipped.push(ti.id);
       else if (decision === 'upstream_failed') decided.upstream_failed.push(ti.id);
     }
     const scheduled = await this.storage.decideTaskInstances(decided.scheduled, 'scheduled', now);
     await this.storage.decideTaskInstances(decided.skipped, 'skipped', now);
     await this.storage.decideTaskInstances(decided.upstream_failed, 'upstream_failed', now);
-    await this.#deferStartTriggers(instances.filter((ti) => scheduled.includes(ti.id)), tasks, now);
+    await this.storage.decideTaskInstances(decided.failed, 'failed', now);
+    // Tasks that start from a trigger go straight from scheduled to deferred: no worker slot.
+    for (const id of scheduled) {
+      const deferral = startDeferrals.get(id);
+      if (deferral) await this.storage.deferTaskInstance(id, deferral, now);
+    }
 
-    const changed = decided.skipped.length + decided.upstream_failed.length + scheduled.length > 0;
+    const changed = decided.skipped.length + decided.upstream_failed.length + decided.failed.length + scheduled.length > 0;
     const states = changed ? new Map((await this.storage.taskInstancesOfRun(run.dagId, run.runId)).map((ti) => [ti.taskId, ti.state])) : stateOf;
     if (![...states.values()].every((state) => state !== null && FINISHED_STATES.includes(state))) return scheduled.length > 0;
     const outcome = leavesSucceeded(dag, states) ? 'success' : 'failed';
@@ -146,20 +161,12 @@ export class Scheduler {
     }
     return scheduled.length > 0;
   }
+}
 
-  /** Tasks that start from a trigger go straight from scheduled to deferred: no worker slot. */
-  async #deferStartTriggers(scheduled: readonly { id: number; taskId: string }[], tasks: ReadonlyMap<string, SchedulerTask>, now: number): Promise<void> {
-    for (const ti of scheduled) {
-      const start = tasks.get(ti.taskId)?.startTrigger;
-      if (!start) continue;
-      const serializedTrigger = { classpath: start.classpath, kwargs: start.kwargs };
-      await this.storage.deferTaskInstance(
-        ti.id,
-        { serializedTrigger, triggerHash: triggerHash(serializedTrigger), method: start.method, kwargs: start.nextKwargs, timeoutMs: start.timeoutMs },
-        now,
-      );
-    }
-  }
+/** The deferral a start trigger makes, its kwargs rendered for a task starting at `now`. */
+function startDeferral(dagId: string, start: StartTrigger, now: number): Deferral {
+  const serializedTrigger = { classpath: start.classpath, kwargs: renderStartTriggerKwargs(start.kwargs, now, dagId) };
+  return { serializedTrigger, triggerHash: triggerHash(serializedTrigger), method: start.method, kwargs: start.nextKwargs, timeoutMs: start.timeoutMs };
 }
 
 /** A run succeeds when every leaf task (one nothing depends on) succeeded or was skipped. */

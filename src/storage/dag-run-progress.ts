@@ -43,14 +43,14 @@ export async function taskInstancesOfRun({ db }: StorageContext, dagId: string, 
 }
 
 /**
- * Task instances with no state yet go to `state` (scheduled, skipped or upstream_failed): the
+ * Task instances with no state yet go to `state` (scheduled, skipped, upstream_failed, or failed when they cannot start): the
  * scheduler's decision from their trigger rules. Conditional on still having no state, so two
  * schedulers deciding at once change each row once. Returns the ids it changed.
  */
 export async function decideTaskInstances(
   { db, adapter }: StorageContext,
   ids: readonly number[],
-  state: 'scheduled' | 'skipped' | 'upstream_failed',
+  state: 'scheduled' | 'skipped' | 'upstream_failed' | 'failed',
   now: number,
 ): Promise<number[]> {
   if (ids.length === 0) return [];

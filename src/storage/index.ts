@@ -171,7 +171,7 @@ export class Storage {
     return taskInstancesOfRun(this.#context, dagId, runId);
   }
 
-  decideTaskInstances(ids: readonly number[], state: 'scheduled' | 'skipped' | 'upstream_failed', now = Date.now()): Promise<number[]> {
+  decideTaskInstances(ids: readonly number[], state: 'scheduled' | 'skipped' | 'upstream_failed' | 'failed', now = Date.now()): Promise<number[]> {
     return decideTaskInstances(this.#context, ids, state, now);
   }
 

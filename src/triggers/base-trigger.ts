@@ -53,6 +53,16 @@ export abstract class BaseTrigger {
 
   abstract serialize(): SerializedTrigger;
 
+  /**
+   * How the trigger is stored in a serialized DAG when it starts a task (`startTrigger`): by
+   * default as serialize() gives it. A trigger whose kwargs depend on when the task starts (a
+   * delay) writes a placeholder the scheduler renders at that moment (see
+   * start-trigger-kwargs.ts), since the DAG is serialized long before.
+   */
+  serializeAsStartTrigger(): SerializedTrigger {
+    return this.serialize();
+  }
+
   abstract run(signal: AbortSignal): AsyncGenerator<TriggerEvent, void, void>;
 
   /**

@@ -145,6 +145,29 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     expect(JSON.parse(done.return_value!)).toEqual({ event: { slept: 200 }, kwargs: { why: 'start' } });
   });
 
+  it("a start trigger's relative moment counts from when its task starts; one that cannot be built fails only its task", async () => {
+    const dag: SchedulerDag = {
+      dagId: 'later',
+      hash: 'h1',
+      tasks: [
+        task('first'),
+        task('wait_a_minute', ['first'], { startTrigger: { classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'PT1M' } }, method: 'fired', nextKwargs: {}, timeoutMs: null } }),
+        task('broken', [], { startTrigger: { classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'one minute' } }, method: 'fired', nextKwargs: {}, timeoutMs: null } }),
+      ],
+    };
+    const rt = await runtime(dag, { first: new Returns(1) });
+    await rt.run('manual__1');
+    await rt.scheduler.pass(Date.parse('2030-01-01T00:00:00Z'));
+    expect(await rt.states('manual__1')).toEqual({ first: 'scheduled', wait_a_minute: null, broken: 'failed' });
+    expect(rt.logs.matching((line) => line.task_id === 'broken')[0]?.error).toContain('holds "one minute", not an ISO-8601 duration');
+    await rt.db.db.updateTable('task_instance').set({ state: 'success' }).where('task_id', '=', 'first').execute();
+
+    await rt.scheduler.pass(Date.parse('2030-01-01T05:00:00Z'));
+    expect((await rt.states('manual__1')).wait_a_minute).toBe('deferred');
+    const trigger = await rt.db.db.selectFrom('trigger').select(['classpath', 'kwargs']).executeTakeFirstOrThrow();
+    expect(JSON.parse(trigger.kwargs)).toEqual({ moment: '2030-01-01T05:01:00.000Z' });
+  });
+
   it('task instances of a worker whose heartbeat went stale are retried (or requeued) and finish elsewhere', async () => {
     const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', tasks: [task('was_running', [], { retries: 1 }), task('was_queued'), task('no_tries_left')] };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });

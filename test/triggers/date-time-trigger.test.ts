@@ -1,5 +1,6 @@
 import { DateTime, Duration } from 'luxon';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { renderStartTriggerKwargs } from '../../src/triggers/start-trigger-kwargs.ts';
 import { InvalidTriggerArgumentError } from '../../src/errors.ts';
 import { classpathOf, type BaseTrigger } from '../../src/triggers/base-trigger.ts';
 import { TriggerRegistry } from '../../src/triggers/registry.ts';
@@ -198,6 +199,15 @@ describe('TimeDeltaTrigger', () => {
     expect(trigger.momentMs - before).toBeGreaterThanOrEqual(330_000);
     expect(trigger.momentMs - before).toBeLessThan(330_000 + 1_000);
     expect(trigger.moment).toMatch(/Z$/);
+  });
+
+  it('as a start trigger, serializes a delay the scheduler counts from the task start, so the DAG serializes alike every time', async () => {
+    const trigger = new TimeDeltaTrigger({ delta: 90, endFromTrigger: true });
+    expect(trigger.serializeAsStartTrigger()).toEqual({ classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'PT90S' }, endFromTrigger: true } });
+    expect(new TimeDeltaTrigger({ delta: Duration.fromObject({ months: 1 }) }).serializeAsStartTrigger().kwargs).toEqual({ moment: { $nowPlus: 'P1M' } });
+    const rendered = renderStartTriggerKwargs(trigger.serializeAsStartTrigger().kwargs, Date.parse('2030-01-31T00:00:00Z'), 'dag');
+    expect(rendered).toEqual({ moment: '2030-01-31T00:01:30.000Z', endFromTrigger: true });
+    expect(renderStartTriggerKwargs({ moment: { $nowPlus: 'P1M' } }, Date.parse('2030-01-31T00:00:00Z'), 'dag')).toEqual({ moment: '2030-02-28T00:00:00.000Z' });
   });
 
   it('fires at once for a zero delta', async () => {
