@@ -48,7 +48,13 @@ export function registerStandaloneCommand(cli: Argv): void {
           start: async () => {
             await standalone.start();
             if (options.triggerDag !== null) {
-              runId = await triggerDagRun(database, options.triggerDag);
+              try {
+                runId = await triggerDagRun(database, options.triggerDag);
+              } catch (error) {
+                // An unknown DAG: leave no job row looking alive behind the error.
+                await standalone.stop();
+                throw error;
+              }
               say(`triggered ${options.triggerDag} run ${runId}`);
             }
           },

@@ -1,0 +1,162 @@
+/**
+ * `deferflow standalone` as users run it: one process, a DAG folder, --trigger-dag and
+ * --exit-when-done, on SQLite and PostgreSQL. What it must show through a real process: a
+ * deferring task resumed and its downstream run; a retry after its delay; an execution timeout
+ * that lapses during a deferral; a task that starts from a trigger and is ended by it, with no
+ * worker; the exit code and the progress and summary lines.
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
+import { killLeftovers, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+
+afterAll(dropTestDatabases);
+const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
+afterEach(async () => {
+  await killLeftovers();
+  await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+const INDEX = JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'));
+const TRIGGERS = JSON.stringify(path.join(REPO_ROOT, 'triggers/index.ts'));
+
+// Tasks append "<task> <event> <epoch ms>" to events.log next to the DAG file.
+const DAGS = `
+import { appendFileSync } from 'node:fs';
+import { BaseOperator, Dag, FunctionOperator, TaskDeferred, type RuntimeContext } from ${INDEX};
+import { TimeDeltaTrigger } from ${TRIGGERS};
+const note = (task: string, what: string) => appendFileSync(import.meta.dirname + '/events.log', \`\${task} \${what} \${Date.now()}\\n\`);
+
+class WaitOneSecond extends BaseOperator<RuntimeContext> {
+  execute(): never {
+    note(this.taskId, 'deferred');
+    return this.defer({ trigger: new TimeDeltaTrigger({ delta: 1 }), method: 'resume', kwargs: { asked: 'politely' } });
+  }
+  resume(_context: RuntimeContext, event: unknown, kwargs: { asked: string }) {
+    note(this.taskId, 'resumed');
+    return { fired: typeof event === 'string', asked: kwargs.asked };
+  }
+}
+
+export const happy = new Dag({ dagId: 'happy' });
+const wait = new WaitOneSecond({ taskId: 'wait' });
+const flaky = new FunctionOperator({
+  taskId: 'flaky',
+  retries: 1,
+  retryDelay: 1,
+  fn: (context) => {
+    note('flaky', \`try\${context.taskInstance.tryNumber}\`);
+    if (context.taskInstance.tryNumber === 1) throw new Error('first try fails');
+    return 'second try';
+  },
+});
+const report = new FunctionOperator({ taskId: 'report', fn: async (context) => ({ wait: await context.xcomPull('wait'), flaky: await context.xcomPull('flaky') }) });
+// Starts from its trigger and is ended by it: no worker ever runs it.
+const sleepOnly = new FunctionOperator({
+  taskId: 'sleep_only',
+  fn: () => { throw new Error('a worker ran a task that starts from a trigger'); },
+  startTrigger: { trigger: new TimeDeltaTrigger({ delta: 1, endFromTrigger: true }), method: 'execute' },
+});
+happy.add(wait, flaky, report, sleepOnly);
+wait.then(report);
+flaky.then(report);
+
+export const outOfTime = new Dag({ dagId: 'out_of_time' });
+outOfTime.add(
+  new FunctionOperator({
+    taskId: 'too_slow',
+    executionTimeout: 1.5,
+    fn: () => {
+      note('too_slow', 'deferred');
+      throw new TaskDeferred({ trigger: new TimeDeltaTrigger({ delta: 60 }), method: 'resume' });
+    },
+    resume: () => 'must never resume normally',
+  }),
+);
+`;
+
+async function finished(proc: TriggererProcess, timeoutMs = 40_000) {
+  return Promise.race([proc.exit, new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), timeoutMs))]);
+}
+
+describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
+  async function setUp() {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-standalone-'));
+    open.dirs.push(dags);
+    writeFileSync(path.join(dags, 'dags.mts'), DAGS);
+    const events = () =>
+      readFileSync(path.join(dags, 'events.log'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((line) => line.split(' '))
+        .map(([task, what, at]) => ({ task: task!, what: what!, at: Number(at) }));
+    const standalone = (dagId: string) => spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--concurrency', '2', '--trigger-dag', dagId, '--exit-when-done', '--log-level', 'info']);
+    const taskInstances = async () =>
+      Object.fromEntries(
+        (await db.db.selectFrom('task_instance').select(['task_id', 'state', 'try_number', 'return_value', 'hostname', 'end_date', 'start_date']).execute()).map((row) => [row.task_id, row]),
+      );
+    return { db, standalone, events, taskInstances };
+  }
+
+  it('runs a DAG to success: deferral resumed, retry after its delay, downstream reads return values, a trigger ends a task with no worker; exit 0', async () => {
+    const { standalone, events, taskInstances } = await setUp();
+    const proc = standalone('happy');
+    expect(await finished(proc)).toEqual({ code: 0, signal: null });
+
+    expect(proc.text[0]).toMatch(/^deferflow standalone: database .* DAGs from .*, 2 worker slot\(s\)/);
+    expect(proc.text.find((line) => line.startsWith('triggered happy run manual__'))).toBeDefined();
+    expect(proc.text.filter((line) => / done \d+\/4 /.test(line)).length).toBeGreaterThanOrEqual(2);
+    expect(proc.text.find((line) => line.includes('done 4/4'))).toBeDefined();
+    expect(proc.text.at(-1)).toMatch(/^happy manual__\S+: success in [\d.]+ s\. 4 tasks took \d+ s in all/);
+
+    const tis = await taskInstances();
+    expect(Object.fromEntries(Object.entries(tis).map(([id, ti]) => [id, ti.state]))).toEqual({ wait: 'success', flaky: 'success', report: 'success', sleep_only: 'success' });
+    expect(JSON.parse(tis.report!.return_value!)).toEqual({ wait: { fired: true, asked: 'politely' }, flaky: 'second try' });
+    expect(tis.flaky!.try_number).toBe(2);
+
+    const log = events();
+    const at = (task: string, what: string) => log.find((event) => event.task === task && event.what === what)!.at;
+    expect(at('wait', 'resumed') - at('wait', 'deferred')).toBeGreaterThanOrEqual(1000);
+    // The retry waited out its delay (1 s) after the failed try.
+    expect(at('flaky', 'try2') - at('flaky', 'try1')).toBeGreaterThanOrEqual(1000);
+    // Started from its trigger, ended by it: no worker picked it up, and it lasted the trigger's second.
+    expect(log.filter((event) => event.task === 'sleep_only')).toEqual([]);
+    expect(tis.sleep_only).toMatchObject({ try_number: 1, hostname: null, return_value: expect.stringMatching(/^"\d{4}-/) });
+    expect(new Date(tis.sleep_only!.end_date!).getTime() - new Date(tis.sleep_only!.start_date!).getTime()).toBeGreaterThanOrEqual(1000);
+    const workerLines = proc.stderr.filter((line) => line.includes('sleep_only'));
+    expect(workerLines.filter((line) => line.includes('"component":"worker"'))).toEqual([]);
+  }, 60_000);
+
+  it('an execution timeout lapses during a deferral: the task fails at its deadline, not when the trigger would fire; exit 1', async () => {
+    const { standalone, events, taskInstances } = await setUp();
+    const proc = standalone('out_of_time');
+    expect(await finished(proc)).toEqual({ code: 1, signal: null });
+    expect(proc.text.at(-1)).toMatch(/^out_of_time manual__\S+: failed in [\d.]+ s\./);
+
+    const ti = (await taskInstances()).too_slow!;
+    expect(ti.state).toBe('failed');
+    const failedAfterMs = new Date(ti.end_date!).getTime() - events().find((event) => event.what === 'deferred')!.at;
+    expect(failedAfterMs).toBeGreaterThanOrEqual(1000);
+    expect(failedAfterMs).toBeLessThan(15_000);
+    expect(proc.stderr.some((line) => line.includes('DF_TASK_EXECUTION_TIMEOUT') || line.includes('execution timeout'))).toBe(true);
+  }, 60_000);
+
+  it('refuses --exit-when-done without --trigger-dag, and an unknown DAG, naming the option', async () => {
+    const { db, standalone } = await setUp();
+    const lonely = spawnDeferflow(['standalone', '--db', db.url, '--exit-when-done']);
+    expect(await finished(lonely)).toEqual({ code: 2, signal: null });
+    expect(lonely.stderr.join('\n')).toContain('exit-when-done: needs trigger-dag');
+
+    const unknown = standalone('no_such_dag');
+    expect(await finished(unknown)).toEqual({ code: 2, signal: null });
+    expect(unknown.stderr.join('\n')).toContain('dag-id: no DAG "no_such_dag" among the serialized DAGs');
+    // It stopped what it had started: no job row is left looking alive.
+    expect(await db.db.selectFrom('job').select('state').where('state', '=', 'running').execute()).toEqual([]);
+  }, 30_000);
+});
