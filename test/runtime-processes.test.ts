@@ -1,12 +1,13 @@
 /**
  * The task runtime as users run it: `deferflow worker`, `deferflow scheduler` and the triggerer
- * as separate processes on one PostgreSQL database, a DAG folder, and the `dags` commands.
+ * as separate processes on one database (SQLite file or PostgreSQL), a DAG folder, and the
+ * `dags` commands.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { dropTestDatabases } from './support/databases.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { migratedDatabase, waitFor, type TestDatabase } from './support/fixtures.ts';
 import { killLeftovers, REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
 
@@ -42,9 +43,9 @@ async function finished(proc: TriggererProcess) {
   return Promise.race([proc.exit, new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), 20_000))]);
 }
 
-describe('task runtime processes on postgres', () => {
+describe.each(testDialects)('task runtime processes on %s', (dialect) => {
   it('a DAG with a deferring task runs worker → triggerer → worker → success; a broken DAG file is reported; all exit 0 on SIGTERM', async () => {
-    const db = await migratedDatabase('postgres');
+    const db = await migratedDatabase(dialect);
     open.databases.push(db);
     const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runtime-'));
     open.dirs.push(dags);
@@ -86,7 +87,7 @@ describe('task runtime processes on postgres', () => {
 
   /** A migrated database, a DAG folder holding `dagText` as dag.mts, and the folder's serialized DAGs. */
   async function withDag(dagText: string) {
-    const db = await migratedDatabase('postgres');
+    const db = await migratedDatabase(dialect);
     open.databases.push(db);
     const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runtime-'));
     open.dirs.push(dags);
@@ -98,7 +99,7 @@ describe('task runtime processes on postgres', () => {
   const lines = (file: string) => readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((line) => line.split(' '));
   const started = async (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
 
-  it('two worker processes never run the same task instance', async () => {
+  it('two schedulers and two workers: one set of task instances, each run exactly once', async () => {
     const { db, dags, log } = await withDag(`
 import { appendFileSync } from 'node:fs';
 import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
@@ -111,9 +112,9 @@ class Work extends BaseOperator {
 export const dag = new Dag({ dagId: 'fan_out' });
 for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
 `);
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    const schedulers = [0, 1].map(() => spawnDeferflow(['scheduler', '--db', db.url, ...fast]));
     const workers = [0, 1].map(() => spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '3', ...fast]));
-    for (const proc of [scheduler, ...workers]) await started(proc);
+    for (const proc of [...schedulers, ...workers]) await started(proc);
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'fan_out', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', { what: 'the run', timeoutMs: 30_000 });
 
@@ -125,7 +126,13 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     const pids = new Set(runs.map(([, pid]) => Number(pid)));
     expect(pids).toEqual(new Set(workers.map((w) => w.pid)));
     const hosts = await db.db.selectFrom('task_instance').select(['pid', 'try_number']).execute();
+    expect(hosts).toHaveLength(30);
     expect(hosts.every((row) => row.try_number === 1 && pids.has(row.pid!))).toBe(true);
+    expect(await db.db.selectFrom('dag_run').select('run_id').execute()).toEqual([{ run_id: 'r1' }]);
+    // The run's state changes are conditional writes: exactly one scheduler logged each.
+    const logged = (msg: string) => schedulers.flatMap((scheduler) => scheduler.matching((line) => line.msg === msg));
+    expect(logged('DAG run fan_out r1 running')).toHaveLength(1);
+    expect(logged('DAG run fan_out r1 success')).toHaveLength(1);
   }, 60_000);
 
   it("a worker killed with SIGKILL has its running task retried by the scheduler on another worker", async () => {
