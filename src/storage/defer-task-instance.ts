@@ -74,11 +74,11 @@ export async function deferTaskInstance(
 const LINK_ATTEMPTS = 5;
 
 /**
- * Joins the unfired trigger with the same hash, or inserts one. Joining is an UPDATE (raising
- * the trigger's priority_weight to this task's), which row-locks it: an event write holding the
- * row makes this wait, and if that write deleted the row the UPDATE finds nothing and a new
- * trigger is inserted. Two deferrals inserting the same new wait at once meet at the unique
- * hash index; the loser loops and joins the winner's row.
+ * Inserts the trigger or, when the unique hash index says an identical wait exists, joins that
+ * row. Joining is an UPDATE (raising the trigger's priority_weight to this task's), which
+ * row-locks it: an event write holding the row makes this wait, and if that write deleted the
+ * row the UPDATE finds nothing and the loop inserts again. Two deferrals inserting the same new
+ * wait at once meet at the unique index; the loser joins the winner's row.
  */
 async function linkTrigger(
   trx: Transaction<DatabaseSchema>,
@@ -101,6 +101,14 @@ async function linkTrigger(
     return { triggerId: row.id, reusedTrigger: false };
   }
   for (let attempt = 0; attempt < LINK_ATTEMPTS; attempt++) {
+    // Most waits are new (a moment, a file): try the insert first, one statement for them.
+    const inserted = await trx
+      .insertInto('trigger')
+      .values(values)
+      .onConflict((conflict) => conflict.column('hash').doNothing())
+      .returning('id')
+      .executeTakeFirst();
+    if (inserted) return { triggerId: inserted.id, reusedTrigger: false };
     const joined = await trx
       .updateTable('trigger')
       .set({
@@ -110,13 +118,6 @@ async function linkTrigger(
       .returning('id')
       .executeTakeFirst();
     if (joined) return { triggerId: joined.id, reusedTrigger: true };
-    const inserted = await trx
-      .insertInto('trigger')
-      .values(values)
-      .onConflict((conflict) => conflict.column('hash').doNothing())
-      .returning('id')
-      .executeTakeFirst();
-    if (inserted) return { triggerId: inserted.id, reusedTrigger: false };
   }
   throw new Error(`could not link trigger ${hash} after ${LINK_ATTEMPTS} attempts: it kept firing between lookup and insert`);
 }
