@@ -47,14 +47,22 @@ export async function resumeTaskInstance<Context extends TaskContext>(
   if (ti.state === null || !RESUMABLE_STATES.includes(ti.state)) {
     throw new TaskInstanceStateError(`task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; it resumes once scheduled`);
   }
-  const kwargs = (ti.next_kwargs === null ? {} : JSON.parse(ti.next_kwargs)) as JsonObject;
-  if (ti.next_method === TRIGGER_FAILURE_METHOD) {
+  return callNextMethod(operator, context, ti.next_method, ti.next_kwargs);
+}
+
+/**
+ * The resume itself, given the task instance's next_method and next_kwargs (JSON text) as read
+ * with it (a worker has them from starting the task instance).
+ */
+export function callNextMethod<Context extends TaskContext>(operator: BaseOperator<Context>, context: Context, nextMethod: string, nextKwargsJson: string | null): unknown {
+  const kwargs = (nextKwargsJson === null ? {} : JSON.parse(nextKwargsJson)) as JsonObject;
+  if (nextMethod === TRIGGER_FAILURE_METHOD) {
     const failure = kwargs as unknown as FailureKwargs;
     if (failure.reason === 'timeout') throw new TaskDeferralTimeout(failure.error);
     throw new TaskDeferralError(`the trigger failed: ${failure.error}`, failure.traceback ?? null);
   }
   const { event, ...rest } = kwargs as JsonObject & { event?: JsonValue };
-  const method = (operator as unknown as Record<string, unknown>)[ti.next_method];
-  if (typeof method !== 'function') throw new UnknownNextMethodError(operator.constructor.name, ti.next_method);
+  const method = (operator as unknown as Record<string, unknown>)[nextMethod];
+  if (typeof method !== 'function') throw new UnknownNextMethodError(operator.constructor.name, nextMethod);
   return method.call(operator, context, event ?? null, rest);
 }

@@ -46,7 +46,7 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     const id = await createTaskInstance(db, { state: 'scheduled' });
     await db.db.updateTable('task_instance').set({ start_date: null }).where('id', '=', id).execute();
     await storage.claimTaskInstances(me, 1, 1_000_000);
-    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({ tryNumber: 1, nextMethod: null, executionDeadline: 1_060_000 });
+    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({ tryNumber: 1, nextMethod: null, nextKwargsJson: null, executionDeadline: 1_060_000 });
 
     // Deferring for 10 minutes is cut to what is left of the execution timeout, and frees the worker.
     await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }), 1_010_000);
@@ -57,7 +57,9 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     // The trigger fires; the task instance is claimed and started again: same try, same deadline.
     await storage.submitEvents([{ triggerId: deferred.trigger_id!, payloadJson: '"ok"' }], 1_020_000);
     await storage.claimTaskInstances(me, 1, 1_030_000);
-    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_030_000)).toEqual({ tryNumber: 1, nextMethod: 'resume', executionDeadline: 1_060_000 });
+    const resumed = await storage.startTaskInstance(id, me.jobId, 60_000, 1_030_000);
+    expect(resumed).toMatchObject({ tryNumber: 1, nextMethod: 'resume', executionDeadline: 1_060_000 });
+    expect(JSON.parse(resumed!.nextKwargsJson!)).toEqual({ event: 'ok' });
     expect(await storage.finishTaskInstance(id, me.jobId, { state: 'success', returnValueJson: '{"rows":3}' }, 1_040_000)).toBe(true);
     const done = await taskInstance(db, id);
     expect(done).toMatchObject({ state: 'success', try_number: 1, next_method: null, next_kwargs: null, worker_job_id: null });

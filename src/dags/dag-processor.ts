@@ -1,7 +1,8 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { describeThrown } from '../errors.ts';
-import { markMissingDagsDeleted, readSerializedDag, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
+import { markMissingDagsDeleted, readSerializedDag, readSerializedDagHash, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
+import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import type { DagSource } from '../scheduler/scheduler.ts';
 import { loadDagFolder, type DagFileError } from './loader.ts';
 import { SERIALIZED_DAG_VERSION, serializeDag, toSchedulerDag } from './serialized-dag.ts';
@@ -63,11 +64,26 @@ export async function keepDagFolderProcessed(database: Database, folder: string,
   return { stop: () => clearInterval(timer) };
 }
 
-/** The scheduler's view of DAGs: the serialized rows, never DAG code. */
+/**
+ * The scheduler's view of DAGs: the serialized rows, never DAG code. A DAG's JSON is read and
+ * validated again only when its hash changed: a scheduler passes many times a second, and a
+ * DAG of 1,000 tasks is a few hundred kilobytes of JSON.
+ */
 export function serializedDagSource(database: Database): DagSource {
   const context = { db: database.db, adapter: database.adapter };
+  const parsed = new Map<string, SchedulerDag>();
   return async (dagId) => {
+    const hash = await readSerializedDagHash(context, dagId);
+    if (hash === null) {
+      parsed.delete(dagId);
+      return null;
+    }
+    const known = parsed.get(dagId);
+    if (known?.hash === hash) return known;
     const row = await readSerializedDag(context, dagId);
-    return row === null ? null : toSchedulerDag(dagId, row.data, row.hash);
+    if (row === null) return null;
+    const dag = toSchedulerDag(dagId, row.data, row.hash);
+    parsed.set(dagId, dag);
+    return dag;
   };
 }

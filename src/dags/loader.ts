@@ -71,18 +71,32 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
 /** Imports one DAG file as it is now (the URL carries its mtime, so an edit is seen). */
 async function importDagFile(fileloc: string): Promise<Record<string, unknown>> {
   // Whole microseconds: a '.' in the URL would read as a file extension to some loaders (vite).
-  const mtime = Math.round((await stat(fileloc)).mtimeMs * 1000);
-  return (await import(`${pathToFileURL(fileloc).href}?mtime=${mtime}`)) as Record<string, unknown>;
+  const url = `${pathToFileURL(fileloc).href}?mtime=${Math.round((await stat(fileloc)).mtimeMs * 1000)}`;
+  // Node caches the module, but each import() still goes through the loader hooks (tsx): a
+  // worker imports a DAG file for every task it runs, so unchanged files are served from here.
+  const cached = imported.get(fileloc);
+  if (cached?.url === url) return cached.exports;
+  const exports = (await import(url)) as Record<string, unknown>;
+  imported.set(fileloc, { url, exports });
+  return exports;
 }
+
+const imported = new Map<string, { url: string; exports: Record<string, unknown> }>();
 
 /** The DAG `dagId` as defined in `fileloc` now, validated; throws, naming both, when it is not there. */
 export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {
   const exports = await importDagFile(fileloc);
   const dag = Object.values(exports).find((value): value is Dag => isDag(value) && value.dagId === dagId);
   if (!dag) throw new Error(`${fileloc} no longer defines DAG ${dagId}`);
-  dag.validate();
+  // The same module (file unchanged) hands back the same Dag: validated once, not per task run.
+  if (!validated.has(dag)) {
+    dag.validate();
+    validated.add(dag);
+  }
   return dag;
 }
+
+const validated = new WeakSet<Dag>();
 
 async function dagFiles(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true });

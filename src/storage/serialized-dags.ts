@@ -50,6 +50,12 @@ export async function readSerializedDag({ db }: StorageContext, dagId: string): 
   return row ?? null;
 }
 
+/** The hash of a DAG's current serialized JSON; null when deleted or unknown. */
+export async function readSerializedDagHash({ db }: StorageContext, dagId: string): Promise<string | null> {
+  const row = await db.selectFrom('serialized_dag').select('hash').where('dag_id', '=', dagId).where('deleted_at', 'is', null).executeTakeFirst();
+  return row?.hash ?? null;
+}
+
 /** The import errors are exactly `errors` now: fixed files lose theirs, broken ones get (or update) one. */
 export async function replaceImportErrors({ db }: StorageContext, errors: readonly { fileloc: string; message: string }[], now: number): Promise<void> {
   await db.transaction().execute(async (trx) => {

@@ -30,6 +30,11 @@ export interface ClaimedTaskInstance {
   readonly taskId: string;
   readonly runId: string;
   readonly mapIndex: number;
+  /** Where DAG processing last found the DAG's file; null when the DAG is deleted or unknown. */
+  readonly fileloc: string | null;
+  /** The DAG run's logical date (epoch ms) and conf (JSON text); null if the run is gone. */
+  readonly logicalDate: number | null;
+  readonly confJson: string | null;
 }
 
 export interface WorkerIdentity {
@@ -67,15 +72,36 @@ export async function claimTaskInstances(
     })
     .where('id', 'in', (eb) => eb.selectFrom('candidate').select('candidate.id'))
     .where('state', '=', 'scheduled')
-    .returning(['id', 'dag_id', 'task_id', 'run_id', 'map_index'])
+    // What the worker needs to run each one comes back with the claim, not a query per task.
+    .returning((eb) => [
+      'id',
+      'dag_id',
+      'task_id',
+      'run_id',
+      'map_index',
+      eb.selectFrom('serialized_dag').select('fileloc').whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id').where('deleted_at', 'is', null).as('fileloc'),
+      eb.selectFrom('dag_run').select('logical_date').whereRef('dag_run.dag_id', '=', 'task_instance.dag_id').whereRef('dag_run.run_id', '=', 'task_instance.run_id').as('logical_date'),
+      eb.selectFrom('dag_run').select('conf').whereRef('dag_run.dag_id', '=', 'task_instance.dag_id').whereRef('dag_run.run_id', '=', 'task_instance.run_id').as('conf'),
+    ])
     .execute();
-  return rows.map((row) => ({ id: row.id, dagId: row.dag_id, taskId: row.task_id, runId: row.run_id, mapIndex: row.map_index }));
+  return rows.map((row) => ({
+    id: row.id,
+    dagId: row.dag_id,
+    taskId: row.task_id,
+    runId: row.run_id,
+    mapIndex: row.map_index,
+    fileloc: row.fileloc ?? null,
+    logicalDate: row.logical_date == null ? null : fromDbTime(row.logical_date),
+    confJson: row.conf ?? null,
+  }));
 }
 
 export interface StartedTaskInstance {
   readonly tryNumber: number;
   /** The method to resume at (a deferral came back), or null for a fresh execute(). */
   readonly nextMethod: string | null;
+  /** JSON text of the resumed method's kwargs (with the event), or null. */
+  readonly nextKwargsJson: string | null;
   /** When execution_timeout runs out, or null when the task has none. */
   readonly executionDeadline: number | null;
 }
@@ -110,10 +136,10 @@ export async function startTaskInstance(
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'queued')
     .where('worker_job_id', '=', workerJobId)
-    .returning(['try_number', 'next_method', 'execution_deadline'])
+    .returning(['try_number', 'next_method', 'next_kwargs', 'execution_deadline'])
     .executeTakeFirst();
   if (!row) return null;
-  return { tryNumber: row.try_number, nextMethod: row.next_method, executionDeadline: fromDbTime(row.execution_deadline) };
+  return { tryNumber: row.try_number, nextMethod: row.next_method, nextKwargsJson: row.next_kwargs, executionDeadline: fromDbTime(row.execution_deadline) };
 }
 
 /** How a run of a task instance ended (a deferral is recorded by deferTaskInstance instead). */

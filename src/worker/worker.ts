@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
-import { resumeTaskInstance } from '../deferral.ts';
+import { callNextMethod } from '../deferral.ts';
 import { describeThrown, TaskExecutionTimeoutError } from '../errors.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
@@ -182,9 +182,10 @@ export class Worker {
         throw new TaskExecutionTimeoutError(label, started.executionDeadline);
       }
       const context = await task.context(taskInstance, started);
-      const work = started.nextMethod
-        ? resumeTaskInstance(this.database, taskInstance.id, task.operator, context)
-        : Promise.resolve().then(() => task.operator.execute(context));
+      const nextMethod = started.nextMethod;
+      const work = Promise.resolve().then(() =>
+        nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
+      );
       const returned = await withDeadline(work, started.executionDeadline, label);
       const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
       await this.#finish(taskInstance, label, { state: 'success', returnValueJson });
