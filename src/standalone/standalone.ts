@@ -8,6 +8,30 @@ import { dagFileResolver } from '../worker/dag-file-resolver.ts';
 import { Worker } from '../worker/worker.ts';
 import type { StandaloneOptions } from './options.ts';
 
+/** Shortest gap between two wake-ups of the scheduler or the triggerer. */
+const WAKE_GAP_MS = 100;
+
+/** `wake`, at once if it has not run for `gapMs`, else once when the gap is over. */
+function atMostEvery(gapMs: number, wake: () => void): () => void {
+  let last = 0;
+  let pending: NodeJS.Timeout | null = null;
+  return () => {
+    if (pending) return;
+    const wait = last + gapMs - performance.now();
+    if (wait <= 0) {
+      last = performance.now();
+      wake();
+      return;
+    }
+    pending = setTimeout(() => {
+      pending = null;
+      last = performance.now();
+      wake();
+    }, wait);
+    pending.unref();
+  };
+}
+
 /**
  * Scheduler, worker and triggerer in one process on one database (`deferflow standalone`).
  * Each is the same component the separate commands run, with its own job row; here they also
@@ -29,17 +53,23 @@ export class Standalone {
     this.triggerer = new Triggerer(database, options.triggerer, registry, log.child({ component: 'triggerer' }));
     this.scheduler = new Scheduler(database, options.scheduler, serializedDagSource(database), log.child({ component: 'scheduler' }));
     this.worker = new Worker(database, options.worker, dagFileResolver(database, log), log.child({ component: 'worker' }));
+    // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
+    // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
+    // wakes each of them at most once per WAKE_GAP_MS.
+    const wakeWorker = () => this.worker.wake();
+    const wakeScheduler = atMostEvery(WAKE_GAP_MS, () => this.scheduler.wake());
+    const wakeTriggerer = atMostEvery(WAKE_GAP_MS, () => this.triggerer.wake());
     this.worker.onWork = () => {
-      this.triggerer.wake();
-      this.scheduler.wake();
+      wakeTriggerer();
+      wakeScheduler();
     };
     this.scheduler.onWork = () => {
-      this.worker.wake();
-      this.triggerer.wake();
+      wakeWorker();
+      wakeTriggerer();
     };
     this.triggerer.onWork = () => {
-      this.worker.wake();
-      this.scheduler.wake();
+      wakeWorker();
+      wakeScheduler();
     };
   }
 
