@@ -1,6 +1,9 @@
 import { InvalidDagError } from '../errors.ts';
 import type { BaseOperator, TaskDefaults } from '../operators/base-operator.ts';
+import { DateTime } from 'luxon';
 import type { JsonObject } from '../serialization/json.ts';
+import type { DurationInput } from '../time/duration.ts';
+import { cronProblem, fixedIntervalMs, isTimeZone, momentMs, type Schedule, type ScheduleWindow } from './schedule.ts';
 
 export interface DagOptions {
   /** Letters, digits, `_`, `-` and `.`. */
@@ -11,6 +14,20 @@ export interface DagOptions {
   /** Params every task sees (a task's own params are laid over them). */
   readonly params?: JsonObject;
   readonly tags?: readonly string[];
+  /**
+   * When it runs by itself: a five-field cron expression or preset (`@hourly`, `@daily`,
+   * `@weekly`, `@monthly`, `@yearly`), or a fixed interval (a luxon Duration or seconds).
+   * Default none: runs only when triggered. See src/dags/schedule.ts for data intervals.
+   */
+  readonly schedule?: string | DurationInput | null;
+  /** Needed with a schedule: no interval starts before it (Date, ISO string with offset, or luxon DateTime). */
+  readonly startDate?: Date | string | DateTime;
+  /** No interval starts after it. Default none. */
+  readonly endDate?: Date | string | DateTime | null;
+  /** Create every interval missed since the start date (true) or only the latest (false, the default). */
+  readonly catchup?: boolean;
+  /** The IANA zone cron expressions are read in. Default: the startDate's zone if it is a luxon DateTime, else UTC. */
+  readonly timezone?: string;
 }
 
 const DAG_ID = /^[A-Za-z0-9_.-]+$/;
@@ -40,7 +57,11 @@ export class Dag {
     }
     this.dagId = options.dagId;
     this.options = Object.freeze({ ...options });
+    this.scheduleWindow = scheduleWindowOf(options);
   }
+
+  /** The schedule with its start and end, validated; null for a DAG that runs only when triggered. */
+  readonly scheduleWindow: ScheduleWindow | null;
 
   /** Adds tasks (operators made with a taskId); returns the DAG. */
   add(...tasks: BaseOperator<any>[]): this {
@@ -88,6 +109,31 @@ export class Dag {
     };
     for (const task of [...this.#tasks.values()].sort((a, b) => (a.taskId < b.taskId ? -1 : 1))) visit(task);
   }
+}
+
+function scheduleWindowOf(options: DagOptions): ScheduleWindow | null {
+  const bad = (field: string, why: string) => new InvalidDagError(`DAG ${options.dagId}: ${field} ${why}`);
+  if (options.schedule === undefined || options.schedule === null) return null;
+  if (options.startDate === undefined) throw bad('startDate', 'is needed with a schedule (no interval starts before it)');
+  const startDate = momentMs(options.startDate);
+  if (startDate === null) throw bad('startDate', 'must be a valid Date, an ISO-8601 string with an offset or Z, or a luxon DateTime');
+  const endDate = options.endDate === undefined || options.endDate === null ? null : momentMs(options.endDate);
+  if (endDate === null && options.endDate !== undefined && options.endDate !== null) throw bad('endDate', 'must be a valid Date, an ISO-8601 string with an offset or Z, or a luxon DateTime');
+  if (endDate !== null && endDate < startDate) throw bad('endDate', 'is before startDate');
+  if (options.catchup !== undefined && typeof options.catchup !== 'boolean') throw bad('catchup', 'must be true or false');
+  let schedule: Schedule;
+  if (typeof options.schedule === 'string') {
+    const timezone = options.timezone ?? (DateTime.isDateTime(options.startDate) ? options.startDate.zoneName : null) ?? 'UTC';
+    if (!isTimeZone(timezone)) throw bad('timezone', `${JSON.stringify(timezone)} is not an IANA time zone (e.g. "Europe/Amsterdam")`);
+    const problem = cronProblem(options.schedule, timezone);
+    if (problem) throw bad('schedule', problem);
+    schedule = { kind: 'cron', cron: options.schedule, timezone };
+  } else {
+    const intervalMs = fixedIntervalMs(options.schedule);
+    if (intervalMs === null) throw bad('schedule', 'must be a cron expression, or a positive interval without calendar units (a luxon Duration in days or smaller, or seconds)');
+    schedule = { kind: 'interval', intervalMs };
+  }
+  return Object.freeze({ schedule: Object.freeze(schedule), startDate, endDate, catchup: options.catchup ?? false });
 }
 
 function describeTask(task: BaseOperator<any>): string {

@@ -3,6 +3,7 @@ import type { SchedulerDag, SchedulerTask } from '../scheduler/scheduler-dag.ts'
 import { TRIGGER_RULES } from '../scheduler/trigger-rules.ts';
 import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../serialization/json.ts';
 import { durationToMs } from '../time/duration.ts';
+import { cronProblem, isTimeZone, scheduleToJson, type Schedule, type ScheduleWindow } from './schedule.ts';
 import type { Dag } from './dag.ts';
 import { taskSettings } from './task-settings.ts';
 
@@ -15,6 +16,8 @@ export const SERIALIZED_DAG_VERSION = 1;
  *
  *   { "__version": 1,
  *     "dag": { "dag_id", "fileloc", "description", "tags", "params",
+ *              "schedule": null | { "cron", "timezone" } | { "interval_ms" },
+ *              "start_date", "end_date" (ISO-8601 or null), "catchup",
  *              "tasks": [ { "task_id", "operator", "upstream_task_ids" (sorted), "trigger_rule",
  *                           "retries", "retry_delay_ms", "retry_exponential_backoff",
  *                           "max_retry_delay_ms", "execution_timeout_ms", "priority_weight",
@@ -32,6 +35,7 @@ export interface SerializedDag {
 
 export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
   dag.validate();
+  const window = dag.scheduleWindow;
   const tasks = [...dag.tasks]
     .sort((a, b) => (a.taskId < b.taskId ? -1 : 1))
     .map((task) => {
@@ -72,6 +76,10 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
       description: dag.options.description ?? null,
       tags: [...(dag.options.tags ?? [])],
       params: jsonOf(dag.options.params ?? {}, `DAG ${dag.dagId}: params`),
+      schedule: window ? scheduleToJson(window.schedule) : null,
+      start_date: window ? new Date(window.startDate).toISOString() : null,
+      end_date: window?.endDate != null ? new Date(window.endDate).toISOString() : null,
+      catchup: window?.catchup ?? false,
       tasks,
     },
   };
@@ -139,5 +147,28 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
       startTrigger: start === null ? null : Object.freeze({ classpath: start.classpath, kwargs: start.kwargs, method: start.method, nextKwargs: start.next_kwargs, timeoutMs: start.timeout_ms ?? null }),
     });
   });
-  return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks) });
+  return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks), schedule: readScheduleWindow(dag, bad) });
+}
+
+/** The schedule part of a stored DAG, checked as the DAG constructor checks it. */
+function readScheduleWindow(dag: any, bad: (field: string, why: string) => Error): ScheduleWindow | null {
+  const schedule = dag.schedule;
+  if (schedule === null || schedule === undefined) return null;
+  const startDate = typeof dag.start_date === 'string' ? Date.parse(dag.start_date) : Number.NaN;
+  if (!Number.isFinite(startDate)) throw bad('dag.start_date', 'is not an ISO-8601 moment (a schedule needs one)');
+  const endDate = dag.end_date === null || dag.end_date === undefined ? null : Date.parse(dag.end_date);
+  if (endDate !== null && !Number.isFinite(endDate)) throw bad('dag.end_date', 'is neither null nor an ISO-8601 moment');
+  if (typeof dag.catchup !== 'boolean') throw bad('dag.catchup', 'is not true or false');
+  let parsed: Schedule;
+  if (typeof schedule?.cron === 'string' && typeof schedule.timezone === 'string') {
+    if (!isTimeZone(schedule.timezone)) throw bad('dag.schedule.timezone', `${JSON.stringify(schedule.timezone)} is not an IANA time zone`);
+    const problem = cronProblem(schedule.cron, schedule.timezone);
+    if (problem) throw bad('dag.schedule.cron', problem);
+    parsed = { kind: 'cron', cron: schedule.cron, timezone: schedule.timezone };
+  } else if (Number.isInteger(schedule?.interval_ms) && schedule.interval_ms > 0) {
+    parsed = { kind: 'interval', intervalMs: schedule.interval_ms };
+  } else {
+    throw bad('dag.schedule', 'is neither null, { cron, timezone } nor { interval_ms }');
+  }
+  return Object.freeze({ schedule: Object.freeze(parsed), startDate, endDate, catchup: dag.catchup });
 }

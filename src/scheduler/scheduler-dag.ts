@@ -1,3 +1,4 @@
+import type { ScheduleWindow } from '../dags/schedule.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { TriggerRule } from './trigger-rules.ts';
 
@@ -11,6 +12,8 @@ export interface SchedulerDag {
   /** The serialized version's hash, recorded on the runs it creates. */
   readonly hash: string;
   readonly tasks: readonly SchedulerTask[];
+  /** When it runs by itself; null when only triggered. */
+  readonly schedule: ScheduleWindow | null;
 }
 
 export interface SchedulerTask {

@@ -8,6 +8,7 @@ import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
 import type { SchedulerDag, StartTrigger } from './scheduler-dag.ts';
 import { decide, FINISHED_STATES } from './trigger-rules.ts';
+import { dueDataIntervals, nextDueAt } from '../dags/schedule.ts';
 
 /** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
 export type DagSource = (dagId: string) => Promise<SchedulerDag | null>;
@@ -24,6 +25,8 @@ export interface SchedulerOptions {
 
 /*
  * A scheduler pass:
+ * - DAGs with a schedule whose next data interval has ended → a scheduled run (see
+ *   src/dags/schedule.ts);
  * - up_for_retry / up_for_reschedule task instances whose ready_at passed → scheduled;
  * - task instances of dead workers (zombies) → scheduled (never started), up_for_retry or failed;
  * - for each unfinished DAG run (queued → running on its first pass): every task instance with
@@ -40,6 +43,8 @@ export class Scheduler {
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   #heartbeatTimer: NodeJS.Timeout | null = null;
+  /** Per DAG: when to look for due scheduled runs again (null: never, until its JSON changes). */
+  readonly #nextScheduleCheck = new Map<string, { hash: string; at: number | null }>();
   /** Called after a pass scheduled task instances (standalone wires it to the worker's wake()). */
   onWork: (() => void) | null = null;
 
@@ -96,6 +101,7 @@ export class Scheduler {
 
   /** One pass (see the top of this file). Public so a standalone process can drive it too. */
   async pass(now = Date.now()): Promise<void> {
+    await this.#createScheduledRuns(now);
     const ready = await this.storage.scheduleReadyTaskInstances(now);
     if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
     const reaped = await this.storage.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now);
@@ -114,6 +120,37 @@ export class Scheduler {
       if (await this.#advance(run, dag, now)) madeWork = true;
     }
     if (madeWork) this.onWork?.();
+  }
+
+  /**
+   * Creates the scheduled runs whose data interval has ended. A DAG is looked at again only once
+   * its next interval can have ended (or its serialized JSON changed); runs are created through
+   * the unique keys, so several schedulers, or a restart, never create one twice.
+   */
+  async #createScheduledRuns(now: number): Promise<void> {
+    for (const { dagId, hash } of await this.storage.listActiveDags()) {
+      const known = this.#nextScheduleCheck.get(dagId);
+      if (known?.hash === hash && (known.at === null || now < known.at)) continue;
+      try {
+        const dag = await this.dags(dagId);
+        if (!dag?.schedule) {
+          this.#nextScheduleCheck.set(dagId, { hash, at: null });
+          continue;
+        }
+        let last = await this.storage.latestScheduledLogicalDate(dagId);
+        for (const interval of dueDataIntervals(dag.schedule, last, now)) {
+          const runId = `scheduled__${new Date(interval.start).toISOString()}`;
+          const created = await this.storage.createDagRun(dag, { runId, runType: 'scheduled', logicalDate: interval.start, conf: {}, dataInterval: interval }, now);
+          if (created !== null) this.log.info({ dag_id: dagId, run_id: runId }, `created scheduled run ${dagId} ${runId} (data interval to ${new Date(interval.end).toISOString()})`);
+          last = interval.start;
+        }
+        this.#nextScheduleCheck.set(dagId, { hash, at: nextDueAt(dag.schedule, last) });
+      } catch (error) {
+        // One DAG's broken schedule must not stop the others'.
+        this.log.error({ dag_id: dagId, error: describeThrown(error).error }, `creating scheduled runs of ${dagId} failed: ${describeThrown(error).error}`);
+        this.#nextScheduleCheck.set(dagId, { hash, at: now + 60_000 });
+      }
+    }
   }
 
   /** Returns whether task instances were scheduled (work for workers). */

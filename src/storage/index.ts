@@ -21,6 +21,8 @@ import {
 } from './dag-run-progress.ts';
 import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-instances.ts';
 import { runProgress, type RunProgress } from './run-progress.ts';
+import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
+import { listActiveDags } from './serialized-dags.ts';
 import type { DagRunState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
@@ -177,6 +179,14 @@ export class Storage {
 
   setDagRunState(dagRunId: number, from: DagRunState, to: DagRunState, now = Date.now()): Promise<boolean> {
     return setDagRunState(this.#context, dagRunId, from, to, now);
+  }
+
+  latestScheduledLogicalDate(dagId: string): Promise<number | null> {
+    return latestScheduledLogicalDate(this.#context, dagId);
+  }
+
+  listActiveDags(): Promise<{ dagId: string; hash: string }[]> {
+    return listActiveDags(this.#context);
   }
 
   runProgress(dagId: string, runId: string): Promise<RunProgress | null> {

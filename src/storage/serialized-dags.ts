@@ -50,6 +50,12 @@ export async function readSerializedDag({ db }: StorageContext, dagId: string): 
   return row ?? null;
 }
 
+/** Every DAG that is not deleted, with the hash of its serialized JSON. */
+export async function listActiveDags({ db }: StorageContext): Promise<{ dagId: string; hash: string }[]> {
+  const rows = await db.selectFrom('serialized_dag').select(['dag_id', 'hash']).where('deleted_at', 'is', null).orderBy('dag_id').execute();
+  return rows.map((row) => ({ dagId: row.dag_id, hash: row.hash }));
+}
+
 /** The hash of a DAG's current serialized JSON; null when deleted or unknown. */
 export async function readSerializedDagHash({ db }: StorageContext, dagId: string): Promise<string | null> {
   const row = await db.selectFrom('serialized_dag').select('hash').where('dag_id', '=', dagId).where('deleted_at', 'is', null).executeTakeFirst();

@@ -98,7 +98,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   }
 
   it('runs a DAG run through its dependencies, a deferral in the middle, to success', async () => {
-    const dag: SchedulerDag = { dagId: 'etl', hash: 'h1', tasks: [task('extract'), task('wait', ['extract']), task('load', ['wait'])] };
+    const dag: SchedulerDag = { dagId: 'etl', hash: 'h1', schedule: null, tasks: [task('extract'), task('wait', ['extract']), task('load', ['wait'])] };
     const rt = await runtime(dag, { extract: new Returns(1), wait: new WaitsThenReturns(), load: new Returns('loaded') });
     await rt.run('manual__1');
     await rt.start();
@@ -114,7 +114,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   it('a failed task fails its all_success downstream as upstream_failed, lets all_done run, and fails the run', async () => {
     const dag: SchedulerDag = {
       dagId: 'fragile',
-      hash: 'h1',
+      hash: 'h1', schedule: null,
       tasks: [task('extract'), task('load', ['extract']), task('report', ['load']), task('cleanup', ['extract'], { triggerRule: 'all_done' })],
     };
     const rt = await runtime(dag, { extract: new Fails(), load: new Returns(1), report: new Returns(2), cleanup: new Returns('cleaned') });
@@ -127,7 +127,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   it('a task that starts from a trigger is deferred by the scheduler, never runs execute(), and resumes at its method', async () => {
     const dag: SchedulerDag = {
       dagId: 'sensor',
-      hash: 'h1',
+      hash: 'h1', schedule: null,
       tasks: [task('await_file', [], { startTrigger: { classpath: 'test.DelayTrigger', kwargs: { ms: 200 }, method: 'fired', nextKwargs: { why: 'start' }, timeoutMs: null } })],
     };
     const rt = await runtime(dag, { await_file: new StartsFromTrigger() });
@@ -148,7 +148,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   it("a start trigger's relative moment counts from when its task starts; one that cannot be built fails only its task", async () => {
     const dag: SchedulerDag = {
       dagId: 'later',
-      hash: 'h1',
+      hash: 'h1', schedule: null,
       tasks: [
         task('first'),
         task('wait_a_minute', ['first'], { startTrigger: { classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'PT1M' } }, method: 'fired', nextKwargs: {}, timeoutMs: null } }),
@@ -169,7 +169,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   });
 
   it('task instances of a worker whose heartbeat went stale are retried (or requeued) and finish elsewhere', async () => {
-    const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', tasks: [task('was_running', [], { retries: 1 }), task('was_queued'), task('no_tries_left')] };
+    const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', schedule: null, tasks: [task('was_running', [], { retries: 1 }), task('was_queued'), task('no_tries_left')] };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
     await rt.run('manual__1');
     const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
@@ -187,7 +187,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   });
 
   it('the same run id or logical date is never created twice', async () => {
-    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', tasks: [task('only')] };
+    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, tasks: [task('only')] };
     const rt = await runtime(dag, {});
     const at = Date.now();
     expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(expect.any(Number));
