@@ -7,10 +7,20 @@ import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
 import { WORKER_OPTIONS } from '../worker/options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
+import { positiveInteger } from '../config/option-table.ts';
+import { DAG_RUN_STATES, type DagRunState } from '../db/schema.ts';
+import { Storage } from '../storage/index.ts';
 
-/** `deferflow dags list | trigger | reserialize`: DAGs as the database knows them. */
+/** A stored schedule as people write it: the cron (with its zone) or the interval; null for none. */
+function describeSchedule(schedule: { cron?: string; timezone?: string; interval_ms?: number } | null | undefined): string | null {
+  if (!schedule) return null;
+  if (typeof schedule.cron === 'string') return `${schedule.cron} (${schedule.timezone})`;
+  return typeof schedule.interval_ms === 'number' ? `every ${schedule.interval_ms / 1000} s` : null;
+}
+
+/** `deferflow dags list | runs | trigger | reserialize`: DAGs as the database knows them. */
 export function registerDagsCommands(cli: Argv): void {
-  cli.command('dags', 'DAG commands: list, trigger, reserialize', (dags) =>
+  cli.command('dags', 'DAG commands: list, runs, trigger, reserialize', (dags) =>
     dags
       .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
       .command(
@@ -20,13 +30,17 @@ export function registerDagsCommands(cli: Argv): void {
         async (args) => {
           const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
-            const dagRows = await database.db.selectFrom('serialized_dag').select(['dag_id', 'fileloc', 'last_updated']).where('deleted_at', 'is', null).orderBy('dag_id').execute();
+            const dagRows = (await database.db.selectFrom('serialized_dag').select(['dag_id', 'fileloc', 'data']).where('deleted_at', 'is', null).orderBy('dag_id').execute()).map((row) => ({
+              dag_id: row.dag_id,
+              fileloc: row.fileloc,
+              schedule: describeSchedule(JSON.parse(row.data)?.dag?.schedule),
+            }));
             const errors = await database.db.selectFrom('import_error').select(['fileloc', 'message']).orderBy('fileloc').execute();
             if (args.json) {
               process.stdout.write(`${JSON.stringify({ dags: dagRows, import_errors: errors })}\n`);
               return;
             }
-            for (const row of dagRows) process.stdout.write(`${row.dag_id}\t${row.fileloc}\n`);
+            for (const row of dagRows) process.stdout.write(`${row.dag_id}\t${row.schedule ?? 'manual'}\t${row.fileloc}\n`);
             for (const error of errors) process.stdout.write(`import error\t${error.fileloc}\t${error.message}\n`);
           } finally {
             await database.close();
@@ -55,6 +69,46 @@ export function registerDagsCommands(cli: Argv): void {
           try {
             const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId });
             process.stdout.write(`${runId}\n`);
+          } finally {
+            await database.close();
+          }
+        },
+      )
+      .command(
+        'runs [dag-id]',
+        'List DAG runs, newest first',
+        (command) =>
+          command
+            .positional('dag-id', { type: 'string', describe: 'Only the runs of this DAG' })
+            .option('state', { type: 'string', choices: [...DAG_RUN_STATES], describe: 'Only runs in this state' })
+            .option('limit', { type: 'number', default: 25, describe: 'Most runs listed' })
+            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+        async (args) => {
+          const limit = positiveInteger(args.limit, 'limit');
+          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          try {
+            const runs = await new Storage(database).listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
+            const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+            const rows = runs.map((run) => ({
+              dag_id: run.dagId,
+              run_id: run.runId,
+              run_type: run.runType,
+              state: run.state,
+              logical_date: iso(run.logicalDate),
+              start_date: iso(run.startDate),
+              end_date: iso(run.endDate),
+            }));
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(rows)}\n`);
+              return;
+            }
+            if (rows.length === 0) {
+              process.stdout.write(`no DAG runs${args.dagId ? ` of ${args.dagId}` : ''}${args.state ? ` in state ${args.state}` : ''}\n`);
+              return;
+            }
+            for (const row of rows) {
+              process.stdout.write(`${row.dag_id}\t${row.run_id}\t${row.run_type}\t${row.state}\t${row.logical_date}\t${row.start_date ?? '-'}\t${row.end_date ?? '-'}\n`);
+            }
           } finally {
             await database.close();
           }

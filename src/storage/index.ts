@@ -22,6 +22,7 @@ import {
 import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-instances.ts';
 import { runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
+import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { listActiveDags } from './serialized-dags.ts';
 import type { DagRunState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
@@ -46,6 +47,7 @@ export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult } from './reap-zombie-task-instances.ts';
 export type { RunProgress } from './run-progress.ts';
+export type { DagRunRow } from './list-dag-runs.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 
@@ -183,6 +185,10 @@ export class Storage {
 
   latestScheduledLogicalDate(dagId: string): Promise<number | null> {
     return latestScheduledLogicalDate(this.#context, dagId);
+  }
+
+  listDagRuns(filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {
+    return listDagRuns(this.#context, filter);
   }
 
   listActiveDags(): Promise<{ dagId: string; hash: string }[]> {

@@ -1,0 +1,33 @@
+import { fromDbTime, type DagRunState, type DagRunType } from '../db/schema.ts';
+import type { StorageContext } from './context.ts';
+
+export interface DagRunRow {
+  readonly dagId: string;
+  readonly runId: string;
+  readonly runType: DagRunType;
+  readonly state: DagRunState;
+  readonly logicalDate: number;
+  readonly startDate: number | null;
+  readonly endDate: number | null;
+}
+
+/** DAG runs, newest logical date first, optionally of one DAG and in one state. */
+export async function listDagRuns({ db }: StorageContext, filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {
+  let query = db
+    .selectFrom('dag_run')
+    .select(['dag_id', 'run_id', 'run_type', 'state', 'logical_date', 'start_date', 'end_date'])
+    .orderBy('logical_date', 'desc')
+    .orderBy('id', 'desc')
+    .limit(filter.limit);
+  if (filter.dagId !== undefined) query = query.where('dag_id', '=', filter.dagId);
+  if (filter.state !== undefined) query = query.where('state', '=', filter.state);
+  return (await query.execute()).map((row) => ({
+    dagId: row.dag_id,
+    runId: row.run_id,
+    runType: row.run_type,
+    state: row.state,
+    logicalDate: fromDbTime(row.logical_date),
+    startDate: fromDbTime(row.start_date),
+    endDate: fromDbTime(row.end_date),
+  }));
+}

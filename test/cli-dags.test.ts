@@ -1,0 +1,66 @@
+// `deferflow dags list | trigger | runs` as users run them.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
+import { killLeftovers, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+
+afterAll(dropTestDatabases);
+const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
+afterEach(async () => {
+  await killLeftovers();
+  await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+const DAGS = `
+import { Dag, FunctionOperator } from ${JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'))};
+export const nightly = new Dag({ dagId: 'nightly', schedule: '0 2 * * *', timezone: 'Europe/Amsterdam', startDate: '2026-01-01T00:00:00Z' })
+  .add(new FunctionOperator({ taskId: 'work', fn: () => 1 }));
+export const adhoc = new Dag({ dagId: 'adhoc' }).add(new FunctionOperator({ taskId: 'work', fn: () => 1 }));
+`;
+
+const run = async (proc: TriggererProcess) => ({ exit: await proc.exit, out: proc.text, err: proc.stderr.join('\n') });
+
+describe.each(testDialects)('deferflow dags on %s', (dialect) => {
+  it('lists DAGs with their schedules, triggers runs, and lists runs newest first, filtered by DAG and state', async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-dags-'));
+    open.dirs.push(dir);
+    writeFileSync(path.join(dir, 'dags.mts'), DAGS);
+    await processDagFolder(db, dir);
+
+    const listed = await run(spawnDeferflow(['dags', 'list', '--db', db.url]));
+    expect(listed.exit.code).toBe(0);
+    expect(listed.out).toEqual([`adhoc\tmanual\t${path.join(dir, 'dags.mts')}`, `nightly\t0 2 * * * (Europe/Amsterdam)\t${path.join(dir, 'dags.mts')}`]);
+
+    expect((await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--run-id', 'first']))).out).toEqual(['first']);
+    expect((await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--run-id', 'second', '--conf', '{"n": 2}']))).out).toEqual(['second']);
+    await db.db.updateTable('dag_run').set({ state: 'failed' }).where('run_id', '=', 'first').execute();
+
+    const all = await run(spawnDeferflow(['dags', 'runs', '--db', db.url, '--json']));
+    expect(all.exit.code).toBe(0);
+    const rows = JSON.parse(all.out.join('\n')) as { dag_id: string; run_id: string; run_type: string; state: string; logical_date: string }[];
+    expect(rows.map((row) => [row.dag_id, row.run_id, row.run_type, row.state])).toEqual([
+      ['adhoc', 'second', 'manual', 'queued'],
+      ['adhoc', 'first', 'manual', 'failed'],
+    ]);
+    expect(Date.parse(rows[0]!.logical_date)).toBeGreaterThanOrEqual(Date.parse(rows[1]!.logical_date));
+
+    const failed = await run(spawnDeferflow(['dags', 'runs', 'adhoc', '--state', 'failed', '--db', db.url]));
+    expect(failed.out).toHaveLength(1);
+    expect(failed.out[0]!.split('\t').slice(0, 4)).toEqual(['adhoc', 'first', 'manual', 'failed']);
+    expect((await run(spawnDeferflow(['dags', 'runs', 'nightly', '--db', db.url]))).out).toEqual(['no DAG runs of nightly']);
+
+    const badState = await run(spawnDeferflow(['dags', 'runs', '--state', 'sleeping', '--db', db.url]));
+    expect(badState.exit.code).toBe(2);
+    expect(badState.err).toContain('sleeping');
+    const unknownDag = await run(spawnDeferflow(['dags', 'trigger', 'nope', '--db', db.url]));
+    expect(unknownDag.exit.code).toBe(2);
+    expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');
+  }, 60_000);
+});
