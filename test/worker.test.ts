@@ -4,6 +4,7 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../src/index.ts';
 import { NO_RETRIES, type RetryPolicy } from '../src/worker/retry-policy.ts';
+import { TASK_LOG_LINE_CAP } from '../src/worker/task-log-writer.ts';
 import { Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
@@ -43,6 +44,17 @@ class DeferThenReport extends BaseOperator {
   }
 }
 
+/** Logs `lines` numbered lines through the task's logger. */
+class Chatty extends BaseOperator {
+  constructor(readonly lines: number) {
+    super();
+  }
+  execute(context: TaskContext & { log: import('pino').Logger }) {
+    for (let i = 1; i <= this.lines; i++) context.log.info({ i }, `line ${i}`);
+    return this.lines;
+  }
+}
+
 class Sleeps extends BaseOperator {
   execute() {
     return new Promise((resolve) => setTimeout(resolve, 60_000));
@@ -70,8 +82,9 @@ describe.each(testDialects)('worker on %s', (dialect) => {
         operator,
         retry: settings.retry ?? NO_RETRIES,
         executionTimeoutMs: settings.executionTimeoutMs ?? null,
-        context: (claimed, started) => ({
+        context: (claimed, started, taskLog) => ({
           taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
+          log: taskLog,
         }),
       };
       return task;
@@ -89,6 +102,31 @@ describe.each(testDialects)('worker on %s', (dialect) => {
   };
   const scheduled = (db: TestDatabase, taskId: string) => createTaskInstance(db, { state: 'scheduled', taskId });
   const stateOf = async (db: TestDatabase, id: number) => (await taskInstance(db, id)).state;
+
+  it("keeps a try's log lines in the database, complete when the task is, up to the cap", async () => {
+    const db = await database();
+    const short = await scheduled(db, 'short');
+    const long = await scheduled(db, 'long');
+    const { worker, logs } = await startWorker(db, { short: new Chatty(3), long: new Chatty(TASK_LOG_LINE_CAP + 5) });
+    await waitFor(async () => (await stateOf(db, short)) === 'success' && (await stateOf(db, long)) === 'success', { what: 'both to succeed', timeoutMs: 20_000 });
+
+    const shortLog = await worker.storage.readTaskLog(short, 1);
+    expect(shortLog.map((line) => [line.level, line.message])).toEqual([
+      ['info', expect.stringMatching(/^running .*short.*, try 1$/)],
+      ['info', 'line 1'],
+      ['info', 'line 2'],
+      ['info', 'line 3'],
+      ['info', expect.stringMatching(/short .* success$/)],
+    ]);
+    expect(JSON.parse(shortLog[1]!.fieldsJson!)).toEqual({ i: 1 });
+    // The lines reach the worker's own log too, bound to the task instance.
+    expect(logs.matching((line) => line.msg === 'line 2' && line.task_instance_id === short && line.try_number === 1)).toHaveLength(1);
+
+    const longLog = await worker.storage.readTaskLog(long, 1);
+    expect(longLog).toHaveLength(TASK_LOG_LINE_CAP + 1);
+    expect(longLog.at(-1)).toMatchObject({ level: 'warn', message: expect.stringContaining(`task log cap of ${TASK_LOG_LINE_CAP} lines reached`) });
+    expect(await worker.storage.readTaskLog(long, 2)).toEqual([]);
+  }, 30_000);
 
   it('runs a scheduled task instance to success and keeps its return value', async () => {
     const db = await database();

@@ -92,6 +92,18 @@ table task_instance
   index CREATE INDEX task_instance_trigger_id_idx ON task_instance USING btree (trigger_id, state) WHERE (trigger_id IS NOT NULL)
   index CREATE INDEX task_instance_waiting_idx ON task_instance USING btree (ready_at) WHERE (state = ANY (ARRAY['up_for_retry'::text, 'up_for_reschedule'::text]))
   index CREATE INDEX task_instance_worker_idx ON task_instance USING btree (worker_job_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
+table task_log
+  column id bigint not null identity
+  column task_instance_id bigint not null
+  column try_number integer not null
+  column logged_at timestamp with time zone not null
+  column level text not null
+  column message text not null
+  column fields jsonb
+  constraint task_log_pkey PRIMARY KEY (id)
+  constraint task_log_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
+  index CREATE UNIQUE INDEX task_log_pkey ON task_log USING btree (id)
+  index CREATE INDEX task_log_try_idx ON task_log USING btree (task_instance_id, try_number, id)
 table trigger
   column id bigint not null identity
   column classpath text not null

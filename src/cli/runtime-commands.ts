@@ -20,7 +20,7 @@ export function registerRuntimeCommands(cli: Argv): void {
       const options = resolveWorkerOptions(rawOptionsFrom(WORKER_OPTIONS, args));
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
       const database = openDatabase(options.databaseUrl);
-      const worker = new Worker(database, options, dagFileResolver(database, log), log);
+      const worker = new Worker(database, options, dagFileResolver(database), log);
       // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
       let dagProcessing: { stop(): void } | undefined;
       await runUntilSignalled(

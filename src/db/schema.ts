@@ -115,6 +115,18 @@ export interface ImportErrorTable {
   created_at: DbTime;
 }
 
+export interface TaskLogTable {
+  id: Generated<number>;
+  task_instance_id: number;
+  try_number: number;
+  logged_at: DbTime;
+  /** pino's level label: trace, debug, info, warn, error, fatal. */
+  level: string;
+  message: string;
+  /** The line's other structured fields, as JSON text; null when none. */
+  fields: JsonText | null;
+}
+
 export const TRIGGERER_JOB_TYPE = 'TriggererJob';
 export const WORKER_JOB_TYPE = 'WorkerJob';
 export const SCHEDULER_JOB_TYPE = 'SchedulerJob';
@@ -139,6 +151,7 @@ export interface DatabaseSchema {
   dag_run: DagRunTable;
   serialized_dag: SerializedDagTable;
   import_error: ImportErrorTable;
+  task_log: TaskLogTable;
 }
 
 export function toDbTime(epochMs: number): string {

@@ -52,7 +52,7 @@ export class Standalone {
   ) {
     this.triggerer = new Triggerer(database, options.triggerer, registry, log.child({ component: 'triggerer' }));
     this.scheduler = new Scheduler(database, options.scheduler, serializedDagSource(database), log.child({ component: 'scheduler' }));
-    this.worker = new Worker(database, options.worker, dagFileResolver(database, log), log.child({ component: 'worker' }));
+    this.worker = new Worker(database, options.worker, dagFileResolver(database), log.child({ component: 'worker' }));
     // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
     // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
     // wakes each of them at most once per WAKE_GAP_MS.

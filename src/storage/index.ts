@@ -23,6 +23,8 @@ import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-ins
 import { runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
 import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
+import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
+import { readTaskLog } from './read-task-log.ts';
 import { listActiveDags } from './serialized-dags.ts';
 import type { DagRunState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
@@ -48,6 +50,7 @@ export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult } from './reap-zombie-task-instances.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
+export type { TaskLogLine } from './append-task-log-lines.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 
@@ -185,6 +188,14 @@ export class Storage {
 
   latestScheduledLogicalDate(dagId: string): Promise<number | null> {
     return latestScheduledLogicalDate(this.#context, dagId);
+  }
+
+  appendTaskLogLines(lines: readonly TaskLogLine[]): Promise<void> {
+    return appendTaskLogLines(this.#context, lines);
+  }
+
+  readTaskLog(taskInstanceId: number, tryNumber: number): Promise<TaskLogLine[]> {
+    return readTaskLog(this.#context, taskInstanceId, tryNumber);
   }
 
   listDagRuns(filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {

@@ -1,4 +1,3 @@
-import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import type { RuntimeContext } from '../operators/base-operator.ts';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
@@ -11,7 +10,7 @@ import type { TaskResolver } from './worker.ts';
  * found it (serialized_dag.fileloc, read with the claim), and only that file is imported, as it
  * is now.
  */
-export function dagFileResolver(database: Database, log: Logger): TaskResolver {
+export function dagFileResolver(database: Database): TaskResolver {
   return async (taskInstance) => {
     const fileloc = taskInstance.fileloc;
     if (fileloc === null) throw new Error(`DAG ${taskInstance.dagId} is not among the serialized DAGs (deleted, or never processed)`);
@@ -23,7 +22,7 @@ export function dagFileResolver(database: Database, log: Logger): TaskResolver {
       operator,
       retry: settings.retry,
       executionTimeoutMs: settings.executionTimeoutMs,
-      context: (claimed, started): RuntimeContext => {
+      context: (claimed, started, taskLog): RuntimeContext => {
         return {
           taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
           dagRun: {
@@ -32,7 +31,7 @@ export function dagFileResolver(database: Database, log: Logger): TaskResolver {
             conf: claimed.confJson === null ? {} : (JSON.parse(claimed.confJson) as JsonObject),
           },
           params: { ...(dag.options.params ?? {}), ...(operator.taskOptions.params ?? {}) },
-          log: log.child({ dag_id: claimed.dagId, task_id: claimed.taskId, run_id: claimed.runId, try_number: started.tryNumber }),
+          log: taskLog,
           xcomPull: async (taskId) => {
             const row = await database.db
               .selectFrom('task_instance')

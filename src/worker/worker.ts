@@ -9,6 +9,7 @@ import { toJsonText } from '../serialization/json.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
+import { TaskLogWriter } from './task-log-writer.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
 export interface ResolvedTask<Context extends TaskContext = TaskContext> {
@@ -16,8 +17,8 @@ export interface ResolvedTask<Context extends TaskContext = TaskContext> {
   readonly retry: RetryPolicy;
   /** The whole task's time budget, deferrals included; null for none. */
   readonly executionTimeoutMs: number | null;
-  /** The context execute() and resumed methods receive. */
-  context(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): Context | Promise<Context>;
+  /** The context execute() and resumed methods receive; `taskLog` is the logger whose lines make up this try's task log. */
+  context(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance, taskLog: Logger): Context | Promise<Context>;
 }
 
 /** Finds the task a claimed task instance runs (by importing its DAG file). Throws, naming the task, when it cannot. */
@@ -58,6 +59,7 @@ export class Worker {
   #heartbeatTimer: NodeJS.Timeout | null = null;
   #stopped: Promise<void> | null = null;
   #slotMs = 0;
+  readonly #taskLogs: TaskLogWriter;
   /**
    * Called after this worker recorded a deferral or an outcome: others (a triggerer, a
    * scheduler) may have work now. Standalone wires it to their wake().
@@ -71,6 +73,7 @@ export class Worker {
     readonly log: Logger,
   ) {
     this.storage = new Storage(database);
+    this.#taskLogs = new TaskLogWriter(this.storage, log);
   }
 
   get jobId(): number | null {
@@ -128,6 +131,7 @@ export class Worker {
       if (handedBack) this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; it will be retried`);
     }
     clearInterval(this.#heartbeatTimer!);
+    await this.#taskLogs.close();
     await this.storage.endJob(jobId, 'success');
     this.#state = 'stopped';
     this.log.info({ job_id: jobId }, `worker ${jobId} stopped`);
@@ -170,29 +174,31 @@ export class Worker {
     } catch (error) {
       // No code to run: the try is spent like any failure, without retries (they would fail alike).
       const started = await this.storage.startTaskInstance(taskInstance.id, jobId, null);
-      if (started) await this.#finish(taskInstance, label, { state: 'failed' }, error);
+      if (started) await this.#finish(taskInstance, label, this.#openTaskLog(taskInstance, started), { state: 'failed' }, error);
       return;
     }
     const started = await this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs);
     if (!started) return; // cleared or reaped meanwhile
-    this.log.info({ task_instance_id: taskInstance.id, try_number: started.tryNumber, next_method: started.nextMethod }, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
+    const taskLog = this.#openTaskLog(taskInstance, started);
+    taskLog.info({ next_method: started.nextMethod }, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
     try {
       // Out of time already (its deferral timed out at the deadline): nothing more may run.
       if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
         throw new TaskExecutionTimeoutError(label, started.executionDeadline);
       }
-      const context = await task.context(taskInstance, started);
+      const context = await task.context(taskInstance, started, taskLog);
       const nextMethod = started.nextMethod;
       const work = Promise.resolve().then(() =>
         nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
       );
       const returned = await withDeadline(work, started.executionDeadline, label);
       const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
-      await this.#finish(taskInstance, label, { state: 'success', returnValueJson });
+      await this.#finish(taskInstance, label, taskLog, { state: 'success', returnValueJson });
     } catch (error) {
       if (isTaskDeferred(error)) {
         await this.storage.deferTaskInstance(taskInstance.id, error);
-        this.log.info({ task_instance_id: taskInstance.id, next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
+        // No flush: the deferral's line rides the next timed write (the task is not finished).
+        taskLog.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
         return;
       }
       const now = Date.now();
@@ -200,20 +206,31 @@ export class Worker {
         started.tryNumber <= task.retry.retries
           ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) }
           : { state: 'failed' };
-      await this.#finish(taskInstance, label, outcome, error, now);
+      await this.#finish(taskInstance, label, taskLog, outcome, error, now);
     }
   }
 
-  async #finish(taskInstance: ClaimedTaskInstance, label: string, outcome: TaskOutcome, error?: unknown, now = Date.now()): Promise<void> {
-    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#jobId!, outcome, now);
-    const fields = { task_instance_id: taskInstance.id, state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
-    if (!recorded) {
-      this.log.warn(fields, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
-    } else if (error === undefined) {
-      this.log.info(fields, `${label} ${outcome.state}`);
+  #openTaskLog(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): Logger {
+    return this.#taskLogs.open(taskInstance.id, started.tryNumber, {
+      task_instance_id: taskInstance.id,
+      dag_id: taskInstance.dagId,
+      task_id: taskInstance.taskId,
+      run_id: taskInstance.runId,
+      try_number: started.tryNumber,
+    });
+  }
+
+  /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
+  async #finish(taskInstance: ClaimedTaskInstance, label: string, taskLog: Logger, outcome: TaskOutcome, error?: unknown, now = Date.now()): Promise<void> {
+    const fields = { state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
+    if (error === undefined) {
+      taskLog.info(fields, `${label} ${outcome.state}`);
     } else {
-      this.log.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
+      taskLog.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
     }
+    await this.#taskLogs.flush();
+    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#jobId!, outcome, now);
+    if (!recorded) this.log.warn({ task_instance_id: taskInstance.id, state: outcome.state }, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
   }
 
   async #heartbeat(): Promise<void> {

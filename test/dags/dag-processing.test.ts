@@ -85,7 +85,7 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     const log = pino({ level: 'debug' }, new LogCapture());
     const dags = serializedDagSource(db);
     const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
-    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db, log), log);
+    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
     await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());
@@ -126,7 +126,7 @@ extract.then(report);
     const log = pino({ level: 'debug' }, logs);
     const dags = serializedDagSource(db);
     const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
-    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db, log), log);
+    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
     await scheduler.storage.createDagRun((await dags('report'))!, { runId: 'daily', runType: 'manual', logicalDate: Date.now(), conf: { day: '2026-11-22' } });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());

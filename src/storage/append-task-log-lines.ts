@@ -1,0 +1,32 @@
+import { toDbTime } from '../db/schema.ts';
+import type { StorageContext } from './context.ts';
+
+export interface TaskLogLine {
+  readonly taskInstanceId: number;
+  readonly tryNumber: number;
+  readonly loggedAt: number;
+  readonly level: string;
+  readonly message: string;
+  /** JSON text of the other fields, or null. */
+  readonly fieldsJson: string | null;
+}
+
+/** Appends lines to task logs, many per statement (bounded by the dialect's bind parameters). */
+export async function appendTaskLogLines({ db, adapter }: StorageContext, lines: readonly TaskLogLine[]): Promise<void> {
+  const perStatement = Math.floor(adapter.maxBindParameters / 6);
+  for (let at = 0; at < lines.length; at += perStatement) {
+    await db
+      .insertInto('task_log')
+      .values(
+        lines.slice(at, at + perStatement).map((line) => ({
+          task_instance_id: line.taskInstanceId,
+          try_number: line.tryNumber,
+          logged_at: toDbTime(line.loggedAt),
+          level: line.level,
+          message: line.message,
+          fields: line.fieldsJson === null ? null : adapter.jsonParam(line.fieldsJson),
+        })),
+      )
+      .execute();
+  }
+}
