@@ -54,7 +54,13 @@ const flaky = new FunctionOperator({
     return 'second try';
   },
 });
-const report = new FunctionOperator({ taskId: 'report', fn: async (context) => ({ wait: await context.xcomPull('wait'), flaky: await context.xcomPull('flaky') }) });
+const report = new FunctionOperator({
+  taskId: 'report',
+  fn: async (context) => {
+    context.log.info({ upstreams: 2 }, 'reporting on wait and flaky');
+    return { wait: await context.xcomPull('wait'), flaky: await context.xcomPull('flaky') };
+  },
+});
 // Starts from its trigger and is ended by it: no worker ever runs it.
 const sleepOnly = new FunctionOperator({
   taskId: 'sleep_only',
@@ -105,7 +111,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
   }
 
   it('runs a DAG to success: deferral resumed, retry after its delay, downstream reads return values, a trigger ends a task with no worker; exit 0', async () => {
-    const { standalone, events, taskInstances } = await setUp();
+    const { db, standalone, events, taskInstances } = await setUp();
     const proc = standalone('happy');
     expect(await finished(proc)).toEqual({ code: 0, signal: null });
 
@@ -131,6 +137,25 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     expect(new Date(tis.sleep_only!.end_date!).getTime() - new Date(tis.sleep_only!.start_date!).getTime()).toBeGreaterThanOrEqual(1000);
     const workerLines = proc.stderr.filter((line) => line.includes('sleep_only'));
     expect(workerLines.filter((line) => line.includes('"component":"worker"'))).toEqual([]);
+
+    // Task logs: what the task logged and what the worker said about it, per try.
+    const runId = proc.text.find((line) => line.startsWith('triggered happy run '))!.split(' ').at(-1)!;
+    const logs = async (...more: string[]) => {
+      const cli = spawnDeferflow(['tasks', 'logs', '--db', db.url, '--run', runId, ...more]);
+      return { exit: (await finished(cli)) as { code: number | null; signal: string | null }, out: cli.text, err: cli.stderr.join('\n') };
+    };
+    const reportLog = await logs('--task', 'report');
+    expect(reportLog.exit).toEqual({ code: 0, signal: null });
+    expect(reportLog.out.some((line) => / INFO  reporting on wait and flaky \{"upstreams":2\}$/.test(line))).toBe(true);
+    expect(reportLog.out.at(-1)).toMatch(/ INFO  happy\.report \(run .*\) success/);
+    const firstTry = await logs('--task', 'flaky', '--try', '1');
+    expect(firstTry.out.find((line) => line.includes(' ERROR '))).toContain('failed (up_for_retry): Error: first try fails');
+    expect(firstTry.out.some((line) => /^\s+at /.test(line))).toBe(true);
+    expect((await logs('--task', 'flaky')).out.at(-1)).toMatch(/ INFO  happy\.flaky .* success/);
+    const noSuchTry = await logs('--task', 'flaky', '--try', '3');
+    expect(noSuchTry.exit.code).toBe(2);
+    expect(noSuchTry.err).toContain('try: task flaky of run');
+    expect(noSuchTry.err).toContain('has tries 1 to 2, not 3');
   }, 60_000);
 
   it('an execution timeout lapses during a deferral: the task fails at its deadline, not when the trigger would fire; exit 1', async () => {

@@ -6,9 +6,9 @@ import { Storage } from '../storage/index.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
 
-/** `deferflow tasks list | clear`: the task instances of a DAG run. */
+/** `deferflow tasks list | clear | logs`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
-  cli.command('tasks', 'Task instance commands: list, clear', (tasks) =>
+  cli.command('tasks', 'Task instance commands: list, clear, logs', (tasks) =>
     tasks
       .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
       .command(
@@ -69,6 +69,50 @@ export function registerTasksCommands(cli: Argv): void {
             const run = await database.db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', args.dag).where('run_id', '=', args.run).executeTakeFirst();
             if (run && (run.state === 'success' || run.state === 'failed')) await storage.setDagRunState(run.id, run.state, 'queued');
             process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
+          } finally {
+            await database.close();
+          }
+        },
+      )
+      .command(
+        'logs',
+        "Print a task instance's log for one try (default: its latest), wherever it ran",
+        (command) =>
+          command
+            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
+            .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
+            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('try', { type: 'number', describe: 'The try number (default: the latest)' })
+            .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
+        async (args) => {
+          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          try {
+            let query = database.db.selectFrom('task_instance').select(['id', 'dag_id', 'try_number']).where('run_id', '=', args.run).where('task_id', '=', args.task);
+            if (args.dag) query = query.where('dag_id', '=', args.dag);
+            const found = await query.execute();
+            const where = `task ${args.task} of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`;
+            if (found.length === 0) throw new InvalidOptionError('task', `no ${where}`);
+            if (found.length > 1) throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dag_id).join(', ')}): name one with --dag`);
+            const ti = found[0]!;
+            if (ti.try_number === 0) throw new InvalidOptionError('task', `${where} has not run yet: it has no log`);
+            const tryNumber = args.try ?? ti.try_number;
+            if (!Number.isInteger(tryNumber) || tryNumber < 1 || tryNumber > ti.try_number) {
+              throw new InvalidOptionError('try', `${where} has tries 1 to ${ti.try_number}, not ${JSON.stringify(args.try)}`);
+            }
+            const lines = await new Storage(database).readTaskLog(ti.id, tryNumber);
+            if (lines.length === 0) throw new InvalidOptionError('try', `${where} has no log for try ${tryNumber}`);
+            for (const line of lines) {
+              const fields = line.fieldsJson === null ? {} : (JSON.parse(line.fieldsJson) as Record<string, unknown>);
+              const at = new Date(line.loggedAt).toISOString();
+              if (args.json) {
+                process.stdout.write(`${JSON.stringify({ time: at, level: line.level, msg: line.message, ...fields })}\n`);
+                continue;
+              }
+              const { traceback, ...rest } = fields;
+              const extra = Object.keys(rest).length > 0 ? ` ${JSON.stringify(rest)}` : '';
+              process.stdout.write(`${at} ${line.level.toUpperCase().padEnd(5)} ${line.message}${extra}\n`);
+              if (typeof traceback === 'string') process.stdout.write(`${traceback.replace(/^/gm, '    ')}\n`);
+            }
           } finally {
             await database.close();
           }
