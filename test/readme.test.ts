@@ -3,6 +3,9 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TRIGGERER_OPTIONS } from '../src/index.ts';
+import { SCHEDULER_OPTIONS } from '../src/scheduler/options.ts';
+import { STANDALONE_OPTIONS } from '../src/standalone/options.ts';
+import { WORKER_OPTIONS } from '../src/worker/options.ts';
 import { REPO_ROOT } from './support/processes.ts';
 
 const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
@@ -21,6 +24,15 @@ describe('README', () => {
   it('documents no option the triggerer does not have', () => {
     const documented = [...readme.matchAll(/^\| `--([a-z-]+)` \|/gm)].map((match) => match[1]);
     expect(documented.sort()).toEqual(Object.keys(TRIGGERER_OPTIONS).sort());
+  });
+
+  it.each([
+    ['worker', WORKER_OPTIONS],
+    ['scheduler', SCHEDULER_OPTIONS],
+    ['standalone', STANDALONE_OPTIONS],
+  ] as const)('names every option of deferflow %s', (_command, table) => {
+    const missing = Object.keys(table).filter((name) => !readme.includes(`\`--${name}\``));
+    expect(missing).toEqual([]);
   });
 
   it('gives the two set-up commands, and they name scripts package.json has', () => {
