@@ -135,6 +135,20 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     expect(logged('DAG run fan_out r1 success')).toHaveLength(1);
   }, 60_000);
 
+  it('the scheduler process schedules a run from the serialized DAG alone: the DAG file is gone', async () => {
+    const { db, dags } = await withDag(WAITING_DAG);
+    rmSync(path.join(dags, 'dag.mts'));
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    await started(scheduler);
+    expect(await finished(spawnDeferflow(['dags', 'trigger', 'waiting_etl', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    const states = async () => Object.fromEntries((await db.db.selectFrom('task_instance').select(['task_id', 'state']).execute()).map((row) => [row.task_id, row.state]));
+    await waitFor(async () => (await states()).extract === 'scheduled', { what: 'extract scheduled', timeoutMs: 20_000 });
+    expect(await states()).toEqual({ extract: 'scheduled', wait: null, load: null });
+    expect((await db.db.selectFrom('dag_run').select('state').executeTakeFirstOrThrow()).state).toBe('running');
+    scheduler.kill('SIGTERM');
+    expect(await finished(scheduler)).toEqual({ code: 0, signal: null });
+  }, 60_000);
+
   it("a worker killed with SIGKILL has its running task retried by the scheduler on another worker", async () => {
     const { db, dags, log } = await withDag(`
 import { appendFileSync } from 'node:fs';
