@@ -1,20 +1,14 @@
 // `deferflow dags list | trigger | runs` as users run them.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
-import { killLeftovers, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
-const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
-afterEach(async () => {
-  await killLeftovers();
-  await Promise.all(open.databases.splice(0).map((db) => db.close()));
-  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const scratch = processScratch();
 
 const DAGS = `
 import { Dag, FunctionOperator } from ${JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'))};
@@ -27,10 +21,8 @@ const run = async (proc: TriggererProcess) => ({ exit: await proc.exit, out: pro
 
 describe.each(testDialects)('deferflow dags on %s', (dialect) => {
   it('lists DAGs with their schedules, triggers runs, and lists runs newest first, filtered by DAG and state', async () => {
-    const db = await migratedDatabase(dialect);
-    open.databases.push(db);
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-dags-'));
-    open.dirs.push(dir);
+    const db = await scratch.database(dialect);
+    const dir = scratch.dir('dags');
     writeFileSync(path.join(dir, 'dags.mts'), DAGS);
     await processDagFolder(db, dir);
 

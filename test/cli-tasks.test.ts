@@ -1,22 +1,16 @@
 // `deferflow tasks list | clear` as users run them, against a run prepared in the database.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder, serializedDagSource } from '../src/dags/dag-processor.ts';
 import { Storage, TaskDeferred } from '../src/index.ts';
 import * as t from './fixtures/test-triggers.ts';
+import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
-import { killLeftovers, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
-const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
-afterEach(async () => {
-  await killLeftovers();
-  await Promise.all(open.databases.splice(0).map((db) => db.close()));
-  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const scratch = processScratch();
 
 const DAG = `
 import { BaseOperator, Dag } from ${JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'))};
@@ -32,10 +26,8 @@ const run = async (proc: TriggererProcess) => ({ exit: await proc.exit, out: pro
 
 describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
   it("lists a run's task instances, and clears a deferred one: its trigger goes, its try budget is renewed, the run is queued again", async () => {
-    const db = await migratedDatabase(dialect);
-    open.databases.push(db);
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-tasks-'));
-    open.dirs.push(dir);
+    const db = await scratch.database(dialect);
+    const dir = scratch.dir('tasks');
     writeFileSync(path.join(dir, 'etl.mts'), DAG);
     await processDagFolder(db, dir);
     const storage = new Storage(db);

@@ -3,21 +3,16 @@
  * as separate processes on one database (SQLite file or PostgreSQL), a DAG folder, and the
  * `dags` commands.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { migratedDatabase, waitFor, type TestDatabase } from './support/fixtures.ts';
-import { killLeftovers, REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { waitFor } from './support/fixtures.ts';
+import { REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
-const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
-afterEach(async () => {
-  await killLeftovers();
-  await Promise.all(open.databases.splice(0).map((db) => db.close()));
-  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const scratch = processScratch();
 
 const INDEX = path.join(REPO_ROOT, 'src/index.ts');
 const TRIGGERS = path.join(REPO_ROOT, 'triggers/index.ts');
@@ -45,10 +40,8 @@ async function finished(proc: TriggererProcess) {
 
 describe.each(testDialects)('task runtime processes on %s', (dialect) => {
   it('a DAG with a deferring task runs worker → triggerer → worker → success; a broken DAG file is reported; all exit 0 on SIGTERM', async () => {
-    const db = await migratedDatabase(dialect);
-    open.databases.push(db);
-    const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runtime-'));
-    open.dirs.push(dags);
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('runtime');
     writeFileSync(path.join(dags, 'waiting_etl.mts'), WAITING_DAG);
     writeFileSync(path.join(dags, 'broken.mts'), `import ${JSON.stringify(INDEX)};\nthrow new Error('syntax of the config is off');\n`);
 
@@ -87,10 +80,8 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
 
   /** A migrated database, a DAG folder holding `dagText` as dag.mts, and the folder's serialized DAGs. */
   async function withDag(dagText: string) {
-    const db = await migratedDatabase(dialect);
-    open.databases.push(db);
-    const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runtime-'));
-    open.dirs.push(dags);
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('runtime');
     writeFileSync(path.join(dags, 'dag.mts'), dagText);
     expect(await finished(spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]))).toEqual({ code: 0, signal: null });
     return { db, dags, log: path.join(dags, 'runs.log') };

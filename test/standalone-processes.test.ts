@@ -5,21 +5,15 @@
  * that lapses during a deferral; a task that starts from a trigger and is ended by it, with no
  * worker; the exit code and the progress and summary lines.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
-import { killLeftovers, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
-const open: { databases: TestDatabase[]; dirs: string[] } = { databases: [], dirs: [] };
-afterEach(async () => {
-  await killLeftovers();
-  await Promise.all(open.databases.splice(0).map((db) => db.close()));
-  for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const scratch = processScratch();
 
 const INDEX = JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'));
 const TRIGGERS = JSON.stringify(path.join(REPO_ROOT, 'triggers/index.ts'));
@@ -91,10 +85,8 @@ async function finished(proc: TriggererProcess, timeoutMs = 40_000) {
 
 describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
   async function setUp() {
-    const db = await migratedDatabase(dialect);
-    open.databases.push(db);
-    const dags = mkdtempSync(path.join(os.tmpdir(), 'deferflow-standalone-'));
-    open.dirs.push(dags);
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('standalone');
     writeFileSync(path.join(dags, 'dags.mts'), DAGS);
     const events = () =>
       readFileSync(path.join(dags, 'events.log'), 'utf8')
