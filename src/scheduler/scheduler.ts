@@ -158,6 +158,7 @@ export class Scheduler {
     if (run.state === 'queued' && (await this.storage.setDagRunState(run.id, 'queued', 'running', now))) {
       this.log.info({ dag_id: run.dagId, run_id: run.runId }, `DAG run ${run.dagId} ${run.runId} running`);
     }
+    if (!(await this.storage.runNeedsDecisions(run.dagId, run.runId, FINISHED_STATES))) return false;
     const instances = await this.storage.taskInstancesOfRun(run.dagId, run.runId);
     const stateOf = new Map(instances.map((ti) => [ti.taskId, ti.state]));
     const tasks = new Map(dag.tasks.map((task) => [task.taskId, task]));

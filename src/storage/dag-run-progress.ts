@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../db/schema.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
@@ -40,6 +41,26 @@ export interface RunTaskInstance {
 export async function taskInstancesOfRun({ db }: StorageContext, dagId: string, runId: string): Promise<RunTaskInstance[]> {
   const rows = await db.selectFrom('task_instance').select(['id', 'task_id', 'state']).where('dag_id', '=', dagId).where('run_id', '=', runId).execute();
   return rows.map((row) => ({ id: row.id, taskId: row.task_id, state: row.state }));
+}
+
+/**
+ * Whether a scheduler pass has anything to decide for a run: a task instance with no state yet
+ * (its trigger rule may now be met), or none left unfinished (the run can end). A run whose
+ * task instances are all scheduled, running or deferred needs nothing: one aggregate instead of
+ * reading every task instance of a large run on every pass.
+ */
+export async function runNeedsDecisions({ db }: StorageContext, dagId: string, runId: string, finishedStates: readonly TaskInstanceState[]): Promise<boolean> {
+  const finished = sql.join(finishedStates.map((state) => sql.lit(state)));
+  const row = await db
+    .selectFrom('task_instance')
+    .select([
+      sql<number>`sum(case when state is null then 1 else 0 end)`.as('undecided'),
+      sql<number>`sum(case when state is not null and state not in (${finished}) then 1 else 0 end)`.as('unfinished'),
+    ])
+    .where('dag_id', '=', dagId)
+    .where('run_id', '=', runId)
+    .executeTakeFirstOrThrow();
+  return Number(row.undecided ?? 0) > 0 || Number(row.unfinished ?? 0) === 0;
 }
 
 /**

@@ -14,6 +14,7 @@ import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from '
 import {
   decideTaskInstances,
   listUnfinishedDagRuns,
+  runNeedsDecisions,
   setDagRunState,
   taskInstancesOfRun,
   type RunTaskInstance,
@@ -26,7 +27,7 @@ import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
 import { listActiveDags } from './serialized-dags.ts';
-import type { DagRunState } from '../db/schema.ts';
+import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import {
@@ -172,6 +173,10 @@ export class Storage {
 
   listUnfinishedDagRuns(limit: number): Promise<UnfinishedDagRun[]> {
     return listUnfinishedDagRuns(this.#context, limit);
+  }
+
+  runNeedsDecisions(dagId: string, runId: string, finishedStates: readonly TaskInstanceState[]): Promise<boolean> {
+    return runNeedsDecisions(this.#context, dagId, runId, finishedStates);
   }
 
   taskInstancesOfRun(dagId: string, runId: string): Promise<RunTaskInstance[]> {
