@@ -3,6 +3,7 @@ import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
 import { describeThrown } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
+import { JobRow } from '../jobs/job-row.ts';
 import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
@@ -42,7 +43,7 @@ export class Scheduler {
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
-  #heartbeatTimer: NodeJS.Timeout | null = null;
+  #job: JobRow | null = null;
   /** Per DAG: when to look for due scheduled runs again (null: never, until its JSON changes). */
   readonly #nextScheduleCheck = new Map<string, { hash: string; at: number | null }>();
   /** Called after a pass scheduled task instances (standalone wires it to the worker's wake()). */
@@ -68,12 +69,10 @@ export class Scheduler {
 
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new Error(`scheduler already ${this.#state}`);
-    this.#jobId = await this.storage.registerJob({ jobType: SCHEDULER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: null });
+    this.#job = await JobRow.register(this.storage, { jobType: SCHEDULER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: null }, this.options.heartbeatIntervalMs, this.log);
+    this.#jobId = this.#job.id;
     this.#state = 'running';
     this.log.info({ job_id: this.#jobId }, `scheduler ${this.#jobId} started`);
-    this.#heartbeatTimer = setInterval(() => {
-      this.storage.heartbeat(this.#jobId!).catch((error: unknown) => this.log.error({ error: describeThrown(error).error }, 'heartbeat failed'));
-    }, this.options.heartbeatIntervalMs);
     this.#loop = this.#run();
   }
 
@@ -82,8 +81,7 @@ export class Scheduler {
     this.#state = 'stopping';
     this.#pause.wake();
     await this.#loop;
-    clearInterval(this.#heartbeatTimer!);
-    await this.storage.endJob(this.#jobId!, 'success');
+    await this.#job!.end();
     this.#state = 'stopped';
     this.log.info({ job_id: this.#jobId }, `scheduler ${this.#jobId} stopped`);
   }

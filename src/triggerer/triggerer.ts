@@ -6,6 +6,7 @@ import { describeThrown } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
+import { JobRow } from '../jobs/job-row.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
@@ -42,7 +43,7 @@ export class Triggerer {
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
-  #heartbeatTimer: NodeJS.Timeout | null = null;
+  #job: JobRow | null = null;
   #sweepTimer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
   #lastCleanupAt = 0;
@@ -98,12 +99,14 @@ export class Triggerer {
 
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new Error(`triggerer already ${this.#state}`);
-    this.#jobId = await this.storage.registerJob({
-      jobType: TRIGGERER_JOB_TYPE,
-      hostname: this.options.hostname,
-      pid: process.pid,
-      capacity: this.options.capacity,
-    });
+    this.#job = await JobRow.register(
+      this.storage,
+      { jobType: TRIGGERER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: this.options.capacity },
+      this.options.heartbeatIntervalMs,
+      this.log,
+      () => this.#runner.markLoopEdge(),
+    );
+    this.#jobId = this.#job.id;
     this.#state = 'running';
     this.log.info(
       {
@@ -113,7 +116,6 @@ export class Triggerer {
       `triggerer ${this.#jobId} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
-    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.options.heartbeatIntervalMs);
     this.#scheduleSweep(0);
     this.#passLoop = this.#runPasses();
   }
@@ -130,7 +132,7 @@ export class Triggerer {
     }
     this.#state = 'stopping';
     this.log.info({ job_id: this.#jobId }, 'triggerer stopping: no more claims, cancelling triggers');
-    clearInterval(this.#heartbeatTimer!);
+    this.#job!.stopHeartbeat();
     clearTimeout(this.#sweepTimer!);
     this.#pause.wake();
     await this.#passLoop;
@@ -145,7 +147,7 @@ export class Triggerer {
     const jobId = this.#jobId!;
     try {
       const released = await this.storage.releaseOwnedTriggers(jobId);
-      await this.storage.endJob(jobId, 'success');
+      await this.#job!.end();
       this.log.info({ job_id: jobId, released_triggers: released }, `triggerer ${jobId} stopped; released ${released} trigger(s) to peers`);
     } catch (error) {
       this.log.error({ job_id: jobId, error: describeThrown(error).error }, 'could not release triggers on stop; peers take them after the health-check threshold');
@@ -241,15 +243,6 @@ export class Triggerer {
       this.#runner.markLoopEdge();
     }
     return owned.length;
-  }
-
-  async #heartbeat(): Promise<void> {
-    try {
-      await this.storage.heartbeat(this.#jobId!);
-      this.#runner.markLoopEdge();
-    } catch (error) {
-      this.log.error({ error: describeThrown(error).error }, 'heartbeat failed');
-    }
   }
 
   #scheduleSweep(delayMs: number): void {

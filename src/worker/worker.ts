@@ -10,6 +10,7 @@ import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
 import { TaskLogWriter } from './task-log-writer.ts';
+import { JobRow } from '../jobs/job-row.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
 export interface ResolvedTask<Context extends TaskContext = TaskContext> {
@@ -56,7 +57,7 @@ export class Worker {
   readonly #running = new Map<number, Promise<void>>();
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
-  #heartbeatTimer: NodeJS.Timeout | null = null;
+  #job: JobRow | null = null;
   #stopped: Promise<void> | null = null;
   #slotMs = 0;
   readonly #taskLogs: TaskLogWriter;
@@ -67,7 +68,7 @@ export class Worker {
   onWork: (() => void) | null = null;
 
   constructor(
-    private readonly database: Database,
+    database: Database,
     readonly options: WorkerOptions,
     private readonly resolve: TaskResolver,
     readonly log: Logger,
@@ -97,15 +98,15 @@ export class Worker {
 
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new Error(`worker already ${this.#state}`);
-    this.#jobId = await this.storage.registerJob({
-      jobType: WORKER_JOB_TYPE,
-      hostname: this.options.hostname,
-      pid: process.pid,
-      capacity: this.options.concurrency,
-    });
+    this.#job = await JobRow.register(
+      this.storage,
+      { jobType: WORKER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: this.options.concurrency },
+      this.options.heartbeatIntervalMs,
+      this.log,
+    );
+    this.#jobId = this.#job.id;
     this.#state = 'running';
     this.log.info({ job_id: this.#jobId, concurrency: this.options.concurrency }, `worker ${this.#jobId} started with ${this.options.concurrency} slot(s)`);
-    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), this.options.heartbeatIntervalMs);
     this.#loop = this.#claimLoop();
   }
 
@@ -130,9 +131,8 @@ export class Worker {
       const handedBack = await this.storage.finishTaskInstance(taskInstanceId, jobId, { state: 'up_for_retry', readyAt: Date.now() });
       if (handedBack) this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; it will be retried`);
     }
-    clearInterval(this.#heartbeatTimer!);
     await this.#taskLogs.close();
-    await this.storage.endJob(jobId, 'success');
+    await this.#job!.end();
     this.#state = 'stopped';
     this.log.info({ job_id: jobId }, `worker ${jobId} stopped`);
   }
@@ -233,13 +233,6 @@ export class Worker {
     if (!recorded) this.log.warn({ task_instance_id: taskInstance.id, state: outcome.state }, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
   }
 
-  async #heartbeat(): Promise<void> {
-    try {
-      await this.storage.heartbeat(this.#jobId!);
-    } catch (error) {
-      this.log.error({ error: describeThrown(error).error }, 'heartbeat failed');
-    }
-  }
 }
 
 /**
