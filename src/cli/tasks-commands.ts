@@ -63,7 +63,7 @@ export function registerTasksCommands(cli: Argv): void {
             const wanted = args.task && args.task.length > 0 ? new Set(args.task.map(String)) : null;
             const chosen = instances.filter((ti) => wanted === null || wanted.has(ti.taskId));
             if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${args.dag}`);
-            const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retries]));
+            const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
             const result = await storage.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
             // A finished run with cleared task instances runs again.
             const run = await database.db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', args.dag).where('run_id', '=', args.run).executeTakeFirst();

@@ -126,6 +126,10 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
       if (typeof task?.[field] !== 'string' || task[field] === '') throw bad(`${at}.${field}`, 'is not a non-empty string');
       return task[field] as string;
     };
+    const flag = (field: string) => {
+      if (typeof task?.[field] !== 'boolean') throw bad(`${at}.${field}`, 'is not true or false');
+      return task[field] as boolean;
+    };
     const whole = (field: string, min: number) => {
       if (!Number.isInteger(task?.[field]) || task[field] < min) throw bad(`${at}.${field}`, `is not a whole number >= ${min}`);
       return task[field] as number;
@@ -142,7 +146,12 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
       operator: text('operator'),
       upstreamTaskIds: Object.freeze([...upstream]),
       triggerRule: task.trigger_rule,
-      retries: whole('retries', 0),
+      retry: Object.freeze({
+        retries: whole('retries', 0),
+        retryDelayMs: whole('retry_delay_ms', 0),
+        exponentialBackoff: flag('retry_exponential_backoff'),
+        maxRetryDelayMs: task.max_retry_delay_ms === null ? null : whole('max_retry_delay_ms', 0),
+      }),
       priorityWeight: whole('priority_weight', Number.MIN_SAFE_INTEGER),
       startTrigger: start === null ? null : Object.freeze({ classpath: start.classpath, kwargs: start.kwargs, method: start.method, nextKwargs: start.next_kwargs, timeoutMs: start.timeout_ms ?? null }),
     });

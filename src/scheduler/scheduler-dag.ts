@@ -1,4 +1,5 @@
 import type { ScheduleWindow } from '../dags/schedule.ts';
+import type { RetryPolicy } from '../worker/retry-policy.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { TriggerRule } from './trigger-rules.ts';
 
@@ -22,7 +23,8 @@ export interface SchedulerTask {
   readonly operator: string;
   readonly upstreamTaskIds: readonly string[];
   readonly triggerRule: TriggerRule;
-  readonly retries: number;
+  /** How failed tries are retried; the scheduler applies it to tries a dead worker left behind. */
+  readonly retry: RetryPolicy;
   readonly priorityWeight: number;
   /** Set for a task that starts from a trigger: the scheduler defers it, no worker slot needed. */
   readonly startTrigger: StartTrigger | null;

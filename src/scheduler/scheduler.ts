@@ -10,6 +10,7 @@ import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
 import type { SchedulerDag, StartTrigger } from './scheduler-dag.ts';
 import { decide, FINISHED_STATES } from './trigger-rules.ts';
 import { dueDataIntervals, nextDueAt } from '../dags/schedule.ts';
+import { retryDelayMs } from '../worker/retry-policy.ts';
 
 /** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
 export type DagSource = (dagId: string) => Promise<SchedulerDag | null>;
@@ -102,7 +103,10 @@ export class Scheduler {
     await this.#createScheduledRuns(now);
     const ready = await this.storage.scheduleReadyTaskInstances(now);
     if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
-    const reaped = await this.storage.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now);
+    const reaped = await this.storage.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now, async (zombie) => {
+      const task = (await this.dags(zombie.dagId))?.tasks.find((candidate) => candidate.taskId === zombie.taskId);
+      return now + (task ? retryDelayMs(task.retry, zombie.tryNumber) : 0);
+    });
     if (reaped.requeued + reaped.retried + reaped.failed > 0) {
       this.log.warn({ ...reaped }, `task instances of dead workers: ${reaped.requeued} requeued, ${reaped.retried} to retry, ${reaped.failed} failed`);
     }

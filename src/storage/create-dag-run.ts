@@ -47,7 +47,7 @@ export async function createDagRun({ db, adapter }: StorageContext, dag: Schedul
             run_id: run.runId,
             state: null,
             operator: task.operator,
-            max_tries: task.retries,
+            max_tries: task.retry.retries,
             priority_weight: task.priorityWeight,
             updated_at: toDbTime(now),
           })),

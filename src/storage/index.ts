@@ -20,7 +20,7 @@ import {
   type RunTaskInstance,
   type UnfinishedDagRun,
 } from './dag-run-progress.ts';
-import { reapZombieTaskInstances, type ReapResult } from './reap-zombie-task-instances.ts';
+import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
 import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
@@ -48,7 +48,7 @@ export type { JobFields } from './jobs.ts';
 export type { NewDagRun } from './create-dag-run.ts';
 export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
-export type { ReapResult } from './reap-zombie-task-instances.ts';
+export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
 export type { TaskLogLine } from './append-task-log-lines.ts';
@@ -215,8 +215,8 @@ export class Storage {
     return runProgress(this.#context, dagId, runId);
   }
 
-  reapZombieTaskInstances(aliveSince: number, now = Date.now()): Promise<ReapResult> {
-    return reapZombieTaskInstances(this.#context, aliveSince, now);
+  reapZombieTaskInstances(aliveSince: number, now: number, retryReadyAt: (zombie: ZombieTry) => Promise<number>): Promise<ReapResult> {
+    return reapZombieTaskInstances(this.#context, aliveSince, now, retryReadyAt);
   }
 
   scheduleReadyTaskInstances(now = Date.now()): Promise<number> {

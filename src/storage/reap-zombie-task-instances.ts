@@ -5,18 +5,32 @@ import type { StorageContext } from './context.ts';
 export interface ReapResult {
   /** Claimed but never started: back to scheduled, no try spent. */
   readonly requeued: number;
-  /** Running on a dead worker, with tries left: up_for_retry (ready at once). */
+  /** Running on a dead worker, with tries left: up_for_retry, ready after the task's retry delay. */
   readonly retried: number;
   /** Running on a dead worker, no tries left. */
   readonly failed: number;
 }
 
+/** A try a dead worker left running, to be retried. */
+export interface ZombieTry {
+  readonly dagId: string;
+  readonly taskId: string;
+  readonly tryNumber: number;
+}
+
 /**
  * Task instances held by a worker that is not alive (its job ended, or its heartbeat is older
- * than `aliveSince`): a worker killed with SIGKILL leaves no task "running" forever. Each
- * update is conditional on the task instance still being held by such a worker.
+ * than `aliveSince`): a worker killed with SIGKILL leaves no task "running" forever. A running
+ * one with tries left is retried at `retryReadyAt(try)` (the task's retry delay, which only the
+ * caller knows). Each update is conditional on the task instance still being held by such a
+ * worker.
  */
-export async function reapZombieTaskInstances({ db }: StorageContext, aliveSince: number, now: number): Promise<ReapResult> {
+export async function reapZombieTaskInstances(
+  { db }: StorageContext,
+  aliveSince: number,
+  now: number,
+  retryReadyAt: (zombie: ZombieTry) => Promise<number>,
+): Promise<ReapResult> {
   const deadWorkers = db
     .selectFrom('job')
     .select('id')
@@ -29,18 +43,31 @@ export async function reapZombieTaskInstances({ db }: StorageContext, aliveSince
     .where('state', '=', 'queued')
     .where('worker_job_id', 'in', deadWorkers)
     .executeTakeFirst();
-  const retried = await db
-    .updateTable('task_instance')
-    .set({ ...released, state: 'up_for_retry', ready_at: toDbTime(now) })
+  const retriable = await db
+    .selectFrom('task_instance')
+    .select(['id', 'dag_id', 'task_id', 'try_number', 'worker_job_id'])
     .where('state', '=', 'running')
     .where('worker_job_id', 'in', deadWorkers)
     .where(sql<boolean>`try_number <= max_tries`)
-    .executeTakeFirst();
+    .execute();
+  let retried = 0;
+  for (const zombie of retriable) {
+    const readyAt = await retryReadyAt({ dagId: zombie.dag_id, taskId: zombie.task_id, tryNumber: zombie.try_number });
+    const updated = await db
+      .updateTable('task_instance')
+      .set({ ...released, state: 'up_for_retry', ready_at: toDbTime(readyAt) })
+      .where('id', '=', zombie.id)
+      .where('state', '=', 'running')
+      .where('worker_job_id', '=', zombie.worker_job_id)
+      .executeTakeFirst();
+    retried += Number(updated.numUpdatedRows);
+  }
   const failed = await db
     .updateTable('task_instance')
     .set({ ...released, state: 'failed', end_date: toDbTime(now) })
     .where('state', '=', 'running')
     .where('worker_job_id', 'in', deadWorkers)
+    .where(sql<boolean>`try_number > max_tries`)
     .executeTakeFirst();
-  return { requeued: Number(requeued.numUpdatedRows), retried: Number(retried.numUpdatedRows), failed: Number(failed.numUpdatedRows) };
+  return { requeued: Number(requeued.numUpdatedRows), retried, failed: Number(failed.numUpdatedRows) };
 }

@@ -69,7 +69,8 @@ describe('DAGs', () => {
 
     const forScheduler = toSchedulerDag('etl', JSON.stringify(first.data), first.hash);
     expect(forScheduler.tasks.find((task) => task.taskId === 'load')).toEqual({
-      taskId: 'load', operator: 'Noop', upstreamTaskIds: ['wait'], triggerRule: 'all_done', retries: 2, priorityWeight: 5, startTrigger: null,
+      taskId: 'load', operator: 'Noop', upstreamTaskIds: ['wait'], triggerRule: 'all_done', priorityWeight: 5, startTrigger: null,
+      retry: { retries: 2, retryDelayMs: 60_000, exponentialBackoff: false, maxRetryDelayMs: null },
     });
     expect(forScheduler.tasks.find((task) => task.taskId === 'wait')!.startTrigger).toEqual({ classpath: 'test.DelayTrigger', kwargs: { ms: 5 }, method: 'done', nextKwargs: { why: 'x' }, timeoutMs: 30_000 });
   });

@@ -51,7 +51,7 @@ const task = (taskId: string, upstreamTaskIds: string[] = [], more: Partial<Sche
   operator: 'TestOperator',
   upstreamTaskIds,
   triggerRule: 'all_success',
-  retries: 0,
+  retry: NO_RETRIES,
   priorityWeight: 1,
   startTrigger: null,
   ...more,
@@ -169,7 +169,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   });
 
   it('task instances of a worker whose heartbeat went stale are retried (or requeued) and finish elsewhere', async () => {
-    const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', schedule: null, tasks: [task('was_running', [], { retries: 1 }), task('was_queued'), task('no_tries_left')] };
+    const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', schedule: null, tasks: [task('was_running', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 300 } }), task('was_queued'), task('no_tries_left')] };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
     await rt.run('manual__1');
     const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
@@ -184,6 +184,29 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     const tries = Object.fromEntries((await rt.db.db.selectFrom('task_instance').select(['task_id', 'try_number']).execute()).map((r) => [r.task_id, r.try_number]));
     expect(tries).toEqual({ was_running: 2, was_queued: 1, no_tries_left: 1 });
     expect(await rt.runState('manual__1')).toBe('failed');
+  });
+
+  it("a dead worker's running try is retried after the task's retry delay (backoff included), not at once", async () => {
+    const dag: SchedulerDag = {
+      dagId: 'patient',
+      hash: 'h1',
+      schedule: null,
+      tasks: [task('slow', [], { retry: { retries: 3, retryDelayMs: 1000, exponentialBackoff: true, maxRetryDelayMs: null } })],
+    };
+    const rt = await runtime(dag, {}, { zombieThresholdMs: 1000 });
+    await rt.run('manual__1');
+    const now = Date.now();
+    const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, now - 60_000);
+    await rt.db.db.updateTable('task_instance').set({ state: 'running', worker_job_id: dead, try_number: 2 }).where('task_id', '=', 'slow').execute();
+    await rt.scheduler.pass(now);
+    const ti = await rt.db.db.selectFrom('task_instance').select(['state', 'ready_at', 'worker_job_id']).executeTakeFirstOrThrow();
+    expect(ti).toMatchObject({ state: 'up_for_retry', worker_job_id: null });
+    // Try 2 failed: the wait doubles once (1 s x 2).
+    expect(new Date(ti.ready_at!).getTime()).toBe(now + 2000);
+    await rt.scheduler.pass(now + 1999);
+    expect((await rt.states('manual__1')).slow).toBe('up_for_retry');
+    await rt.scheduler.pass(now + 2000);
+    expect((await rt.states('manual__1')).slow).toBe('scheduled');
   });
 
   it('the same run id or logical date is never created twice', async () => {
