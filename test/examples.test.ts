@@ -94,3 +94,27 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     expect((await taskInstance(db, goodId)).next_kwargs!.event).toEqual({ url: server.url, status: 200 });
   });
 });
+
+describe('the npm start demo DAG', () => {
+  it('examples/dags loads cleanly: deferral_demo has 200 tasks that each defer 10 s on a TimeDeltaTrigger and resume at afterWait', async () => {
+    const { loadDagFolder } = await import('../src/dags/loader.ts');
+    const loaded = await loadDagFolder('examples/dags');
+    expect(loaded.errors).toEqual([]);
+    expect(loaded.dags.map(({ dag }) => dag.dagId)).toEqual(['deferral_demo']);
+    const tasks = loaded.dags[0]!.dag.tasks;
+    expect(tasks).toHaveLength(200);
+    const before = Date.now();
+    let deferred: unknown;
+    try {
+      tasks[0]!.execute({} as never);
+    } catch (thrown) {
+      deferred = thrown;
+    }
+    expect(deferred).toBeInstanceOf(TaskDeferred);
+    const { trigger, method } = deferred as TaskDeferred;
+    expect(method).toBe('afterWait');
+    const moment = Date.parse(String(trigger.serialize().kwargs.moment));
+    expect(moment - before).toBeGreaterThanOrEqual(10_000);
+    expect(moment - before).toBeLessThan(11_000);
+  });
+});
