@@ -69,23 +69,27 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
 }
 
 /** Imports one DAG file as it is now (the URL carries its mtime, so an edit is seen). */
-async function importDagFile(fileloc: string): Promise<Record<string, unknown>> {
+async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<Record<string, unknown>> {
+  // Node caches the module, but each import() still goes through the loader hooks (tsx): a
+  // worker imports a DAG file for every task it runs, so unchanged files are served from here,
+  // and a worker re-checks a file's mtime at most every maxAgeMs.
+  const cached = imported.get(fileloc);
+  if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.exports;
   // Whole microseconds: a '.' in the URL would read as a file extension to some loaders (vite).
   const url = `${pathToFileURL(fileloc).href}?mtime=${Math.round((await stat(fileloc)).mtimeMs * 1000)}`;
-  // Node caches the module, but each import() still goes through the loader hooks (tsx): a
-  // worker imports a DAG file for every task it runs, so unchanged files are served from here.
-  const cached = imported.get(fileloc);
-  if (cached?.url === url) return cached.exports;
-  const exports = (await import(url)) as Record<string, unknown>;
-  imported.set(fileloc, { url, exports });
+  const exports = cached?.url === url ? cached.exports : ((await import(url)) as Record<string, unknown>);
+  imported.set(fileloc, { url, exports, checkedAt: performance.now() });
   return exports;
 }
 
-const imported = new Map<string, { url: string; exports: Record<string, unknown> }>();
+const imported = new Map<string, { url: string; exports: Record<string, unknown>; checkedAt: number }>();
 
-/** The DAG `dagId` as defined in `fileloc` now, validated; throws, naming both, when it is not there. */
+/** How stale a worker's view of a DAG file may be: an edit is picked up by tasks starting this long after it. */
+const WORKER_RECHECK_MS = 1_000;
+
+/** The DAG `dagId` as defined in `fileloc` now (as of at most a second ago), validated; throws, naming both, when it is not there. */
 export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {
-  const exports = await importDagFile(fileloc);
+  const exports = await importDagFile(fileloc, WORKER_RECHECK_MS);
   const dag = Object.values(exports).find((value): value is Dag => isDag(value) && value.dagId === dagId);
   if (!dag) throw new Error(`${fileloc} no longer defines DAG ${dagId}`);
   // The same module (file unchanged) hands back the same Dag: validated once, not per task run.

@@ -8,9 +8,12 @@ export const TASK_LOG_LINE_CAP = 10_000;
 const FLUSH_INTERVAL_MS = 1_000;
 /** Fields every pino line has, kept in their own columns or not at all. */
 const LINE_KEYS = new Set(['time', 'level', 'msg']);
+/** What the worker binds to a try's logger: the task log's rows say it already. */
+const BOUND_KEYS = new Set(['task_instance_id', 'dag_id', 'task_id', 'run_id', 'try_number']);
 
 /**
- * Task logs: each try of a task instance gets a logger (`open`) whose lines are kept in the
+ * Task logs: each try of a task instance gets a logger (`open`, then `release` when the try is
+ * over) whose lines are kept in the
  * task_log table, for `deferflow tasks logs` on any host, and also go to the worker's own log.
  * Lines are buffered and written many per statement, on a timer and whenever the worker is
  * about to record an outcome (`flush`), so a finished task's log is complete when its state
@@ -21,43 +24,57 @@ export class TaskLogWriter {
   #pending: TaskLogLine[] = [];
   #writing: Promise<void> = Promise.resolve();
   #timer: NodeJS.Timeout | null = null;
+  /** Lines kept so far per open try ("id:try"). */
+  readonly #kept = new Map<string, number>();
+  /** One pino logger for every task; each try logs through a child bound to it. */
+  readonly #logger: Logger;
 
   constructor(
     private readonly storage: Storage,
     private readonly processLog: Logger,
-  ) {}
+  ) {
+    this.#logger = pino({ level: processLog.level, base: null }, { write: (text: string) => this.#route(text) });
+  }
 
-  /** A logger for one try, its lines bound to `bindings` (dag_id, task_id, ...). */
-  open(taskInstanceId: number, tryNumber: number, bindings: Record<string, string | number>): Logger {
-    const forward = this.processLog.child(bindings);
-    let kept = 0;
-    const destination = {
-      write: (text: string) => {
-        let line: Record<string, unknown>;
-        try {
-          line = JSON.parse(text) as Record<string, unknown>;
-        } catch {
-          return;
-        }
-        const level = pino.levels.labels[Number(line.level)] ?? 'info';
-        const message = typeof line.msg === 'string' ? line.msg : '';
-        const fields = Object.fromEntries(Object.entries(line).filter(([key]) => !LINE_KEYS.has(key) && !(key in bindings)));
-        (forward[level as 'info'] ?? forward.info).call(forward, fields, message);
-        if (kept > TASK_LOG_LINE_CAP) return;
-        kept++;
-        const capped = kept > TASK_LOG_LINE_CAP;
-        this.#pending.push({
-          taskInstanceId,
-          tryNumber,
-          loggedAt: typeof line.time === 'number' ? line.time : Date.now(),
-          level: capped ? 'warn' : level,
-          message: capped ? `task log cap of ${TASK_LOG_LINE_CAP} lines reached: later lines of this try are in the worker's log only` : message,
-          fieldsJson: capped || Object.keys(fields).length === 0 ? null : JSON.stringify(fields),
-        });
-        this.#writeSoon();
-      },
-    };
-    return pino({ level: this.processLog.level, base: bindings }, destination);
+  /** A logger for one try, its lines bound to `bindings` (with task_instance_id and try_number). */
+  open(bindings: { task_instance_id: number; try_number: number } & Record<string, string | number>): Logger {
+    this.#kept.set(`${bindings.task_instance_id}:${bindings.try_number}`, 0);
+    return this.#logger.child(bindings);
+  }
+
+  /** The try is over: later lines bound to it (from code still running) reach the worker's log only. */
+  release(taskInstanceId: number, tryNumber: number): void {
+    this.#kept.delete(`${taskInstanceId}:${tryNumber}`);
+  }
+
+  #route(text: string): void {
+    let line: Record<string, unknown>;
+    try {
+      line = JSON.parse(text) as Record<string, unknown>;
+    } catch {
+      return;
+    }
+    const level = pino.levels.labels[Number(line.level)] ?? 'info';
+    const message = typeof line.msg === 'string' ? line.msg : '';
+    const fields = Object.fromEntries(Object.entries(line).filter(([key]) => !LINE_KEYS.has(key)));
+    (this.processLog[level as 'info'] ?? this.processLog.info).call(this.processLog, fields, message);
+    const taskInstanceId = Number(line.task_instance_id);
+    const tryNumber = Number(line.try_number);
+    const key = `${taskInstanceId}:${tryNumber}`;
+    const kept = this.#kept.get(key);
+    if (kept === undefined || kept > TASK_LOG_LINE_CAP) return;
+    this.#kept.set(key, kept + 1);
+    const capped = kept + 1 > TASK_LOG_LINE_CAP;
+    const own = Object.fromEntries(Object.entries(fields).filter(([name]) => !BOUND_KEYS.has(name)));
+    this.#pending.push({
+      taskInstanceId,
+      tryNumber,
+      loggedAt: typeof line.time === 'number' ? line.time : Date.now(),
+      level: capped ? 'warn' : level,
+      message: capped ? `task log cap of ${TASK_LOG_LINE_CAP} lines reached: later lines of this try are in the worker's log only` : message,
+      fieldsJson: capped || Object.keys(own).length === 0 ? null : JSON.stringify(own),
+    });
+    this.#writeSoon();
   }
 
   /** Writes every line logged so far; resolves once they are in the database (or dropped on error). */

@@ -174,11 +174,24 @@ export class Worker {
     } catch (error) {
       // No code to run: the try is spent like any failure, without retries (they would fail alike).
       const started = await this.storage.startTaskInstance(taskInstance.id, jobId, null);
-      if (started) await this.#finish(taskInstance, label, this.#openTaskLog(taskInstance, started), { state: 'failed' }, error);
+      if (!started) return;
+      try {
+        await this.#finish(taskInstance, label, this.#openTaskLog(taskInstance, started), { state: 'failed' }, error);
+      } finally {
+        this.#taskLogs.release(taskInstance.id, started.tryNumber);
+      }
       return;
     }
     const started = await this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs);
     if (!started) return; // cleared or reaped meanwhile
+    try {
+      await this.#runStarted(taskInstance, label, task, started);
+    } finally {
+      this.#taskLogs.release(taskInstance.id, started.tryNumber);
+    }
+  }
+
+  async #runStarted(taskInstance: ClaimedTaskInstance, label: string, task: ResolvedTask<any>, started: StartedTaskInstance): Promise<void> {
     const taskLog = this.#openTaskLog(taskInstance, started);
     taskLog.info({ next_method: started.nextMethod }, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
     try {
@@ -211,7 +224,7 @@ export class Worker {
   }
 
   #openTaskLog(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): Logger {
-    return this.#taskLogs.open(taskInstance.id, started.tryNumber, {
+    return this.#taskLogs.open({
       task_instance_id: taskInstance.id,
       dag_id: taskInstance.dagId,
       task_id: taskInstance.taskId,
