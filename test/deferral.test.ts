@@ -133,6 +133,10 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
 
     const done = await createTaskInstance(db, { state: 'success' });
     await expect(new Storage(db).deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(TaskInstanceStateError);
+    await expect(new Storage(db).deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
+      `task instance ${done} is success; only running, queued, scheduled task instances can defer`,
+    );
+    await expect(new Storage(db).deferTaskInstance(done + 1000, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(`task instance ${done + 1000} does not exist`);
     expect((await taskInstance(db, done)).state).toBe('success');
     expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
   });

@@ -1,5 +1,5 @@
-import { sql, type Transaction } from 'kysely';
-import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
+import { sql, type RawBuilder, type Transaction } from 'kysely';
+import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 import { TaskInstanceStateError } from '../errors.ts';
 import type { SerializedTrigger } from '../triggers/base-trigger.ts';
@@ -32,7 +32,8 @@ export interface DeferResult {
  * In one transaction: find or insert the trigger row and set the task instance to deferred
  * with next_method, next_kwargs, trigger_id and trigger_timeout. The timeout is the earlier of
  * the deferral's own and the task's execution deadline, so execution_timeout spans deferrals.
- * The task instance leaves its worker (the slot is free).
+ * The task instance leaves its worker (the slot is free). A task instance that is no longer
+ * deferrable (cleared meanwhile) gets a TaskInstanceStateError and no trigger is left behind.
  */
 export async function deferTaskInstance(
   { db, adapter }: StorageContext,
@@ -41,33 +42,33 @@ export async function deferTaskInstance(
   now: number,
 ): Promise<DeferResult> {
   return db.transaction().execute(async (trx) => {
-    const ti = await adapter
-      .lockForUpdate(trx.selectFrom('task_instance').select(['state', 'priority_weight', 'execution_deadline']).where('id', '=', taskInstanceId))
-      .executeTakeFirst();
-    if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
-    if (ti.state === null || !DEFERRABLE_STATES.includes(ti.state)) {
-      throw new TaskInstanceStateError(
-        `task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`,
-      );
-    }
-    const trigger = await linkTrigger(trx, adapter, deferral, ti.priority_weight, now);
-    const deadlines = [deferral.timeoutMs === null ? null : now + deferral.timeoutMs, fromDbTime(ti.execution_deadline)].filter(
-      (deadline): deadline is number => deadline !== null,
-    );
-    await trx
+    // The task instance's weight, read inside the statements that need it: no round trip of its own.
+    const priorityWeight = sql<number>`coalesce((select priority_weight from task_instance where id = ${taskInstanceId}), 1)`;
+    const trigger = await linkTrigger(trx, adapter, deferral, priorityWeight, now);
+    const ownTimeout = deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs);
+    const deferred = await trx
       .updateTable('task_instance')
       .set({
         state: 'deferred',
         next_method: deferral.method,
         next_kwargs: adapter.jsonParam(JSON.stringify(deferral.kwargs)),
         trigger_id: trigger.triggerId,
-        trigger_timeout: deadlines.length === 0 ? null : toDbTime(Math.min(...deadlines)),
+        // The earlier of the deferral's own timeout and the task's execution deadline.
+        trigger_timeout:
+          ownTimeout === null
+            ? sql<string | null>`execution_deadline`
+            : sql<string>`case when execution_deadline is not null and execution_deadline < ${ownTimeout} then execution_deadline else ${ownTimeout} end`,
         worker_job_id: null,
         updated_at: toDbTime(now),
       })
       .where('id', '=', taskInstanceId)
-      .execute();
-    return trigger;
+      .where('state', 'in', DEFERRABLE_STATES)
+      .executeTakeFirst();
+    if (Number(deferred.numUpdatedRows) === 1) return trigger;
+    // Not deferrable (cleared, or never there): the throw rolls the trigger back too.
+    const ti = await trx.selectFrom('task_instance').select('state').where('id', '=', taskInstanceId).executeTakeFirst();
+    if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
+    throw new TaskInstanceStateError(`task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`);
   });
 }
 
@@ -84,7 +85,7 @@ async function linkTrigger(
   trx: Transaction<DatabaseSchema>,
   adapter: DialectAdapter,
   deferral: Deferral,
-  priorityWeight: number,
+  priorityWeight: RawBuilder<number>,
   now: number,
 ): Promise<DeferResult> {
   const hash = deferral.triggerHash;

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { callNextMethod } from '../deferral.ts';
-import { describeThrown, TaskExecutionTimeoutError } from '../errors.ts';
+import { describeThrown, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
 import { toJsonText } from '../serialization/json.ts';
@@ -209,10 +209,19 @@ export class Worker {
       await this.#finish(taskInstance, label, taskLog, { state: 'success', returnValueJson });
     } catch (error) {
       if (isTaskDeferred(error)) {
-        await this.storage.deferTaskInstance(taskInstance.id, error);
-        // No flush: the deferral's line rides the next timed write (the task is not finished).
-        taskLog.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
-        return;
+        try {
+          await this.storage.deferTaskInstance(taskInstance.id, error);
+          // No flush: the deferral's line rides the next timed write (the task is not finished).
+          taskLog.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
+          return;
+        } catch (deferError) {
+          if (deferError instanceof TaskInstanceStateError) {
+            this.log.warn({ task_instance_id: taskInstance.id, error: deferError.message }, `${label} deferred, but it is no longer this worker's to defer; dropped`);
+            return;
+          }
+          // The deferral could not be written: this try failed (and is retried if it may be).
+          error = deferError;
+        }
       }
       const now = Date.now();
       const outcome: TaskOutcome =
