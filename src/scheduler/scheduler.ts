@@ -40,7 +40,6 @@ export interface SchedulerOptions {
  */
 export class Scheduler {
   readonly storage: Storage;
-  #jobId: number | null = null;
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
@@ -60,7 +59,7 @@ export class Scheduler {
   }
 
   get jobId(): number | null {
-    return this.#jobId;
+    return this.#job?.id ?? null;
   }
 
   /** Runs the next pass now instead of after the poll interval. */
@@ -71,9 +70,8 @@ export class Scheduler {
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new Error(`scheduler already ${this.#state}`);
     this.#job = await JobRow.register(this.storage, { jobType: SCHEDULER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: null }, this.options.heartbeatIntervalMs, this.log);
-    this.#jobId = this.#job.id;
     this.#state = 'running';
-    this.log.info({ job_id: this.#jobId }, `scheduler ${this.#jobId} started`);
+    this.log.info({ job_id: this.#job!.id }, `scheduler ${this.#job!.id} started`);
     this.#loop = this.#run();
   }
 
@@ -84,7 +82,7 @@ export class Scheduler {
     await this.#loop;
     await this.#job!.end();
     this.#state = 'stopped';
-    this.log.info({ job_id: this.#jobId }, `scheduler ${this.#jobId} stopped`);
+    this.log.info({ job_id: this.#job!.id }, `scheduler ${this.#job!.id} stopped`);
   }
 
   async #run(): Promise<void> {

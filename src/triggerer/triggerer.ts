@@ -39,7 +39,6 @@ export class Triggerer {
   readonly storage: Storage;
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
-  #jobId: number | null = null;
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
@@ -89,7 +88,7 @@ export class Triggerer {
 
   /** This triggerer's job id (its identity in trigger.triggerer_id); null before start(). */
   get jobId(): number | null {
-    return this.#jobId;
+    return this.#job?.id ?? null;
   }
 
   /** Triggers held now: running, or fired with the outcome not yet written. */
@@ -106,14 +105,13 @@ export class Triggerer {
       this.log,
       () => this.#runner.markLoopEdge(),
     );
-    this.#jobId = this.#job.id;
     this.#state = 'running';
     this.log.info(
       {
-        job_id: this.#jobId,
+        job_id: this.#job!.id,
         config: { ...this.options, databaseUrl: redactDatabaseUrl(this.options.databaseUrl) },
       },
-      `triggerer ${this.#jobId} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
+      `triggerer ${this.#job!.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
     this.#scheduleSweep(0);
@@ -131,7 +129,7 @@ export class Triggerer {
       return;
     }
     this.#state = 'stopping';
-    this.log.info({ job_id: this.#jobId }, 'triggerer stopping: no more claims, cancelling triggers');
+    this.log.info({ job_id: this.#job!.id }, 'triggerer stopping: no more claims, cancelling triggers');
     this.#job!.stopHeartbeat();
     clearTimeout(this.#sweepTimer!);
     this.#pause.wake();
@@ -144,7 +142,7 @@ export class Triggerer {
     await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
     this.#writer.close();
     this.#runner.close();
-    const jobId = this.#jobId!;
+    const jobId = this.#job!.id;
     try {
       const released = await this.storage.releaseOwnedTriggers(jobId);
       await this.#job!.end();
@@ -171,7 +169,7 @@ export class Triggerer {
 
   /** One pass; true when it claimed a full batch (so more may be waiting). */
   async #pass(): Promise<boolean> {
-    const jobId = this.#jobId!;
+    const jobId = this.#job!.id;
     const { storage, options } = this;
     const released = await storage.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
     if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);

@@ -52,7 +52,6 @@ export interface WorkerOptions {
  */
 export class Worker {
   readonly storage: Storage;
-  #jobId: number | null = null;
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   readonly #running = new Map<number, Promise<void>>();
   #loop: Promise<void> | null = null;
@@ -78,7 +77,7 @@ export class Worker {
   }
 
   get jobId(): number | null {
-    return this.#jobId;
+    return this.#job?.id ?? null;
   }
 
   /** Task instances running in this worker's slots now. */
@@ -104,9 +103,8 @@ export class Worker {
       this.options.heartbeatIntervalMs,
       this.log,
     );
-    this.#jobId = this.#job.id;
     this.#state = 'running';
-    this.log.info({ job_id: this.#jobId, concurrency: this.options.concurrency }, `worker ${this.#jobId} started with ${this.options.concurrency} slot(s)`);
+    this.log.info({ job_id: this.#job!.id, concurrency: this.options.concurrency }, `worker ${this.#job!.id} started with ${this.options.concurrency} slot(s)`);
     this.#loop = this.#claimLoop();
   }
 
@@ -125,7 +123,7 @@ export class Worker {
     await this.#loop;
     const graceEnds = new Promise<void>((resolve) => setTimeout(resolve, this.options.shutdownGraceMs).unref());
     await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
-    const jobId = this.#jobId!;
+    const jobId = this.#job!.id;
     for (const taskInstanceId of this.#running.keys()) {
       // Its code may still be running in this process, but the process is going: hand it back.
       const handedBack = await this.storage.finishTaskInstance(taskInstanceId, jobId, { state: 'up_for_retry', readyAt: Date.now() });
@@ -138,7 +136,7 @@ export class Worker {
   }
 
   async #claimLoop(): Promise<void> {
-    const worker = { jobId: this.#jobId!, hostname: this.options.hostname, pid: process.pid };
+    const worker = { jobId: this.#job!.id, hostname: this.options.hostname, pid: process.pid };
     while (this.#state === 'running') {
       const free = this.options.concurrency - this.#running.size;
       let claimed: ClaimedTaskInstance[] = [];
@@ -166,7 +164,7 @@ export class Worker {
   }
 
   async #run(taskInstance: ClaimedTaskInstance): Promise<void> {
-    const jobId = this.#jobId!;
+    const jobId = this.#job!.id;
     const label = `${taskInstance.dagId}.${taskInstance.taskId} (run ${taskInstance.runId}, task instance ${taskInstance.id})`;
     let task: ResolvedTask<any>;
     try {
@@ -251,7 +249,7 @@ export class Worker {
       taskLog.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
     }
     await this.#taskLogs.flush();
-    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#jobId!, outcome, now);
+    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#job!.id, outcome, now);
     if (!recorded) this.log.warn({ task_instance_id: taskInstance.id, state: outcome.state }, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
   }
 
