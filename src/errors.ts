@@ -18,6 +18,7 @@
  * | DF_TASK_EXECUTION_TIMEOUT    | a task ran past its execution_timeout (deferrals included)          |
  * | DF_INVALID_DAG               | a DAG or task is malformed: bad id, duplicate, cycle, unknown task  |
  * | DF_INVALID_SERIALIZED_DAG    | a stored serialized DAG fails validation (names the field)          |
+ * | DF_RETURN_VALUE_TOO_LARGE    | a task returned more JSON than a task instance keeps                |
  */
 
 export type DeferflowErrorCode =
@@ -34,7 +35,8 @@ export type DeferflowErrorCode =
   | 'DF_UNKNOWN_NEXT_METHOD'
   | 'DF_TASK_EXECUTION_TIMEOUT'
   | 'DF_INVALID_DAG'
-  | 'DF_INVALID_SERIALIZED_DAG';
+  | 'DF_INVALID_SERIALIZED_DAG'
+  | 'DF_RETURN_VALUE_TOO_LARGE';
 
 export class DeferflowError extends Error {
   readonly code: DeferflowErrorCode;
@@ -126,6 +128,13 @@ export class UnknownNextMethodError extends DeferflowError {
 export class TaskExecutionTimeoutError extends DeferflowError {
   constructor(task: string, deadline: number) {
     super('DF_TASK_EXECUTION_TIMEOUT', `${task} ran past its execution timeout (${new Date(deadline).toISOString()})`);
+  }
+}
+
+/** A task's return value (kept per task instance, read downstream) is over the size kept. */
+export class ReturnValueTooLargeError extends DeferflowError {
+  constructor(task: string, bytes: number, limit: number) {
+    super('DF_RETURN_VALUE_TOO_LARGE', `${task} returned ${bytes} bytes of JSON; a task instance keeps at most ${limit} (store large results elsewhere and return where they are)`);
   }
 }
 

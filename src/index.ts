@@ -7,6 +7,7 @@ export { BaseOperator, chain, type RuntimeContext, type TaskContext, type TaskDe
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
+export { TaskRescheduled, TaskSkipped, isTaskRescheduled, isTaskSkipped } from './operators/task-signals.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { openDatabase, type Database } from './db/connect.ts';
 export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './db/database-url.ts';

@@ -5,7 +5,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../src/index.ts';
 import { NO_RETRIES, type RetryPolicy } from '../src/worker/retry-policy.ts';
 import { TASK_LOG_LINE_CAP } from '../src/worker/task-log-writer.ts';
-import { Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
+import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { createTaskInstance, LogCapture, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
@@ -52,6 +52,31 @@ class Chatty extends BaseOperator {
   execute(context: TaskContext & { log: import('pino').Logger }) {
     for (let i = 1; i <= this.lines; i++) context.log.info({ i }, `line ${i}`);
     return this.lines;
+  }
+}
+
+/** Reschedules itself `times` times, 100 ms ahead, then returns how often it poked. */
+class PokesUntil extends BaseOperator {
+  pokes = 0;
+  constructor(readonly times: number) {
+    super();
+  }
+  execute(): number {
+    this.pokes++;
+    if (this.pokes <= this.times) this.reschedule(0.1);
+    return this.pokes;
+  }
+}
+
+class SkipsItself extends BaseOperator {
+  execute(): never {
+    return this.skip('nothing to do today');
+  }
+}
+
+class ReturnsTooMuch extends BaseOperator {
+  execute() {
+    return 'x'.repeat(MAX_RETURN_VALUE_BYTES);
   }
 }
 
@@ -127,6 +152,35 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     expect(longLog.at(-1)).toMatchObject({ level: 'warn', message: expect.stringContaining(`task log cap of ${TASK_LOG_LINE_CAP} lines reached`) });
     expect(await worker.storage.readTaskLog(long, 2)).toEqual([]);
   }, 30_000);
+
+  it('a task may skip itself, reschedule itself without spending a try, and is failed for a return value over the cap', async () => {
+    const db = await database();
+    const skipped = await scheduled(db, 'skip');
+    const poked = await scheduled(db, 'poke');
+    const huge = await scheduled(db, 'huge');
+    const { worker, logs } = await startWorker(db, { skip: new SkipsItself(), poke: new PokesUntil(2), huge: new ReturnsTooMuch() });
+    await waitFor(async () => (await stateOf(db, skipped)) === 'skipped' && (await stateOf(db, huge)) === 'failed', { what: 'skip and failure' });
+    expect((await worker.storage.readTaskLog(skipped, 1)).at(-1)?.message).toMatch(/skipped: nothing to do today$/);
+    const failure = (await worker.storage.readTaskLog(huge, 1)).at(-1)!;
+    expect(failure.level).toBe('error');
+    expect(JSON.parse(failure.fieldsJson!).error).toContain('ReturnValueTooLargeError: ');
+    expect(failure.message).toContain(`returned ${MAX_RETURN_VALUE_BYTES + 2} bytes of JSON; a task instance keeps at most ${MAX_RETURN_VALUE_BYTES}`);
+
+    // Rescheduled twice (up_for_reschedule, ready 100 ms later), then done: still try 1.
+    expect(await stateOf(db, poked)).toBe('up_for_reschedule');
+    const rescheduledRow = await taskInstance(db, poked);
+    expect(rescheduledRow.try_number).toBe(0);
+    expect(new Date(rescheduledRow.ready_at!).getTime()).toBeGreaterThan(Date.now() - 1000);
+    const storage = worker.storage;
+    await waitFor(async () => {
+      await storage.scheduleReadyTaskInstances();
+      return (await stateOf(db, poked)) === 'success';
+    }, { what: 'the third poke' });
+    const done = await taskInstance(db, poked);
+    expect(done.try_number).toBe(1);
+    expect(JSON.parse(done.return_value!)).toBe(3);
+    expect(logs.matching((line) => line.task_instance_id === poked && String(line.msg).includes('up_for_reschedule: runs again at'))).toHaveLength(2);
+  });
 
   it('runs a scheduled task instance to success and keeps its return value', async () => {
     const db = await database();

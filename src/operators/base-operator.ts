@@ -5,6 +5,8 @@ import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
 import type { BaseTrigger } from '../triggers/base-trigger.ts';
 import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
+import { TaskRescheduled, TaskSkipped } from './task-signals.ts';
+import type { DateTime } from 'luxon';
 
 /** What a running task sees of itself. */
 export interface TaskInstanceRef {
@@ -101,6 +103,19 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
 
   defer(request: DeferralRequest): never {
     throw new TaskDeferred(request);
+  }
+
+  /** Ends this try as skipped (downstream tasks follow their trigger rules). */
+  skip(reason?: string): never {
+    throw new TaskSkipped(reason);
+  }
+
+  /**
+   * Ends this try and runs the task again, afresh, at `at` (a moment, or a delay from now),
+   * without spending a retry: a sensor in reschedule mode frees its slot between pokes.
+   */
+  reschedule(at: Date | string | DateTime | DurationInput): never {
+    throw new TaskRescheduled(at);
   }
 
   /** The task id, or an error for an operator made without options (it cannot be a task). */

@@ -152,7 +152,8 @@ export type TaskOutcome =
 
 /**
  * running → the outcome's state, for the worker that runs it. next_method and next_kwargs are
- * cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. False
+ * cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. A
+ * reschedule gives its try back (try_number - 1): the next start takes the same number. False
  * when the task instance is no longer running on this worker: its outcome is dropped, as it
  * must be.
  */
@@ -175,6 +176,7 @@ export async function finishTaskInstance(
       next_kwargs: null,
       worker_job_id: null,
       updated_at: toDbTime(now),
+      ...(outcome.state === 'up_for_reschedule' ? { try_number: sql<number>`try_number - 1` } : {}),
     })
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'running')

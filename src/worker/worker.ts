@@ -2,7 +2,8 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { callNextMethod } from '../deferral.ts';
-import { describeThrown, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
+import { describeThrown, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
+import { isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
 import { toJsonText } from '../serialization/json.ts';
@@ -204,6 +205,9 @@ export class Worker {
       );
       const returned = await withDeadline(work, started.executionDeadline, label);
       const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
+      if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
+        throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
+      }
       await this.#finish(taskInstance, label, taskLog, { state: 'success', returnValueJson });
     } catch (error) {
       if (isTaskDeferred(error)) {
@@ -220,6 +224,14 @@ export class Worker {
           // The deferral could not be written: this try failed (and is retried if it may be).
           error = deferError;
         }
+      }
+      if (isTaskSkipped(error)) {
+        await this.#finish(taskInstance, label, taskLog, { state: 'skipped' }, undefined, Date.now(), error.reason);
+        return;
+      }
+      if (isTaskRescheduled(error)) {
+        await this.#finish(taskInstance, label, taskLog, { state: 'up_for_reschedule', readyAt: error.readyAt }, undefined, Date.now(), `runs again at ${new Date(error.readyAt).toISOString()}`);
+        return;
       }
       const now = Date.now();
       const outcome: TaskOutcome =
@@ -241,10 +253,10 @@ export class Worker {
   }
 
   /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
-  async #finish(taskInstance: ClaimedTaskInstance, label: string, taskLog: Logger, outcome: TaskOutcome, error?: unknown, now = Date.now()): Promise<void> {
+  async #finish(taskInstance: ClaimedTaskInstance, label: string, taskLog: Logger, outcome: TaskOutcome, error?: unknown, now = Date.now(), why?: string): Promise<void> {
     const fields = { state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
     if (error === undefined) {
-      taskLog.info(fields, `${label} ${outcome.state}`);
+      taskLog.info(fields, `${label} ${outcome.state}${why ? `: ${why}` : ''}`);
     } else {
       taskLog.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
     }
@@ -254,6 +266,9 @@ export class Worker {
   }
 
 }
+
+/** The most JSON a task instance keeps as its return value (Airflow's XCom is for small values too). */
+export const MAX_RETURN_VALUE_BYTES = 1024 * 1024;
 
 /**
  * `work`, or a TaskExecutionTimeoutError at `deadline`. JavaScript cannot be preempted: the
