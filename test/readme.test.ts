@@ -42,3 +42,13 @@ describe('README', () => {
     expect(packageJson.scripts.test).toBe('vitest run');
   });
 });
+
+describe('docker-compose.yml', () => {
+  it('runs only commands the CLI has, with the demo DAG folder mounted where the worker reads it', async () => {
+    const compose = readFileSync(path.join(REPO_ROOT, 'docker-compose.yml'), 'utf8');
+    const commands = [...compose.matchAll(/command: \["([a-z]+)"/g)].map((match) => match[1]);
+    expect(commands.sort()).toEqual(['db', 'scheduler', 'triggerer', 'triggerer', 'worker']);
+    expect(compose).toContain('./examples/dags:/app/examples/dags:ro');
+    expect(compose).toContain('"--dags", "/app/examples/dags"');
+  });
+});
