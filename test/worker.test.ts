@@ -80,6 +80,19 @@ class ReturnsTooMuch extends BaseOperator {
   }
 }
 
+/** Waits until its signal aborts, then records why and gives up. */
+class WaitsForAbort extends BaseOperator {
+  readonly reasons: unknown[] = [];
+  execute(context: TaskContext & { signal: AbortSignal }) {
+    return new Promise((_, reject) =>
+      context.signal.addEventListener('abort', () => {
+        this.reasons.push(context.signal.reason);
+        reject(new Error('stopped as asked'));
+      }),
+    );
+  }
+}
+
 class Sleeps extends BaseOperator {
   execute() {
     return new Promise((resolve) => setTimeout(resolve, 60_000));
@@ -107,9 +120,10 @@ describe.each(testDialects)('worker on %s', (dialect) => {
         operator,
         retry: settings.retry ?? NO_RETRIES,
         executionTimeoutMs: settings.executionTimeoutMs ?? null,
-        context: (claimed, started, taskLog) => ({
+        context: (claimed, started, taskLog, signal) => ({
           taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
           log: taskLog,
+          signal,
         }),
       };
       return task;
@@ -180,6 +194,24 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     expect(done.try_number).toBe(1);
     expect(JSON.parse(done.return_value!)).toBe(3);
     expect(logs.matching((line) => line.task_instance_id === poked && String(line.msg).includes('up_for_reschedule: runs again at'))).toHaveLength(2);
+  });
+
+  it("aborts a running task's signal at its execution timeout and when shutdown gives up on it", async () => {
+    const db = await database();
+    const timed = new WaitsForAbort();
+    const timedOut = await scheduled(db, 'timed');
+    await startWorker(db, { timed }, { executionTimeoutMs: 300 });
+    await waitFor(async () => (await stateOf(db, timedOut)) === 'failed', { what: 'the timeout' });
+    expect(timed.reasons).toHaveLength(1);
+    expect((timed.reasons[0] as Error).message).toMatch(/ran past its execution timeout/);
+
+    const patient = new WaitsForAbort();
+    const handedBack = await scheduled(db, 'patient');
+    const { worker } = await startWorker(db, { patient });
+    await waitFor(async () => (await stateOf(db, handedBack)) === 'running', { what: 'the task running' });
+    await worker.stop();
+    expect(await stateOf(db, handedBack)).toBe('up_for_retry');
+    expect((patient.reasons[0] as Error).message).toBe('the worker is shutting down; this try will be retried');
   });
 
   it('runs a scheduled task instance to success and keeps its return value', async () => {

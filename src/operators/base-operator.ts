@@ -27,8 +27,14 @@ export interface RuntimeContext extends TaskContext {
   readonly dagRun: { readonly runId: string; readonly logicalDate: string; readonly conf: JsonObject };
   /** The DAG's params with the task's own laid over them. */
   readonly params: JsonObject;
-  /** A pino logger bound to the task instance (dag_id, task_id, run_id, try). */
+  /** A pino logger bound to the task instance (dag_id, task_id, run_id, try); its lines make up the task log. */
   readonly log: Logger;
+  /**
+   * Aborted when the task's execution timeout passes, or when the worker shuts down before the
+   * task finished (the try is then retried): pass it to fetch() and the like. JavaScript cannot
+   * stop code that ignores it; its result is ignored.
+   */
+  readonly signal: AbortSignal;
   /** The JSON value task `taskId` of the same DAG run returned, or null. */
   xcomPull(taskId: string): Promise<JsonValue | null>;
 }

@@ -22,7 +22,7 @@ export function dagFileResolver(database: Database): TaskResolver {
       operator,
       retry: settings.retry,
       executionTimeoutMs: settings.executionTimeoutMs,
-      context: (claimed, started, taskLog): RuntimeContext => {
+      context: (claimed, started, taskLog, signal): RuntimeContext => {
         return {
           taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
           dagRun: {
@@ -32,6 +32,7 @@ export function dagFileResolver(database: Database): TaskResolver {
           },
           params: { ...(dag.options.params ?? {}), ...(operator.taskOptions.params ?? {}) },
           log: taskLog,
+          signal,
           xcomPull: async (taskId) => {
             const row = await database.db
               .selectFrom('task_instance')

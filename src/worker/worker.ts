@@ -20,7 +20,7 @@ export interface ResolvedTask<Context extends TaskContext = TaskContext> {
   /** The whole task's time budget, deferrals included; null for none. */
   readonly executionTimeoutMs: number | null;
   /** The context execute() and resumed methods receive; `taskLog` is the logger whose lines make up this try's task log. */
-  context(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance, taskLog: Logger): Context | Promise<Context>;
+  context(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance, taskLog: Logger, signal: AbortSignal): Context | Promise<Context>;
 }
 
 /** Finds the task a claimed task instance runs (by importing its DAG file). Throws, naming the task, when it cannot. */
@@ -55,6 +55,8 @@ export class Worker {
   readonly storage: Storage;
   #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   readonly #running = new Map<number, Promise<void>>();
+  /** Per running task instance: aborted when its execution timeout passes or the worker gives up on it at shutdown. */
+  readonly #cancels = new Map<number, AbortController>();
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   #job: JobRow | null = null;
@@ -126,10 +128,14 @@ export class Worker {
     await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
     const jobId = this.#job!.id;
     for (const taskInstanceId of this.#running.keys()) {
-      // Its code may still be running in this process, but the process is going: hand it back.
+      // Its code may still be running in this process, but the process is going: hand it back,
+      // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
       const handedBack = await this.storage.finishTaskInstance(taskInstanceId, jobId, { state: 'up_for_retry', readyAt: Date.now() });
       if (handedBack) this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; it will be retried`);
+      this.#cancels.get(taskInstanceId)?.abort(new Error('the worker is shutting down; this try will be retried'));
     }
+    // Code that heeds its signal winds down now; give it a moment before the logs close.
+    await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
     await this.#taskLogs.close();
     await this.#job!.end();
     this.#state = 'stopped';
@@ -150,12 +156,18 @@ export class Worker {
       }
       for (const taskInstance of claimed) {
         const claimedAt = performance.now();
-        const run = this.#run(taskInstance).finally(() => {
-          this.#slotMs += performance.now() - claimedAt;
-          this.#running.delete(taskInstance.id);
-          this.#pause.wake();
-          this.onWork?.();
-        });
+        const run = this.#run(taskInstance)
+          // The database refused the outcome even after retries: the task instance stays running
+          // on this worker until the worker stops or dies; then the scheduler retries it.
+          .catch((error: unknown) =>
+            this.log.error({ task_instance_id: taskInstance.id, error: describeThrown(error).error }, `recording task instance ${taskInstance.id} failed; it is retried once this worker stops`),
+          )
+          .finally(() => {
+            this.#slotMs += performance.now() - claimedAt;
+            this.#running.delete(taskInstance.id);
+            this.#pause.wake();
+            this.onWork?.();
+          });
         this.#running.set(taskInstance.id, run);
       }
       // Claim again at once while there is work and room; else wait for a slot or the poll.
@@ -187,6 +199,7 @@ export class Worker {
       await this.#runStarted(taskInstance, label, task, started);
     } finally {
       this.#taskLogs.release(taskInstance.id, started.tryNumber);
+      this.#cancels.delete(taskInstance.id);
     }
   }
 
@@ -198,12 +211,14 @@ export class Worker {
       if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
         throw new TaskExecutionTimeoutError(label, started.executionDeadline);
       }
-      const context = await task.context(taskInstance, started, taskLog);
+      const cancel = new AbortController();
+      this.#cancels.set(taskInstance.id, cancel);
+      const context = await task.context(taskInstance, started, taskLog, cancel.signal);
       const nextMethod = started.nextMethod;
       const work = Promise.resolve().then(() =>
         nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
       );
-      const returned = await withDeadline(work, started.executionDeadline, label);
+      const returned = await withDeadline(work, started.executionDeadline, label, cancel);
       const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
       if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
         throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
@@ -261,24 +276,44 @@ export class Worker {
       taskLog.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
     }
     await this.#taskLogs.flush();
-    const recorded = await this.storage.finishTaskInstance(taskInstance.id, this.#job!.id, outcome, now);
+    const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.#job!.id, outcome, now));
     if (!recorded) this.log.warn({ task_instance_id: taskInstance.id, state: outcome.state }, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
   }
 
+}
+
+/** How often an outcome is tried against the database, and the pause between tries: a failover or a dropped connection should not strand a finished task. */
+const RECORD_ATTEMPTS = 3;
+const RECORD_RETRY_MS = 500;
+
+async function withRetries<T>(attempts: number, pauseMs: number, write: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (error) {
+      if (attempt >= attempts) throw error;
+      await new Promise((resolve) => setTimeout(resolve, pauseMs));
+    }
+  }
 }
 
 /** The most JSON a task instance keeps as its return value (Airflow's XCom is for small values too). */
 export const MAX_RETURN_VALUE_BYTES = 1024 * 1024;
 
 /**
- * `work`, or a TaskExecutionTimeoutError at `deadline`. JavaScript cannot be preempted: the
- * abandoned work may go on in the background, but its result is ignored.
+ * `work`, or a TaskExecutionTimeoutError at `deadline`, which also aborts the task's signal.
+ * JavaScript cannot be preempted: work that ignores its signal may go on in the background,
+ * but its result is ignored.
  */
-async function withDeadline<T>(work: Promise<T>, deadline: number | null, label: string): Promise<T> {
+async function withDeadline<T>(work: Promise<T>, deadline: number | null, label: string, cancel: AbortController): Promise<T> {
   if (deadline === null) return work;
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TaskExecutionTimeoutError(label, deadline)), Math.max(0, deadline - Date.now()));
+    timer = setTimeout(() => {
+      const timeout = new TaskExecutionTimeoutError(label, deadline);
+      cancel.abort(timeout);
+      reject(timeout);
+    }, Math.max(0, deadline - Date.now()));
   });
   try {
     return await Promise.race([work, expired]);
