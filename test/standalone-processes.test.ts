@@ -10,6 +10,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { waitFor } from './support/fixtures.ts';
 import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
@@ -99,7 +100,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
       Object.fromEntries(
         (await db.db.selectFrom('task_instance').select(['task_id', 'state', 'try_number', 'return_value', 'hostname', 'end_date', 'start_date']).execute()).map((row) => [row.task_id, row]),
       );
-    return { db, standalone, events, taskInstances };
+    return { db, dags, standalone, events, taskInstances };
   }
 
   it('runs a DAG to success: deferral resumed, retry after its delay, downstream reads return values, a trigger ends a task with no worker; exit 0', async () => {
@@ -162,6 +163,25 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     expect(failedAfterMs).toBeGreaterThanOrEqual(1000);
     expect(failedAfterMs).toBeLessThan(15_000);
     expect(proc.stderr.some((line) => line.includes('DF_TASK_EXECUTION_TIMEOUT') || line.includes('execution timeout'))).toBe(true);
+  }, 60_000);
+
+  it('without --trigger-dag runs until SIGTERM, running what the CLI triggers meanwhile; stops with exit 0 and its job rows ended', async () => {
+    const { db, dags } = await setUp();
+    const proc = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--concurrency', '2', '--log-level', 'info']);
+    await waitFor(async () => (await db.db.selectFrom('job').select('id').where('state', '=', 'running').execute()).length === 3, { what: 'three running job rows', timeoutMs: 20_000 });
+    expect(await finished(spawnDeferflow(['dags', 'trigger', 'out_of_time', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'failed', {
+      what: 'the run to end',
+      timeoutMs: 20_000,
+    });
+    proc.kill('SIGTERM');
+    expect(await finished(proc)).toEqual({ code: 0, signal: null });
+    const jobs = await db.db.selectFrom('job').select(['job_type', 'state']).orderBy('job_type').execute();
+    expect(jobs).toEqual([
+      { job_type: 'SchedulerJob', state: 'success' },
+      { job_type: 'TriggererJob', state: 'success' },
+      { job_type: 'WorkerJob', state: 'success' },
+    ]);
   }, 60_000);
 
   it('refuses --exit-when-done without --trigger-dag, and an unknown DAG, naming the option', async () => {
