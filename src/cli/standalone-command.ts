@@ -100,7 +100,8 @@ async function showRunProgress(database: Database, standalone: Standalone, dagId
       }
     }
     if (finished) {
-      process.stdout.write(`${summaryLine({ dagId, runId, state: progress.state }, progress, elapsed, standalone.options.worker.concurrency, standalone.worker.slotMsSpent)}\n`);
+      const taskMs = await storage.finishedTaskMs(dagId, runId);
+      process.stdout.write(`${summaryLine({ dagId, runId, state: progress.state }, progress, taskMs, elapsed, standalone.options.worker.concurrency, standalone.worker.slotMsSpent)}\n`);
       return progress.state === 'success';
     }
     await new Promise((resolve) => setTimeout(resolve, PROGRESS_INTERVAL_MS));

@@ -42,12 +42,19 @@ export function progressLine(figures: ProgressFigures, elapsedMs: number, width 
  * task held its slot while it waited, `slots` slots would have needed at least the tasks'
  * summed time divided by the slots.
  */
-export function summaryLine(run: { dagId: string; runId: string; state: string }, progress: RunProgress, wallMs: number, slots: number, slotMs: number): string {
+export function summaryLine(
+  run: { dagId: string; runId: string; state: string },
+  progress: RunProgress,
+  finishedTaskMs: number,
+  wallMs: number,
+  slots: number,
+  slotMs: number,
+): string {
   const figures = progressFigures(progress);
-  const blockingMs = progress.finishedTaskMs / slots;
+  const blockingMs = finishedTaskMs / slots;
   return (
     `${run.dagId} ${run.runId}: ${run.state} in ${(wallMs / 1000).toFixed(1)} s. ` +
-    `${figures.total} tasks took ${(progress.finishedTaskMs / 1000).toFixed(0)} s in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s; ` +
+    `${figures.total} tasks took ${(finishedTaskMs / 1000).toFixed(0)} s in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s; ` +
     `holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${(blockingMs / 1000).toFixed(0)} s.`
   );
 }

@@ -21,7 +21,7 @@ import {
   type UnfinishedDagRun,
 } from './dag-run-progress.ts';
 import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
-import { runProgress, type RunProgress } from './run-progress.ts';
+import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
 import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
@@ -213,6 +213,10 @@ export class Storage {
 
   runProgress(dagId: string, runId: string): Promise<RunProgress | null> {
     return runProgress(this.#context, dagId, runId);
+  }
+
+  finishedTaskMs(dagId: string, runId: string): Promise<number> {
+    return finishedTaskMs(this.#context, dagId, runId);
   }
 
   reapZombieTaskInstances(aliveSince: number, now: number, retryReadyAt: (zombie: ZombieTry) => Promise<number>): Promise<ReapResult> {
