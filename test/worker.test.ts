@@ -162,8 +162,11 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     expect(logs.matching((line) => line.msg === 'line 2' && line.task_instance_id === short && line.try_number === 1)).toHaveLength(1);
 
     const longLog = await worker.storage.readTaskLog(long, 1);
-    expect(longLog).toHaveLength(TASK_LOG_LINE_CAP + 1);
-    expect(longLog.at(-1)).toMatchObject({ level: 'warn', message: expect.stringContaining(`task log cap of ${TASK_LOG_LINE_CAP} lines reached`) });
+    // The worker's running line, the task's first TASK_LOG_LINE_CAP lines, the cap line, and the
+    // worker's outcome line, which the cap does not hold back.
+    expect(longLog).toHaveLength(TASK_LOG_LINE_CAP + 3);
+    expect(longLog.at(-2)).toMatchObject({ level: 'warn', message: expect.stringContaining(`task log cap reached (${TASK_LOG_LINE_CAP} lines`) });
+    expect(longLog.at(-1)).toMatchObject({ level: 'info', message: expect.stringMatching(/long .* success$/) });
     expect(await worker.storage.readTaskLog(long, 2)).toEqual([]);
   }, 30_000);
 

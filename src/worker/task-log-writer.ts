@@ -2,44 +2,72 @@ import pino, { type Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
 import type { Storage, TaskLogLine } from '../storage/index.ts';
 
-/** Most lines one try of a task instance keeps in its task log; later ones reach the worker's log only. */
+/** Most lines a task's own code keeps in one run of a try's task log; later ones reach the worker's log only. */
 export const TASK_LOG_LINE_CAP = 10_000;
+/** Most bytes (message and fields, UTF-8) a task's own code keeps in one run of a try's task log. */
+export const TASK_LOG_BYTE_CAP = 4 * 1024 * 1024;
 /** How long a line may wait before it is written (a finished task's lines are written at once). */
 const FLUSH_INTERVAL_MS = 1_000;
 /** Fields every pino line has, kept in their own columns or not at all. */
 const LINE_KEYS = new Set(['time', 'level', 'msg']);
 /** What the worker binds to a try's logger: the task log's rows say it already. */
 const BOUND_KEYS = new Set(['task_instance_id', 'dag_id', 'task_id', 'run_id', 'try_number']);
+/**
+ * PostgreSQL refuses NUL in text and jsonb, and lone surrogates in jsonb; one such line would
+ * fail the whole batch, other tasks' lines included. Stored as U+FFFD instead, on both dialects.
+ */
+const NOT_STORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+/** The same characters as JSON.stringify escapes them (it writes valid surrogate pairs as they are). */
+const ESCAPED_NOT_STORABLE = /\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+
+/** The loggers of one try: `task` for the task's code (capped), `worker` for the worker's own lines about it. */
+export interface TryLoggers {
+  readonly task: Logger;
+  readonly worker: Logger;
+}
+
+interface KeptSoFar {
+  lines: number;
+  bytes: number;
+  capped: boolean;
+}
 
 /**
- * Task logs: each try of a task instance gets a logger (`open`, then `release` when the try is
- * over) whose lines are kept in the
- * task_log table, for `deferflow tasks logs` on any host, and also go to the worker's own log.
- * Lines are buffered and written many per statement, on a timer and whenever the worker is
- * about to record an outcome (`flush`), so a finished task's log is complete when its state
- * says so. A failed write is reported in the worker's log and dropped: logging never fails a
- * task.
+ * Task logs: each try of a task instance gets loggers (`open`, then `release` when the try is
+ * over) whose lines are kept in the task_log table, for `deferflow tasks logs` on any host, and
+ * also go to the worker's own log. Lines are buffered and written many per statement, on a timer
+ * and whenever the worker is about to record an outcome (`flush`), so a finished task's log is
+ * complete when its state says so. A failed write is reported in the worker's log and dropped:
+ * logging never fails a task.
+ *
+ * What the task's code logs is capped per run of a try (TASK_LOG_LINE_CAP, TASK_LOG_BYTE_CAP),
+ * with one line saying so; the worker's own lines (a few per run of the task) are not, so the outcome and
+ * its error still end the log of a task that flooded it.
  */
 export class TaskLogWriter {
   #pending: TaskLogLine[] = [];
   #writing: Promise<void> = Promise.resolve();
   #timer: NodeJS.Timeout | null = null;
-  /** Lines kept so far per open try ("id:try"). */
-  readonly #kept = new Map<string, number>();
-  /** One pino logger for every task; each try logs through a child bound to it. */
-  readonly #logger: Logger;
+  /** What each open try ("id:try") has kept so far. */
+  readonly #kept = new Map<string, KeptSoFar>();
+  /** One pino logger for every task's code and one for the worker's lines; each try logs through children. */
+  readonly #taskLogger: Logger;
+  readonly #workerLogger: Logger;
 
   constructor(
     private readonly storage: Storage,
     private readonly processLog: Logger,
   ) {
-    this.#logger = pino({ level: processLog.level, base: null }, { write: (text: string) => this.#route(text) });
+    this.#taskLogger = pino({ level: processLog.level, base: null }, { write: (text: string) => this.#route(text, true) });
+    this.#workerLogger = pino({ level: processLog.level, base: null }, { write: (text: string) => this.#route(text, false) });
   }
 
-  /** A logger for one try, its lines bound to `bindings` (with task_instance_id and try_number). */
-  open(bindings: { task_instance_id: number; try_number: number } & Record<string, string | number>): Logger {
-    this.#kept.set(`${bindings.task_instance_id}:${bindings.try_number}`, 0);
-    return this.#logger.child(bindings);
+  /** The loggers of one try, their lines bound to `bindings` (with task_instance_id and try_number). */
+  open(bindings: { task_instance_id: number; try_number: number } & Record<string, string | number>): TryLoggers {
+    // Counted in memory, so each run of a try has its own budget: a try resumed after a deferral
+    // (perhaps on another host) starts afresh rather than reading its lines back first.
+    this.#kept.set(`${bindings.task_instance_id}:${bindings.try_number}`, { lines: 0, bytes: 0, capped: false });
+    return { task: this.#taskLogger.child(bindings), worker: this.#workerLogger.child(bindings) };
   }
 
   /** The try is over: later lines bound to it (from code still running) reach the worker's log only. */
@@ -47,7 +75,7 @@ export class TaskLogWriter {
     this.#kept.delete(`${taskInstanceId}:${tryNumber}`);
   }
 
-  #route(text: string): void {
+  #route(text: string, underCap: boolean): void {
     let line: Record<string, unknown>;
     try {
       line = JSON.parse(text) as Record<string, unknown>;
@@ -60,20 +88,29 @@ export class TaskLogWriter {
     (this.processLog[level as 'info'] ?? this.processLog.info).call(this.processLog, fields, message);
     const taskInstanceId = Number(line.task_instance_id);
     const tryNumber = Number(line.try_number);
-    const key = `${taskInstanceId}:${tryNumber}`;
-    const kept = this.#kept.get(key);
-    if (kept === undefined || kept > TASK_LOG_LINE_CAP) return;
-    this.#kept.set(key, kept + 1);
-    const capped = kept + 1 > TASK_LOG_LINE_CAP;
+    const kept = this.#kept.get(`${taskInstanceId}:${tryNumber}`);
+    if (kept === undefined) return;
     const own = Object.fromEntries(Object.entries(fields).filter(([name]) => !BOUND_KEYS.has(name)));
-    this.#pending.push({
-      taskInstanceId,
-      tryNumber,
-      loggedAt: typeof line.time === 'number' ? line.time : Date.now(),
-      level: capped ? 'warn' : level,
-      message: capped ? `task log cap of ${TASK_LOG_LINE_CAP} lines reached: later lines of this try are in the worker's log only` : message,
-      fieldsJson: capped || Object.keys(own).length === 0 ? null : JSON.stringify(own),
-    });
+    let fieldsJson = Object.keys(own).length === 0 ? null : JSON.stringify(own);
+    if (fieldsJson !== null && ESCAPED_NOT_STORABLE.test(fieldsJson)) fieldsJson = JSON.stringify(own, storableJsonValue);
+    const loggedAt = typeof line.time === 'number' ? line.time : Date.now();
+    if (underCap) {
+      if (kept.capped) return;
+      const bytes = Buffer.byteLength(message) + (fieldsJson === null ? 0 : Buffer.byteLength(fieldsJson));
+      if (kept.lines >= TASK_LOG_LINE_CAP || kept.bytes + bytes > TASK_LOG_BYTE_CAP) {
+        kept.capped = true;
+        const why = `task log cap reached (${TASK_LOG_LINE_CAP} lines or ${TASK_LOG_BYTE_CAP} bytes a try): what the task logs from here on is in the worker's log only`;
+        this.#keep({ taskInstanceId, tryNumber, loggedAt, level: 'warn', message: why, fieldsJson: null });
+        return;
+      }
+      kept.lines += 1;
+      kept.bytes += bytes;
+    }
+    this.#keep({ taskInstanceId, tryNumber, loggedAt, level, message: message.replace(NOT_STORABLE, '\ufffd'), fieldsJson });
+  }
+
+  #keep(line: TaskLogLine): void {
+    this.#pending.push(line);
     this.#writeSoon();
   }
 
@@ -108,4 +145,13 @@ export class TaskLogWriter {
       this.processLog.error({ lines: lines.length, error: describeThrown(error).error }, `writing ${lines.length} task log line(s) failed; they are dropped (the worker's log has them)`);
     }
   }
+}
+
+/** A JSON.stringify replacer that makes strings and object keys storable (see NOT_STORABLE). */
+function storableJsonValue(_key: string, value: unknown): unknown {
+  if (typeof value === 'string') return value.replace(NOT_STORABLE, '\ufffd');
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    return Object.fromEntries(Object.entries(value).map(([key, inner]) => [key.replace(NOT_STORABLE, '\ufffd'), inner]));
+  }
+  return value;
 }

@@ -10,7 +10,7 @@ import { toJsonText } from '../serialization/json.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
-import { TaskLogWriter } from './task-log-writer.ts';
+import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
 import { JobRow } from '../jobs/job-row.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
@@ -204,8 +204,8 @@ export class Worker {
   }
 
   async #runStarted(taskInstance: ClaimedTaskInstance, label: string, task: ResolvedTask<any>, started: StartedTaskInstance): Promise<void> {
-    const taskLog = this.#openTaskLog(taskInstance, started);
-    taskLog.info({ next_method: started.nextMethod }, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
+    const tryLog = this.#openTaskLog(taskInstance, started);
+    tryLog.worker.info(started.nextMethod ? { next_method: started.nextMethod } : {}, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
     try {
       // Out of time already (its deferral timed out at the deadline): nothing more may run.
       if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
@@ -213,7 +213,7 @@ export class Worker {
       }
       const cancel = new AbortController();
       this.#cancels.set(taskInstance.id, cancel);
-      const context = await task.context(taskInstance, started, taskLog, cancel.signal);
+      const context = await task.context(taskInstance, started, tryLog.task, cancel.signal);
       const nextMethod = started.nextMethod;
       const work = Promise.resolve().then(() =>
         nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
@@ -223,13 +223,13 @@ export class Worker {
       if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
         throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
       }
-      await this.#finish(taskInstance, label, taskLog, { state: 'success', returnValueJson });
+      await this.#finish(taskInstance, label, tryLog, { state: 'success', returnValueJson });
     } catch (error) {
       if (isTaskDeferred(error)) {
         try {
           await this.storage.deferTaskInstance(taskInstance.id, error);
           // No flush: the deferral's line rides the next timed write (the task is not finished).
-          taskLog.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
+          tryLog.worker.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
           return;
         } catch (deferError) {
           if (deferError instanceof TaskInstanceStateError) {
@@ -241,11 +241,11 @@ export class Worker {
         }
       }
       if (isTaskSkipped(error)) {
-        await this.#finish(taskInstance, label, taskLog, { state: 'skipped' }, undefined, Date.now(), error.reason);
+        await this.#finish(taskInstance, label, tryLog, { state: 'skipped' }, undefined, Date.now(), error.reason);
         return;
       }
       if (isTaskRescheduled(error)) {
-        await this.#finish(taskInstance, label, taskLog, { state: 'up_for_reschedule', readyAt: error.readyAt }, undefined, Date.now(), `runs again at ${new Date(error.readyAt).toISOString()}`);
+        await this.#finish(taskInstance, label, tryLog, { state: 'up_for_reschedule', readyAt: error.readyAt }, undefined, Date.now(), `runs again at ${new Date(error.readyAt).toISOString()}`);
         return;
       }
       const now = Date.now();
@@ -253,11 +253,11 @@ export class Worker {
         started.tryNumber <= task.retry.retries
           ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) }
           : { state: 'failed' };
-      await this.#finish(taskInstance, label, taskLog, outcome, error, now);
+      await this.#finish(taskInstance, label, tryLog, outcome, error, now);
     }
   }
 
-  #openTaskLog(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): Logger {
+  #openTaskLog(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): TryLoggers {
     return this.#taskLogs.open({
       task_instance_id: taskInstance.id,
       dag_id: taskInstance.dagId,
@@ -268,12 +268,12 @@ export class Worker {
   }
 
   /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
-  async #finish(taskInstance: ClaimedTaskInstance, label: string, taskLog: Logger, outcome: TaskOutcome, error?: unknown, now = Date.now(), why?: string): Promise<void> {
+  async #finish(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers, outcome: TaskOutcome, error?: unknown, now = Date.now(), why?: string): Promise<void> {
     const fields = { state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
     if (error === undefined) {
-      taskLog.info(fields, `${label} ${outcome.state}${why ? `: ${why}` : ''}`);
+      tryLog.worker.info(fields, `${label} ${outcome.state}${why ? `: ${why}` : ''}`);
     } else {
-      taskLog.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
+      tryLog.worker.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
     }
     await this.#taskLogs.flush();
     const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.#job!.id, outcome, now));
