@@ -1,5 +1,5 @@
 // Task logs as a user reads them with `deferflow tasks logs`, written by an in-process worker:
-// lines the database would refuse and the per-try caps.
+// lines the database would refuse, the per-try caps, a rescheduled sensor, and the errors.
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../src/index.ts';
@@ -31,6 +31,14 @@ class FloodsThenFails extends BaseOperator {
   execute(context: LoggingContext): never {
     for (let i = 0; i < FLOOD_LINES; i++) context.log.info({ i }, 'x'.repeat(FLOOD_LINE_BYTES));
     throw new Error('gave up after the flood');
+  }
+}
+
+/** A sensor in reschedule mode: pokes, then asks to run again in an hour. */
+class PokesLater extends BaseOperator {
+  execute(context: LoggingContext): never {
+    context.log.info('poke: not there yet');
+    return this.reschedule(3600);
   }
 }
 
@@ -97,5 +105,29 @@ describe.each(testDialects)('task logs on %s', (dialect) => {
     expect(flood.at(-1)).toMatchObject({ level: 'error', message: expect.stringContaining('Error: gave up after the flood') });
     // Nothing is lost for good: the process log has every line.
     expect(processLog.matching((line) => line.task_instance_id === ids.flood && typeof line.i === 'number')).toHaveLength(FLOOD_LINES);
+  }, 60_000);
+
+  it("prints a rescheduled sensor's pokes, and says which of run, task or try is wrong", async () => {
+    const { db, ids } = await runTasks({ sensor: new PokesLater() });
+    // A reschedule gives its try back: the row says try 0 while its poke is logged as try 1.
+    expect((await taskInstance(db, ids.sensor!)).try_number).toBe(0);
+    const sensor = await logs(db, '--run', 'manual__1', '--task', 'sensor');
+    expect(sensor.exit).toEqual({ code: 0, signal: null });
+    expect(sensor.out.map((line) => line.replace(/^\S+ /, ''))).toEqual([
+      expect.stringMatching(/^INFO {2}running logs_dag\.sensor .*, try 1$/),
+      'INFO  poke: not there yet',
+      expect.stringMatching(/^INFO {2}logs_dag\.sensor .* up_for_reschedule: runs again at /),
+    ]);
+    expect(sensor.out[0]).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO {2}running/);
+
+    const noRun = await logs(db, '--run', 'nope', '--task', 'sensor');
+    expect(noRun.exit).toEqual({ code: 2, signal: null });
+    expect(noRun.err).toContain('error [DF_INVALID_OPTION]: run: no task instances of run "nope"');
+    const noTask = await logs(db, '--run', 'manual__1', '--task', 'nope');
+    expect(noTask.exit).toEqual({ code: 2, signal: null });
+    expect(noTask.err).toContain('error [DF_INVALID_OPTION]: task: run "manual__1" has no task nope (its tasks: sensor)');
+    const badTry = await logs(db, '--run', 'manual__1', '--task', 'sensor', '--try', 'two');
+    expect(badTry.exit).toEqual({ code: 2, signal: null });
+    expect(badTry.err).toContain('try: task sensor of run "manual__1" has tries 1 to 1, not two');
   }, 60_000);
 });

@@ -82,25 +82,36 @@ export function registerTasksCommands(cli: Argv): void {
             .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
             .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
-            .option('try', { type: 'number', describe: 'The try number (default: the latest)' })
+            .option('try', { type: 'string', describe: 'The try number (default: the latest)' })
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
           const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
-            let query = database.db.selectFrom('task_instance').select(['id', 'dag_id', 'try_number']).where('run_id', '=', args.run).where('task_id', '=', args.task);
-            if (args.dag) query = query.where('dag_id', '=', args.dag);
-            const found = await query.execute();
-            const where = `task ${args.task} of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`;
-            if (found.length === 0) throw new InvalidOptionError('task', `no ${where}`);
-            if (found.length > 1) throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dag_id).join(', ')}): name one with --dag`);
-            const ti = found[0]!;
-            if (ti.try_number === 0) throw new InvalidOptionError('task', `${where} has not run yet: it has no log`);
-            const tryNumber = args.try ?? ti.try_number;
-            if (!Number.isInteger(tryNumber) || tryNumber < 1 || tryNumber > ti.try_number) {
-              throw new InvalidOptionError('try', `${where} has tries 1 to ${ti.try_number}, not ${JSON.stringify(args.try)}`);
+            const storage = new Storage(database);
+            const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
+            const ofDag = args.dag ? ` of DAG ${args.dag}` : '';
+            if (ofRun.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${ofDag}`);
+            const found = ofRun.filter((ti) => ti.taskId === args.task);
+            if (found.length === 0) {
+              const taskIds = [...new Set(ofRun.map((ti) => ti.taskId))];
+              throw new InvalidOptionError('task', `run ${JSON.stringify(args.run)}${ofDag} has no task ${args.task} (its tasks: ${taskIds.join(', ')})`);
             }
-            const lines = await new Storage(database).readTaskLog(ti.id, tryNumber);
-            if (lines.length === 0) throw new InvalidOptionError('try', `${where} has no log for try ${tryNumber}`);
+            const where = `task ${args.task} of run ${JSON.stringify(args.run)}${ofDag}`;
+            if (found.length > 1) throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dagId).join(', ')}): name one with --dag`);
+            const ti = found[0]!;
+            // A rescheduled try gives its number back, but its lines are logged under it.
+            const loggedTries = await storage.taskLogTries(ti.id);
+            const latestTry = Math.max(ti.tryNumber, ...loggedTries);
+            if (latestTry === 0) throw new InvalidOptionError('task', `${where} has not run yet: it has no log`);
+            const tryNumber = args.try === undefined ? latestTry : Number(args.try);
+            if (!Number.isInteger(tryNumber) || tryNumber < 1 || tryNumber > latestTry) {
+              throw new InvalidOptionError('try', `${where} has tries 1 to ${latestTry}, not ${args.try}`);
+            }
+            const lines = await storage.readTaskLog(ti.id, tryNumber);
+            if (lines.length === 0) {
+              const withLog = loggedTries.length > 0 ? ` (tries with a log: ${loggedTries.join(', ')})` : '';
+              throw new InvalidOptionError('try', `${where} has no log for try ${tryNumber}${withLog}`);
+            }
             for (const line of lines) {
               const fields = line.fieldsJson === null ? {} : (JSON.parse(line.fieldsJson) as Record<string, unknown>);
               const at = new Date(line.loggedAt).toISOString();

@@ -26,6 +26,8 @@ import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
 import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
+import { taskLogTries } from './task-log-tries.ts';
+import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 import { listActiveDags } from './serialized-dags.ts';
 import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
@@ -52,6 +54,7 @@ export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
 export type { TaskLogLine } from './append-task-log-lines.ts';
+export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 
@@ -201,6 +204,14 @@ export class Storage {
 
   readTaskLog(taskInstanceId: number, tryNumber: number): Promise<TaskLogLine[]> {
     return readTaskLog(this.#context, taskInstanceId, tryNumber);
+  }
+
+  taskLogTries(taskInstanceId: number): Promise<number[]> {
+    return taskLogTries(this.#context, taskInstanceId);
+  }
+
+  taskInstancesOfRunId(runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {
+    return taskInstancesOfRunId(this.#context, runId, dagId);
   }
 
   listDagRuns(filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {

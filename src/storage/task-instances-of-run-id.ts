@@ -1,0 +1,18 @@
+import type { StorageContext } from './context.ts';
+
+export interface TaskInstanceOfRunId {
+  readonly id: number;
+  readonly dagId: string;
+  readonly taskId: string;
+  readonly tryNumber: number;
+}
+
+/**
+ * The task instances of the runs with this run id (of every DAG that has one, unless `dagId`),
+ * by DAG and task id: what the CLI looks a task up in when users name a run, not a DAG.
+ */
+export async function taskInstancesOfRunId({ db }: StorageContext, runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {
+  let query = db.selectFrom('task_instance').select(['id', 'dag_id', 'task_id', 'try_number']).where('run_id', '=', runId).orderBy('dag_id').orderBy('task_id');
+  if (dagId !== undefined) query = query.where('dag_id', '=', dagId);
+  return (await query.execute()).map((row) => ({ id: row.id, dagId: row.dag_id, taskId: row.task_id, tryNumber: row.try_number }));
+}
