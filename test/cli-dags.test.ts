@@ -51,6 +51,9 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     const badState = await run(spawnDeferflow(['dags', 'runs', '--state', 'sleeping', '--db', db.url]));
     expect(badState.exit.code).toBe(2);
     expect(badState.err).toContain('sleeping');
+    const badLimit = await run(spawnDeferflow(['dags', 'runs', '--limit', 'ten', '--db', db.url]));
+    expect(badLimit.exit.code).toBe(2);
+    expect(badLimit.err).toContain('error [DF_INVALID_OPTION]: limit: expected a positive integer, got "ten"');
     const unknownDag = await run(spawnDeferflow(['dags', 'trigger', 'nope', '--db', db.url]));
     expect(unknownDag.exit.code).toBe(2);
     expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');

@@ -81,7 +81,8 @@ export function registerDagsCommands(cli: Argv): void {
           command
             .positional('dag-id', { type: 'string', describe: 'Only the runs of this DAG' })
             .option('state', { type: 'string', choices: [...DAG_RUN_STATES], describe: 'Only runs in this state' })
-            .option('limit', { type: 'number', default: 25, describe: 'Most runs listed' })
+            // A string, checked by positiveInteger: yargs would turn `--limit ten` into NaN and the message into "got null".
+            .option('limit', { type: 'string', default: '25', describe: 'Most runs listed' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
