@@ -59,7 +59,9 @@ export function callNextMethod<Context extends TaskContext>(operator: BaseOperat
   if (nextMethod === TRIGGER_FAILURE_METHOD) {
     const failure = kwargs as unknown as FailureKwargs;
     if (failure.reason === 'timeout') throw new TaskDeferralTimeout(failure.error);
-    throw new TaskDeferralError(`the trigger failed: ${failure.error}`, failure.traceback ?? null);
+    // Markers written before codes existed carry none.
+    const code = failure.code ?? 'DF_TRIGGER_FAILED';
+    throw new TaskDeferralError(`the trigger failed [${code}]: ${failure.error}`, failure.traceback ?? null, 'DF_TASK_DEFERRAL', code);
   }
   const { event, ...rest } = kwargs as JsonObject & { event?: JsonValue };
   const method = (operator as unknown as Record<string, unknown>)[nextMethod];

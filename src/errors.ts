@@ -1,3 +1,5 @@
+import { storableText } from './serialization/storable-text.ts';
+
 /**
  * Every error deferflow raises on purpose lives here, each with a stable `code`
  * (what scripts, logs and tests match on; messages may be reworded, codes never).
@@ -7,36 +9,54 @@
  * | DF_INVALID_OPTION            | a configuration value is out of range or of the wrong kind          |
  * | DF_INVALID_DATABASE_URL      | --db / DEFERFLOW_DATABASE_URL names no supported database           |
  * | DF_NOT_JSON                  | kwargs, next_kwargs or an event payload holds a non-JSON value      |
+ * | DF_NOT_STORABLE              | a JSON value holds text the database cannot store (U+0000, a lone   |
+ * |                              | surrogate): refused alike on both dialects                          |
  * | DF_INVALID_TRIGGER_ARGUMENT  | a trigger's constructor refuses its kwargs (naive moment, bad glob) |
  * | DF_UNKNOWN_TRIGGER           | a trigger row names a classpath the triggerer does not allow        |
  * | DF_TRIGGER_MODULE            | a --trigger-module cannot be loaded or exports clashing classpaths  |
  * | DF_TRIGGER_FAILED            | a trigger threw or ended without an event                           |
+ * | DF_OUTCOME_REFUSED           | the database refused one trigger's event or failure record: that    |
+ * |                              | trigger's task instances fail with it, every other outcome is kept  |
+ * | DF_DATABASE                  | a database call failed (connection lost, lock timeout, …); the      |
+ * |                              | daemon keeps its work and retries (log lines only)                  |
  * | DF_TASK_DEFERRAL             | a resumed task finds its trigger failed (TaskDeferralError)         |
  * | DF_TASK_DEFERRAL_TIMEOUT     | a resumed task finds its deferral timed out (TaskDeferralTimeout)   |
  * | DF_TASK_INSTANCE_STATE       | a task instance is not in the state an operation needs              |
  * | DF_UNKNOWN_NEXT_METHOD       | a resumed task names a method its operator does not have            |
+ * | DF_TASK_FAILED               | a task's own code threw (log lines; the task instance's try failed) |
  * | DF_TASK_EXECUTION_TIMEOUT    | a task ran past its execution_timeout (deferrals included)          |
  * | DF_INVALID_DAG               | a DAG or task is malformed: bad id, duplicate, cycle, unknown task  |
  * | DF_INVALID_SERIALIZED_DAG    | a stored serialized DAG fails validation (names the field)          |
  * | DF_RETURN_VALUE_TOO_LARGE    | a task returned more JSON than a task instance keeps                |
+ * | DF_DAG_IMPORT                | a DAG file could not be loaded (log lines and import errors)        |
+ * | DF_UNCAUGHT                  | user code threw outside any task or trigger; the process goes on    |
  */
 
-export type DeferflowErrorCode =
-  | 'DF_INVALID_OPTION'
-  | 'DF_INVALID_DATABASE_URL'
-  | 'DF_NOT_JSON'
-  | 'DF_INVALID_TRIGGER_ARGUMENT'
-  | 'DF_UNKNOWN_TRIGGER'
-  | 'DF_TRIGGER_MODULE'
-  | 'DF_TRIGGER_FAILED'
-  | 'DF_TASK_DEFERRAL'
-  | 'DF_TASK_DEFERRAL_TIMEOUT'
-  | 'DF_TASK_INSTANCE_STATE'
-  | 'DF_UNKNOWN_NEXT_METHOD'
-  | 'DF_TASK_EXECUTION_TIMEOUT'
-  | 'DF_INVALID_DAG'
-  | 'DF_INVALID_SERIALIZED_DAG'
-  | 'DF_RETURN_VALUE_TOO_LARGE';
+export const ERROR_CODES = [
+  'DF_INVALID_OPTION',
+  'DF_INVALID_DATABASE_URL',
+  'DF_NOT_JSON',
+  'DF_NOT_STORABLE',
+  'DF_INVALID_TRIGGER_ARGUMENT',
+  'DF_UNKNOWN_TRIGGER',
+  'DF_TRIGGER_MODULE',
+  'DF_TRIGGER_FAILED',
+  'DF_OUTCOME_REFUSED',
+  'DF_DATABASE',
+  'DF_TASK_DEFERRAL',
+  'DF_TASK_DEFERRAL_TIMEOUT',
+  'DF_TASK_INSTANCE_STATE',
+  'DF_UNKNOWN_NEXT_METHOD',
+  'DF_TASK_FAILED',
+  'DF_TASK_EXECUTION_TIMEOUT',
+  'DF_INVALID_DAG',
+  'DF_INVALID_SERIALIZED_DAG',
+  'DF_RETURN_VALUE_TOO_LARGE',
+  'DF_DAG_IMPORT',
+  'DF_UNCAUGHT',
+] as const;
+
+export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
 
 export class DeferflowError extends Error {
   readonly code: DeferflowErrorCode;
@@ -63,6 +83,13 @@ export class InvalidDatabaseUrlError extends DeferflowError {
 export class NotJsonError extends DeferflowError {
   constructor(readonly path: string, why: string) {
     super('DF_NOT_JSON', `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored`);
+  }
+}
+
+/** A JSON value holds text PostgreSQL refuses; refused on SQLite too, so both dialects agree. */
+export class NotStorableError extends DeferflowError {
+  constructor(readonly path: string, why: string) {
+    super('DF_NOT_STORABLE', `${path} ${why}; remove it, or encode the text (e.g. base64) before passing it`);
   }
 }
 
@@ -94,12 +121,16 @@ export class TriggerFailedError extends DeferflowError {
   }
 }
 
-/** Raised inside a resumed task when the trigger it waited on failed. */
+/**
+ * Raised inside a resumed task when the trigger it waited on failed. `triggerCode` is the code
+ * of what failed on the triggerer (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …), from the marker.
+ */
 export class TaskDeferralError extends DeferflowError {
   constructor(
     message: string,
     readonly triggerTraceback: string | null = null,
     code: 'DF_TASK_DEFERRAL' | 'DF_TASK_DEFERRAL_TIMEOUT' = 'DF_TASK_DEFERRAL',
+    readonly triggerCode: DeferflowErrorCode | null = null,
   ) {
     super(code, message);
   }
@@ -108,7 +139,7 @@ export class TaskDeferralError extends DeferflowError {
 /** Raised inside a resumed task when its deferral's timeout passed before the trigger fired. */
 export class TaskDeferralTimeout extends TaskDeferralError {
   constructor(message: string) {
-    super(message, null, 'DF_TASK_DEFERRAL_TIMEOUT');
+    super(message, null, 'DF_TASK_DEFERRAL_TIMEOUT', 'DF_TASK_DEFERRAL_TIMEOUT');
   }
 }
 
@@ -152,8 +183,29 @@ export class InvalidSerializedDagError extends DeferflowError {
   }
 }
 
-/** The text and stack of anything thrown, for logs and the failure marker's next_kwargs. */
+/** The stable code of anything thrown: its own when deferflow raised it, else `fallback`. */
+export function codeOf(thrown: unknown, fallback: DeferflowErrorCode): DeferflowErrorCode {
+  // By shape, not instanceof: a trigger module or DAG file may carry its own copy of deferflow.
+  const code = typeof thrown === 'object' && thrown !== null ? (thrown as { code?: unknown }).code : undefined;
+  return (ERROR_CODES as readonly unknown[]).includes(code) ? (code as DeferflowErrorCode) : fallback;
+}
+
+/** The fields every error log line carries: its stable code (see codeOf) and its text. */
+export function errorFields(thrown: unknown, fallback: DeferflowErrorCode): { code: DeferflowErrorCode; error: string } {
+  return { code: codeOf(thrown, fallback), error: describeThrown(thrown).error };
+}
+
+/**
+ * The text and stack of anything thrown, for logs and the failure marker's next_kwargs; made
+ * storable (U+0000 and lone surrogates become U+FFFD): an error message is deferflow's text
+ * about a failure, and it must never be what stops the failure being recorded.
+ */
 export function describeThrown(thrown: unknown): { error: string; traceback: string | null } {
+  const { error, traceback } = describeRaw(thrown);
+  return { error: storableText(error), traceback: traceback === null ? null : storableText(traceback) };
+}
+
+function describeRaw(thrown: unknown): { error: string; traceback: string | null } {
   if (thrown instanceof Error) {
     return { error: `${thrown.name}: ${thrown.message}`, traceback: thrown.stack ?? null };
   }

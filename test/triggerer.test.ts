@@ -101,7 +101,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, endedTaskInstances: 0 });
     expect(await taskInstance(db, first.id)).toEqual(before);
     // A late failure for a trigger whose task instance has moved on changes nothing either.
-    await storage.submitFailures([{ triggerId: first.triggerId, failure: { error: 'late', traceback: null, reason: 'trigger_failure' } }]);
+    await storage.submitFailures([{ triggerId: first.triggerId, failure: { code: 'DF_TRIGGER_FAILED', error: 'late', traceback: null, reason: 'trigger_failure' } }]);
     expect(await taskInstance(db, first.id)).toEqual(before);
   });
 
@@ -124,19 +124,20 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const ids = [...Object.values(bad).map((b) => b.id), unknownTi, good.id];
     await waitFor(async () => (await Promise.all(ids.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'all task instances scheduled' });
 
-    const error = async (id: number) => {
+    // Every failure marker carries the stable code of what went wrong, beside the text.
+    const error = async (id: number, code: string) => {
       const ti = await taskInstance(db, id);
       expect(ti.next_method).toBe(TRIGGER_FAILURE_METHOD);
-      expect(ti.next_kwargs).toMatchObject({ reason: 'trigger_failure' });
+      expect(ti.next_kwargs).toMatchObject({ reason: 'trigger_failure', code });
       return String(ti.next_kwargs!.error);
     };
-    expect(await error(bad.throws.id)).toContain('boom from T1');
+    expect(await error(bad.throws.id, 'DF_TRIGGER_FAILED')).toContain('boom from T1');
     expect((await taskInstance(db, bad.throws.id)).next_kwargs!.traceback).toContain('ThrowingTrigger');
-    expect(await error(bad.endsEarly.id)).toContain('ended without yielding an event');
-    expect(await error(bad.badKwargs.id)).toContain('count must be a number, got "many"');
-    expect(await error(bad.notJson.id)).toContain('event.payload.when');
-    expect(await error(bad.notAllowed.id)).toContain('"test.NotAllowedTrigger" is not allowed');
-    expect(await error(unknownTi)).toContain('"nowhere.Missing" is not allowed');
+    expect(await error(bad.endsEarly.id, 'DF_TRIGGER_FAILED')).toContain('ended without yielding an event');
+    expect(await error(bad.badKwargs.id, 'DF_TRIGGER_FAILED')).toContain('count must be a number, got "many"');
+    expect(await error(bad.notJson.id, 'DF_NOT_JSON')).toContain('event.payload.when');
+    expect(await error(bad.notAllowed.id, 'DF_UNKNOWN_TRIGGER')).toContain('"test.NotAllowedTrigger" is not allowed');
+    expect(await error(unknownTi, 'DF_UNKNOWN_TRIGGER')).toContain('"nowhere.Missing" is not allowed');
     const goodTi = await taskInstance(db, good.id);
     expect(goodTi).toMatchObject({ state: 'scheduled', next_method: 'resume' });
     expect(goodTi.next_kwargs!.event).toEqual({ slept: 300 });
@@ -145,6 +146,8 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(failureLogs.map((l) => l.classpath).sort()).toEqual(
       ['nowhere.Missing', 'test.BadConstructorTrigger', 'test.EndsWithoutEventTrigger', 'test.NonJsonEventTrigger', 'test.NotAllowedTrigger', 'test.ThrowingTrigger'].sort(),
     );
+    // ...and so does every error log line about them.
+    expect(Object.fromEntries(failureLogs.map((l) => [l.classpath, l.code]))).toMatchObject({ 'nowhere.Missing': 'DF_UNKNOWN_TRIGGER', 'test.ThrowingTrigger': 'DF_TRIGGER_FAILED', 'test.NonJsonEventTrigger': 'DF_NOT_JSON' });
     await waitFor(async () => (await countTriggers(db)) === 0, { what: 'every failed trigger deleted' });
   });
 

@@ -16,8 +16,8 @@ export async function runUntilSignalled(
   daemon: { start(): Promise<void>; stop(): Promise<void>; untilDone?: () => Promise<number> },
   deadlineMs: number,
 ): Promise<never> {
-  process.on('uncaughtException', (error) => log.error({ error: describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'));
-  process.on('unhandledRejection', (reason) => log.error({ error: describeThrown(reason) }, 'unhandled rejection; continuing'));
+  process.on('uncaughtException', (error) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'));
+  process.on('unhandledRejection', (reason) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(reason) }, 'unhandled rejection; continuing'));
   let signals = 0;
   let stopping = false;
   const stopAndExit = (exitCode: number) => {

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
-import { describeThrown } from '../errors.ts';
+import { errorFields } from '../errors.ts';
 import { markMissingDagsDeleted, readSerializedDag, readSerializedDagHash, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import type { DagSource } from '../scheduler/scheduler.ts';
@@ -47,13 +47,13 @@ export async function keepDagFolderProcessed(database: Database, folder: string,
   const processOnce = async () => {
     try {
       const result = await processDagFolder(database, folder);
-      for (const error of result.errors) log.error({ fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
+      for (const error of result.errors) log.error({ code: 'DF_DAG_IMPORT', fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
       const changed = Object.entries(result.written).filter(([, write]) => write !== 'unchanged');
       if (changed.length > 0 || result.deleted.length > 0) {
         log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);
       }
     } catch (error) {
-      log.error({ error: describeThrown(error).error }, `processing DAG folder ${folder} failed`);
+      log.error(errorFields(error, 'DF_DATABASE'), `processing DAG folder ${folder} failed`);
     }
   };
   await processOnce();

@@ -38,6 +38,12 @@ export interface DialectAdapter {
   idIn(column: string, ids: readonly number[]): RawBuilder<SqlBool>;
   /** A bind parameter holding JSON text, typed for this dialect's JSON column. */
   jsonParam(jsonText: string): RawBuilder<string>;
+  /**
+   * Whether `error` says the database refused the values a statement carried (malformed JSON,
+   * text it cannot store, a value too large): the same values would fail again, so a batch is
+   * split to find them. Anything else (a lost connection, a lock timeout) may pass on a retry.
+   */
+  refusesValues(error: unknown): boolean;
 }
 
 export interface TriggerValue {
@@ -68,6 +74,12 @@ export const postgresAdapter: DialectAdapter = {
   },
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} = any(cast(${[...ids]} as bigint[]))`,
   jsonParam: (jsonText) => sql<string>`cast(${jsonText} as jsonb)`,
+  // SQLSTATE class 22 is "data exception" (22P02 invalid JSON, 22P05 untranslatable character,
+  // 22003 out of range, …); 54000 is "program limit exceeded" (a jsonb value too large).
+  refusesValues: (error) => {
+    const code = errorCode(error);
+    return code !== null && (code.startsWith('22') || code === '54000');
+  },
 };
 
 export const sqliteAdapter: DialectAdapter = {
@@ -92,7 +104,18 @@ export const sqliteAdapter: DialectAdapter = {
   },
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} in (${sql.join([...ids])})`,
   jsonParam: (jsonText) => sql<string>`${jsonText}`,
+  refusesValues: (error) => {
+    const code = errorCode(error);
+    if (code === 'SQLITE_TOOBIG' || code === 'SQLITE_MISMATCH') return true;
+    // SQLite's JSON functions raise plain SQLITE_ERROR for text that is not JSON.
+    return code === 'SQLITE_ERROR' && /malformed JSON|JSON cannot hold BLOB/i.test((error as Error).message);
+  },
 };
+
+function errorCode(error: unknown): string | null {
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code === 'string' ? code : null;
+}
 
 function chunks<T>(items: readonly T[], size: number): T[][] {
   const result: T[][] = [];

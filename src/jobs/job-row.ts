@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { describeThrown } from '../errors.ts';
+import { errorFields } from '../errors.ts';
 import type { JobFields, Storage } from '../storage/index.ts';
 
 /**
@@ -20,7 +20,7 @@ export class JobRow {
     onBeat: () => void,
   ) {
     this.#timer = setInterval(() => {
-      this.storage.heartbeat(this.id).then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, error: describeThrown(error).error }, 'heartbeat failed'));
+      this.storage.heartbeat(this.id).then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
     }, heartbeatIntervalMs);
   }
 

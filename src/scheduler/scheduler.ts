@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
-import { describeThrown } from '../errors.ts';
+import { describeThrown, errorFields } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { JobRow } from '../jobs/job-row.ts';
 import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
@@ -90,7 +90,7 @@ export class Scheduler {
       try {
         await this.pass();
       } catch (error) {
-        this.log.error({ error: describeThrown(error).error }, 'scheduler pass failed; retrying next pass');
+        this.log.error(errorFields(error, 'DF_DATABASE'), 'scheduler pass failed; retrying next pass');
       }
       await this.#pause.sleep(this.options.pollIntervalMs);
     }
@@ -147,7 +147,7 @@ export class Scheduler {
         this.#nextScheduleCheck.set(dagId, { hash, at: nextDueAt(dag.schedule, last) });
       } catch (error) {
         // One DAG's broken schedule must not stop the others'.
-        this.log.error({ dag_id: dagId, error: describeThrown(error).error }, `creating scheduled runs of ${dagId} failed: ${describeThrown(error).error}`);
+        this.log.error({ dag_id: dagId, ...errorFields(error, 'DF_DATABASE') }, `creating scheduled runs of ${dagId} failed: ${describeThrown(error).error}`);
         this.#nextScheduleCheck.set(dagId, { hash, at: now + 60_000 });
       }
     }
@@ -174,7 +174,7 @@ export class Scheduler {
           decided.scheduled.push(ti.id);
         } catch (error) {
           // Its start trigger cannot be built: it fails alone; the run and other DAGs go on.
-          this.log.error({ dag_id: run.dagId, run_id: run.runId, task_id: ti.taskId, error: describeThrown(error).error }, `${run.dagId}.${ti.taskId} cannot start from its trigger; failed`);
+          this.log.error({ dag_id: run.dagId, run_id: run.runId, task_id: ti.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') }, `${run.dagId}.${ti.taskId} cannot start from its trigger; failed`);
           decided.failed.push(ti.id);
         }
       } else if (decision === 'skip') decided.skipped.push(ti.id);

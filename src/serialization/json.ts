@@ -1,12 +1,14 @@
 import { createHash } from 'node:crypto';
-import { NotJsonError } from '../errors.ts';
+import { NotJsonError, NotStorableError } from '../errors.ts';
+import { unstorableReason } from './storable-text.ts';
 
 /**
  * deferflow stores kwargs, next_kwargs and event payloads as JSON and nothing else:
  * nothing is ever eval'd or rebuilt from a class name inside a value. Values are checked
  * where they enter (defer time, event time) so a bad one is refused with the path to it
  * instead of being silently changed by JSON.stringify (undefined dropped, NaN → null,
- * Date → string, Map → {}).
+ * Date → string, Map → {}). Text the database cannot store (U+0000, a lone surrogate) is
+ * refused the same way on both dialects (see storable-text.ts).
  */
 export type JsonPrimitive = string | number | boolean | null;
 export type JsonValue = JsonPrimitive | JsonValue[] | { [key: string]: JsonValue };
@@ -43,7 +45,11 @@ export function sha256Hex(text: string): string {
 
 function checkJson(value: unknown, path: string, ancestors: Set<object>): void {
   switch (typeof value) {
-    case 'string':
+    case 'string': {
+      const why = unstorableReason(value);
+      if (why !== null) throw new NotStorableError(path, why);
+      return;
+    }
     case 'boolean':
       return;
     case 'number':
@@ -60,7 +66,11 @@ function checkJson(value: unknown, path: string, ancestors: Set<object>): void {
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) checkJson(value[i], `${path}[${i}]`, ancestors);
   } else if (isPlainObject(value)) {
-    for (const [key, item] of Object.entries(value)) checkJson(item, `${path}.${key}`, ancestors);
+    for (const [key, item] of Object.entries(value)) {
+      const why = unstorableReason(key);
+      if (why !== null) throw new NotStorableError(`${path}[${JSON.stringify(key)}]`, `the key ${why}`);
+      checkJson(item, `${path}.${key}`, ancestors);
+    }
   } else {
     throw new NotJsonError(path, `${describeKind(value)} is not JSON`);
   }

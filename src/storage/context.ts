@@ -1,4 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
+import type { DeferflowErrorCode } from '../errors.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 import type { DatabaseSchema } from '../db/schema.ts';
 
@@ -15,6 +16,8 @@ export type FailureReason = 'trigger_failure' | 'timeout';
 
 /** next_kwargs that the failure marker carries. */
 export interface FailureKwargs {
+  /** The stable code of what went wrong (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …): what scripts match on. */
+  readonly code: DeferflowErrorCode;
   readonly error: string;
   readonly traceback: string | null;
   readonly reason: FailureReason;

@@ -3,6 +3,7 @@ import { fromDbTime, toDbTime } from '../db/schema.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs, type StorageContext } from './context.ts';
 
 export const DEFERRAL_TIMEOUT_KWARGS: FailureKwargs = Object.freeze({
+  code: 'DF_TASK_DEFERRAL_TIMEOUT',
   error: "Trigger timeout: the deferral's timeout passed before its trigger fired",
   traceback: null,
   reason: 'timeout',

@@ -1,4 +1,4 @@
-import { setTimeout as delay, setImmediate as nextTurn } from 'node:timers/promises';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
 import type { FailureKwargs, MoveResult, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
@@ -12,8 +12,32 @@ export interface OutcomeWriterOptions {
    * are those of its own triggers, and every writer locks trigger rows in id order.
    */
   readonly concurrency: number;
+  /** Pause before the first retry of a failed write (ms); it doubles with each failure of that write. */
   readonly retryDelayMs: number;
+  /** Longest pause between retries of one failed write (ms). */
+  readonly maxRetryDelayMs: number;
+  /** Whether an error says the database refused the values written (the dialect knows: see dialect.ts). */
+  readonly refusesValues: (error: unknown) => boolean;
 }
+
+type Kind = 'event' | 'failure';
+type Outcome = TriggerEventRecord | TriggerFailureRecord;
+
+/** A batch whose write failed, waiting for its retry. */
+interface FailedBatch {
+  readonly kind: Kind;
+  readonly batch: Outcome[];
+  /** Failed writes of these outcomes so far, without a success in between. */
+  readonly failures: number;
+  readonly retryAt: number;
+}
+
+/**
+ * After this many failures of one batch for a reason that may pass (not refused values), the
+ * batch is split anyway: should one outcome in it fail for a reason the dialect does not
+ * recognise, the others are written meanwhile.
+ */
+const SPLIT_AFTER_FAILURES = 3;
 
 /**
  * Collects what triggers produced and writes it in batches: many task instances per statement,
@@ -25,14 +49,29 @@ export interface OutcomeWriterOptions {
  * is deleted if nothing points at it. Only then is the trigger forgotten: until its row is gone
  * the runner still holds it, so the triggerer neither restarts it nor counts it free.
  *
- * A failed batch is kept and retried; outcomes are never dropped while the triggerer runs.
+ * No outcome holds up another. A batch the database refuses for its values is split at once,
+ * down to the outcome(s) refused; each of those fails its own task instances instead
+ * (DF_OUTCOME_REFUSED, naming the trigger and the reason). A batch failing for another reason (a
+ * lost connection) is kept and retried with backoff, split after a few failures, while later
+ * outcomes are written as usual; it is reported once per distinct error with the number of
+ * outcomes waiting. Outcomes are never dropped while the triggerer runs.
  */
 export class OutcomeWriter {
   #events: TriggerEventRecord[] = [];
   #failures: TriggerFailureRecord[] = [];
   /** Triggers whose task instances were moved; their rows are still to be deleted. */
   #moved: number[] = [];
+  /** Batches waiting for a retry, and how many outcomes they hold. */
+  #retrying: FailedBatch[] = [];
+  #retryingCount = 0;
+  /** Failure records that replaced a refused outcome: should one be refused too, it is not replaced again. */
+  readonly #replacements = new WeakSet<Outcome>();
+  /** Errors reported since writes last all succeeded: each distinct one is logged once. */
+  readonly #reported = new Map<string, number>();
+  #deleteFailures = 0;
   #flushing: Promise<void> | null = null;
+  /** Ends the flush loop's wait for a retry when new outcomes come in. */
+  #wakeFlush: (() => void) | null = null;
   #closed = false;
 
   constructor(
@@ -49,7 +88,7 @@ export class OutcomeWriter {
 
   /** Outcomes not fully written yet. */
   get pending(): number {
-    return this.#events.length + this.#failures.length + this.#moved.length;
+    return this.#events.length + this.#failures.length + this.#moved.length + this.#retryingCount;
   }
 
   addEvent(triggerId: number, payloadJson: string, endState: TaskEndState | null = null): void {
@@ -65,9 +104,11 @@ export class OutcomeWriter {
   /** Resolves once everything added so far is written, or `timeoutMs` passed. */
   async drain(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    while ((this.pending > 0 || this.#flushing) && Date.now() < deadline) {
-      if (!this.#flushing) this.#scheduleFlush();
-      await Promise.race([this.#flushing, delay(Math.max(0, deadline - Date.now()), undefined, { ref: false })]);
+    while (this.pending > 0 && Date.now() < deadline) {
+      this.#scheduleFlush();
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.#flushing, new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, deadline - Date.now()))))]);
+      clearTimeout(timer);
     }
   }
 
@@ -78,13 +119,15 @@ export class OutcomeWriter {
    */
   close(): void {
     this.#closed = true;
+    this.#wakeFlush?.();
   }
 
   #scheduleFlush(): void {
+    this.#wakeFlush?.();
     if (this.#flushing || this.#closed) return;
     this.#flushing = this.#flush().finally(() => {
       this.#flushing = null;
-      if (this.pending > 0) this.#scheduleFlush();
+      if (this.pending > 0 && !this.#closed) this.#scheduleFlush();
     });
   }
 
@@ -92,30 +135,55 @@ export class OutcomeWriter {
     // Let everything that fired in this turn queue up first.
     await nextTurn();
     while (this.pending > 0 && !this.#closed) {
-      const writes: Promise<boolean>[] = [];
-      while (writes.length < this.options.concurrency && this.#failures.length + this.#events.length > 0) {
-        writes.push(
-          this.#failures.length > 0
-            ? this.#moveBatch('failure', this.#failures, (batch) => this.storage.submitFailures(batch))
-            : this.#moveBatch('event', this.#events, (batch) => this.storage.submitEvents(batch)),
-        );
+      const now = Date.now();
+      const writes: Promise<void>[] = [];
+      // Retries that are due first (oldest outcomes), then new outcomes, failures before events.
+      for (let i = 0; i < this.#retrying.length && writes.length < this.options.concurrency; ) {
+        const failed = this.#retrying[i]!;
+        if (failed.retryAt > now) {
+          i++;
+          continue;
+        }
+        this.#retrying.splice(i, 1);
+        this.#retryingCount -= failed.batch.length;
+        writes.push(this.#moveBatch(failed.kind, failed.batch, failed.failures));
       }
-      if (writes.length === 0) writes.push(this.#deleteBatch());
-      const ok = (await Promise.all(writes)).every(Boolean);
-      if (!ok && !this.#closed) await delay(this.options.retryDelayMs);
+      while (writes.length < this.options.concurrency && this.#failures.length + this.#events.length > 0) {
+        const kind: Kind = this.#failures.length > 0 ? 'failure' : 'event';
+        const queue: Outcome[] = kind === 'failure' ? this.#failures : this.#events;
+        writes.push(this.#moveBatch(kind, queue.splice(0, this.options.batchSize), 0));
+      }
+      if (writes.length === 0 && this.#moved.length > 0 && this.#deleteFailures === 0) writes.push(this.#deleteBatch());
+      if (writes.length === 0) {
+        await this.#waitForWork();
+      } else {
+        await Promise.all(writes);
+      }
       // Give timers (fires, heartbeats) a turn between batches.
       await nextTurn();
     }
   }
 
-  async #moveBatch<Outcome extends { triggerId: number }>(
-    kind: 'event' | 'failure',
-    queue: Outcome[],
-    write: (batch: Outcome[]) => Promise<MoveResult>,
-  ): Promise<boolean> {
-    const batch = queue.splice(0, this.options.batchSize);
+  /** Waits until the next retry is due (or a failed delete may be tried again), or new outcomes come in. */
+  async #waitForWork(): Promise<void> {
+    const dueTimes = this.#retrying.map((failed) => failed.retryAt);
+    if (this.#deleteFailures > 0) dueTimes.push(Date.now() + this.#backoffMs(this.#deleteFailures));
+    const waitMs = Math.max(0, Math.min(...dueTimes) - Date.now());
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.#wakeFlush = resolve;
+      timer = setTimeout(resolve, waitMs);
+    });
+    clearTimeout(timer);
+    this.#wakeFlush = null;
+    // The pause is over: a failed delete is tried again on this pass.
+    if (this.#deleteFailures > 0 && this.#moved.length > 0 && this.#retrying.length === 0) await this.#deleteBatch();
+  }
+
+  async #moveBatch(kind: Kind, batch: Outcome[], failures: number): Promise<void> {
     try {
-      const { movedTaskInstances, endedTaskInstances } = await write(batch);
+      const { movedTaskInstances, endedTaskInstances } =
+        kind === 'failure' ? await this.storage.submitFailures(batch as TriggerFailureRecord[]) : await this.storage.submitEvents(batch as TriggerEventRecord[]);
       this.onDatabaseCall();
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
       if (movedTaskInstances + endedTaskInstances > 0) this.onMoved();
@@ -124,30 +192,114 @@ export class OutcomeWriter {
         `wrote ${batch.length} trigger ${kind}${batch.length === 1 ? '' : 's'}: ${movedTaskInstances} task instance(s) scheduled` +
           (endedTaskInstances > 0 ? `, ${endedTaskInstances} ended by their trigger` : ''),
       );
-      return true;
+      this.#noteRecovered();
     } catch (error) {
       this.onDatabaseCall();
-      queue.unshift(...batch);
-      if (this.#closed) return false;
-      this.log.error({ kind, triggers: batch.length, error: describeThrown(error).error }, `writing ${kind}s failed; retrying`);
-      return false;
+      if (this.#closed) {
+        this.#retry(kind, batch, failures, 0);
+        return;
+      }
+      if (this.options.refusesValues(error)) {
+        if (batch.length === 1) {
+          this.#refuse(kind, batch[0]!, error);
+        } else {
+          // Split at once: the halves the database accepts are written on the next pass.
+          const half = Math.ceil(batch.length / 2);
+          this.#retry(kind, batch.slice(half), 0, 0);
+          this.#retry(kind, batch.slice(0, half), 0, 0);
+        }
+        return;
+      }
+      const failed = failures + 1;
+      const delayMs = this.#backoffMs(failed);
+      if (batch.length > 1 && failed >= SPLIT_AFTER_FAILURES) {
+        const half = Math.ceil(batch.length / 2);
+        this.#retry(kind, batch.slice(half), failed, delayMs);
+        this.#retry(kind, batch.slice(0, half), failed, delayMs);
+      } else {
+        this.#retry(kind, batch, failed, delayMs);
+      }
+      this.#report(error, kind, delayMs);
     }
   }
 
-  async #deleteBatch(): Promise<boolean> {
+  #retry(kind: Kind, batch: Outcome[], failures: number, delayMs: number): void {
+    // Newest first, so the first half of a split batch is written first.
+    this.#retrying.unshift({ kind, batch, failures, retryAt: Date.now() + delayMs });
+    this.#retryingCount += batch.length;
+  }
+
+  /**
+   * The database refused this one outcome for its values: its task instances fail instead (the
+   * marker is deferflow's own text, made storable), and every other outcome is written as usual.
+   */
+  #refuse(kind: Kind, outcome: Outcome, error: unknown): void {
+    const reason = describeThrown(error).error;
+    const { triggerId } = outcome;
+    if (this.#replacements.has(outcome)) {
+      // The replacement marker itself was refused: nothing more can be written for this trigger.
+      // Its task instances stay deferred until their timeout; the runner keeps holding it, so it
+      // is not run again.
+      this.log.error(
+        { code: 'DF_OUTCOME_REFUSED', trigger_id: triggerId, error: reason },
+        `the database refused even the failure record for trigger ${triggerId}; its task instances stay deferred until their timeout: ${reason}`,
+      );
+      return;
+    }
+    const what = kind === 'event' ? 'event' : 'failure record';
+    const message = `the database refused the ${what} of trigger ${triggerId}: ${reason}`;
+    this.log.error({ code: 'DF_OUTCOME_REFUSED', trigger_id: triggerId, kind, error: reason }, `${message}; failing its task instances with DF_OUTCOME_REFUSED`);
+    const replacement: TriggerFailureRecord = {
+      triggerId,
+      failure: { code: 'DF_OUTCOME_REFUSED', error: `OutcomeRefused: ${message}`, traceback: null, reason: 'trigger_failure' },
+    };
+    this.#replacements.add(replacement);
+    this.#failures.unshift(replacement);
+  }
+
+  /** Logs a failed write once per distinct error until writes succeed again. */
+  #report(error: unknown, kind: Kind, retryInMs: number): void {
+    const text = describeThrown(error).error;
+    const seen = this.#reported.get(text) ?? 0;
+    this.#reported.set(text, seen + 1);
+    const fields = { code: 'DF_DATABASE', kind, waiting: this.pending, retry_in_ms: retryInMs, error: text };
+    if (seen === 0) {
+      this.log.error(fields, `writing trigger ${kind}s failed; ${this.pending} outcome(s) waiting, retrying with backoff (reported once until writes succeed): ${text}`);
+    } else {
+      this.log.debug({ ...fields, failures: seen + 1 }, `writing trigger ${kind}s failed again; retrying in ${retryInMs} ms`);
+    }
+  }
+
+  #noteRecovered(): void {
+    if (this.#reported.size === 0 || this.#retrying.length > 0) return;
+    const failures = [...this.#reported.values()].reduce((sum, count) => sum + count, 0);
+    this.#reported.clear();
+    this.log.info({ failed_writes: failures }, `writing trigger outcomes works again after ${failures} failed write(s)`);
+  }
+
+  #backoffMs(failures: number): number {
+    return Math.min(this.options.maxRetryDelayMs, this.options.retryDelayMs * 2 ** Math.max(0, failures - 1));
+  }
+
+  async #deleteBatch(): Promise<void> {
     const ids = this.#moved.splice(0, this.options.batchSize);
     try {
       const deleted = await this.storage.cleanUnusedTriggers(ids);
       this.onDatabaseCall();
+      this.#deleteFailures = 0;
       this.log.debug({ fired_triggers: ids.length, deleted_triggers: deleted }, `deleted ${deleted} fired trigger(s)`);
       this.onWritten(ids);
-      return true;
+      this.#noteRecovered();
     } catch (error) {
       this.onDatabaseCall();
       this.#moved.unshift(...ids);
-      if (this.#closed) return false;
-      this.log.error({ triggers: ids.length, error: describeThrown(error).error }, 'deleting fired triggers failed; retrying');
-      return false;
+      if (this.#closed) return;
+      this.#deleteFailures++;
+      const text = describeThrown(error).error;
+      if (!this.#reported.has(text)) {
+        this.log.error({ code: 'DF_DATABASE', triggers: ids.length, error: text }, `deleting fired triggers failed; retrying with backoff: ${text}`);
+      }
+      this.#reported.set(text, (this.#reported.get(text) ?? 0) + 1);
     }
   }
 }

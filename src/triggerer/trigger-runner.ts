@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { describeThrown, TriggerFailedError } from '../errors.ts';
+import { codeOf, describeThrown, TriggerFailedError } from '../errors.ts';
 import { toJsonText } from '../serialization/json.ts';
 import { attachRuntime, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
@@ -298,11 +298,13 @@ export class TriggerRunner {
 
   #reportFailure(triggerId: number, classpath: string, error: unknown, what: string): void {
     const failure = describeThrown(error);
+    // Anything a trigger throws that is not one of deferflow's own errors is DF_TRIGGER_FAILED.
+    const code = codeOf(error, 'DF_TRIGGER_FAILED');
     this.log.error(
-      { trigger_id: triggerId, classpath, error: failure.error, traceback: failure.traceback },
-      `trigger ${triggerId} (${classpath}) ${what}: ${failure.error}; failing its task instances`,
+      { code, trigger_id: triggerId, classpath, error: failure.error, traceback: failure.traceback },
+      `trigger ${triggerId} (${classpath}) ${what}: ${failure.error}; failing its task instances [${code}]`,
     );
-    this.outcomes.failure(triggerId, { ...failure, reason: 'trigger_failure' });
+    this.outcomes.failure(triggerId, { code, ...failure, reason: 'trigger_failure' });
   }
 
   async #stopRun(run: TriggerRun, killed = false): Promise<void> {

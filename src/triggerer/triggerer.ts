@@ -2,7 +2,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import { describeThrown } from '../errors.ts';
+import { errorFields } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
@@ -68,7 +68,7 @@ export class Triggerer {
     this.#writer = new OutcomeWriter(
       this.storage,
       log,
-      { batchSize: 2000, concurrency: database.adapter.concurrentWrites, retryDelayMs: 1000 },
+      { batchSize: 2000, concurrency: database.adapter.concurrentWrites, retryDelayMs: 1000, maxRetryDelayMs: 30_000, refusesValues: database.adapter.refusesValues },
       (ids) => ids.forEach((id) => this.#runner.forget(id)),
       () => this.#runner.markLoopEdge(),
       () => this.onWork?.(),
@@ -148,7 +148,7 @@ export class Triggerer {
       await this.#job!.end();
       this.log.info({ job_id: jobId, released_triggers: released }, `triggerer ${jobId} stopped; released ${released} trigger(s) to peers`);
     } catch (error) {
-      this.log.error({ job_id: jobId, error: describeThrown(error).error }, 'could not release triggers on stop; peers take them after the health-check threshold');
+      this.log.error({ job_id: jobId, ...errorFields(error, 'DF_DATABASE') }, 'could not release triggers on stop; peers take them after the health-check threshold');
     }
     this.#state = 'stopped';
   }
@@ -159,7 +159,7 @@ export class Triggerer {
       try {
         again = await this.#pass();
       } catch (error) {
-        this.log.error({ error: describeThrown(error).error }, 'triggerer pass failed; retrying next pass');
+        this.log.error(errorFields(error, 'DF_DATABASE'), 'triggerer pass failed; retrying next pass');
       }
       this.#runner.markLoopEdge();
       if (this.#state !== 'running') break;
@@ -263,7 +263,7 @@ export class Triggerer {
       this.#runner.markLoopEdge();
       if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));
     } catch (error) {
-      this.log.error({ error: describeThrown(error).error }, 'timeout sweep failed');
+      this.log.error(errorFields(error, 'DF_DATABASE'), 'timeout sweep failed');
     }
     this.#scheduleSweep(nextInMs);
   }

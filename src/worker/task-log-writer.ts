@@ -1,6 +1,7 @@
 import pino, { type Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
 import type { Storage, TaskLogLine } from '../storage/index.ts';
+import { storableJson, storableText } from '../serialization/storable-text.ts';
 
 /** Most lines a task's own code keeps in one run of a try's task log; later ones reach the worker's log only. */
 export const TASK_LOG_LINE_CAP = 10_000;
@@ -12,13 +13,6 @@ const FLUSH_INTERVAL_MS = 1_000;
 const LINE_KEYS = new Set(['time', 'level', 'msg']);
 /** What the worker binds to a try's logger: the task log's rows say it already. */
 const BOUND_KEYS = new Set(['task_instance_id', 'dag_id', 'task_id', 'run_id', 'try_number']);
-/**
- * PostgreSQL refuses NUL in text and jsonb, and lone surrogates in jsonb; one such line would
- * fail the whole batch, other tasks' lines included. Stored as U+FFFD instead, on both dialects.
- */
-const NOT_STORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-/** The same characters as JSON.stringify escapes them (it writes valid surrogate pairs as they are). */
-const ESCAPED_NOT_STORABLE = /\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
 /** The loggers of one try: `task` for the task's code (capped), `worker` for the worker's own lines about it. */
 export interface TryLoggers {
@@ -91,8 +85,8 @@ export class TaskLogWriter {
     const kept = this.#kept.get(`${taskInstanceId}:${tryNumber}`);
     if (kept === undefined) return;
     const own = Object.fromEntries(Object.entries(fields).filter(([name]) => !BOUND_KEYS.has(name)));
-    let fieldsJson = Object.keys(own).length === 0 ? null : JSON.stringify(own);
-    if (fieldsJson !== null && ESCAPED_NOT_STORABLE.test(fieldsJson)) fieldsJson = JSON.stringify(own, storableJsonValue);
+    // One line PostgreSQL refuses would fail the whole batch, other tasks' lines included.
+    const fieldsJson = Object.keys(own).length === 0 ? null : storableJson(own);
     const loggedAt = typeof line.time === 'number' ? line.time : Date.now();
     if (underCap) {
       if (kept.capped) return;
@@ -106,7 +100,7 @@ export class TaskLogWriter {
       kept.lines += 1;
       kept.bytes += bytes;
     }
-    this.#keep({ taskInstanceId, tryNumber, loggedAt, level, message: message.replace(NOT_STORABLE, '\ufffd'), fieldsJson });
+    this.#keep({ taskInstanceId, tryNumber, loggedAt, level, message: storableText(message), fieldsJson });
   }
 
   #keep(line: TaskLogLine): void {
@@ -145,13 +139,4 @@ export class TaskLogWriter {
       this.processLog.error({ lines: lines.length, error: describeThrown(error).error }, `writing ${lines.length} task log line(s) failed; they are dropped (the worker's log has them)`);
     }
   }
-}
-
-/** A JSON.stringify replacer that makes strings and object keys storable (see NOT_STORABLE). */
-function storableJsonValue(_key: string, value: unknown): unknown {
-  if (typeof value === 'string') return value.replace(NOT_STORABLE, '\ufffd');
-  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
-    return Object.fromEntries(Object.entries(value).map(([key, inner]) => [key.replace(NOT_STORABLE, '\ufffd'), inner]));
-  }
-  return value;
 }

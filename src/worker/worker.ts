@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { callNextMethod } from '../deferral.ts';
-import { describeThrown, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
+import { codeOf, describeThrown, errorFields, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
 import { isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
@@ -151,7 +151,7 @@ export class Worker {
         try {
           claimed = await this.storage.claimTaskInstances(worker, free);
         } catch (error) {
-          this.log.error({ error: describeThrown(error).error }, 'claiming task instances failed; retrying');
+          this.log.error(errorFields(error, 'DF_DATABASE'), 'claiming task instances failed; retrying');
         }
       }
       for (const taskInstance of claimed) {
@@ -160,7 +160,7 @@ export class Worker {
           // The database refused the outcome even after retries: the task instance stays running
           // on this worker until the worker stops or dies; then the scheduler retries it.
           .catch((error: unknown) =>
-            this.log.error({ task_instance_id: taskInstance.id, error: describeThrown(error).error }, `recording task instance ${taskInstance.id} failed; it is retried once this worker stops`),
+            this.log.error({ task_instance_id: taskInstance.id, ...errorFields(error, 'DF_DATABASE') }, `recording task instance ${taskInstance.id} failed; it is retried once this worker stops`),
           )
           .finally(() => {
             this.#slotMs += performance.now() - claimedAt;
@@ -269,7 +269,7 @@ export class Worker {
 
   /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
   async #finish(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers, outcome: TaskOutcome, error?: unknown, now = Date.now(), why?: string): Promise<void> {
-    const fields = { state: outcome.state, ...(error === undefined ? {} : describeThrown(error)) };
+    const fields = { state: outcome.state, ...(error === undefined ? {} : { code: codeOf(error, 'DF_TASK_FAILED'), ...describeThrown(error) }) };
     if (error === undefined) {
       tryLog.worker.info(fields, `${label} ${outcome.state}${why ? `: ${why}` : ''}`);
     } else {
