@@ -192,6 +192,32 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(urgent.triggerer_id).toBe(tr.triggerer.jobId);
   });
 
+  it('takes over a trigger whose owner has no job row (pruned or deleted), and never claims one no task instance waits on', async () => {
+    const db = await database();
+    const file = path.join(os.tmpdir(), `deferflow-orphan-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    // Owned by a triggerer whose job row is gone: before, its task instance waited forever.
+    const ownerless = await deferOnto(db, new t.DelayTrigger({ ms: 10 }));
+    await db.db.updateTable('trigger').set({ triggerer_id: 987_654 }).where('id', '=', ownerless.triggerId).execute();
+    // An orphan: a trigger row no task instance points at (its wait was cleared, say).
+    const orphan = await db.db
+      .insertInto('trigger')
+      .values({ classpath: 'test.NeverTrigger', kwargs: JSON.stringify({ file, tag: 'orphan' }), created_at: new Date().toISOString(), triggerer_id: null, hash: null, priority_weight: 100 })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    const waited = await deferOnto(db, new t.NeverTrigger({ file, tag: 'waited' }));
+    await triggerer(db, {}, { cleanupIntervalMs: 300 });
+
+    await waitFor(async () => (await taskInstance(db, ownerless.id)).state === 'scheduled', { what: 'the ownerless trigger taken over and fired' });
+    expect((await taskInstance(db, ownerless.id)).next_kwargs).toMatchObject({ event: { slept: 10 } });
+    await waitFor(() => readFileSync(file, 'utf8').includes('start waited'), { what: 'the waited-on trigger running' });
+    // The orphan ranks first (priority 100) and was unowned in the same claim: it was passed over, never run.
+    expect(readFileSync(file, 'utf8')).not.toContain('orphan');
+    const orphanRow = await db.db.selectFrom('trigger').select('triggerer_id').where('id', '=', orphan.id).executeTakeFirst();
+    expect(orphanRow?.triggerer_id ?? null).toBeNull();
+    expect((await taskInstance(db, waited.id)).state).toBe('deferred');
+  });
+
   it('a claim never takes more triggers than asked for', async () => {
     const db = await database();
     for (let i = 0; i < 30; i++) await deferOnto(db, new t.NeverTrigger({ n: i }));

@@ -7,7 +7,7 @@ export interface TriggerRow {
 }
 
 /**
- * Gives up to `limit` unowned triggers to triggerer `jobId`, highest priority_weight then oldest
+ * Gives up to `limit` unowned triggers that some task instance waits on to triggerer `jobId`, highest priority_weight then oldest
  * first. On PostgreSQL the candidate rows are locked with SKIP LOCKED, so peers claiming at the
  * same moment take disjoint sets without waiting; on SQLite the single write lock does that. The
  * re-check of `triggerer_id is null` keeps the update conditional either way.
@@ -23,6 +23,9 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
       .selectFrom('trigger')
       .select('id')
       .where('triggerer_id', 'is', null)
+      // An orphan (no task instance waits on it: fired, cleared, or left by a crash) is never
+      // run, side effects included; the periodic cleanup deletes it.
+      .where(({ exists, selectFrom }) => exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id')))
       .orderBy('priority_weight', 'desc')
       .orderBy('created_at')
       .orderBy('id')

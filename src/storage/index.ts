@@ -6,7 +6,7 @@ import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
 import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
-import { releaseTriggersOfDeadTriggerers } from './release-dead-triggerers.ts';
+import { releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
 import { scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import { createDagRun, type NewDagRun } from './create-dag-run.ts';
@@ -97,6 +97,10 @@ export class Storage {
 
   releaseTriggersOfDeadTriggerers(aliveSince: number): Promise<number> {
     return releaseTriggersOfDeadTriggerers(this.#context, aliveSince);
+  }
+
+  releaseTriggersOfMissingTriggerers(): Promise<number> {
+    return releaseTriggersOfMissingTriggerers(this.#context);
   }
 
   claimTriggers(jobId: number, limit: number): Promise<TriggerRow[]> {

@@ -21,3 +21,18 @@ export async function releaseTriggersOfDeadTriggerers({ db }: StorageContext, al
     .executeTakeFirst();
   return Number(result.numUpdatedRows);
 }
+
+/**
+ * Unowns the triggers whose owner has no job row at all (the job table was pruned, or the row
+ * deleted by hand): an owner that does not exist is dead too, and nothing else would ever release
+ * them. It reads every owned trigger, so triggerers run it with the periodic cleanup, not each pass.
+ */
+export async function releaseTriggersOfMissingTriggerers({ db }: StorageContext): Promise<number> {
+  const result = await db
+    .updateTable('trigger')
+    .set({ triggerer_id: null })
+    .where('triggerer_id', 'is not', null)
+    .where(({ not, exists, selectFrom }) => not(exists(selectFrom('job').select('job.id').whereRef('job.id', '=', 'trigger.triggerer_id'))))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}

@@ -26,7 +26,7 @@ const FULL_RECONCILE_MS = 60_000;
  * - the pass (every poll-interval, at once again after a full claim): release the triggers of
  *   dead peers; when what it owns differs from what it runs, cancel what it runs but no longer
  *   owns and start what it owns but does not run; claim more up to capacity; now and then
- *   delete triggers nothing waits on;
+ *   delete triggers nothing waits on, and release those whose owner has no job row at all;
  * - the heartbeat (every heartbeat-interval);
  * - the timeout sweep (at the next deferral deadline, at most timeoutSweepMs apart).
  * Outcomes (events, failures) go through the OutcomeWriter as they happen.
@@ -212,6 +212,8 @@ export class Triggerer {
       this.#lastCleanupAt = Date.now();
       const deleted = await storage.cleanUnusedTriggers();
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
+      const orphaned = await storage.releaseTriggersOfMissingTriggerers();
+      if (orphaned > 0) this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
     }
     return claimedFull;
   }
