@@ -77,20 +77,29 @@ describe('triggerer --help', () => {
 });
 
 describe('triggerer option validation', () => {
-  it('refuses a capacity that is not a positive integer, from a flag or the environment', async () => {
-    const cases: { args: string[]; env?: NodeJS.ProcessEnv }[] = [
-      { args: ['--capacity', '0'] },
-      { args: ['--capacity', '-3'] },
-      { args: ['--capacity', '1.5'] },
-      { args: ['--capacity', 'abc'] },
-      { args: [], env: { DEFERFLOW_TRIGGERER_CAPACITY: '0' } },
+  it('refuses a capacity that is not a positive integer, from a flag or the environment, saying what was given', async () => {
+    // Each says what was given, as it was given (not "got null" for what yargs made NaN), and an
+    // integer option takes only an integer spelling (not 2.0, 1e3 or 0x10).
+    const cases: { args: string[]; env?: NodeJS.ProcessEnv; given: string }[] = [
+      { args: ['--capacity', '0'], given: 'got "0"' },
+      { args: ['--capacity', '-3'], given: 'got "-3"' },
+      { args: ['--capacity', '1.5'], given: 'got "1.5"' },
+      { args: ['--capacity', 'abc'], given: 'got "abc"' },
+      { args: ['--capacity', 'NaN'], given: 'got "NaN"' },
+      { args: ['--capacity', '2.0'], given: 'got "2.0"' },
+      { args: ['--capacity', '1e3'], given: 'got "1e3"' },
+      { args: ['--claims-per-loop', '0x10'], given: 'got "0x10"' },
+      { args: [], env: { DEFERFLOW_TRIGGERER_CAPACITY: '0' }, given: 'got "0"' },
+      { args: [], env: { DEFERFLOW_TRIGGERER_CAPACITY: '2.0' }, given: 'got "2.0"' },
+      { args: ['--poll-interval', 'soon'], given: 'expected a positive number, got "soon"' },
     ];
-    const runs = cases.map(({ args, env }) => ({ label: [...Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`), ...args].join(' '), tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB], env) }));
-    for (const { label, tr } of runs) {
+    const runs = cases.map(({ args, env, given }) => ({ given, label: [...Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`), ...args].join(' '), tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB], env) }));
+    for (const { label, tr, given } of runs) {
       expect(await exitOf(tr), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
       const stderr = tr.stderr.join('\n');
       expect(stderr, label).toContain('DF_INVALID_OPTION');
-      expect(stderr, label).toMatch(/\bcapacity\b/);
+      expect(stderr, label).toMatch(/\b(capacity|claims-per-loop|poll-interval)\b/);
+      expect(stderr, label).toContain(given);
       expect(tr.text, `${label}: nothing on stdout`).toEqual([]);
     }
   });

@@ -154,14 +154,18 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     expect(first.reusedTrigger).toBe(false);
     expect(other.triggerId).not.toBe(first.triggerId);
     expect(optedOut.triggerId).not.toBe(first.triggerId);
-    // +02:00 keeps its offset, so it is a different (but equal-moment) kwargs: no sharing.
-    expect(sameMomentOtherSpelling.reusedTrigger).toBe(false);
+    // A moment is an instant: the same one given in another zone shares the row.
+    expect(sameMomentOtherSpelling).toEqual({ triggerId: first.triggerId, reusedTrigger: true });
+    const inNewYork = await defer(new DateTimeTrigger({ moment: DateTime.fromISO(moment).setZone('America/New_York') }));
+    const withOffset = await defer(new DateTimeTrigger({ moment: '2031-03-04T07:06:07+02:00' }));
+    expect([inNewYork.triggerId, withOffset.triggerId]).toEqual([first.triggerId, first.triggerId]);
     const same = await defer(new DateTimeTrigger({ moment: new Date(moment) }), 9);
     expect(same).toEqual({ triggerId: first.triggerId, reusedTrigger: true });
     const row = await db.db.selectFrom('trigger').selectAll().where('id', '=', first.triggerId).executeTakeFirstOrThrow();
     expect(row.priority_weight).toBe(9);
+    expect(JSON.parse(row.kwargs)).toEqual({ moment });
     const waiting = await db.db.selectFrom('task_instance').select('id').where('trigger_id', '=', first.triggerId).execute();
-    expect(waiting).toHaveLength(2);
+    expect(waiting).toHaveLength(5);
     // TimeDeltaTrigger is stored as the absolute moment, so it dedupes with a DateTimeTrigger.
     const delta = new TimeDeltaTrigger({ delta: 3600 });
     const byDelta = await defer(delta);

@@ -16,15 +16,15 @@ const PASS_INSTEAD =
  * ends the waiting task instances as success (a TaskSuccessEvent, Airflow's end_from_trigger):
  * a task that only waits, started from this trigger, never needs a worker.
  *
- * The moment is kept as one canonical ISO string: luxon's `toISO()` form with milliseconds and the
- * given offset (`Z` for a zero offset), e.g. "2030-05-01T14:00:00.000+02:00". Equal waits written
- * differently ("…T12:00:00Z", "…T12:00:00.000+00:00", a Date, a UTC DateTime) serialize alike and
- * share one trigger row. The instance holds just that string and its epoch milliseconds.
+ * A moment is an instant, so it is kept as one canonical ISO string in UTC: luxon's `toISO()`
+ * form with milliseconds and `Z`, e.g. "2030-05-01T12:00:00.000Z". The same instant given any
+ * way ("…T14:00:00+02:00", "…T12:00:00Z", a Date, a DateTime in any zone) serializes alike and
+ * shares one trigger row. The instance holds just that string and its epoch milliseconds.
  */
 export class DateTimeTrigger extends BaseTrigger {
   static readonly classpath = 'deferflow.triggers.DateTimeTrigger';
 
-  /** The canonical ISO-8601 moment (with its offset); also the event payload. */
+  /** The canonical ISO-8601 moment in UTC; also the event payload. */
   readonly moment: string;
   /** The moment in epoch milliseconds. */
   readonly momentMs: number;
@@ -68,9 +68,9 @@ export class DateTimeTrigger extends BaseTrigger {
   }
 }
 
-// The exact form normalizeMoment produces for years 0000-9999 (luxon toISO / Date#toISOString):
-// milliseconds always present, `Z` for a zero offset, else ±HH:MM.
-const CANONICAL_ISO = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.\d{3}(?:Z|[+-](\d\d):(\d\d))$/;
+// The exact form normalizeMoment produces for years 0000-9999 (luxon toISO in UTC /
+// Date#toISOString): milliseconds always present, always `Z`.
+const CANONICAL_ISO = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.\d{3}Z$/;
 
 /** The canonical ISO string and epoch milliseconds of a moment, or an InvalidTriggerArgumentError. */
 function normalizeMoment(value: unknown): [string, number] {
@@ -92,7 +92,7 @@ function normalizeMoment(value: unknown): [string, number] {
   }
   if (DateTime.isDateTime(value)) {
     if (!value.isValid) throw invalidMoment(value, 'is an invalid luxon DateTime');
-    const iso = value.toISO();
+    const iso = value.toUTC().toISO();
     const ms = value.toMillis();
     if (iso === null || !Number.isFinite(ms)) throw invalidMoment(value, 'cannot be written as ISO-8601');
     return [iso, ms];
@@ -113,7 +113,7 @@ function normalizeWithLuxon(value: string): [string, number] {
   // naive string reads differently under two zones, and an aware one does not.
   const probe = DateTime.fromISO(value, { setZone: true, zone: 'UTC+1' });
   if (probe.offset !== parsed.offset) throw invalidMoment(value, 'is naive (it has no UTC offset or Z), so it names no single moment');
-  const iso = parsed.toISO();
+  const iso = parsed.toUTC().toISO();
   const ms = parsed.toMillis();
   if (iso === null || !Number.isFinite(ms)) throw invalidMoment(value, 'cannot be written as ISO-8601');
   return [iso, ms];
@@ -124,12 +124,7 @@ function isCanonicalFields(f: RegExpExecArray): boolean {
   const month = Number(f[2]);
   const day = Number(f[3]);
   if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) return false;
-  if (Number(f[4]) > 23 || Number(f[5]) > 59 || Number(f[6]) > 59) return false;
-  if (f[7] === undefined) return true; // Z
-  const offsetHours = Number(f[7]);
-  const offsetMinutes = Number(f[8]);
-  // A zero numeric offset is written `Z` in the canonical form.
-  return offsetHours <= 23 && offsetMinutes <= 59 && offsetHours + offsetMinutes > 0;
+  return Number(f[4]) <= 23 && Number(f[5]) <= 59 && Number(f[6]) <= 59;
 }
 
 function daysInMonth(year: number, month: number): number {

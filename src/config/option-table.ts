@@ -32,7 +32,9 @@ export function declareOptions(command: Argv, table: OptionTable): Argv {
   for (const [name, spec] of Object.entries(table)) {
     const isList = Array.isArray(spec.default);
     command.option(name, {
-      type: isList ? 'array' : typeof spec.default === 'number' ? 'number' : typeof spec.default === 'boolean' ? 'boolean' : 'string',
+      // Numbers are taken as the text given and checked by the table's own parsers: yargs would
+      // turn `--capacity abc` into NaN (and the message into "got null") and `2.0` into 2.
+      type: isList ? 'array' : typeof spec.default === 'boolean' ? 'boolean' : 'string',
       string: isList ? true : undefined,
       describe: `${spec.describe} [${spec.unit}; env ${spec.env}; default ${isList ? 'none' : spec.default}]`,
     });
@@ -45,20 +47,33 @@ export function rawOptionsFrom<Table extends OptionTable>(table: Table, args: Re
   return Object.fromEntries(Object.keys(table).map((name) => [name, args[name]])) as RawOptions<Table>;
 }
 
+/** A whole number above zero: a number, or text spelling one in digits (`12`, not `12.0`, `1e3` or `0x10`). */
 export function positiveInteger(value: unknown, name: string): number {
-  const number = toNumber(value);
-  if (!Number.isInteger(number) || number <= 0) {
-    throw new InvalidOptionError(name, `expected a positive integer, got ${JSON.stringify(value)}`);
+  const number = typeof value === 'number' ? value : typeof value === 'string' && INTEGER_TEXT.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isSafeInteger(number) || number <= 0) {
+    throw new InvalidOptionError(name, `expected a positive integer, got ${given(value)}`);
   }
   return number;
 }
 
+/** A finite number above zero: a number, or text spelling one in decimal (`0.5`, `2`, `1e3`). */
 export function positiveNumber(value: unknown, name: string): number {
-  const number = toNumber(value);
+  const number = typeof value === 'number' ? value : typeof value === 'string' && DECIMAL_TEXT.test(value) ? Number(value) : Number.NaN;
   if (!Number.isFinite(number) || number <= 0) {
-    throw new InvalidOptionError(name, `expected a positive number, got ${JSON.stringify(value)}`);
+    throw new InvalidOptionError(name, `expected a positive number, got ${given(value)}`);
   }
   return number;
+}
+
+const INTEGER_TEXT = /^\s*\+?\d+\s*$/;
+const DECIMAL_TEXT = /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/;
+
+/** What was given, as the user wrote it: text quoted, numbers (NaN too) as they print. */
+function given(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'number' || typeof value === 'boolean' || value === null || value === undefined) return String(value);
+  if (Array.isArray(value)) return `${value.length} values (${value.map(given).join(', ')}); give it once`;
+  return typeof value;
 }
 
 /** A positive number of seconds, in milliseconds. */
@@ -78,10 +93,4 @@ export function flag(value: unknown, name: string): boolean {
 export function oneOf<T extends string>(value: unknown, name: string, allowed: readonly T[]): T {
   if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
   throw new InvalidOptionError(name, `expected one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
-}
-
-function toNumber(value: unknown): number {
-  if (typeof value === 'number') return value;
-  if (typeof value === 'string' && /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(value)) return Number(value);
-  return Number.NaN;
 }

@@ -73,14 +73,16 @@ describe('DateTimeTrigger construction', () => {
     expect(refusal(() => new DateTimeTrigger({ moment: invalid })).message).toContain('the clock broke');
   });
 
-  it('keeps the given offset and writes one canonical form', () => {
+  it('stores the instant in UTC, one canonical form however it was given', () => {
     const cases: [string, string][] = [
-      ['2030-05-01T14:00:00+02:00', '2030-05-01T14:00:00.000+02:00'],
-      ['2030-05-01T06:30:00.250-05:30', '2030-05-01T06:30:00.250-05:30'],
+      ['2030-05-01T14:00:00+02:00', '2030-05-01T12:00:00.000Z'],
+      ['2030-05-01T06:30:00.250-05:30', '2030-05-01T12:00:00.250Z'],
       ['2030-05-01T12:00:00Z', '2030-05-01T12:00:00.000Z'],
       ['2030-05-01T12:00:00+00:00', '2030-05-01T12:00:00.000Z'],
       ['2030-05-01T12:00Z', '2030-05-01T12:00:00.000Z'],
-      ['20300501T140000+0200', '2030-05-01T14:00:00.000+02:00'],
+      ['20300501T140000+0200', '2030-05-01T12:00:00.000Z'],
+      // Across a date line: the UTC day differs from the local one.
+      ['2030-05-01T01:00:00+05:00', '2030-04-30T20:00:00.000Z'],
     ];
     for (const [given, canonical] of cases) {
       const trigger = new DateTimeTrigger({ moment: given });
@@ -89,7 +91,7 @@ describe('DateTimeTrigger construction', () => {
     }
   });
 
-  it('accepts a Date (as UTC) and a luxon DateTime (keeping its offset)', () => {
+  it('accepts a Date and a luxon DateTime in any zone, as their instant in UTC', () => {
     const date = new Date('2030-05-01T12:00:00.123Z');
     const fromDate = new DateTimeTrigger({ moment: date });
     expect(fromDate.moment).toBe('2030-05-01T12:00:00.123Z');
@@ -97,7 +99,7 @@ describe('DateTimeTrigger construction', () => {
 
     const zoned = DateTime.fromISO('2030-01-15T09:00:00', { zone: 'America/New_York' });
     const fromDateTime = new DateTimeTrigger({ moment: zoned });
-    expect(fromDateTime.moment).toBe('2030-01-15T09:00:00.000-05:00');
+    expect(fromDateTime.moment).toBe('2030-01-15T14:00:00.000Z');
     expect(fromDateTime.momentMs).toBe(zoned.toMillis());
   });
 
@@ -118,6 +120,7 @@ describe('DateTimeTrigger construction', () => {
 
   it('rebuilds serialized moments on the fast path, without luxon, keeping the very string', () => {
     const stored = new DateTimeTrigger({ moment: '2030-05-01T14:00:00+02:00' }).serialize().kwargs.moment as string;
+    expect(stored).toBe('2030-05-01T12:00:00.000Z');
     const fromISO = vi.spyOn(DateTime, 'fromISO');
     for (let i = 0; i < 1000; i++) {
       expect(new DateTimeTrigger({ moment: stored }).moment).toBe(stored);
