@@ -29,6 +29,8 @@ import { storableText } from './serialization/storable-text.ts';
  * | DF_INVALID_SERIALIZED_DAG    | a stored serialized DAG fails validation (names the field)          |
  * | DF_RETURN_VALUE_TOO_LARGE    | a task returned more JSON than a task instance keeps                |
  * | DF_DAG_IMPORT                | a DAG file could not be loaded (log lines and import errors)        |
+ * | DF_DAG_FOLDER                | the DAG folder holds none of the DAG files processed before: a      |
+ * |                              | wrong --dags; nothing is marked deleted                             |
  * | DF_UNCAUGHT                  | user code threw outside any task or trigger; the process goes on    |
  */
 
@@ -53,6 +55,7 @@ export const ERROR_CODES = [
   'DF_INVALID_SERIALIZED_DAG',
   'DF_RETURN_VALUE_TOO_LARGE',
   'DF_DAG_IMPORT',
+  'DF_DAG_FOLDER',
   'DF_UNCAUGHT',
 ] as const;
 
@@ -173,6 +176,13 @@ export class ReturnValueTooLargeError extends DeferflowError {
 export class InvalidDagError extends DeferflowError {
   constructor(message: string) {
     super('DF_INVALID_DAG', message);
+  }
+}
+
+/** DAG processing refused a folder that holds none of the DAG files it processed before. */
+export class DagFolderError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_DAG_FOLDER', message);
   }
 }
 

@@ -58,4 +58,29 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(unknownDag.exit.code).toBe(2);
     expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');
   }, 60_000);
+
+  it('dags reserialize on a folder holding none of the DAG files processed before refuses and deletes nothing; --remove-missing does it', async () => {
+    const db = await scratch.database(dialect);
+    const dir = scratch.dir('dags');
+    writeFileSync(path.join(dir, 'dags.mts'), DAGS);
+    await processDagFolder(db, dir);
+    const live = async () => (await db.db.selectFrom('serialized_dag').select('dag_id').where('deleted_at', 'is', null).orderBy('dag_id').execute()).map((row) => row.dag_id);
+    const empty = scratch.dir('empty');
+
+    const refused = await run(spawnDeferflow(['dags', 'reserialize', '--dags', empty, '--db', db.url]));
+    expect(refused.exit.code).toBe(2);
+    expect(refused.err).toContain('error [DF_DAG_FOLDER]');
+    expect(refused.err).toContain(`${empty} holds none of the 1 DAG file(s) processed before`);
+    expect(refused.err).toContain('--remove-missing');
+    expect(await live()).toEqual(['adhoc', 'nightly']);
+
+    const missing = await run(spawnDeferflow(['dags', 'reserialize', '--dags', path.join(empty, 'nope'), '--db', db.url]));
+    expect(missing.exit.code).toBe(2);
+    expect(missing.err).toMatch(/error \[DF_INVALID_OPTION\]: dags: the DAG folder .*nope.* does not exist/);
+
+    const meant = await run(spawnDeferflow(['dags', 'reserialize', '--dags', empty, '--remove-missing', '--db', db.url]));
+    expect(meant.exit.code).toBe(0);
+    expect(meant.out.sort()).toEqual(['adhoc\tdeleted', 'nightly\tdeleted']);
+    expect(await live()).toEqual([]);
+  }, 60_000);
 });

@@ -118,12 +118,18 @@ export function registerDagsCommands(cli: Argv): void {
       .command(
         'reserialize',
         'Process the DAG folder now: write serialized DAGs, mark deleted ones, record import errors',
-        (command) => command.option('dags', { type: 'string', describe: `${WORKER_OPTIONS.dags.describe} [env ${WORKER_OPTIONS.dags.env}; default ${WORKER_OPTIONS.dags.default}]` }),
+        (command) =>
+          command
+            .option('dags', { type: 'string', describe: `${WORKER_OPTIONS.dags.describe} [env ${WORKER_OPTIONS.dags.env}; default ${WORKER_OPTIONS.dags.default}]` })
+            .option('remove-missing', {
+              type: 'boolean',
+              describe: 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
+            }),
         async (args) => {
           const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
-            const result = await processDagFolder(database, folder);
+            const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });
             for (const [dagId, write] of Object.entries(result.written)) process.stdout.write(`${dagId}\t${write}\n`);
             for (const dagId of result.deleted) process.stdout.write(`${dagId}\tdeleted\n`);
             for (const error of result.errors) process.stdout.write(`import error\t${error.fileloc}\t${error.message}\n`);

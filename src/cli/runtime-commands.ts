@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
-import { keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
+import { assertDagFolder, keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
 import { openDatabase } from '../db/connect.ts';
 import { createLogger } from '../logging.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
@@ -18,6 +18,7 @@ export function registerRuntimeCommands(cli: Argv): void {
     (command) => declareOptions(command, WORKER_OPTIONS),
     async (args) => {
       const options = resolveWorkerOptions(rawOptionsFrom(WORKER_OPTIONS, args));
+      await assertDagFolder(options.dagsFolder);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
       const database = openDatabase(options.databaseUrl);
       const worker = new Worker(database, options, dagFileResolver(database), log);

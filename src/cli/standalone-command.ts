@@ -1,5 +1,6 @@
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
+import { assertDagFolder } from '../dags/dag-processor.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
@@ -29,6 +30,7 @@ export function registerStandaloneCommand(cli: Argv): void {
       if (options.exitWhenDone && options.triggerDag === null) {
         throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
       }
+      await assertDagFolder(options.worker.dagsFolder);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
       const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
       for (const module of options.triggerer.triggerModules) await registry.loadModule(module);

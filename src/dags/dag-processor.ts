@@ -1,7 +1,9 @@
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
-import { errorFields } from '../errors.ts';
-import { markMissingDagsDeleted, readSerializedDag, readSerializedDagHash, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
+import { DagFolderError, errorFields, InvalidOptionError } from '../errors.ts';
+import { activeDagFilelocs, markMissingDagsDeleted, readSerializedDag, readSerializedDagHash, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import type { DagSource } from '../scheduler/scheduler.ts';
 import { loadDagFolder, type DagFileError } from './loader.ts';
@@ -13,14 +15,38 @@ export interface ProcessResult {
   readonly errors: readonly DagFileError[];
 }
 
+export interface ProcessOptions {
+  /**
+   * Mark deleted the DAGs of every file not found, even when the folder holds none of the files
+   * processed before (see processDagFolder). Off by default: that is what a mistyped folder does.
+   */
+  readonly removeMissing?: boolean;
+}
+
 /**
  * DAG processing: loads the DAG folder and records what the scheduler and the CLI read instead
  * of DAG code: each DAG's serialized JSON (rewritten only when its hash changed), DAGs gone from
  * the folder marked deleted, and one import error per file that could not be loaded.
+ *
+ * A folder that holds none of the DAG files processed before is refused with DF_DAG_FOLDER and
+ * changes nothing: that is a wrong --dags (a typo, an unmounted volume), not every DAG deleted at
+ * once, and marking them deleted would stall their runs. `removeMissing` says it is meant.
  */
-export async function processDagFolder(database: Database, folder: string, now = Date.now()): Promise<ProcessResult> {
+export async function processDagFolder(database: Database, folder: string, options: ProcessOptions = {}, now = Date.now()): Promise<ProcessResult> {
   const context = { db: database.db, adapter: database.adapter };
+  await assertDagFolder(folder);
   const loaded = await loadDagFolder(folder);
+  if (!options.removeMissing) {
+    const known = await activeDagFilelocs(context);
+    const found = new Set(loaded.files);
+    if (known.length > 0 && !known.some((fileloc) => found.has(fileloc))) {
+      throw new DagFolderError(
+        `${path.resolve(folder)} holds none of the ${known.length} DAG file(s) processed before (e.g. ${known[0]}); ` +
+          'refusing to mark their DAGs deleted. Check --dags (or DEFERFLOW_DAGS_FOLDER); if the DAGs were moved or removed on purpose, ' +
+          `run \`deferflow dags reserialize --dags ${folder} --remove-missing\` once`,
+      );
+    }
+  }
   const errors: DagFileError[] = [...loaded.errors];
   const written: Record<string, SerializedDagWrite> = {};
   for (const { dag, fileloc } of loaded.dags) {
@@ -44,6 +70,7 @@ export async function processDagFolder(database: Database, folder: string, now =
  * what changed. A failing pass (a database hiccup) is logged and retried at the next interval.
  */
 export async function keepDagFolderProcessed(database: Database, folder: string, intervalMs: number, log: Logger): Promise<{ stop(): void }> {
+  let refusedBefore = '';
   const processOnce = async () => {
     try {
       const result = await processDagFolder(database, folder);
@@ -52,8 +79,13 @@ export async function keepDagFolderProcessed(database: Database, folder: string,
       if (changed.length > 0 || result.deleted.length > 0) {
         log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);
       }
+      refusedBefore = '';
     } catch (error) {
-      log.error(errorFields(error, 'DF_DATABASE'), `processing DAG folder ${folder} failed`);
+      const fields = errorFields(error, 'DF_DATABASE');
+      // A refused folder stays refused until someone acts: said once, not every interval.
+      if (fields.code === 'DF_DAG_FOLDER' && fields.error === refusedBefore) return;
+      refusedBefore = fields.code === 'DF_DAG_FOLDER' ? fields.error : '';
+      log.error(fields, `processing DAG folder ${folder} failed: ${fields.error}`);
     }
   };
   await processOnce();
@@ -86,4 +118,12 @@ export function serializedDagSource(database: Database): DagSource {
     parsed.set(dagId, dag);
     return dag;
   };
+}
+
+/** Refuses a DAG folder that does not exist or is not a folder (DF_INVALID_OPTION, naming it). */
+export async function assertDagFolder(folder: string): Promise<void> {
+  const absolute = path.resolve(folder);
+  const found = await stat(absolute).catch(() => null);
+  if (found === null) throw new InvalidOptionError('dags', `the DAG folder ${JSON.stringify(folder)} (${absolute}) does not exist; pass --dags or set DEFERFLOW_DAGS_FOLDER`);
+  if (!found.isDirectory()) throw new InvalidOptionError('dags', `${JSON.stringify(folder)} (${absolute}) is not a folder; --dags names the folder that holds the DAG files`);
 }

@@ -46,6 +46,8 @@ export class Scheduler {
   #job: JobRow | null = null;
   /** Per DAG: when to look for due scheduled runs again (null: never, until its JSON changes). */
   readonly #nextScheduleCheck = new Map<string, { hash: string; at: number | null }>();
+  /** Unfinished runs whose DAG is not among the serialized DAGs, already warned about. */
+  readonly #waitingForDag = new Set<string>();
   /** Called after a pass scheduled task instances (standalone wires it to the worker's wake()). */
   onWork: (() => void) | null = null;
 
@@ -114,9 +116,15 @@ export class Scheduler {
       if (!dags.has(run.dagId)) dags.set(run.dagId, await this.dags(run.dagId));
       const dag = dags.get(run.dagId)!;
       if (!dag) {
-        this.log.warn({ dag_id: run.dagId, run_id: run.runId }, `DAG ${run.dagId} is not among the serialized DAGs; run ${run.runId} waits`);
+        // Said once per run until its DAG is back, not every pass.
+        const key = `${run.dagId}\u0000${run.runId}`;
+        if (!this.#waitingForDag.has(key)) {
+          this.#waitingForDag.add(key);
+          this.log.warn({ dag_id: run.dagId, run_id: run.runId }, `DAG ${run.dagId} is not among the serialized DAGs (deleted, or its file not found); run ${run.runId} waits until it is back`);
+        }
         continue;
       }
+      this.#waitingForDag.delete(`${run.dagId}\u0000${run.runId}`);
       if (await this.#advance(run, dag, now)) madeWork = true;
     }
     if (madeWork) this.onWork?.();

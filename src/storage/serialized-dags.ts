@@ -44,6 +44,12 @@ export async function markMissingDagsDeleted({ db }: StorageContext, present: re
   return rows.map((row) => row.dag_id);
 }
 
+/** The files that define the DAGs not marked deleted (where DAG processing last found them). */
+export async function activeDagFilelocs({ db }: StorageContext): Promise<string[]> {
+  const rows = await db.selectFrom('serialized_dag').select('fileloc').distinct().where('deleted_at', 'is', null).orderBy('fileloc').execute();
+  return rows.map((row) => row.fileloc);
+}
+
 /** The stored JSON and hash of a DAG that is not deleted, or null. */
 export async function readSerializedDag({ db }: StorageContext, dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
   const row = await db.selectFrom('serialized_dag').select(['data', 'hash', 'fileloc']).where('dag_id', '=', dagId).where('deleted_at', 'is', null).executeTakeFirst();

@@ -45,7 +45,7 @@ export interface WorkerIdentity {
 
 /**
  * Moves up to `limit` scheduled task instances to queued for this worker, highest
- * priority_weight first, then oldest. On PostgreSQL the candidates are locked with SKIP LOCKED,
+ * priority_weight first, then oldest, passing over those of DAGs marked deleted. On PostgreSQL the candidates are locked with SKIP LOCKED,
  * so several workers claim disjoint sets without waiting; on SQLite the write lock does that.
  * The candidates are a MATERIALIZED CTE, evaluated once (see claimTriggers).
  */
@@ -57,7 +57,18 @@ export async function claimTaskInstances(
 ): Promise<ClaimedTaskInstance[]> {
   if (limit <= 0) return [];
   const candidates = adapter.lockSkippingLocked(
-    db.selectFrom('task_instance').select('id').where('state', '=', 'scheduled').orderBy('priority_weight', 'desc').orderBy('id').limit(limit),
+    db
+      .selectFrom('task_instance')
+      .select('id')
+      .where('state', '=', 'scheduled')
+      // A DAG marked deleted (its file was not found by the last DAG processing) may come back:
+      // its task instances wait, scheduled, rather than fail for want of code.
+      .where(({ not, exists, selectFrom }) =>
+        not(exists(selectFrom('serialized_dag').select('serialized_dag.dag_id').whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id').where('serialized_dag.deleted_at', 'is not', null))),
+      )
+      .orderBy('priority_weight', 'desc')
+      .orderBy('id')
+      .limit(limit),
   );
   const rows = await db
     .with((cte) => cte('candidate').materialized(), () => candidates)

@@ -78,6 +78,41 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     expect(Object.keys(await importErrors()).sort()).toEqual(['loop.ts', 'zz-copycat.ts']);
   });
 
+  it('a wrong folder (empty, or missing) marks nothing deleted; a task of a DAG marked deleted waits instead of failing, and runs when the file is back', async () => {
+    const { db, dir, write, rows } = await setup();
+    write('etl.ts', dagFile('etl'));
+    write('other.ts', dagFile('other'));
+    await processDagFolder(db, dir);
+    const empty = mkdtempSync(path.join(os.tmpdir(), 'deferflow-empty-'));
+    open.dirs.push(empty);
+    await expect(processDagFolder(db, empty)).rejects.toMatchObject({ code: 'DF_DAG_FOLDER' });
+    await expect(processDagFolder(db, path.join(empty, 'missing'))).rejects.toMatchObject({ code: 'DF_INVALID_OPTION' });
+    expect(await rows()).toEqual({ etl: 'live', other: 'live' });
+
+    // The file really goes (and the DAG is marked deleted) while a task instance is scheduled.
+    const dags = serializedDagSource(db);
+    const log = pino({ level: 'debug' }, new LogCapture());
+    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
+    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'while_gone', runType: 'manual', logicalDate: Date.now(), conf: {} });
+    await db.db.updateTable('task_instance').set({ state: 'scheduled' }).where('run_id', '=', 'while_gone').where('task_id', '=', 'extract').execute();
+    const moved = path.join(empty, 'etl.ts');
+    writeFileSync(moved, dagFile('etl'));
+    rmSync(path.join(dir, 'etl.ts'));
+    expect((await processDagFolder(db, dir)).deleted).toEqual(['etl']);
+    const worker = { jobId: 1, hostname: 'test', pid: process.pid };
+    expect(await scheduler.storage.claimTaskInstances(worker, 10)).toEqual([]);
+    const extract = async () => db.db.selectFrom('task_instance').select(['state', 'try_number']).where('run_id', '=', 'while_gone').where('task_id', '=', 'extract').executeTakeFirstOrThrow();
+    expect(await extract()).toEqual({ state: 'scheduled', try_number: 0 });
+
+    // The file comes back: the next processing revives the DAG and the task runs.
+    writeFileSync(path.join(dir, 'etl.ts'), dagFile('etl'));
+    await processDagFolder(db, dir);
+    const runner = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
+    await runner.start();
+    open.stops.push(() => runner.stop());
+    await waitFor(async () => (await extract()).state === 'success', { what: 'the task run once its DAG is back' });
+  });
+
   it('a DAG run goes scheduler → worker → success from the folder; the scheduler needs only the serialized DAG', async () => {
     const { db, dir, write } = await setup();
     write('etl.ts', dagFile('etl', { value: 'loaded' }));
