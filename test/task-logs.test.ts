@@ -23,6 +23,15 @@ class LogsOddTextThenFails extends BaseOperator {
   }
 }
 
+/** One line at each of debug, info and warn. */
+class LogsAtEveryLevel extends BaseOperator {
+  execute(context: LoggingContext): void {
+    context.log.debug('debug line');
+    context.log.info('info line');
+    context.log.warn('warn line');
+  }
+}
+
 const FLOOD_LINE_BYTES = 8 * 1024;
 const FLOOD_LINES = (2 * TASK_LOG_BYTE_CAP) / FLOOD_LINE_BYTES;
 
@@ -50,7 +59,7 @@ describe.each(testDialects)('task logs on %s', (dialect) => {
   });
 
   /** Runs the task instances of `operators` (task id → operator) once each, until none is running. */
-  const runTasks = async (operators: Record<string, BaseOperator>) => {
+  const runTasks = async (operators: Record<string, BaseOperator>, processLevel = 'info') => {
     const db = await migratedDatabase(dialect);
     open.databases.push(db);
     const ids: Record<string, number> = {};
@@ -66,7 +75,7 @@ describe.each(testDialects)('task logs on %s', (dialect) => {
       }),
     });
     const processLog = new LogCapture();
-    const worker = new Worker(db, { concurrency: 4, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' }, resolve, pino({ level: 'info' }, processLog));
+    const worker = new Worker(db, { concurrency: 4, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' }, resolve, pino({ level: processLevel }, processLog));
     open.workers.push(worker);
     await worker.start();
     const settled = ['failed', 'success', 'up_for_reschedule'];
@@ -106,6 +115,19 @@ describe.each(testDialects)('task logs on %s', (dialect) => {
     // Nothing is lost for good: the process log has every line.
     expect(processLog.matching((line) => line.task_instance_id === ids.flood && typeof line.i === 'number')).toHaveLength(FLOOD_LINES);
   }, 60_000);
+
+  it('keeps info lines whatever the process prints (standalone prints warn and up), and never debug lines', async () => {
+    const { db, ids, processLog } = await runTasks({ quiet: new LogsAtEveryLevel() }, 'warn');
+    const stored = await db.db.selectFrom('task_log').select(['level', 'message']).where('task_instance_id', '=', ids.quiet!).orderBy('id').execute();
+    expect(stored.map((line) => [line.level, line.message])).toEqual([
+      ['info', expect.stringMatching(/^running logs_dag\.quiet .*, try 1$/)],
+      ['info', 'info line'],
+      ['warn', 'warn line'],
+      ['info', expect.stringMatching(/^logs_dag\.quiet .* success$/)],
+    ]);
+    // The process prints what its own level lets through, as before.
+    expect(processLog.lines.map((line) => line.msg)).toEqual(['warn line']);
+  });
 
   it("prints a rescheduled sensor's pokes, and says which of run, task or try is wrong", async () => {
     const { db, ids } = await runTasks({ sensor: new PokesLater() });

@@ -7,6 +7,8 @@ import { storableJson, storableText } from '../serialization/storable-text.ts';
 export const TASK_LOG_LINE_CAP = 10_000;
 /** Most bytes (message and fields, UTF-8) a task's own code keeps in one run of a try's task log. */
 export const TASK_LOG_BYTE_CAP = 4 * 1024 * 1024;
+/** The least severe level a task log keeps, whatever the process prints (Airflow's task logs: INFO). */
+export const TASK_LOG_LEVEL = 'info';
 /** How long a line may wait before it is written (a finished task's lines are written at once). */
 const FLUSH_INTERVAL_MS = 1_000;
 /** Fields every pino line has, kept in their own columns or not at all. */
@@ -52,8 +54,11 @@ export class TaskLogWriter {
     private readonly storage: Storage,
     private readonly processLog: Logger,
   ) {
-    this.#taskLogger = pino({ level: processLog.level, base: null }, { write: (text: string) => this.#route(text, true) });
-    this.#workerLogger = pino({ level: processLog.level, base: null }, { write: (text: string) => this.#route(text, false) });
+    // What a task log keeps does not depend on what the process prints (standalone prints warn
+    // and up): lines are made down to info, or further when the process prints further.
+    const level = pino.levels.values[processLog.level]! < pino.levels.values[TASK_LOG_LEVEL]! ? processLog.level : TASK_LOG_LEVEL;
+    this.#taskLogger = pino({ level, base: null }, { write: (text: string) => this.#route(text, true) });
+    this.#workerLogger = pino({ level, base: null }, { write: (text: string) => this.#route(text, false) });
   }
 
   /** The loggers of one try, their lines bound to `bindings` (with task_instance_id and try_number). */
@@ -79,7 +84,9 @@ export class TaskLogWriter {
     const level = pino.levels.labels[Number(line.level)] ?? 'info';
     const message = typeof line.msg === 'string' ? line.msg : '';
     const fields = Object.fromEntries(Object.entries(line).filter(([key]) => !LINE_KEYS.has(key)));
+    // The process log filters by its own level.
     (this.processLog[level as 'info'] ?? this.processLog.info).call(this.processLog, fields, message);
+    if (Number(line.level) < pino.levels.values[TASK_LOG_LEVEL]!) return;
     const taskInstanceId = Number(line.task_instance_id);
     const tryNumber = Number(line.try_number);
     const kept = this.#kept.get(`${taskInstanceId}:${tryNumber}`);
