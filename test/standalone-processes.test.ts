@@ -21,7 +21,7 @@ const TRIGGERS = JSON.stringify(path.join(REPO_ROOT, 'triggers/index.ts'));
 
 // Tasks append "<task> <event> <epoch ms>" to events.log next to the DAG file.
 const DAGS = `
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { BaseOperator, Dag, FunctionOperator, TaskDeferred, type RuntimeContext } from ${INDEX};
 import { TimeDeltaTrigger } from ${TRIGGERS};
 const note = (task: string, what: string) => appendFileSync(import.meta.dirname + '/events.log', \`\${task} \${what} \${Date.now()}\\n\`);
@@ -76,6 +76,18 @@ outOfTime.add(
       throw new TaskDeferred({ trigger: new TimeDeltaTrigger({ delta: 60 }), method: 'resume' });
     },
     resume: () => 'must never resume normally',
+  }),
+);
+
+// Runs until a file named "release" appears beside the DAG file.
+export const interrupted = new Dag({ dagId: 'interrupted' }).add(
+  new FunctionOperator({
+    taskId: 'until_released',
+    fn: async (context) => {
+      note('until_released', \`try\${context.taskInstance.tryNumber}\`);
+      while (!existsSync(import.meta.dirname + '/release')) await new Promise((resolve) => setTimeout(resolve, 50));
+      return 'released';
+    },
   }),
 );
 `;
@@ -182,6 +194,29 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
       { job_type: 'TriggererJob', state: 'success' },
       { job_type: 'WorkerJob', state: 'success' },
     ]);
+  }, 60_000);
+
+  it('Ctrl-C during a run says what it stops, hands the running try back at once, exits 130; the next start finishes the run on the same try', async () => {
+    const { db, dags, standalone, taskInstances } = await setUp();
+    const proc = standalone('interrupted');
+    await waitFor(async () => (await taskInstances()).until_released?.state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+    proc.kill('SIGINT');
+    expect(await finished(proc, 15_000)).toEqual({ code: 130, signal: null });
+    expect(proc.text).toContain('SIGINT: stopping; 1 running task instance(s) are handed back with their try (they run again on the next start); send it again to exit at once');
+    expect(proc.text.at(-1)).toMatch(/^run manual__\S+ of interrupted did not finish \(running, 0\/1 task\(s\) done\); it carries on when deferflow runs again/);
+    // Handed back, not left running for the zombie reaper: no try spent, ready for the next worker.
+    expect((await taskInstances()).until_released).toMatchObject({ state: 'scheduled', try_number: 0 });
+    expect((await db.db.selectFrom('job').select('state').execute()).map((job) => job.state)).toEqual(['success', 'success', 'success']);
+
+    writeFileSync(path.join(dags, 'release'), '');
+    const again = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--log-level', 'info']);
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('dag_id', '=', 'interrupted').executeTakeFirstOrThrow()).state === 'success', {
+      what: 'the run finished by the next start',
+      timeoutMs: 20_000,
+    });
+    expect((await taskInstances()).until_released).toMatchObject({ state: 'success', try_number: 1, return_value: '"released"' });
+    again.kill('SIGTERM');
+    expect(await finished(again)).toEqual({ code: 0, signal: null });
   }, 60_000);
 
   it('refuses --exit-when-done without --trigger-dag, and an unknown DAG, naming the option', async () => {

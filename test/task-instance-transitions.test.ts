@@ -39,6 +39,29 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     expect(await storage.claimTaskInstances(me, 10)).toEqual([]);
   });
 
+  it('a hand back gives the try back: a fresh run starts as the same try, a resumed one resumes again at next_method', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const me = await worker(storage);
+    const fresh = await createTaskInstance(db, { state: 'scheduled' });
+    await storage.claimTaskInstances(me, 1);
+    await storage.startTaskInstance(fresh, me.jobId, null);
+    expect(await storage.handBackTaskInstance(fresh, me.jobId)).toBe(true);
+    expect(await taskInstance(db, fresh)).toMatchObject({ state: 'scheduled', try_number: 0, worker_job_id: null, queued_at: null });
+    await storage.claimTaskInstances(me, 1);
+    expect((await storage.startTaskInstance(fresh, me.jobId, null))?.tryNumber).toBe(1);
+
+    const resumed = await createTaskInstance(db, { state: 'scheduled' });
+    await db.db.updateTable('task_instance').set({ try_number: 2, next_method: 'afterWait', next_kwargs: '{"event":"fired"}' }).where('id', '=', resumed).execute();
+    await storage.claimTaskInstances(me, 1);
+    expect(await storage.startTaskInstance(resumed, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: 'afterWait' });
+    expect(await storage.handBackTaskInstance(resumed, me.jobId)).toBe(true);
+    const row = await taskInstance(db, resumed);
+    expect(row).toMatchObject({ state: 'scheduled', try_number: 2, next_method: 'afterWait', next_kwargs: { event: 'fired' } });
+    // Only the worker that runs it can hand it back, and only while it runs.
+    expect(await storage.handBackTaskInstance(resumed, me.jobId)).toBe(false);
+  });
+
   it('a fresh start takes the next try and fixes the execution deadline; a resume after a deferral keeps both', async () => {
     const db = await database();
     const storage = new Storage(db);

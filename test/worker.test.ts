@@ -217,8 +217,8 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const { worker } = await startWorker(db, { patient });
     await waitFor(async () => (await stateOf(db, handedBack)) === 'running', { what: 'the task running' });
     await worker.stop();
-    expect(await stateOf(db, handedBack)).toBe('up_for_retry');
-    expect((patient.reasons[0] as Error).message).toBe('the worker is shutting down; this try will be retried');
+    expect(await stateOf(db, handedBack)).toBe('scheduled');
+    expect((patient.reasons[0] as Error).message).toBe('the worker is shutting down; this try is handed back and runs again');
   });
 
   it('runs a scheduled task instance to success and keeps its return value', async () => {
@@ -298,15 +298,20 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     expect(String(failure?.error)).toMatch(/^TaskExecutionTimeoutError: test_dag\.forever .* ran past its execution timeout/);
   });
 
-  it('a stop hands a task that does not finish in the grace period back for a retry', async () => {
+  it('a stop hands a task that does not finish in the grace period back with its try: the next run is the same try', async () => {
     const db = await database();
     const id = await scheduled(db, 'sleeps');
     const { worker } = await startWorker(db, { sleeps: new Sleeps() });
     await waitFor(async () => (await stateOf(db, id)) === 'running');
     await worker.stop();
     const row = await taskInstance(db, id);
-    expect(row).toMatchObject({ state: 'up_for_retry', worker_job_id: null, try_number: 1 });
+    expect(row).toMatchObject({ state: 'scheduled', worker_job_id: null, try_number: 0 });
     const job = await db.db.selectFrom('job').selectAll().where('id', '=', worker.jobId!).executeTakeFirstOrThrow();
     expect(job).toMatchObject({ job_type: 'WorkerJob', state: 'success' });
+    // The next worker runs it as try 1 again: an operator stopping a process spends no retry.
+    const next = await startWorker(db, { sleeps: new Sleeps() });
+    await waitFor(async () => (await taskInstance(db, id)).state === 'running', { what: 'the task running again' });
+    expect((await taskInstance(db, id)).try_number).toBe(1);
+    await next.worker.stop();
   });
 });

@@ -8,19 +8,27 @@ import { describeThrown } from '../errors.ts';
  * exit 0); a second signal, or a stop slower than `deadlineMs`, exits at once with code 1.
  * A throw escaping user code (a trigger's or task's callback) is logged, and the process goes on.
  * A daemon with `untilDone` (standalone's --exit-when-done) also stops when that resolves, and
- * exits with the code it resolved to.
+ * exits with the code it resolved to. `onSignal` hears the first signal before the stop begins
+ * (to say what the stop waits for); `exitCodeAfterSignal`, called once stopped with the database
+ * still open, picks the exit code of a stop by signal (default 0).
  */
 export async function runUntilSignalled(
   log: Logger,
   database: Database,
-  daemon: { start(): Promise<void>; stop(): Promise<void>; untilDone?: () => Promise<number> },
+  daemon: {
+    start(): Promise<void>;
+    stop(): Promise<void>;
+    untilDone?: () => Promise<number>;
+    onSignal?: (signal: NodeJS.Signals) => void;
+    exitCodeAfterSignal?: (signal: NodeJS.Signals) => Promise<number>;
+  },
   deadlineMs: number,
 ): Promise<never> {
   process.on('uncaughtException', (error) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'));
   process.on('unhandledRejection', (reason) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(reason) }, 'unhandled rejection; continuing'));
   let signals = 0;
   let stopping = false;
-  const stopAndExit = (exitCode: number) => {
+  const stopAndExit = (exitCode: number, signal: NodeJS.Signals | null = null) => {
     if (stopping) return;
     stopping = true;
     setTimeout(() => {
@@ -29,8 +37,11 @@ export async function runUntilSignalled(
     }, deadlineMs).unref();
     void daemon
       .stop()
-      .then(() => database.close())
-      .then(() => process.exit(exitCode));
+      .then(async () => {
+        const code = signal !== null && daemon.exitCodeAfterSignal ? await daemon.exitCodeAfterSignal(signal).catch(() => 1) : exitCode;
+        await database.close();
+        process.exit(code);
+      });
   };
   const onSignal = (signal: NodeJS.Signals) => {
     signals++;
@@ -39,7 +50,8 @@ export async function runUntilSignalled(
       process.exit(1);
     }
     log.info({ signal }, `received ${signal}; stopping gracefully (send it again to exit at once)`);
-    stopAndExit(0);
+    if (!stopping) daemon.onSignal?.(signal);
+    stopAndExit(0, signal);
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);

@@ -1,3 +1,4 @@
+import os from 'node:os';
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
 import { assertDagFolder } from '../dags/dag-processor.ts';
@@ -43,6 +44,7 @@ export function registerStandaloneCommand(cli: Argv): void {
       );
       const standalone = new Standalone(database, options, registry, log);
       let runId: string | null = null;
+      const progress = { interrupted: false };
       await runUntilSignalled(
         log,
         database,
@@ -61,11 +63,35 @@ export function registerStandaloneCommand(cli: Argv): void {
             }
           },
           stop: () => standalone.stop(),
+          onSignal: (signal) => {
+            progress.interrupted = true;
+            const running = standalone.worker.runningCount;
+            const grace = options.worker.shutdownGraceMs;
+            say(
+              `\n${signal}: stopping` +
+                (running === 0
+                  ? ''
+                  : `; ${running} running task instance(s) ${grace > 0 ? `get up to ${grace / 1000} s to finish, then ` : ''}are handed back with their try (they run again on the next start)`) +
+                '; send it again to exit at once',
+            );
+          },
+          exitCodeAfterSignal: async (signal) => {
+            if (runId === null) return 0;
+            const run = await new Storage(database).runProgress(options.triggerDag!, runId);
+            if (run && (run.state === 'success' || run.state === 'failed')) return run.state === 'success' ? 0 : 1;
+            const figures = run ? progressFigures(run) : null;
+            say(
+              `run ${runId} of ${options.triggerDag} did not finish (${run?.state ?? 'gone'}${figures ? `, ${figures.done}/${figures.total} task(s) done` : ''}); ` +
+                'it carries on when deferflow runs again on this database',
+            );
+            return 128 + (os.constants.signals[signal] ?? 15);
+          },
           untilDone:
             options.triggerDag === null
               ? undefined
               : async () => {
-                  const succeeded = await showRunProgress(database, standalone, options.triggerDag!, runId!);
+                  const succeeded = await showRunProgress(database, standalone, options.triggerDag!, runId!, progress);
+                  if (succeeded === null) return new Promise<number>(() => {});
                   if (options.exitWhenDone) return succeeded ? 0 : 1;
                   say('standalone keeps running (Ctrl-C to stop)');
                   return new Promise<number>(() => {});
@@ -77,14 +103,18 @@ export function registerStandaloneCommand(cli: Argv): void {
   );
 }
 
-/** Shows the run's progress until it finishes, then its summary; resolves to whether it succeeded. */
-async function showRunProgress(database: Database, standalone: Standalone, dagId: string, runId: string): Promise<boolean> {
+/**
+ * Shows the run's progress until it finishes, then its summary; resolves to whether it
+ * succeeded, or to null once interrupted (a signal: the stop says the rest).
+ */
+async function showRunProgress(database: Database, standalone: Standalone, dagId: string, runId: string, progressState: { interrupted: boolean }): Promise<boolean | null> {
   const storage = new Storage(database);
   const startedAt = performance.now();
   const terminal = process.stdout.isTTY === true;
   let lastPrinted = '';
   let lastPrintedAt = 0;
   for (;;) {
+    if (progressState.interrupted) return null;
     const progress = await storage.runProgress(dagId, runId);
     if (!progress) throw new Error(`DAG run ${dagId} ${runId} disappeared`);
     const elapsed = performance.now() - startedAt;

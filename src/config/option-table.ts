@@ -76,6 +76,16 @@ function given(value: unknown): string {
   return typeof value;
 }
 
+/** A number of seconds, zero or more (zero: at once), in milliseconds. */
+export function nonNegativeSeconds(value: unknown, name: string): number {
+  if (typeof value === 'number' ? value === 0 : typeof value === 'string' && DECIMAL_TEXT.test(value) && Number(value) === 0) return 0;
+  try {
+    return seconds(value, name);
+  } catch {
+    throw new InvalidOptionError(name, `expected zero or a positive number of seconds, got ${given(value)}`);
+  }
+}
+
 /** A positive number of seconds, in milliseconds. */
 export function seconds(value: unknown, name: string): number {
   return Math.round(positiveNumber(value, name) * 1000);

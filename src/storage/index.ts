@@ -35,6 +35,7 @@ import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
 import {
   claimTaskInstances,
   finishTaskInstance,
+  handBackTaskInstance,
   startTaskInstance,
   type ClaimedTaskInstance,
   type StartedTaskInstance,
@@ -168,6 +169,10 @@ export class Storage {
 
   finishTaskInstance(taskInstanceId: number, workerJobId: number, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
     return finishTaskInstance(this.#context, taskInstanceId, workerJobId, outcome, now);
+  }
+
+  handBackTaskInstance(taskInstanceId: number, workerJobId: number, now = Date.now()): Promise<boolean> {
+    return handBackTaskInstance(this.#context, taskInstanceId, workerJobId, now);
   }
 
   clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], now = Date.now()): Promise<ClearResult> {

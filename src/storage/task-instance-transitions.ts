@@ -15,13 +15,14 @@ import type { StorageContext } from './context.ts';
  *   deferred ──trigger event, failure or timeout (triggerer)──▶ scheduled, resumed at next_method
  *   up_for_retry | up_for_reschedule ──ready_at passed (scheduler)──▶ scheduled
  *   queued | running ──its worker's heartbeat went stale (scheduler)──▶ up_for_retry | failed
+ *   running ──its worker stopped before it finished (hand back)──▶ scheduled, the try given back
  *
  * Every transition is one conditional UPDATE on the state it leaves (and, for a worker, on the
  * worker that holds it), so two processes racing for one task instance cannot both win: the
  * loser's update matches no row. try_number counts starts: it goes up when a task instance
  * starts running, but not when it resumes from a deferral (the same try goes on).
  *
- * This file holds the worker's transitions: claim, start, finish.
+ * This file holds the worker's transitions: claim, start, finish, hand back.
  */
 
 export interface ClaimedTaskInstance {
@@ -188,6 +189,30 @@ export async function finishTaskInstance(
       worker_job_id: null,
       updated_at: toDbTime(now),
       ...(outcome.state === 'up_for_reschedule' ? { try_number: sql<number>`try_number - 1` } : {}),
+    })
+    .where('id', '=', taskInstanceId)
+    .where('state', '=', 'running')
+    .where('worker_job_id', '=', workerJobId)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/**
+ * running → scheduled for a worker that is stopping before the task finished (a graceful stop
+ * past its grace period, Ctrl-C on standalone). An operator stopping a process is not the task
+ * failing, so the try is given back: a fresh run gets the same try number again (try_number - 1),
+ * and a resumed run keeps next_method and next_kwargs to resume at the same point (its try_number
+ * never went up). Ready at once, for any worker. False when it is no longer running on this worker.
+ */
+export async function handBackTaskInstance({ db }: StorageContext, taskInstanceId: number, workerJobId: number, now: number): Promise<boolean> {
+  const result = await db
+    .updateTable('task_instance')
+    .set({
+      state: 'scheduled',
+      try_number: sql<number>`case when next_method is null then try_number - 1 else try_number end`,
+      queued_at: null,
+      worker_job_id: null,
+      updated_at: toDbTime(now),
     })
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'running')

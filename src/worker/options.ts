@@ -1,5 +1,5 @@
 import os from 'node:os';
-import { oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
 import { LOG_LEVELS, TRIGGERER_OPTIONS, type LogFormat, type LogLevel } from '../triggerer/options.ts';
 import type { WorkerOptions } from './worker.ts';
 
@@ -10,7 +10,7 @@ export const WORKER_OPTIONS = {
   concurrency: { env: 'DEFERFLOW_WORKER_CONCURRENCY', default: 16, unit: 'task instances', describe: 'Slots: most task instances run at once' },
   'poll-interval': { env: 'DEFERFLOW_WORKER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between claims when there is nothing to claim or no free slot' },
   'heartbeat-interval': { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
-  'shutdown-grace': { env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE', default: 30, unit: 'seconds', describe: 'On SIGTERM, how long running tasks may finish before they are handed back for a retry' },
+  'shutdown-grace': { env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE', default: 30, unit: 'seconds', describe: 'On SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again, no retry spent); 0 hands them back at once' },
   'dag-process-interval': { env: 'DEFERFLOW_DAG_PROCESS_INTERVAL', default: 30, unit: 'seconds', describe: 'How often the DAG folder is processed into serialized DAGs' },
   'log-level': TRIGGERER_OPTIONS['log-level'],
   'log-format': TRIGGERER_OPTIONS['log-format'],
@@ -32,7 +32,7 @@ export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}
     concurrency: positiveInteger(pick('concurrency'), 'concurrency'),
     pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
     heartbeatIntervalMs: seconds(pick('heartbeat-interval'), 'heartbeat-interval'),
-    shutdownGraceMs: seconds(pick('shutdown-grace'), 'shutdown-grace'),
+    shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
     dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
     logLevel: oneOf(pick('log-level'), 'log-level', LOG_LEVELS),
     logFormat: oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const),

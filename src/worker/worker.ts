@@ -49,7 +49,7 @@ export interface WorkerOptions {
  * heartbeat goes stale has its task instances retried by the scheduler.
  *
  * stop(): claim nothing more, give running tasks `shutdownGraceMs` to finish, hand the others
- * back as up_for_retry (retried, not lost), end the job row.
+ * back (scheduled, their try given back: run again, not lost, no retry spent), end the job row.
  */
 export class Worker {
   readonly storage: Storage;
@@ -63,6 +63,8 @@ export class Worker {
   #stopped: Promise<void> | null = null;
   #slotMs = 0;
   readonly #taskLogs: TaskLogWriter;
+  /** Task instances this worker handed back when it stopped. */
+  handedBack = 0;
   /**
    * Called after this worker recorded a deferral or an outcome: others (a triggerer, a
    * scheduler) may have work now. Standalone wires it to their wake().
@@ -124,15 +126,24 @@ export class Worker {
     this.#state = 'stopping';
     this.#pause.wake();
     await this.#loop;
-    const graceEnds = new Promise<void>((resolve) => setTimeout(resolve, this.options.shutdownGraceMs).unref());
-    await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
+    if (this.#running.size > 0 && this.options.shutdownGraceMs > 0) {
+      this.log.info(
+        { running: this.#running.size, grace_ms: this.options.shutdownGraceMs },
+        `stopping: waiting up to ${this.options.shutdownGraceMs / 1000} s for ${this.#running.size} running task(s) to finish; then they are handed back`,
+      );
+      const graceEnds = new Promise<void>((resolve) => setTimeout(resolve, this.options.shutdownGraceMs).unref());
+      await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
+    }
     const jobId = this.#job!.id;
     for (const taskInstanceId of this.#running.keys()) {
       // Its code may still be running in this process, but the process is going: hand it back,
       // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
-      const handedBack = await this.storage.finishTaskInstance(taskInstanceId, jobId, { state: 'up_for_retry', readyAt: Date.now() });
-      if (handedBack) this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; it will be retried`);
-      this.#cancels.get(taskInstanceId)?.abort(new Error('the worker is shutting down; this try will be retried'));
+      const handedBack = await this.storage.handBackTaskInstance(taskInstanceId, jobId);
+      if (handedBack) {
+        this.handedBack++;
+        this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`);
+      }
+      this.#cancels.get(taskInstanceId)?.abort(new Error('the worker is shutting down; this try is handed back and runs again'));
     }
     // Code that heeds its signal winds down now; give it a moment before the logs close.
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
