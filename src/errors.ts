@@ -8,6 +8,8 @@ import { storableText } from './serialization/storable-text.ts';
  * |------------------------------|--------------------------------------------------------------------|
  * | DF_INVALID_OPTION            | a configuration value is out of range or of the wrong kind          |
  * | DF_INVALID_DATABASE_URL      | --db / DEFERFLOW_DATABASE_URL names no supported database           |
+ * | DF_DATABASE_NOT_MIGRATED     | the database (or SQLite file) does not exist, was never migrated,   |
+ * |                              | is behind this deferflow, or ahead of it: names versions and the fix |
  * | DF_NOT_JSON                  | kwargs, next_kwargs or an event payload holds a non-JSON value      |
  * | DF_NOT_STORABLE              | a JSON value holds text the database cannot store (U+0000, a lone   |
  * |                              | surrogate): refused alike on both dialects                          |
@@ -37,6 +39,7 @@ import { storableText } from './serialization/storable-text.ts';
 export const ERROR_CODES = [
   'DF_INVALID_OPTION',
   'DF_INVALID_DATABASE_URL',
+  'DF_DATABASE_NOT_MIGRATED',
   'DF_NOT_JSON',
   'DF_NOT_STORABLE',
   'DF_INVALID_TRIGGER_ARGUMENT',
@@ -80,6 +83,13 @@ export class InvalidOptionError extends DeferflowError {
 export class InvalidDatabaseUrlError extends DeferflowError {
   constructor(url: string, why: string) {
     super('DF_INVALID_DATABASE_URL', `database URL ${JSON.stringify(url)}: ${why}`);
+  }
+}
+
+/** A command found the database missing, unmigrated, behind or ahead of this deferflow. */
+export class DatabaseNotMigratedError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_DATABASE_NOT_MIGRATED', message);
   }
 }
 

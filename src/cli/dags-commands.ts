@@ -1,7 +1,7 @@
 import type { Argv } from 'yargs';
 import { processDagFolder } from '../dags/dag-processor.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
-import { openDatabase } from '../db/connect.ts';
+import { openMigratedDatabase } from './open-database.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
@@ -28,7 +28,7 @@ export function registerDagsCommands(cli: Argv): void {
         'List the serialized DAGs and the DAG files that failed to load',
         (command) => command.option('json', { type: 'boolean', describe: 'One JSON object instead of a table' }),
         async (args) => {
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const dagRows = (await database.db.selectFrom('serialized_dag').select(['dag_id', 'fileloc', 'data']).where('deleted_at', 'is', null).orderBy('dag_id').execute()).map((row) => ({
               dag_id: row.dag_id,
@@ -65,7 +65,7 @@ export function registerDagsCommands(cli: Argv): void {
             }
             assertJsonObject(conf, 'conf');
           }
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId });
             process.stdout.write(`${runId}\n`);
@@ -86,7 +86,7 @@ export function registerDagsCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const runs = await new Storage(database).listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -126,7 +126,7 @@ export function registerDagsCommands(cli: Argv): void {
               describe: 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });

@@ -1,5 +1,6 @@
 import type { Argv } from 'yargs';
 import { openDatabase } from '../db/connect.ts';
+import { openMigratedDatabase } from './open-database.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { migrateToLatest } from '../db/migrate.ts';
 import { dumpSchema } from '../db/schema-dump.ts';
@@ -16,7 +17,8 @@ export function registerDbCommands(cli: Argv): void {
       .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
     async (args) => {
       const url = databaseUrlFrom(args.db);
-      const database = openDatabase(url);
+      // migrate creates what is missing; schema shows a migrated database only.
+      const database = args.action === 'migrate' ? openDatabase(url) : await openMigratedDatabase(url);
       try {
         if (args.action === 'migrate') {
           const applied = await migrateToLatest(database);

@@ -1,7 +1,7 @@
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
 import { assertDagFolder, keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
-import { openDatabase } from '../db/connect.ts';
+import { openMigratedDatabase } from './open-database.ts';
 import { createLogger } from '../logging.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../scheduler/options.ts';
@@ -20,7 +20,7 @@ export function registerRuntimeCommands(cli: Argv): void {
       const options = resolveWorkerOptions(rawOptionsFrom(WORKER_OPTIONS, args));
       await assertDagFolder(options.dagsFolder);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
-      const database = openDatabase(options.databaseUrl);
+      const database = await openMigratedDatabase(options.databaseUrl);
       const worker = new Worker(database, options, dagFileResolver(database), log);
       // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
       let dagProcessing: { stop(): void } | undefined;
@@ -49,7 +49,7 @@ export function registerRuntimeCommands(cli: Argv): void {
     async (args) => {
       const options = resolveSchedulerOptions(rawOptionsFrom(SCHEDULER_OPTIONS, args));
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'scheduler' });
-      const database = openDatabase(options.databaseUrl);
+      const database = await openMigratedDatabase(options.databaseUrl);
       const scheduler = new Scheduler(database, options, serializedDagSource(database), log);
       await runUntilSignalled(log, database, scheduler, 5_000);
     },

@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { serializedDagSource } from '../dags/dag-processor.ts';
-import { openDatabase } from '../db/connect.ts';
+import { openMigratedDatabase } from './open-database.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Storage } from '../storage/index.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
@@ -20,7 +20,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             let query = database.db
               .selectFrom('task_instance')
@@ -54,7 +54,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
         async (args) => {
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const dag = await serializedDagSource(database)(args.dag);
             if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(args.dag)} among the serialized DAGs`);
@@ -85,7 +85,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('try', { type: 'string', describe: 'The try number (default: the latest)' })
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
-          const database = openDatabase(databaseUrlFrom(args.db as string | undefined));
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const storage = new Storage(database);
             const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);

@@ -1,5 +1,5 @@
 import type { Argv } from 'yargs';
-import { openDatabase } from '../db/connect.ts';
+import { openMigratedDatabase } from './open-database.ts';
 import { createLogger } from '../logging.ts';
 import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { TriggerRegistry } from '../triggers/registry.ts';
@@ -24,7 +24,7 @@ export function registerTriggererCommand(cli: Argv): void {
         const classpaths = await registry.loadModule(module);
         log.info({ module, classpaths }, `allowed triggers from ${module}: ${classpaths.join(', ')}`);
       }
-      const database = openDatabase(options.databaseUrl);
+      const database = await openMigratedDatabase(options.databaseUrl);
       const triggerer = new Triggerer(database, options, registry, log);
       await runUntilSignalled(log, database, triggerer, SHUTDOWN_DEADLINE_MS);
     },

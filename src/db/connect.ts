@@ -13,7 +13,9 @@ import {
   type Driver,
 } from 'kysely';
 import pg from 'pg';
-import { parseDatabaseUrl, type DatabaseTarget } from './database-url.ts';
+import { existsSync } from 'node:fs';
+import { DatabaseNotMigratedError } from '../errors.ts';
+import { parseDatabaseUrl, redactDatabaseUrl, type DatabaseTarget } from './database-url.ts';
 import { postgresAdapter, sqliteAdapter, type DialectAdapter } from './dialect.ts';
 import { CurrentSchemaIntrospector } from './postgres-introspector.ts';
 import type { DatabaseSchema } from './schema.ts';
@@ -28,10 +30,20 @@ export interface Database {
 export interface OpenDatabaseOptions {
   /** PostgreSQL pool size. */
   readonly poolSize?: number;
+  /**
+   * Refuse a SQLite file that does not exist (DF_DATABASE_NOT_MIGRATED) instead of creating an
+   * empty one: every command but `db migrate` and standalone, which create it.
+   */
+  readonly mustExist?: boolean;
 }
 
 export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Database {
   const target = parseDatabaseUrl(url);
+  if (options.mustExist && target.dialect === 'sqlite' && target.file !== ':memory:' && !existsSync(target.file)) {
+    throw new DatabaseNotMigratedError(
+      `the SQLite database ${target.file} (${redactDatabaseUrl(url)}) does not exist; check --db (or DEFERFLOW_DATABASE_URL), or create it with \`deferflow db migrate --db ${redactDatabaseUrl(url)}\``,
+    );
+  }
   const db =
     target.dialect === 'sqlite'
       ? new Kysely<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(openSqlite(target.file)) })

@@ -1,4 +1,4 @@
-import { sql, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
+import { sql, type Kysely, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
 
 /**
  * Every difference between SQLite and PostgreSQL that a query needs lives here; storage
@@ -44,6 +44,8 @@ export interface DialectAdapter {
    * split to find them. Anything else (a lost connection, a lock timeout) may pass on a retry.
    */
   refusesValues(error: unknown): boolean;
+  /** Whether a table of that name exists where unqualified names resolve (PostgreSQL: the search_path). */
+  hasTable(db: Kysely<any>, table: string): Promise<boolean>;
 }
 
 export interface TriggerValue {
@@ -80,6 +82,7 @@ export const postgresAdapter: DialectAdapter = {
     const code = errorCode(error);
     return code !== null && (code.startsWith('22') || code === '54000');
   },
+  hasTable: async (db, table) => (await sql<{ present: boolean }>`select to_regclass(${table}) is not null as present`.execute(db)).rows[0]?.present === true,
 };
 
 export const sqliteAdapter: DialectAdapter = {
@@ -104,6 +107,7 @@ export const sqliteAdapter: DialectAdapter = {
   },
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} in (${sql.join([...ids])})`,
   jsonParam: (jsonText) => sql<string>`${jsonText}`,
+  hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   refusesValues: (error) => {
     const code = errorCode(error);
     if (code === 'SQLITE_TOOBIG' || code === 'SQLITE_MISMATCH') return true;

@@ -4,9 +4,12 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Migrator, sql, type Kysely, type Migration, type MigrationResultSet } from 'kysely';
 import type { Database } from './connect.ts';
 import type { DialectAdapter } from './dialect.ts';
+import { DatabaseNotMigratedError } from '../errors.ts';
+import { redactDatabaseUrl } from './database-url.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 const MIGRATION_FILE = /^(\d{4})_[a-z0-9_]+\.ts$/;
+const MIGRATION_TABLE = 'deferflow_migration';
 
 interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -24,7 +27,7 @@ export async function migrateToLatest(database: Database): Promise<string[]> {
     // otherwise take a same-named table in any other schema for ours.
     migrationTableSchema: database.adapter.name === 'postgres' ? await currentSchema(database) : undefined,
     provider: { getMigrations: () => loadMigrations(database.adapter) },
-    migrationTableName: 'deferflow_migration',
+    migrationTableName: MIGRATION_TABLE,
     migrationLockTableName: 'deferflow_migration_lock',
   });
   const result: MigrationResultSet = await migrator.migrateToLatest();
@@ -35,6 +38,29 @@ export async function migrateToLatest(database: Database): Promise<string[]> {
     });
   }
   return (result.results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}
+
+/**
+ * Throws DF_DATABASE_NOT_MIGRATED, naming the versions and the fix, unless the database has
+ * exactly the migrations this deferflow knows: every command but `db migrate` checks this first,
+ * so a mistyped URL or a forgotten migration is one clear line, not a raw SQL error later.
+ */
+export async function assertMigrated(database: Database, url: string): Promise<void> {
+  const known = (await readdir(MIGRATIONS_DIR)).filter((name) => MIGRATION_FILE.test(name)).map((name) => name.replace(/\.ts$/, '')).sort();
+  const shown = redactDatabaseUrl(url);
+  const fix = `run \`deferflow db migrate --db ${shown}\``;
+  const applied = (await database.adapter.hasTable(database.db, MIGRATION_TABLE))
+    ? (await database.db.selectFrom(MIGRATION_TABLE as never).select('name' as never).execute()).map((row) => (row as { name: string }).name).sort()
+    : [];
+  if (applied.length === 0) throw new DatabaseNotMigratedError(`database ${shown} is not migrated (it has no deferflow tables); ${fix}, or check --db (or DEFERFLOW_DATABASE_URL)`);
+  const unknown = applied.filter((name) => !known.includes(name));
+  if (unknown.length > 0) {
+    throw new DatabaseNotMigratedError(`database ${shown} is newer than this deferflow: it has migration(s) ${unknown.join(', ')}, which this version does not know (it knows up to ${known.at(-1)}); upgrade deferflow`);
+  }
+  const missing = known.filter((name) => !applied.includes(name));
+  if (missing.length > 0) {
+    throw new DatabaseNotMigratedError(`database ${shown} is behind: it is at ${applied.at(-1)}, this deferflow needs ${missing.join(', ')}; ${fix}`);
+  }
 }
 
 async function currentSchema({ db }: Database): Promise<string> {
