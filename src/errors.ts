@@ -1,39 +1,10 @@
 import { storableText } from './serialization/storable-text.ts';
 
 /**
- * Every error deferflow raises on purpose lives here, each with a stable `code`
- * (what scripts, logs and tests match on; messages may be reworded, codes never).
- *
- * | code                         | raised when                                                        |
- * |------------------------------|--------------------------------------------------------------------|
- * | DF_INVALID_OPTION            | a configuration value is out of range or of the wrong kind          |
- * | DF_INVALID_DATABASE_URL      | --db / DEFERFLOW_DATABASE_URL names no supported database           |
- * | DF_DATABASE_NOT_MIGRATED     | the database (or SQLite file) does not exist, was never migrated,   |
- * |                              | is behind this deferflow, or ahead of it: names versions and the fix |
- * | DF_NOT_JSON                  | kwargs, next_kwargs or an event payload holds a non-JSON value      |
- * | DF_NOT_STORABLE              | a JSON value holds text the database cannot store (U+0000, a lone   |
- * |                              | surrogate): refused alike on both dialects                          |
- * | DF_INVALID_TRIGGER_ARGUMENT  | a trigger's constructor refuses its kwargs (naive moment, bad glob) |
- * | DF_UNKNOWN_TRIGGER           | a trigger row names a classpath the triggerer does not allow        |
- * | DF_TRIGGER_MODULE            | a --trigger-module cannot be loaded or exports clashing classpaths  |
- * | DF_TRIGGER_FAILED            | a trigger threw or ended without an event                           |
- * | DF_OUTCOME_REFUSED           | the database refused one trigger's event or failure record: that    |
- * |                              | trigger's task instances fail with it, every other outcome is kept  |
- * | DF_DATABASE                  | a database call failed (connection lost, lock timeout, …); the      |
- * |                              | daemon keeps its work and retries (log lines only)                  |
- * | DF_TASK_DEFERRAL             | a resumed task finds its trigger failed (TaskDeferralError)         |
- * | DF_TASK_DEFERRAL_TIMEOUT     | a resumed task finds its deferral timed out (TaskDeferralTimeout)   |
- * | DF_TASK_INSTANCE_STATE       | a task instance is not in the state an operation needs              |
- * | DF_UNKNOWN_NEXT_METHOD       | a resumed task names a method its operator does not have            |
- * | DF_TASK_FAILED               | a task's own code threw (log lines; the task instance's try failed) |
- * | DF_TASK_EXECUTION_TIMEOUT    | a task ran past its execution_timeout (deferrals included)          |
- * | DF_INVALID_DAG               | a DAG or task is malformed: bad id, duplicate, cycle, unknown task  |
- * | DF_INVALID_SERIALIZED_DAG    | a stored serialized DAG fails validation (names the field)          |
- * | DF_RETURN_VALUE_TOO_LARGE    | a task returned more JSON than a task instance keeps                |
- * | DF_DAG_IMPORT                | a DAG file could not be loaded (log lines and import errors)        |
- * | DF_DAG_FOLDER                | the DAG folder holds none of the DAG files processed before: a      |
- * |                              | wrong --dags; nothing is marked deleted                             |
- * | DF_UNCAUGHT                  | user code threw outside any task or trigger; the process goes on    |
+ * Every error deferflow raises on purpose lives here, each with a stable `code` (what scripts,
+ * logs and tests match on; messages may be reworded, codes never). Failure markers and error log
+ * lines carry the code as a field. The README's "Error codes" table says when each is raised; a
+ * test keeps it to exactly ERROR_CODES.
  */
 
 export const ERROR_CODES = [

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TRIGGERER_OPTIONS } from '../src/index.ts';
+import { ERROR_CODES } from '../src/errors.ts';
 import { SCHEDULER_OPTIONS } from '../src/scheduler/options.ts';
 import { STANDALONE_OPTIONS } from '../src/standalone/options.ts';
 import { WORKER_OPTIONS } from '../src/worker/options.ts';
@@ -33,6 +34,13 @@ describe('README', () => {
   ] as const)('names every option of deferflow %s', (_command, table) => {
     const missing = Object.keys(table).filter((name) => !readme.includes(`\`--${name}\``));
     expect(missing).toEqual([]);
+  });
+
+  it('documents exactly the error codes deferflow has, one row each', () => {
+    const section = readme.slice(readme.indexOf('## Error codes'), readme.indexOf('\n## ', readme.indexOf('## Error codes') + 1));
+    const documented = [...section.matchAll(/^\| `(DF_[A-Z_]+)` \| \S/gm)].map((match) => match[1]);
+    expect(documented.slice().sort()).toEqual([...ERROR_CODES].sort());
+    expect(new Set(documented).size).toBe(documented.length);
   });
 
   it('gives the two set-up commands, and they name scripts package.json has', () => {

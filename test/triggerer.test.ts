@@ -192,29 +192,33 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(urgent.triggerer_id).toBe(tr.triggerer.jobId);
   });
 
-  it('takes over a trigger whose owner has no job row (pruned or deleted), and never claims one no task instance waits on', async () => {
+  it('takes over a trigger whose owner has no job row (pruned or deleted); orphans (no task instance waits on them) are never run and never hold up the claims behind them', async () => {
     const db = await database();
     const file = path.join(os.tmpdir(), `deferflow-orphan-${process.pid}-${Date.now()}.log`);
     writeFileSync(file, '');
     // Owned by a triggerer whose job row is gone: before, its task instance waited forever.
     const ownerless = await deferOnto(db, new t.DelayTrigger({ ms: 10 }));
     await db.db.updateTable('trigger').set({ triggerer_id: 987_654 }).where('id', '=', ownerless.triggerId).execute();
-    // An orphan: a trigger row no task instance points at (its wait was cleared, say).
-    const orphan = await db.db
-      .insertInto('trigger')
-      .values({ classpath: 'test.NeverTrigger', kwargs: JSON.stringify({ file, tag: 'orphan' }), created_at: new Date().toISOString(), triggerer_id: null, hash: null, priority_weight: 100 })
-      .returning('id')
-      .executeTakeFirstOrThrow();
+    // Orphans: trigger rows no task instance points at (fired by a triggerer that died before
+    // deleting them, say), more of them at the head of the claim order than one claim takes.
+    const orphans = Array.from({ length: 60 }, (_, n) => ({
+      classpath: 'test.NeverTrigger',
+      kwargs: JSON.stringify({ file, tag: `orphan${n}` }),
+      created_at: new Date().toISOString(),
+      triggerer_id: null,
+      hash: null,
+      priority_weight: 100,
+    }));
+    await db.db.insertInto('trigger').values(orphans).execute();
     const waited = await deferOnto(db, new t.NeverTrigger({ file, tag: 'waited' }));
-    await triggerer(db, {}, { cleanupIntervalMs: 300 });
+    await triggerer(db, { 'claims-per-loop': 50 }, { cleanupIntervalMs: 300 });
 
     await waitFor(async () => (await taskInstance(db, ownerless.id)).state === 'scheduled', { what: 'the ownerless trigger taken over and fired' });
     expect((await taskInstance(db, ownerless.id)).next_kwargs).toMatchObject({ event: { slept: 10 } });
     await waitFor(() => readFileSync(file, 'utf8').includes('start waited'), { what: 'the waited-on trigger running' });
-    // The orphan ranks first (priority 100) and was unowned in the same claim: it was passed over, never run.
+    // The orphans ranked first (priority 100): deleted as the claims met them, never run.
     expect(readFileSync(file, 'utf8')).not.toContain('orphan');
-    const orphanRow = await db.db.selectFrom('trigger').select('triggerer_id').where('id', '=', orphan.id).executeTakeFirst();
-    expect(orphanRow?.triggerer_id ?? null).toBeNull();
+    expect(await db.db.selectFrom('trigger').select('id').where('priority_weight', '=', 100).execute()).toEqual([]);
     expect((await taskInstance(db, waited.id)).state).toBe('deferred');
   });
 
@@ -223,7 +227,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     for (let i = 0; i < 30; i++) await deferOnto(db, new t.NeverTrigger({ n: i }));
     const storage = new Storage(db);
     const jobId = await storage.registerJob({ jobType: 'TriggererJob', hostname: 'here', pid: 1, capacity: 30 });
-    for (const limit of [1, 2, 5]) expect(await storage.claimTriggers(jobId, limit)).toHaveLength(limit);
+    for (const limit of [1, 2, 5]) expect((await storage.claimTriggers(jobId, limit)).claimed).toHaveLength(limit);
     const owned = await db.db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId).execute();
     expect(owned).toHaveLength(8);
   });

@@ -1,4 +1,5 @@
 import type { StorageContext } from './context.ts';
+import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 
 export interface TriggerRow {
   readonly id: number;
@@ -6,37 +7,53 @@ export interface TriggerRow {
   readonly kwargs: string;
 }
 
+export interface ClaimResult {
+  /** The triggers now owned by the claiming triggerer. */
+  readonly claimed: TriggerRow[];
+  /** Unowned rows looked at: fewer than asked for means no more were waiting. */
+  readonly examined: number;
+  /** Orphans among them (no task instance waits on them), deleted instead of claimed. */
+  readonly orphansDeleted: number;
+}
+
 /**
- * Gives up to `limit` unowned triggers that some task instance waits on to triggerer `jobId`, highest priority_weight then oldest
- * first. On PostgreSQL the candidate rows are locked with SKIP LOCKED, so peers claiming at the
- * same moment take disjoint sets without waiting; on SQLite the single write lock does that. The
- * re-check of `triggerer_id is null` keeps the update conditional either way.
+ * Gives up to `limit` unowned triggers to triggerer `jobId`, highest priority_weight then oldest
+ * first, in one transaction:
+ * 1. the candidates: the next `limit` unowned rows, locked with SKIP LOCKED on PostgreSQL, so
+ *    peers claiming at the same moment take disjoint sets without waiting (on SQLite the single
+ *    write lock does that);
+ * 2. those some task instance waits on become owned (conditional on still being unowned);
+ * 3. the others are orphans (fired, cleared, or left by a triggerer that died between moving its
+ *    task instances and deleting the rows): they are deleted, never run, side effects included,
+ *    and so never hold up the claims behind them.
  *
- * The candidates are a MATERIALIZED CTE, evaluated once: as an `IN (subquery)` PostgreSQL may run
- * the locking subquery more than once, each run skipping what the last one locked, and so claim
- * more than `limit` rows.
+ * The candidates are fetched first rather than filtered in one statement: the wait check then
+ * costs one index probe per candidate, where a filter inside the ordered scan would probe every
+ * unowned row for each claim (100,000 triggers claimed 1,000 at a time: five million probes).
+ * It is a scalar subquery with a LIMIT, not EXISTS, so PostgreSQL cannot plan it as a semi-join
+ * over every task instance.
  */
-export async function claimTriggers({ db, adapter }: StorageContext, jobId: number, limit: number): Promise<TriggerRow[]> {
-  if (limit <= 0) return [];
-  const candidates = adapter.lockSkippingLocked(
-    db
-      .selectFrom('trigger')
-      .select('id')
+export async function claimTriggers({ db, adapter }: StorageContext, jobId: number, limit: number): Promise<ClaimResult> {
+  if (limit <= 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
+  return db.transaction().execute(async (trx) => {
+    const candidates = await adapter
+      .lockSkippingLocked(trx.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).orderBy('priority_weight', 'desc').orderBy('created_at').orderBy('id').limit(limit))
+      .execute();
+    if (candidates.length === 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
+    const ids = candidates.map((candidate) => candidate.id);
+    const claimed = await trx
+      .updateTable('trigger')
+      .set({ triggerer_id: jobId })
+      .where(adapter.idIn('id', ids))
       .where('triggerer_id', 'is', null)
-      // An orphan (no task instance waits on it: fired, cleared, or left by a crash) is never
-      // run, side effects included; the periodic cleanup deletes it.
-      .where(({ exists, selectFrom }) => exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id')))
-      .orderBy('priority_weight', 'desc')
-      .orderBy('created_at')
-      .orderBy('id')
-      .limit(limit),
-  );
-  return db
-    .with((cte) => cte('candidate').materialized(), () => candidates)
-    .updateTable('trigger')
-    .set({ triggerer_id: jobId })
-    .where('id', 'in', (eb) => eb.selectFrom('candidate').select('candidate.id'))
-    .where('triggerer_id', 'is', null)
-    .returning(['id', 'classpath', 'kwargs'])
-    .execute();
+      .where((eb) => eb(eb.selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id').limit(1), 'is not', null))
+      .returning(['id', 'classpath', 'kwargs'])
+      .execute();
+    let orphansDeleted = 0;
+    if (claimed.length < ids.length) {
+      const owned = new Set(claimed.map((row) => row.id));
+      orphansDeleted = await deleteUnusedTriggers({ db: trx, adapter }, ids.filter((id) => !owned.has(id)));
+    }
+    return { claimed, examined: ids.length, orphansDeleted };
+  });
 }

@@ -1,5 +1,5 @@
 import type { Database } from '../db/connect.ts';
-import { claimTriggers, type TriggerRow } from './claim-triggers.ts';
+import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
@@ -43,7 +43,7 @@ import {
   type WorkerIdentity,
 } from './task-instance-transitions.ts';
 
-export type { TriggerRow } from './claim-triggers.ts';
+export type { ClaimResult, TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
 export type { MoveResult } from './move-deferred-task-instances.ts';
 export type { Deferral, DeferResult } from './defer-task-instance.ts';
@@ -104,7 +104,7 @@ export class Storage {
     return releaseTriggersOfMissingTriggerers(this.#context);
   }
 
-  claimTriggers(jobId: number, limit: number): Promise<TriggerRow[]> {
+  claimTriggers(jobId: number, limit: number): Promise<ClaimResult> {
     return claimTriggers(this.#context, jobId, limit);
   }
 

@@ -48,7 +48,9 @@ export interface WorkerIdentity {
  * Moves up to `limit` scheduled task instances to queued for this worker, highest
  * priority_weight first, then oldest, passing over those of DAGs marked deleted. On PostgreSQL the candidates are locked with SKIP LOCKED,
  * so several workers claim disjoint sets without waiting; on SQLite the write lock does that.
- * The candidates are a MATERIALIZED CTE, evaluated once (see claimTriggers).
+ * The candidates are a MATERIALIZED CTE, evaluated once: as an `IN (subquery)` PostgreSQL may
+ * run the locking subquery more than once, each run skipping what the last one locked, and so
+ * claim more than `limit` rows.
  */
 export async function claimTaskInstances(
   { db, adapter }: StorageContext,

@@ -193,11 +193,14 @@ export class Triggerer {
     // statement holds the loop long, letting due triggers fire in between.
     while (claimedTotal < room && this.#state === 'running') {
       const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
-      const claimed = await storage.claimTriggers(jobId, want);
+      const { claimed, examined, orphansDeleted } = await storage.claimTriggers(jobId, want);
       this.#runner.markLoopEdge();
       for (const row of claimed) this.#runner.startTrigger(row);
       claimedTotal += claimed.length;
-      if (claimed.length < want) break;
+      if (orphansDeleted > 0) this.log.info({ deleted_triggers: orphansDeleted }, `deleted ${orphansDeleted} unowned trigger(s) no task instance waits on instead of claiming them`);
+      // Fewer looked at than asked for: nothing more is waiting. Nothing claimed nor deleted
+      // (orphans a peer holds locked): try again next pass rather than spin.
+      if (examined < want || claimed.length + orphansDeleted === 0) break;
       await nextTurn();
     }
     if (claimedTotal > 0) {

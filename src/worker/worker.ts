@@ -63,8 +63,6 @@ export class Worker {
   #stopped: Promise<void> | null = null;
   #slotMs = 0;
   readonly #taskLogs: TaskLogWriter;
-  /** Task instances this worker handed back when it stopped. */
-  handedBack = 0;
   /**
    * Called after this worker recorded a deferral or an outcome: others (a triggerer, a
    * scheduler) may have work now. Standalone wires it to their wake().
@@ -140,7 +138,6 @@ export class Worker {
       // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
       const handedBack = await this.storage.handBackTaskInstance(taskInstanceId, jobId);
       if (handedBack) {
-        this.handedBack++;
         this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`);
       }
       this.#cancels.get(taskInstanceId)?.abort(new Error('the worker is shutting down; this try is handed back and runs again'));
