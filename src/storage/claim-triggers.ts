@@ -35,7 +35,12 @@ export interface ClaimResult {
  */
 export async function claimTriggers({ db, adapter }: StorageContext, jobId: number, limit: number): Promise<ClaimResult> {
   if (limit <= 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
-  return db.transaction().execute(async (trx) => {
+  // Row locks must hold from the candidates' SELECT to the UPDATE, so PostgreSQL needs the
+  // transaction; SQLite has none to hold, and a transaction there would queue for the write lock
+  // behind every inserting transaction before even reading (the UPDATE and DELETE are each
+  // conditional, so a peer claiming in between takes nothing twice).
+  const run = <T>(work: (trx: StorageContext['db']) => Promise<T>): Promise<T> => (adapter.supportsRowLocks ? db.transaction().execute(work) : work(db));
+  return run(async (trx) => {
     const candidates = await adapter
       .lockSkippingLocked(trx.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).orderBy('priority_weight', 'desc').orderBy('created_at').orderBy('id').limit(limit))
       .execute();
