@@ -65,8 +65,9 @@ export class DatabaseNotMigratedError extends DeferflowError {
 }
 
 export class NotJsonError extends DeferflowError {
-  constructor(readonly path: string, why: string) {
-    super('DF_NOT_JSON', `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored`);
+  /** `notAValue`: the value is JSON but of the wrong kind (an array where an object is needed): no list of JSON kinds follows. */
+  constructor(readonly path: string, why: string, notAValue = true) {
+    super('DF_NOT_JSON', notAValue ? `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored` : `${path}: ${why}`);
   }
 }
 

@@ -28,7 +28,12 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
 
     const listed = await run(spawnDeferflow(['dags', 'list', '--db', db.url]));
     expect(listed.exit.code).toBe(0);
-    expect(listed.out).toEqual([`adhoc\tmanual\t${path.join(dir, 'dags.mts')}`, `nightly\t0 2 * * * (Europe/Amsterdam)\t${path.join(dir, 'dags.mts')}`]);
+    // A table with a header row, columns aligned.
+    expect(listed.out).toEqual([
+      'DAG ID   SCHEDULE                      FILE',
+      `adhoc    manual                        ${path.join(dir, 'dags.mts')}`,
+      `nightly  0 2 * * * (Europe/Amsterdam)  ${path.join(dir, 'dags.mts')}`,
+    ]);
 
     expect((await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--run-id', 'first']))).out).toEqual(['first']);
     expect((await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--run-id', 'second', '--conf', '{"n": 2}']))).out).toEqual(['second']);
@@ -44,8 +49,9 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(Date.parse(rows[0]!.logical_date)).toBeGreaterThanOrEqual(Date.parse(rows[1]!.logical_date));
 
     const failed = await run(spawnDeferflow(['dags', 'runs', 'adhoc', '--state', 'failed', '--db', db.url]));
-    expect(failed.out).toHaveLength(1);
-    expect(failed.out[0]!.split('\t').slice(0, 4)).toEqual(['adhoc', 'first', 'manual', 'failed']);
+    expect(failed.out).toHaveLength(2);
+    expect(failed.out[0]).toMatch(/^DAG ID +RUN ID +TYPE +STATE +LOGICAL DATE +STARTED +ENDED$/);
+    expect(failed.out[1]!.split(/ {2,}/).slice(0, 4)).toEqual(['adhoc', 'first', 'manual', 'failed']);
     expect((await run(spawnDeferflow(['dags', 'runs', 'nightly', '--db', db.url]))).out).toEqual(['no DAG runs of nightly']);
 
     const badState = await run(spawnDeferflow(['dags', 'runs', '--state', 'sleeping', '--db', db.url]));
@@ -54,6 +60,11 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     const badLimit = await run(spawnDeferflow(['dags', 'runs', '--limit', 'ten', '--db', db.url]));
     expect(badLimit.exit.code).toBe(2);
     expect(badLimit.err).toContain('error [DF_INVALID_OPTION]: limit: expected a positive integer, got "ten"');
+    // JSON, but not an object: said plainly, without claiming arrays could be stored.
+    const arrayConf = await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--conf', '[1,2]']));
+    expect(arrayConf.exit.code).toBe(2);
+    expect(arrayConf.err).toContain('error [DF_NOT_JSON]: conf: expected a JSON object ({"key": value, ...}), got an array');
+    expect(arrayConf.err).not.toContain('arrays');
     const unknownDag = await run(spawnDeferflow(['dags', 'trigger', 'nope', '--db', db.url]));
     expect(unknownDag.exit.code).toBe(2);
     expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');
@@ -80,7 +91,7 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
 
     const meant = await run(spawnDeferflow(['dags', 'reserialize', '--dags', empty, '--remove-missing', '--db', db.url]));
     expect(meant.exit.code).toBe(0);
-    expect(meant.out.sort()).toEqual(['adhoc\tdeleted', 'nightly\tdeleted']);
+    expect(meant.out).toEqual(['DAG ID   RESULT', 'adhoc    deleted', 'nightly  deleted']);
     expect(await live()).toEqual([]);
   }, 60_000);
 });

@@ -45,7 +45,8 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
       ['load', 'deferred', 3],
     ]);
 
-    const cleared = await run(spawnDeferflow(['tasks', 'clear', '--db', db.url, '--dag', 'etl', '--run', 'r1', '--task', 'load']));
+    // No --dag: the run names its DAG, as for tasks list and logs.
+    const cleared = await run(spawnDeferflow(['tasks', 'clear', '--db', db.url, '--run', 'r1', '--task', 'load']));
     expect(cleared.exit).toEqual({ code: 0, signal: null });
     expect(cleared.out).toEqual(['cleared 1 task instance(s); stopped 1 trigger(s)']);
     const load = await db.db.selectFrom('task_instance').selectAll().where('id', '=', ids.load!).executeTakeFirstOrThrow();

@@ -1,5 +1,6 @@
 // The triggerer as users run it: the real binary (bin/triggerer.js) in a child process, judged by
 // its exit code, its output and what it leaves in the database.
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -7,7 +8,7 @@ import { Storage, TaskDeferred, TRIGGERER_OPTIONS } from '../src/index.ts';
 import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, testDialects, type TestDialect } from './support/databases.ts';
 import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from './support/fixtures.ts';
-import { killLeftovers, spawnTriggerer, type ProcessExit, type TriggererProcess } from './support/processes.ts';
+import { killLeftovers, REPO_ROOT, spawnDeferflow, spawnTriggerer, type ProcessExit, type TriggererProcess } from './support/processes.ts';
 
 /** A database the triggerer cannot open: if refused input were accepted, the process still ends. */
 const UNOPENABLE_DB = `sqlite:${path.join(os.tmpdir(), 'deferflow-cli-test-no-such-dir', 'never.db')}`;
@@ -51,6 +52,25 @@ async function textLine(tr: TriggererProcess, predicate: (line: string) => boole
 }
 
 const isStartLine = (line: Record<string, unknown>) => typeof line.job_id === 'number' && typeof line.config === 'object';
+
+describe('--version and --help', () => {
+  it('--version prints the package version and exits 0, for deferflow and triggerer', async () => {
+    const { version } = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const proc of [spawnDeferflow(['--version']), spawnTriggerer(['--version'])]) {
+      expect(await exitOf(proc)).toEqual({ code: 0, signal: null });
+      expect(proc.text).toEqual([version]);
+    }
+  });
+
+  it('shows an empty default as none, and every DAG file kind that loads', async () => {
+    const standalone = spawnDeferflow(['standalone', '--help']);
+    expect(await exitOf(standalone)).toEqual({ code: 0, signal: null });
+    const help = standalone.text.join('\n').replace(/\s+/g, ' ');
+    expect(help).toContain('env DEFERFLOW_STANDALONE_TRIGGER_DAG; default none]');
+    expect(help).not.toContain('default ]');
+    expect(help).toContain('Folder of DAG files (.ts, .mts, .js, .mjs)');
+  });
+});
 
 describe('triggerer --help', () => {
   it('exits 0 and names every option with its environment variable and default', async () => {

@@ -47,8 +47,9 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
 
     const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]);
     expect(await finished(reserialize)).toEqual({ code: 1, signal: null });
-    expect(reserialize.text).toContain('waiting_etl\tcreated');
-    expect(reserialize.text.find((line) => line.startsWith('import error'))).toContain('syntax of the config is off');
+    expect(reserialize.text).toContain('waiting_etl  created');
+    expect(reserialize.text).toContain('IMPORT ERROR IN' + ' '.repeat(path.join(dags, 'broken.mts').length - 'IMPORT ERROR IN'.length + 2) + 'ERROR');
+    expect(reserialize.text.find((line) => line.startsWith(path.join(dags, 'broken.mts')))).toContain('syntax of the config is off');
 
     const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);

@@ -154,9 +154,13 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     expect(reportLog.out.some((line) => / INFO  reporting on wait and flaky \{"upstreams":2\}$/.test(line))).toBe(true);
     expect(reportLog.out.at(-1)).toMatch(/ INFO  happy\.report \(run .*\) success/);
     const firstTry = await logs('--task', 'flaky', '--try', '1');
-    expect(firstTry.out.find((line) => line.includes(' ERROR '))).toContain('failed (up_for_retry): Error: first try fails');
+    expect(firstTry.out.find((line) => line.includes(' ERROR '))).toMatch(/\) up_for_retry: Error: first try fails/);
     expect(firstTry.out.some((line) => /^\s+at /.test(line))).toBe(true);
     expect((await logs('--task', 'flaky')).out.at(-1)).toMatch(/ INFO  happy\.flaky .* success/);
+    // Started and ended by its trigger: said so, not "has no log".
+    const neverRan = await logs('--task', 'sleep_only');
+    expect(neverRan.exit.code).toBe(2);
+    expect(neverRan.err).toContain('never ran on a worker: it was started and ended by its trigger (state success), so it has no task log');
     const noSuchTry = await logs('--task', 'flaky', '--try', '3');
     expect(noSuchTry.exit.code).toBe(2);
     expect(noSuchTry.err).toContain('try: task flaky of run');
@@ -167,7 +171,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     const { standalone, events, taskInstances } = await setUp();
     const proc = standalone('out_of_time');
     expect(await finished(proc)).toEqual({ code: 1, signal: null });
-    expect(proc.text.at(-1)).toMatch(/^out_of_time manual__\S+: failed in [\d.]+ s\./);
+    expect(proc.text.at(-1)).toMatch(/^out_of_time manual__\S+: failed in [\d.]+ s\. 1 task took \d+ s in all/);
 
     const ti = (await taskInstances()).too_slow!;
     expect(ti.state).toBe('failed');

@@ -101,7 +101,7 @@ describe.each(testDialects)('task logs on %s', (dialect) => {
       ['info', expect.stringMatching(/^running logs_dag\.odd .*, try 1$/)],
       ['info', 'nul \ufffd and half \ufffd here'],
       ['warn', 'after the odd line'],
-      ['error', expect.stringMatching(/failed \(failed\): Error: disk full$/)],
+      ['error', expect.stringMatching(/\) failed: Error: disk full$/)],
     ]);
     expect(oddLines[1]).toMatchObject({ raw: 'a\ufffdb', half: '\ufffd', 'k\ufffdey': 1 });
 

@@ -2,6 +2,7 @@ import type { Argv } from 'yargs';
 import { processDagFolder } from '../dags/dag-processor.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
 import { openMigratedDatabase } from './open-database.ts';
+import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
@@ -40,8 +41,8 @@ export function registerDagsCommands(cli: Argv): void {
               process.stdout.write(`${JSON.stringify({ dags: dagRows, import_errors: errors })}\n`);
               return;
             }
-            for (const row of dagRows) process.stdout.write(`${row.dag_id}\t${row.schedule ?? 'manual'}\t${row.fileloc}\n`);
-            for (const error of errors) process.stdout.write(`import error\t${error.fileloc}\t${error.message}\n`);
+            process.stdout.write(dagRows.length === 0 ? 'no DAGs\n' : formatTable(['DAG ID', 'SCHEDULE', 'FILE'], dagRows.map((row) => [row.dag_id, row.schedule ?? 'manual', row.fileloc])));
+            if (errors.length > 0) process.stdout.write(`\n${formatTable(['IMPORT ERROR IN', 'ERROR'], errors.map((error) => [error.fileloc, error.message]))}`);
           } finally {
             await database.close();
           }
@@ -107,9 +108,12 @@ export function registerDagsCommands(cli: Argv): void {
               process.stdout.write(`no DAG runs${args.dagId ? ` of ${args.dagId}` : ''}${args.state ? ` in state ${args.state}` : ''}\n`);
               return;
             }
-            for (const row of rows) {
-              process.stdout.write(`${row.dag_id}\t${row.run_id}\t${row.run_type}\t${row.state}\t${row.logical_date}\t${row.start_date ?? '-'}\t${row.end_date ?? '-'}\n`);
-            }
+            process.stdout.write(
+              formatTable(
+                ['DAG ID', 'RUN ID', 'TYPE', 'STATE', 'LOGICAL DATE', 'STARTED', 'ENDED'],
+                rows.map((row) => [row.dag_id, row.run_id, row.run_type, row.state, row.logical_date ?? '-', row.start_date ?? '-', row.end_date ?? '-']),
+              ),
+            );
           } finally {
             await database.close();
           }
@@ -130,9 +134,9 @@ export function registerDagsCommands(cli: Argv): void {
           try {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });
-            for (const [dagId, write] of Object.entries(result.written)) process.stdout.write(`${dagId}\t${write}\n`);
-            for (const dagId of result.deleted) process.stdout.write(`${dagId}\tdeleted\n`);
-            for (const error of result.errors) process.stdout.write(`import error\t${error.fileloc}\t${error.message}\n`);
+            const changes = [...Object.entries(result.written), ...result.deleted.map((dagId) => [dagId, 'deleted'] as const)].sort(([a], [b]) => (a < b ? -1 : 1));
+            process.stdout.write(changes.length === 0 ? 'no DAGs\n' : formatTable(['DAG ID', 'RESULT'], changes.map(([dagId, what]) => [dagId, what])));
+            if (result.errors.length > 0) process.stdout.write(`\n${formatTable(['IMPORT ERROR IN', 'ERROR'], result.errors.map((error) => [error.fileloc, error.message]))}`);
             if (result.errors.length > 0) process.exitCode = 1;
           } finally {
             await database.close();

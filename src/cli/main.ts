@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import yargs, { type Argv } from 'yargs';
 import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerDbCommands } from './db-commands.ts';
@@ -6,6 +7,12 @@ import { registerRuntimeCommands } from './runtime-commands.ts';
 import { registerStandaloneCommand } from './standalone-command.ts';
 import { registerTasksCommands } from './tasks-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
+
+/** deferflow's own version, from its package.json (found from this file, wherever it is installed). */
+function packageVersion(): string {
+  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return manifest.version;
+}
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -26,7 +33,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     })
     .help()
     .alias('help', 'h')
-    .version(false);
+    .version(packageVersion())
+    .alias('version', 'V');
   registerDbCommands(cli);
   registerTriggererCommand(cli);
   registerRuntimeCommands(cli);

@@ -1,6 +1,7 @@
 import type { Argv } from 'yargs';
 import { serializedDagSource } from '../dags/dag-processor.ts';
 import { openMigratedDatabase } from './open-database.ts';
+import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Storage } from '../storage/index.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
@@ -39,7 +40,7 @@ export function registerTasksCommands(cli: Argv): void {
               process.stdout.write(`${JSON.stringify(rows)}\n`);
               return;
             }
-            for (const row of rows) process.stdout.write(`${row.dag_id}\t${row.task_id}\t${row.state ?? 'none'}\ttry ${row.try_number}\t${row.hostname ?? '-'}\n`);
+            process.stdout.write(formatTable(['DAG ID', 'TASK ID', 'STATE', 'TRY', 'HOST'], rows.map((row) => [row.dag_id, row.task_id, row.state ?? 'none', String(row.try_number), row.hostname ?? '-'])));
           } finally {
             await database.close();
           }
@@ -50,23 +51,28 @@ export function registerTasksCommands(cli: Argv): void {
         'Clear task instances so the scheduler runs them again; a deferred one stops waiting (its trigger is stopped, onKill runs)',
         (command) =>
           command
-            .option('dag', { type: 'string', demandOption: true, describe: 'The DAG id' })
             .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
+            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
         async (args) => {
           const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
-            const dag = await serializedDagSource(database)(args.dag);
-            if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(args.dag)} among the serialized DAGs`);
             const storage = new Storage(database);
-            const instances = await storage.taskInstancesOfRun(args.dag, args.run);
+            // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
+            const dagIds = [...new Set((await storage.taskInstancesOfRunId(args.run, args.dag)).map((ti) => ti.dagId))];
+            if (dagIds.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
+            if (dagIds.length > 1) throw new InvalidOptionError('dag', `${dagIds.length} DAGs have a run ${JSON.stringify(args.run)} (${dagIds.join(', ')}): name one with --dag`);
+            const dagId = dagIds[0]!;
+            const dag = await serializedDagSource(database)(dagId);
+            if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs`);
+            const instances = await storage.taskInstancesOfRun(dagId, args.run);
             const wanted = args.task && args.task.length > 0 ? new Set(args.task.map(String)) : null;
             const chosen = instances.filter((ti) => wanted === null || wanted.has(ti.taskId));
-            if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${args.dag}`);
+            if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${dagId}`);
             const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
             const result = await storage.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
             // A finished run with cleared task instances runs again.
-            const run = await database.db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', args.dag).where('run_id', '=', args.run).executeTakeFirst();
+            const run = await database.db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', dagId).where('run_id', '=', args.run).executeTakeFirst();
             if (run && (run.state === 'success' || run.state === 'failed')) await storage.setDagRunState(run.id, run.state, 'queued');
             process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
           } finally {
@@ -108,6 +114,13 @@ export function registerTasksCommands(cli: Argv): void {
               throw new InvalidOptionError('try', `${where} has tries 1 to ${latestTry}, not ${args.try}`);
             }
             const lines = await storage.readTaskLog(ti.id, tryNumber);
+            if (lines.length === 0 && loggedTries.length === 0 && ti.hostname === null) {
+              // A task started from its trigger and ended by it: the wait was its try, on the triggerer.
+              throw new InvalidOptionError(
+                'task',
+                `${where} never ran on a worker: it was started and ended by its trigger (state ${ti.state ?? 'none'}), so it has no task log; the triggerer's log has the trigger's lines`,
+              );
+            }
             if (lines.length === 0) {
               const withLog = loggedTries.length > 0 ? ` (tries with a log: ${loggedTries.join(', ')})` : '';
               throw new InvalidOptionError('try', `${where} has no log for try ${tryNumber}${withLog}`);

@@ -36,7 +36,7 @@ export function declareOptions(command: Argv, table: OptionTable): Argv {
       // turn `--capacity abc` into NaN (and the message into "got null") and `2.0` into 2.
       type: isList ? 'array' : typeof spec.default === 'boolean' ? 'boolean' : 'string',
       string: isList ? true : undefined,
-      describe: `${spec.describe} [${spec.unit}; env ${spec.env}; default ${isList ? 'none' : spec.default}]`,
+      describe: `${spec.describe} [${spec.unit}; env ${spec.env}; default ${isList || spec.default === '' ? 'none' : spec.default}]`,
     });
   }
   return command;

@@ -100,7 +100,8 @@ export class Dag {
     const done = new Set<string>();
     const visit = (task: BaseOperator<any>): void => {
       const at = visiting.indexOf(task.taskId);
-      if (at !== -1) throw new InvalidDagError(`DAG ${this.dagId} has a cycle: ${[...visiting.slice(at), task.taskId].join(' -> ')}`);
+      // The walk goes upstream; the cycle is named the way its tasks run (a.then(b): a -> b).
+      if (at !== -1) throw new InvalidDagError(`DAG ${this.dagId} has a cycle: ${[...visiting.slice(at), task.taskId].reverse().join(' -> ')}`);
       if (done.has(task.taskId)) return;
       visiting.push(task.taskId);
       for (const upstream of [...task.upstream].sort((a, b) => (a.taskId < b.taskId ? -1 : 1))) visit(upstream);

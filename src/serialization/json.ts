@@ -20,7 +20,8 @@ export function assertJsonValue(value: unknown, path: string): asserts value is 
 
 export function assertJsonObject(value: unknown, path: string): asserts value is JsonObject {
   if (!isPlainObject(value)) {
-    throw new NotJsonError(path, `expected a plain object, got ${describeKind(value)}`);
+    const kindOfJson = value === null || Array.isArray(value) || ['string', 'number', 'boolean'].includes(typeof value);
+    throw new NotJsonError(path, `expected a JSON object ({"key": value, ...}), got ${describeKind(value)}`, !kindOfJson);
   }
   checkJson(value, path, new Set());
 }
@@ -86,6 +87,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 function describeKind(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value === 'object') {
+    if (Array.isArray(value)) return 'an array';
     const name = (value as object).constructor?.name;
     if (value instanceof Date) return 'a Date (pass an ISO string instead)';
     return name && name !== 'Object' ? `an instance of ${name}` : 'an object';

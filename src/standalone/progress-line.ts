@@ -54,7 +54,7 @@ export function summaryLine(
   const blockingMs = finishedTaskMs / slots;
   return (
     `${run.dagId} ${run.runId}: ${run.state} in ${(wallMs / 1000).toFixed(1)} s. ` +
-    `${figures.total} tasks took ${(finishedTaskMs / 1000).toFixed(0)} s in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s; ` +
+    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${(finishedTaskMs / 1000).toFixed(0)} s in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s; ` +
     `holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${(blockingMs / 1000).toFixed(0)} s.`
   );
 }

@@ -5,6 +5,9 @@ export interface TaskInstanceOfRunId {
   readonly dagId: string;
   readonly taskId: string;
   readonly tryNumber: number;
+  readonly state: string | null;
+  /** The host of the worker that last ran it; null when no worker ever did (started and ended by its trigger). */
+  readonly hostname: string | null;
 }
 
 /**
@@ -12,7 +15,7 @@ export interface TaskInstanceOfRunId {
  * by DAG and task id: what the CLI looks a task up in when users name a run, not a DAG.
  */
 export async function taskInstancesOfRunId({ db }: StorageContext, runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {
-  let query = db.selectFrom('task_instance').select(['id', 'dag_id', 'task_id', 'try_number']).where('run_id', '=', runId).orderBy('dag_id').orderBy('task_id');
+  let query = db.selectFrom('task_instance').select(['id', 'dag_id', 'task_id', 'try_number', 'state', 'hostname']).where('run_id', '=', runId).orderBy('dag_id').orderBy('task_id');
   if (dagId !== undefined) query = query.where('dag_id', '=', dagId);
-  return (await query.execute()).map((row) => ({ id: row.id, dagId: row.dag_id, taskId: row.task_id, tryNumber: row.try_number }));
+  return (await query.execute()).map((row) => ({ id: row.id, dagId: row.dag_id, taskId: row.task_id, tryNumber: row.try_number, state: row.state, hostname: row.hostname }));
 }

@@ -281,7 +281,8 @@ export class Worker {
     if (error === undefined) {
       tryLog.worker.info(fields, `${label} ${outcome.state}${why ? `: ${why}` : ''}`);
     } else {
-      tryLog.worker.error(fields, `${label} failed (${outcome.state}): ${describeThrown(error).error}`);
+      // "failed" or "up_for_retry", then why: the state says whether a retry follows.
+      tryLog.worker.error(fields, `${label} ${outcome.state}: ${describeThrown(error).error}`);
     }
     await this.#taskLogs.flush();
     const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.#job!.id, outcome, now));
