@@ -1,11 +1,14 @@
 // The README's worked example, run for real: examples/triggers/http-status-trigger.ts loaded the
 // way --trigger-module loads it, and examples/operators/wait-for-report.ts deferring on it.
+import { readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { resumeTaskInstance, Storage, TaskDeferred, TRIGGER_FAILURE_METHOD, type TaskContext } from '../src/index.ts';
 import { WaitForReport } from '../examples/operators/wait-for-report.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { REPO_ROOT } from './support/processes.ts';
 import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
 
 afterAll(dropTestDatabases);
@@ -52,7 +55,7 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     open.databases.push(db);
     const server = await reportServer();
     open.servers.push(server);
-    const operator = new WaitForReport(server.url);
+    const operator = new WaitForReport({ taskId: 'wait_for_report', reportUrl: server.url });
     const deferral = capture(operator);
     // Poll every 60 s as written in the example would make a slow test: same trigger, 50 ms.
     (deferral.serializedTrigger.kwargs as { pollSeconds: number }).pollSeconds = 0.05;
@@ -77,9 +80,9 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     const server = await reportServer();
     open.servers.push(server);
     server.ready();
-    const good = capture(new WaitForReport(server.url));
+    const good = capture(new WaitForReport({ taskId: 'wait_for_report', reportUrl: server.url }));
     (good.serializedTrigger.kwargs as { pollSeconds: number }).pollSeconds = 0.05;
-    const bad = capture(new WaitForReport(`${server.url}?other`));
+    const bad = capture(new WaitForReport({ taskId: 'wait_for_other', reportUrl: `${server.url}?other` }));
     (bad.serializedTrigger.kwargs as { url: string }).url = 'ftp://nowhere';
     const goodId = await createTaskInstance(db);
     const badId = await createTaskInstance(db);
@@ -116,5 +119,18 @@ describe('the npm start demo DAG', () => {
     const moment = Date.parse(String(trigger.serialize().kwargs.moment));
     expect(moment - before).toBeGreaterThanOrEqual(10_000);
     expect(moment - before).toBeLessThan(11_000);
+  });
+});
+
+describe('examples', () => {
+  it('import deferflow by its package name, as a user project would, never its sources by path', () => {
+    const files = readdirSync(path.join(REPO_ROOT, 'examples'), { recursive: true, encoding: 'utf8' }).filter((file) => /\.[cm]?[jt]s$/.test(file));
+    expect(files.length).toBeGreaterThan(0);
+    for (const file of files) {
+      const text = readFileSync(path.join(REPO_ROOT, 'examples', file), 'utf8');
+      // Their own files (../triggers/http-status-trigger.ts) are theirs to import by path.
+      expect(text, file).not.toMatch(/from '(\.\.\/)+src\/|from '(\.\.\/){2,}triggers\//);
+      expect(text, file).toMatch(/from 'deferflow(\/triggers)?'/);
+    }
   });
 });

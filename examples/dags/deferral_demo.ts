@@ -1,8 +1,8 @@
 // The DAG `npm start` runs: 200 tasks that each wait 10 seconds. A task defers its wait to the
 // triggerer and hands its worker slot back at once, so 4 slots finish all 200 in about 10 s;
 // tasks that slept in their slots would need 200 x 10 s / 4 = 500 s.
-import { BaseOperator, Dag, type RuntimeContext } from '../../src/index.ts';
-import { TimeDeltaTrigger } from '../../triggers/index.ts';
+import { BaseOperator, Dag, type RuntimeContext } from 'deferflow';
+import { TimeDeltaTrigger } from 'deferflow/triggers';
 
 /** Waits `seconds` without holding a worker slot, then returns how late the wake-up was. */
 class WaitOperator extends BaseOperator<RuntimeContext> {

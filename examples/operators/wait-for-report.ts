@@ -1,5 +1,5 @@
 import { Duration } from 'luxon';
-import { BaseOperator, type TaskContext } from '../../src/index.ts';
+import { BaseOperator, type TaskContext, type TaskOptions } from 'deferflow';
 import { HttpStatusTrigger } from '../triggers/http-status-trigger.ts';
 
 /**
@@ -8,8 +8,12 @@ import { HttpStatusTrigger } from '../triggers/http-status-trigger.ts';
  * hours, onReady is never called: the task fails with TaskDeferralTimeout.
  */
 export class WaitForReport extends BaseOperator {
-  constructor(readonly reportUrl: string) {
-    super();
+  readonly reportUrl: string;
+
+  /** In a DAG: `dag.add(new WaitForReport({ taskId: 'wait_for_report', reportUrl: 'https://…' }))`. */
+  constructor({ reportUrl, ...options }: TaskOptions & { reportUrl: string }) {
+    super(options);
+    this.reportUrl = reportUrl;
   }
 
   execute(_context: TaskContext): never {

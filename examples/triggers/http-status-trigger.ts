@@ -1,4 +1,4 @@
-import { BaseTrigger, InvalidTriggerArgumentError, TriggerEvent, type SerializedTrigger } from '../../src/index.ts';
+import { BaseTrigger, InvalidTriggerArgumentError, TriggerEvent, type SerializedTrigger } from 'deferflow';
 
 export interface HttpStatusKwargs {
   readonly url: string;
