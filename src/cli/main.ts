@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import yargs, { type Argv } from 'yargs';
 import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerDbCommands } from './db-commands.ts';
+import { registerJobsCommands } from './jobs-commands.ts';
 import { registerDagsCommands } from './dags-commands.ts';
 import { registerRuntimeCommands } from './runtime-commands.ts';
 import { registerStandaloneCommand } from './standalone-command.ts';
@@ -41,5 +42,6 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerStandaloneCommand(cli);
   registerDagsCommands(cli);
   registerTasksCommands(cli);
+  registerJobsCommands(cli);
   await cli.parseAsync();
 }

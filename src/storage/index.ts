@@ -24,6 +24,7 @@ import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap
 import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
 import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
+import { listJobs, type JobListing } from './list-jobs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
@@ -54,6 +55,7 @@ export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
+export type { JobListing } from './list-jobs.ts';
 export type { TaskLogLine } from './append-task-log-lines.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
@@ -225,6 +227,10 @@ export class Storage {
 
   listDagRuns(filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {
     return listDagRuns(this.#context, filter);
+  }
+
+  listJobs(filter: { jobType?: string; limit: number }): Promise<JobListing[]> {
+    return listJobs(this.#context, filter);
   }
 
   listActiveDags(): Promise<{ dagId: string; hash: string }[]> {

@@ -1,0 +1,75 @@
+import type { Argv } from 'yargs';
+import { positiveInteger } from '../config/option-table.ts';
+import { JOB_TYPES, jobLiveness } from '../jobs/job-liveness.ts';
+import { resolveSchedulerOptions } from '../scheduler/options.ts';
+import { Storage } from '../storage/index.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { databaseUrlFrom } from './db-commands.ts';
+import { openMigratedDatabase } from './open-database.ts';
+import { formatTable } from './table.ts';
+
+/** `deferflow jobs list`: the triggerers, workers and schedulers a database has seen, alive or not. */
+export function registerJobsCommands(cli: Argv): void {
+  cli.command('jobs', 'Job commands: list', (jobs) =>
+    jobs
+      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
+      .command(
+        'list',
+        'List triggerer, worker and scheduler jobs, newest first, with their liveness judged from the heartbeat (a SIGKILLed process never ends its row)',
+        (command) =>
+          command
+            .option('type', { type: 'string', choices: Object.keys(JOB_TYPES), describe: 'Only jobs of this kind' })
+            .option('limit', { type: 'string', default: '25', describe: 'Most jobs listed' })
+            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+        async (args) => {
+          const limit = positiveInteger(args.limit, 'limit');
+          // The same thresholds the daemons judge each other by, from the same environment variables.
+          const thresholds = { triggererMs: resolveTriggererOptions({}).healthCheckThresholdMs, workerMs: resolveSchedulerOptions({}).zombieThresholdMs };
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
+          try {
+            const now = Date.now();
+            const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
+            const rows = (await new Storage(database).listJobs({ jobType, limit })).map((job) => ({
+              id: job.id,
+              job_type: job.jobType,
+              state: job.state,
+              liveness: jobLiveness(job, thresholds, now),
+              hostname: job.hostname,
+              pid: job.pid,
+              capacity: job.capacity,
+              start_date: new Date(job.startDate).toISOString(),
+              end_date: job.endDate === null ? null : new Date(job.endDate).toISOString(),
+              latest_heartbeat: job.latestHeartbeat === null ? null : new Date(job.latestHeartbeat).toISOString(),
+              heartbeat_age_s: job.latestHeartbeat === null ? null : Math.round((now - job.latestHeartbeat) / 100) / 10,
+            }));
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(rows)}\n`);
+              return;
+            }
+            if (rows.length === 0) {
+              process.stdout.write('no jobs\n');
+              return;
+            }
+            process.stdout.write(
+              formatTable(
+                ['ID', 'TYPE', 'LIVENESS', 'STATE', 'HOST', 'PID', 'LAST HEARTBEAT', 'STARTED'],
+                rows.map((row) => [
+                  String(row.id),
+                  row.job_type,
+                  row.liveness,
+                  row.state,
+                  row.hostname,
+                  String(row.pid ?? '-'),
+                  row.heartbeat_age_s === null ? '-' : `${row.heartbeat_age_s} s ago`,
+                  row.start_date,
+                ]),
+              ),
+            );
+          } finally {
+            await database.close();
+          }
+        },
+      )
+      .demandCommand(1, 'name a jobs command'),
+  );
+}

@@ -1,0 +1,54 @@
+// `deferflow jobs list`: a job row's state says what its process last wrote; a process killed
+// with SIGKILL never ends its row, so the listing judges liveness from the heartbeat.
+import { afterAll, describe, expect, it } from 'vitest';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { waitFor } from './support/fixtures.ts';
+import { processScratch } from './support/process-scratch.ts';
+import { spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+
+type JobJson = { id: number; job_type: string; state: string; liveness: string; heartbeat_age_s: number | null };
+// The threshold the listing judges triggerers by: the triggerers' own --health-check-threshold.
+const JUDGED_BY = { DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD: '3', DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL: '0.2' };
+
+describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
+  it('shows a SIGKILLed triggerer as dead though its row still says running, a live one alive, a stopped one ended', async () => {
+    const db = await scratch.database(dialect);
+    const list = async (...more: string[]) => {
+      const proc = spawnDeferflow(['jobs', 'list', '--db', db.url, ...more], JUDGED_BY);
+      const exit = await proc.exit;
+      expect(exit, proc.describe()).toEqual({ code: 0, signal: null });
+      return proc.text;
+    };
+    const jobs = async () => JSON.parse((await list('--json')).join('\n')) as JobJson[];
+    const start = (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number').then((line) => Number(line.job_id));
+    const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '3'];
+    const killed = spawnTriggerer(fast);
+    const stopped = spawnTriggerer(fast);
+    const live = spawnTriggerer(fast);
+    const [killedId, stoppedId, liveId] = await Promise.all([start(killed), start(stopped), start(live)]);
+
+    killed.kill('SIGKILL');
+    await killed.exit;
+    stopped.kill('SIGTERM');
+    expect(await stopped.exit).toEqual({ code: 0, signal: null });
+    const byId = async () => Object.fromEntries((await jobs()).map((job) => [job.id, job]));
+    const settled = await waitFor(async () => {
+      const now = await byId();
+      return now[killedId]?.liveness === 'dead' ? now : null;
+    }, { what: 'the killed triggerer judged dead', timeoutMs: 20_000, intervalMs: 200 });
+    expect(settled[killedId]).toMatchObject({ job_type: 'TriggererJob', state: 'running', liveness: 'dead' });
+    expect(settled[killedId]!.heartbeat_age_s).toBeGreaterThan(3);
+    expect(settled[stoppedId]).toMatchObject({ state: 'success', liveness: 'ended' });
+    expect(settled[liveId]).toMatchObject({ state: 'running', liveness: 'alive' });
+
+    const table = await list('--type', 'triggerer');
+    expect(table[0]).toMatch(/^ID +TYPE +LIVENESS +STATE +HOST +PID +LAST HEARTBEAT +STARTED$/);
+    expect(table.find((line) => line.startsWith(`${killedId} `))).toMatch(/TriggererJob +dead +running /);
+    expect(await list('--type', 'worker')).toEqual(['no jobs']);
+    live.kill('SIGTERM');
+    expect(await live.exit).toEqual({ code: 0, signal: null });
+  }, 60_000);
+});
