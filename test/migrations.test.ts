@@ -7,6 +7,7 @@ import { sql } from 'kysely';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openDatabase, type Database } from '../src/db/connect.ts';
 import { MIGRATIONS_DIR, migrateToLatest } from '../src/db/migrate.ts';
+import { MIGRATIONS } from '../migrations/index.ts';
 import { TASK_INSTANCE_STATES, toDbTime, type TaskInstanceState } from '../src/db/schema.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects } from './support/databases.ts';
 import { migratedDatabase, type TestDatabase } from './support/fixtures.ts';
@@ -60,6 +61,12 @@ afterEach(async () => {
   await Promise.all(left.map((child) => new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve(null) : child.once('close', resolve)))));
 });
 afterAll(dropTestDatabases);
+
+describe('the migrations list', () => {
+  it('names every numbered file in migrations/, in order (the compiled package runs this list, it does not scan)', () => {
+    expect(Object.keys(MIGRATIONS)).toEqual(MIGRATION_NAMES);
+  });
+});
 
 describe.each(testDialects)('migrations on %s', (dialect) => {
   const open: Database[] = [];

@@ -1,19 +1,15 @@
-import { readdir } from 'node:fs/promises';
-import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { Migrator, sql, type Kysely, type Migration, type MigrationResultSet } from 'kysely';
+import { MIGRATIONS } from '../../migrations/index.ts';
 import type { Database } from './connect.ts';
 import type { DialectAdapter } from './dialect.ts';
 import { DatabaseNotMigratedError } from '../errors.ts';
 import { redactDatabaseUrl } from './database-url.ts';
 
+/** The folder of the migration sources and the committed schema dumps (in a checkout). */
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
-const MIGRATION_FILE = /^(\d{4})_[a-z0-9_]+\.ts$/;
 const MIGRATION_TABLE = 'deferflow_migration';
 
-interface MigrationModule {
-  up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
-}
 
 /**
  * Applies the numbered migrations in migrations/ that the database lacks. Safe when several
@@ -46,7 +42,7 @@ export async function migrateToLatest(database: Database): Promise<string[]> {
  * so a mistyped URL or a forgotten migration is one clear line, not a raw SQL error later.
  */
 export async function assertMigrated(database: Database, url: string): Promise<void> {
-  const known = (await readdir(MIGRATIONS_DIR)).filter((name) => MIGRATION_FILE.test(name)).map((name) => name.replace(/\.ts$/, '')).sort();
+  const known = Object.keys(MIGRATIONS).sort();
   const shown = redactDatabaseUrl(url);
   const fix = `run \`deferflow db migrate --db ${shown}\``;
   const applied = (await database.adapter.hasTable(database.db, MIGRATION_TABLE))
@@ -71,11 +67,5 @@ async function currentSchema({ db }: Database): Promise<string> {
 }
 
 async function loadMigrations(adapter: DialectAdapter): Promise<Record<string, Migration>> {
-  const files = (await readdir(MIGRATIONS_DIR)).filter((name) => MIGRATION_FILE.test(name)).sort();
-  const migrations: Record<string, Migration> = {};
-  for (const file of files) {
-    const module = (await import(pathToFileURL(path.join(MIGRATIONS_DIR, file)).href)) as MigrationModule;
-    migrations[file.replace(/\.ts$/, '')] = { up: (db) => module.up(db, adapter) };
-  }
-  return migrations;
+  return Object.fromEntries(Object.entries(MIGRATIONS).map(([name, module]) => [name, { up: (db: Kysely<any>) => module.up(db, adapter) }]));
 }

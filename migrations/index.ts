@@ -1,0 +1,18 @@
+// Every migration, in order: imported, not found by scanning the folder, so the compiled package
+// (dist/migrations/*.js) runs the same list as the sources. Add a new numbered file here too; a
+// test fails when a file in this folder is missing from the list.
+import type { Kysely } from 'kysely';
+import type { DialectAdapter } from '../src/db/dialect.ts';
+import * as m0001 from './0001_initial.ts';
+import * as m0002 from './0002_task_runtime.ts';
+import * as m0003 from './0003_task_log.ts';
+
+export interface MigrationModule {
+  up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
+}
+
+export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
+  '0001_initial': m0001,
+  '0002_task_runtime': m0002,
+  '0003_task_log': m0003,
+};
