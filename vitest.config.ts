@@ -1,9 +1,18 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
+  // In-process tests use the sources under their package name (as tsconfig.json's paths do);
+  // spawned deferflow processes run the build.
+  resolve: {
+    alias: [
+      { find: /^deferflow$/, replacement: fileURLToPath(new URL('./src/index.ts', import.meta.url)) },
+      { find: /^deferflow\/triggers$/, replacement: fileURLToPath(new URL('./triggers/index.ts', import.meta.url)) },
+    ],
+  },
   test: {
     include: ['test/**/*.test.ts'],
-    globalSetup: './test/support/global-setup.ts',
+    globalSetup: ['./test/support/build-package.ts', './test/support/global-setup.ts'],
     reporters: ['default', './test/support/summary-reporter.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// `triggerer ARGS` is `deferflow triggerer ARGS`.
+// `triggerer ARGS` is `deferflow triggerer ARGS` (see deferflow.js).
 import { register } from 'tsx/esm/api';
 
 register();
-const { main } = await import('../src/cli/main.ts');
+const { main } = await import('../dist/src/cli/main.js');
 await main(['triggerer', ...process.argv.slice(2)]);

@@ -5,13 +5,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
 const DAGS = `
-import { Dag, FunctionOperator } from ${JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'))};
+import { Dag, FunctionOperator } from ${JSON.stringify(PACKAGE_ENTRY)};
 export const nightly = new Dag({ dagId: 'nightly', schedule: '0 2 * * *', timezone: 'Europe/Amsterdam', startDate: '2026-01-01T00:00:00Z' })
   .add(new FunctionOperator({ taskId: 'work', fn: () => 1 }));
 export const adhoc = new Dag({ dagId: 'adhoc' }).add(new FunctionOperator({ taskId: 'work', fn: () => 1 }));

@@ -7,13 +7,13 @@ import { Storage, TaskDeferred } from '../src/index.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
 const DAG = `
-import { BaseOperator, Dag } from ${JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'))};
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
 class Step extends BaseOperator { execute() { return 1; } }
 export const dag = new Dag({ dagId: 'etl', defaultArgs: { retries: 2 } });
 const extract = new Step({ taskId: 'extract' });

@@ -9,13 +9,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
-const INDEX = path.join(REPO_ROOT, 'src/index.ts');
-const TRIGGERS = path.join(REPO_ROOT, 'triggers/index.ts');
+const INDEX = PACKAGE_ENTRY;
+const TRIGGERS = PACKAGE_TRIGGERS;
 
 const WAITING_DAG = `
 import { BaseOperator, Dag, type TaskContext } from ${JSON.stringify(INDEX)};

@@ -11,13 +11,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
-const INDEX = JSON.stringify(path.join(REPO_ROOT, 'src/index.ts'));
-const TRIGGERS = JSON.stringify(path.join(REPO_ROOT, 'triggers/index.ts'));
+const INDEX = JSON.stringify(PACKAGE_ENTRY);
+const TRIGGERS = JSON.stringify(PACKAGE_TRIGGERS);
 
 // Tasks append "<task> <event> <epoch ms>" to events.log next to the DAG file.
 const DAGS = `

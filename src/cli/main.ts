@@ -11,8 +11,16 @@ import { registerTriggererCommand } from './triggerer-command.ts';
 
 /** deferflow's own version, from its package.json (found from this file, wherever it is installed). */
 function packageVersion(): string {
-  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  return manifest.version;
+  // src/cli in a checkout, dist/src/cli in the package: the nearest package.json above is ours.
+  for (let dir = new URL('.', import.meta.url); ; dir = new URL('..', dir)) {
+    try {
+      const manifest = JSON.parse(readFileSync(new URL('package.json', dir), 'utf8')) as { name?: string; version: string };
+      if (manifest.name === 'deferflow') return manifest.version;
+    } catch {
+      // none here: look higher
+    }
+    if (dir.pathname === '/') return 'unknown';
+  }
 }
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */

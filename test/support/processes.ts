@@ -16,6 +16,9 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+/** The built package's entry points: what DAG files run by spawned deferflow processes import, as a user's would. */
+export const PACKAGE_ENTRY = path.join(REPO_ROOT, 'dist/src/index.js');
+export const PACKAGE_TRIGGERS = path.join(REPO_ROOT, 'dist/triggers/index.js');
 const TRIGGERER_BIN = path.join(REPO_ROOT, 'bin/triggerer.js');
 const DEFERFLOW_BIN = path.join(REPO_ROOT, 'bin/deferflow.js');
 
