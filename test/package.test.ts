@@ -1,0 +1,147 @@
+/**
+ * deferflow as a user gets it: the packed tarball installed into a fresh project outside this
+ * repository, then (a) imported from a plain .mjs file by node, (b) type-checked from a consumer
+ * .ts file under module/moduleResolution nodenext with skipLibCheck off, (c) run with
+ * `npx deferflow standalone` on a DAG and a custom trigger that live in that project. publint and
+ * arethetypeswrong check the package itself.
+ */
+import { execFile } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/db/connect.ts';
+import { REPO_ROOT } from './support/processes.ts';
+
+const run = promisify(execFile);
+const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-package-'));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+/** Runs a command to its end; resolves to its exit code and output whatever the code. */
+async function exec(command: string, args: readonly string[], cwd: string, timeoutMs = 240_000) {
+  try {
+    const { stdout, stderr } = await run(command, [...args], { cwd, timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, env: { ...process.env, NO_COLOR: '1' } });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number | string; stdout?: string; stderr?: string };
+    return { code: typeof failed.code === 'number' ? failed.code : -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? String(error) };
+  }
+}
+
+const TRIGGER = `import { BaseTrigger, TriggerEvent, type SerializedTrigger } from 'deferflow';
+
+/** Counts down \`from\` in steps of \`stepMs\`, then fires with how many steps it took. */
+export class CountdownTrigger extends BaseTrigger {
+  static readonly classpath = 'proj.CountdownTrigger';
+  constructor(readonly kwargs: { from: number; stepMs: number }) {
+    super();
+  }
+  serialize(): SerializedTrigger {
+    return { classpath: CountdownTrigger.classpath, kwargs: this.kwargs };
+  }
+  async *run(): AsyncGenerator<TriggerEvent<{ steps: number }>> {
+    let steps = 0;
+    for (let left = this.kwargs.from; left > 0; left--, steps++) await this.sleep(this.kwargs.stepMs);
+    yield new TriggerEvent({ steps });
+  }
+}
+`;
+
+const DAG = `import { BaseOperator, Dag, type RuntimeContext } from 'deferflow';
+import { TimeDeltaTrigger } from 'deferflow/triggers';
+import { CountdownTrigger } from '../triggers/countdown.ts';
+
+class Countdown extends BaseOperator<RuntimeContext> {
+  execute(): never {
+    return this.defer({ trigger: new CountdownTrigger({ from: 3, stepMs: 100 }), method: 'counted' });
+  }
+  counted(_context: RuntimeContext, event: { steps: number }): never {
+    return this.defer({ trigger: new TimeDeltaTrigger({ delta: 0.2 }), method: 'done', kwargs: { steps: event.steps } });
+  }
+  done(_context: RuntimeContext, _event: unknown, kwargs: { steps: number }): { steps: number } {
+    return { steps: kwargs.steps };
+  }
+}
+
+export const dag = new Dag({ dagId: 'countdown' }).add(new Countdown({ taskId: 'count' }));
+`;
+
+describe('the packed package in a project of its own', () => {
+  it('installs from its tarball, imports with plain node, type-checks as a consumer, and runs a DAG and a trigger of that project', async () => {
+    const { version } = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
+    // dist/ is fresh: the test run's global setup built it.
+    const packed = await exec('npm', ['pack', '--ignore-scripts', '--pack-destination', scratch], REPO_ROOT);
+    expect(packed.code, packed.stderr).toBe(0);
+    const tarball = path.join(scratch, `deferflow-${version}.tgz`);
+
+    const publint = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/publint/src/cli.js'), '--strict'], REPO_ROOT);
+    expect(publint.code, `${publint.stdout}${publint.stderr}`).toBe(0);
+    const attw = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/@arethetypeswrong/cli/dist/index.js'), tarball, '--profile', 'esm-only'], REPO_ROOT);
+    expect(attw.code, `${attw.stdout}${attw.stderr}`).toBe(0);
+
+    const project = path.join(scratch, 'project');
+    mkdirSync(path.join(project, 'dags'), { recursive: true });
+    mkdirSync(path.join(project, 'triggers'));
+    const nodeTypes = (JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies['@types/node']!;
+    writeFileSync(
+      path.join(project, 'package.json'),
+      JSON.stringify({
+        name: 'a-users-project',
+        private: true,
+        type: 'module',
+        dependencies: { deferflow: `file:${tarball}` },
+        devDependencies: { '@types/node': nodeTypes },
+        allowScripts: { 'better-sqlite3': true, esbuild: true },
+      }),
+    );
+    const installed = await exec('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], project, 280_000);
+    expect(installed.code, installed.stderr).toBe(0);
+
+    // (a) plain node, no loader.
+    writeFileSync(
+      path.join(project, 'app.mjs'),
+      `import { BaseTrigger, Dag, ERROR_CODES } from 'deferflow';
+import { DateTimeTrigger } from 'deferflow/triggers';
+console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'), new DateTimeTrigger({ moment: '2030-01-01T01:00:00+01:00' }).moment);
+`,
+    );
+    const plain = await exec(process.execPath, ['app.mjs'], project);
+    expect(plain.stderr).toBe('');
+    expect(plain.stdout.trim()).toBe('function function true 2030-01-01T00:00:00.000Z');
+
+    // (b) a consumer's type check: strict, nodenext, the package's own .d.ts checked too.
+    writeFileSync(path.join(project, 'triggers/countdown.ts'), TRIGGER);
+    writeFileSync(path.join(project, 'dags/countdown.ts'), DAG);
+    writeFileSync(
+      path.join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { target: 'ES2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, skipLibCheck: false, noEmit: true, allowImportingTsExtensions: true, types: ['node'] },
+        include: ['dags', 'triggers'],
+      }),
+    );
+    const typecheck = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', project], project);
+    expect(`${typecheck.stdout}${typecheck.stderr}`).toBe('');
+    expect(typecheck.code).toBe(0);
+
+    // (c) the project's own DAG and trigger, run by the installed CLI.
+    const versionOut = await exec('npx', ['deferflow', '--version'], project);
+    expect(versionOut.stdout.trim()).toBe(version);
+    const standalone = await exec(
+      'npx',
+      ['deferflow', 'standalone', '--dags', './dags', '--trigger-module', './triggers/countdown.ts', '--trigger-dag', 'countdown', '--exit-when-done', '--db', 'sqlite:./project.db'],
+      project,
+      60_000,
+    );
+    expect(standalone.code, `${standalone.stdout}\n${standalone.stderr}`).toBe(0);
+    expect(standalone.stdout).toMatch(/countdown manual__\S+: success in /);
+    const database = openDatabase(`sqlite:${path.join(project, 'project.db')}`);
+    try {
+      const ti = await database.db.selectFrom('task_instance').select(['state', 'return_value']).where('task_id', '=', 'count').executeTakeFirstOrThrow();
+      expect(ti.state).toBe('success');
+      expect(JSON.parse(ti.return_value!)).toEqual({ steps: 3 });
+    } finally {
+      await database.close();
+    }
+  }, 480_000);
+});
