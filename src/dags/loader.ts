@@ -2,6 +2,7 @@ import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describeThrown } from '../errors.ts';
+import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
 import { isDag, type Dag } from './dag.ts';
 
 export interface LoadedDag {
@@ -43,7 +44,7 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
     try {
       exports = await importDagFile(fileloc);
     } catch (error) {
-      errors.push({ fileloc, message: `could not be loaded: ${describeThrown(error).error}` });
+      errors.push({ fileloc, message: `could not be loaded: ${explainLoadFailure(fileloc, error)}` });
       continue;
     }
     const found = [...new Set(Object.values(exports).filter(isDag))];

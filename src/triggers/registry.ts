@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { TriggerModuleError, UnknownTriggerError } from '../errors.ts';
+import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
 import { classpathOf, isTriggerClass, type TriggerClass } from './base-trigger.ts';
 
 /**
@@ -36,7 +37,7 @@ export class TriggerRegistry {
     try {
       exports = (await import(url)) as Record<string, unknown>;
     } catch (error) {
-      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} could not be loaded: ${(error as Error).message}`, {
+      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} could not be loaded: ${isPath ? explainLoadFailure(specifier, error) : (error as Error).message}`, {
         cause: error,
       });
     }

@@ -44,9 +44,10 @@ export class TriggererProcess {
   exited: ProcessExit | null = null;
   readonly #waiters = new Set<() => void>();
 
-  constructor(readonly args: readonly string[], env: NodeJS.ProcessEnv = {}, bin = TRIGGERER_BIN) {
+  /** `cwd`: where the command runs; a user's project, say (the repository's tsconfig.json maps 'deferflow' to its sources for tsx). */
+  constructor(readonly args: readonly string[], env: NodeJS.ProcessEnv = {}, bin = TRIGGERER_BIN, cwd = REPO_ROOT) {
     this.child = spawn(process.execPath, [bin, ...args], {
-      cwd: REPO_ROOT,
+      cwd,
       env: { ...process.env, DEFERFLOW_LOG_FORMAT: 'json', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -153,8 +154,8 @@ export function spawnTriggerer(args: readonly string[], env: NodeJS.ProcessEnv =
 }
 
 /** Starts `node bin/deferflow.js ARGS` (any command: worker, scheduler, dags ...) in the repository root. */
-export function spawnDeferflow(args: readonly string[], env: NodeJS.ProcessEnv = {}): TriggererProcess {
-  return new TriggererProcess(args, env, DEFERFLOW_BIN);
+export function spawnDeferflow(args: readonly string[], env: NodeJS.ProcessEnv = {}, cwd = REPO_ROOT): TriggererProcess {
+  return new TriggererProcess(args, env, DEFERFLOW_BIN, cwd);
 }
 
 /** SIGKILLs every triggerer still running and waits for them to be gone (use in afterEach). */
