@@ -29,6 +29,11 @@ export const ERROR_CODES = [
   'DF_INVALID_SERIALIZED_DAG',
   'DF_RETURN_VALUE_TOO_LARGE',
   'DF_DAG_IMPORT',
+  'DF_TASK_NOT_FOUND',
+  'DF_WORKER_STOPPING',
+  'DF_LIFECYCLE',
+  'DF_MIGRATION_FAILED',
+  'DF_TRIGGER_RUNTIME',
   'DF_DAG_FOLDER',
   'DF_UNCAUGHT',
 ] as const;
@@ -158,6 +163,48 @@ export class ReturnValueTooLargeError extends DeferflowError {
 export class InvalidDagError extends DeferflowError {
   constructor(message: string) {
     super('DF_INVALID_DAG', message);
+  }
+}
+
+/** A database operation failed in a way deferflow recognised (DF_DATABASE); retrying it may succeed. */
+export class DatabaseError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_DATABASE', message, options);
+  }
+}
+
+/** The worker cannot find a task's code: its DAG is not serialized, or its file no longer defines the DAG or the task. */
+export class TaskNotFoundError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TASK_NOT_FOUND', message);
+  }
+}
+
+/** The reason a running task's signal is aborted when its worker stops and hands the try back. */
+export class WorkerStoppingError extends DeferflowError {
+  constructor() {
+    super('DF_WORKER_STOPPING', 'the worker is shutting down; this try is handed back and runs again');
+  }
+}
+
+/** A daemon (triggerer, worker, scheduler) asked to start when it is not new. */
+export class LifecycleError extends DeferflowError {
+  constructor(daemon: string, state: string) {
+    super('DF_LIFECYCLE', `${daemon} already ${state}: start() runs once; make a new ${daemon} to start again`);
+  }
+}
+
+/** A migration failed (the database is left as it was before it: migrations run in one transaction). */
+export class MigrationFailedError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_MIGRATION_FAILED', message, options);
+  }
+}
+
+/** A trigger used what only a triggerer lends it (this.log) outside one. */
+export class TriggerRuntimeError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TRIGGER_RUNTIME', message);
   }
 }
 

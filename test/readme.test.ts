@@ -1,5 +1,5 @@
 // The README stays true where it restates code: the options table and the two commands.
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TRIGGERER_OPTIONS } from '../src/index.ts';
@@ -41,6 +41,20 @@ describe('README', () => {
     const documented = [...section.matchAll(/^\| `(DF_[A-Z_]+)` \| \S/gm)].map((match) => match[1]);
     expect(documented.slice().sort()).toEqual([...ERROR_CODES].sort());
     expect(new Set(documented).size).toBe(documented.length);
+  });
+
+  it('no error is thrown without a code: src/ and triggers/ raise deferflow errors only, never a bare Error', () => {
+    const files = ['src', 'triggers'].flatMap((dir) =>
+      readdirSync(path.join(REPO_ROOT, dir), { recursive: true, encoding: 'utf8' })
+        .filter((file) => file.endsWith('.ts'))
+        .map((file) => path.join(dir, file)),
+    );
+    const bare = files.flatMap((file) =>
+      readFileSync(path.join(REPO_ROOT, file), 'utf8')
+        .split('\n')
+        .flatMap((line, i) => (/new (Error|TypeError|RangeError)\(/.test(line) && !line.trim().startsWith('//') ? [`${file}:${i + 1}: ${line.trim()}`] : [])),
+    );
+    expect(bare).toEqual([]);
   });
 
   it('gives the two set-up commands, and they name scripts package.json has', () => {

@@ -19,6 +19,7 @@
 import type { Dirent } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { InvalidTriggerArgumentError } from '../src/errors.ts';
 
 export interface GlobOptions {
   /** `**` as a whole segment matches zero or more directories. Default false (`**` is `*`). */
@@ -80,7 +81,7 @@ export function splitGlob(pattern: string, options: GlobOptions = {}): { base: s
  * directory.
  */
 export async function findFirstFile(pattern: string, options: GlobOptions = {}): Promise<string | undefined> {
-  if (!path.isAbsolute(pattern)) throw new TypeError(`findFirstFile needs an absolute pattern, got ${JSON.stringify(pattern)}`);
+  if (!path.isAbsolute(pattern)) throw new InvalidTriggerArgumentError('FileTrigger', `findFirstFile needs an absolute pattern, got ${JSON.stringify(pattern)}`);
   const { base, segments } = splitGlob(pattern, options);
   if (segments.length === 0) return (await isRegularFile(base)) ? base : undefined;
   // Compile each wildcard segment once per call (a globstar needs none).

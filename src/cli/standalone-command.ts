@@ -116,7 +116,7 @@ async function showRunProgress(database: Database, standalone: Standalone, dagId
   for (;;) {
     if (progressState.interrupted) return null;
     const progress = await storage.runProgress(dagId, runId);
-    if (!progress) throw new Error(`DAG run ${dagId} ${runId} disappeared`);
+    if (!progress) throw new InvalidOptionError('trigger-dag', `DAG run ${dagId} ${runId} disappeared while standalone watched it (deleted by someone else)`);
     const elapsed = performance.now() - startedAt;
     const figures = progressFigures(progress);
     const finished = progress.state === 'success' || progress.state === 'failed';

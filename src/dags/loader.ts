@@ -1,7 +1,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { describeThrown } from '../errors.ts';
+import { describeThrown, TaskNotFoundError } from '../errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
 import { isDag, type Dag } from './dag.ts';
 
@@ -92,7 +92,7 @@ const WORKER_RECHECK_MS = 1_000;
 export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {
   const exports = await importDagFile(fileloc, WORKER_RECHECK_MS);
   const dag = Object.values(exports).find((value): value is Dag => isDag(value) && value.dagId === dagId);
-  if (!dag) throw new Error(`${fileloc} no longer defines DAG ${dagId}`);
+  if (!dag) throw new TaskNotFoundError(`${fileloc} no longer defines DAG ${dagId}`);
   // The same module (file unchanged) hands back the same Dag: validated once, not per task run.
   if (!validated.has(dag)) {
     dag.validate();

@@ -3,7 +3,7 @@ import { Migrator, sql, type Kysely, type Migration, type MigrationResultSet } f
 import { MIGRATIONS } from '../../migrations/index.ts';
 import type { Database } from './connect.ts';
 import type { DialectAdapter } from './dialect.ts';
-import { DatabaseNotMigratedError } from '../errors.ts';
+import { DatabaseNotMigratedError, InvalidDatabaseUrlError, MigrationFailedError } from '../errors.ts';
 import { redactDatabaseUrl } from './database-url.ts';
 
 /** The folder of the migration sources and the committed schema dumps (in a checkout). */
@@ -29,7 +29,7 @@ export async function migrateToLatest(database: Database): Promise<string[]> {
   const result: MigrationResultSet = await migrator.migrateToLatest();
   if (result.error) {
     const failed = result.results?.find((r) => r.status === 'Error');
-    throw new Error(`migration ${failed?.migrationName ?? '(setup)'} failed: ${String(result.error)}`, {
+    throw new MigrationFailedError(`migration ${failed?.migrationName ?? '(setup)'} failed: ${String(result.error)}`, {
       cause: result.error,
     });
   }
@@ -59,10 +59,11 @@ export async function assertMigrated(database: Database, url: string): Promise<v
   }
 }
 
-async function currentSchema({ db }: Database): Promise<string> {
+async function currentSchema(database: Database): Promise<string> {
+  const { db } = database;
   const result = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
   const schema = result.rows[0]?.schema;
-  if (!schema) throw new Error('the PostgreSQL search_path names no existing schema; create it or fix options=-c search_path=…');
+  if (!schema) throw new InvalidDatabaseUrlError(database.target.url, 'its search_path names no existing schema; create the schema, or fix options=-c search_path=…');
   return schema;
 }
 

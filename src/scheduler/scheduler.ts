@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
-import { describeThrown, errorFields } from '../errors.ts';
+import { describeThrown, errorFields, LifecycleError } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { JobRow } from '../jobs/job-row.ts';
 import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
@@ -70,7 +70,7 @@ export class Scheduler {
   }
 
   async start(): Promise<void> {
-    if (this.#state !== 'new') throw new Error(`scheduler already ${this.#state}`);
+    if (this.#state !== 'new') throw new LifecycleError('scheduler', this.#state);
     this.#job = await JobRow.register(this.storage, { jobType: SCHEDULER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: null }, this.options.heartbeatIntervalMs, this.log);
     this.#state = 'running';
     this.log.info({ job_id: this.#job!.id }, `scheduler ${this.#job!.id} started`);

@@ -1,7 +1,7 @@
 import { sql, type RawBuilder, type Transaction } from 'kysely';
 import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
-import { TaskInstanceStateError } from '../errors.ts';
+import { DatabaseError, TaskInstanceStateError } from '../errors.ts';
 import type { SerializedTrigger } from '../triggers/base-trigger.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
@@ -120,5 +120,5 @@ async function linkTrigger(
       .executeTakeFirst();
     if (joined) return { triggerId: joined.id, reusedTrigger: true };
   }
-  throw new Error(`could not link trigger ${hash} after ${LINK_ATTEMPTS} attempts: it kept firing between lookup and insert`);
+  throw new DatabaseError(`could not link trigger ${hash} after ${LINK_ATTEMPTS} attempts: it kept firing between lookup and insert; defer again`);
 }

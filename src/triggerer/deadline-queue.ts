@@ -1,3 +1,4 @@
+import { TriggerFailedError } from '../errors.ts';
 import { performance } from 'node:perf_hooks';
 import { MAX_TIMER_MS } from '../triggers/standalone-sleep.ts';
 
@@ -54,7 +55,7 @@ export class DeadlineQueue<W extends DeadlineWaiter> {
 
   /** Resolves at `wakeAt` (epoch ms); rejects if `cancel(waiter)` comes first. One wait per waiter. */
   wait(waiter: W, wakeAt: number): Promise<void> {
-    if (waiter.heapIndex !== -1) this.cancel(waiter, new Error('a trigger may sleep in one place at a time'));
+    if (waiter.heapIndex !== -1) this.cancel(waiter, new TriggerFailedError('a trigger may sleep in one place at a time: it called sleep()/sleepUntil() again before the first one resolved'));
     const promise = new Promise<void>((resolve, reject) => {
       waiter.resolveWait = resolve;
       waiter.rejectWait = reject;

@@ -2,7 +2,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import { errorFields } from '../errors.ts';
+import { errorFields, LifecycleError } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
@@ -97,7 +97,7 @@ export class Triggerer {
   }
 
   async start(): Promise<void> {
-    if (this.#state !== 'new') throw new Error(`triggerer already ${this.#state}`);
+    if (this.#state !== 'new') throw new LifecycleError('triggerer', this.#state);
     this.#job = await JobRow.register(
       this.storage,
       { jobType: TRIGGERER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: this.options.capacity },

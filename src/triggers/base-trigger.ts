@@ -1,3 +1,4 @@
+import { TriggerRuntimeError } from '../errors.ts';
 import type { Logger } from 'pino';
 import { canonicalJson, sha256Hex, type JsonObject } from '../serialization/json.ts';
 import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
@@ -95,7 +96,7 @@ export abstract class BaseTrigger {
   /** A logger bound to this trigger's id and classpath. */
   protected get log(): Logger {
     const runtime = this[RUNTIME];
-    if (!runtime) throw new Error('this.log is available while the trigger runs on a triggerer');
+    if (!runtime) throw new TriggerRuntimeError('this.log is available while the trigger runs on a triggerer');
     return runtime.logger();
   }
 }

@@ -1,4 +1,5 @@
 import type { Database } from '../db/connect.ts';
+import { TaskNotFoundError } from '../errors.ts';
 import type { RuntimeContext } from '../operators/base-operator.ts';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import { loadDagFromFile } from '../dags/loader.ts';
@@ -13,10 +14,10 @@ import type { TaskResolver } from './worker.ts';
 export function dagFileResolver(database: Database): TaskResolver {
   return async (taskInstance) => {
     const fileloc = taskInstance.fileloc;
-    if (fileloc === null) throw new Error(`DAG ${taskInstance.dagId} is not among the serialized DAGs (deleted, or never processed)`);
+    if (fileloc === null) throw new TaskNotFoundError(`DAG ${taskInstance.dagId} is not among the serialized DAGs (deleted, or never processed)`);
     const dag = await loadDagFromFile(fileloc, taskInstance.dagId);
     const operator = dag.task(taskInstance.taskId);
-    if (!operator) throw new Error(`DAG ${taskInstance.dagId} (${fileloc}) has no task ${taskInstance.taskId}`);
+    if (!operator) throw new TaskNotFoundError(`DAG ${taskInstance.dagId} (${fileloc}) has no task ${taskInstance.taskId}`);
     const settings = taskSettings(dag, operator);
     return {
       operator,

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { callNextMethod } from '../deferral.ts';
-import { codeOf, describeThrown, errorFields, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
+import { codeOf, describeThrown, errorFields, LifecycleError, WorkerStoppingError, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
 import { isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
@@ -99,7 +99,7 @@ export class Worker {
   }
 
   async start(): Promise<void> {
-    if (this.#state !== 'new') throw new Error(`worker already ${this.#state}`);
+    if (this.#state !== 'new') throw new LifecycleError('worker', this.#state);
     this.#job = await JobRow.register(
       this.storage,
       { jobType: WORKER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: this.options.concurrency },
@@ -140,7 +140,7 @@ export class Worker {
       if (handedBack) {
         this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`);
       }
-      this.#cancels.get(taskInstanceId)?.abort(new Error('the worker is shutting down; this try is handed back and runs again'));
+      this.#cancels.get(taskInstanceId)?.abort(new WorkerStoppingError());
     }
     // Code that heeds its signal winds down now; give it a moment before the logs close.
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
