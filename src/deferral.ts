@@ -30,24 +30,20 @@ const RESUMABLE_STATES = ['scheduled', 'queued', 'running'];
  * carrying the trigger's error text and traceback.
  */
 export async function resumeTaskInstance<Context extends TaskContext>(
-  database: Pick<Database, 'db'>,
+  database: Pick<Database, 'db' | 'adapter'>,
   taskInstanceId: number,
   operator: BaseOperator<Context>,
   context: Context,
 ): Promise<unknown> {
-  const ti = await database.db
-    .selectFrom('task_instance')
-    .select(['state', 'next_method', 'next_kwargs'])
-    .where('id', '=', taskInstanceId)
-    .executeTakeFirst();
+  const ti = await new Storage(database).readResumeState(taskInstanceId);
   if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
-  if (ti.next_method === null) {
+  if (ti.nextMethod === null) {
     throw new TaskInstanceStateError(`task instance ${taskInstanceId} has no next_method: it is not resuming from a deferral`);
   }
   if (ti.state === null || !RESUMABLE_STATES.includes(ti.state)) {
     throw new TaskInstanceStateError(`task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; it resumes once scheduled`);
   }
-  return callNextMethod(operator, context, ti.next_method, ti.next_kwargs);
+  return callNextMethod(operator, context, ti.nextMethod, ti.nextKwargsJson);
 }
 
 /**

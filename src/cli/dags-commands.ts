@@ -31,12 +31,13 @@ export function registerDagsCommands(cli: Argv): void {
         async (args) => {
           const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
-            const dagRows = (await database.db.selectFrom('serialized_dag').select(['dag_id', 'fileloc', 'data']).where('deleted_at', 'is', null).orderBy('dag_id').execute()).map((row) => ({
-              dag_id: row.dag_id,
+            const storage = new Storage(database);
+            const dagRows = (await storage.listSerializedDags()).map((row) => ({
+              dag_id: row.dagId,
               fileloc: row.fileloc,
-              schedule: describeSchedule(JSON.parse(row.data)?.dag?.schedule),
+              schedule: describeSchedule(JSON.parse(row.dataJson)?.dag?.schedule),
             }));
-            const errors = await database.db.selectFrom('import_error').select(['fileloc', 'message']).orderBy('fileloc').execute();
+            const errors = await storage.listImportErrors();
             if (args.json) {
               process.stdout.write(`${JSON.stringify({ dags: dagRows, import_errors: errors })}\n`);
               return;

@@ -23,17 +23,16 @@ export function registerTasksCommands(cli: Argv): void {
         async (args) => {
           const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
-            let query = database.db
-              .selectFrom('task_instance')
-              .select(['dag_id', 'task_id', 'state', 'try_number', 'hostname', 'start_date', 'end_date', 'next_method'])
-              .where('run_id', '=', args.run)
-              .orderBy('dag_id')
-              .orderBy('task_id');
-            if (args.dag) query = query.where('dag_id', '=', args.dag);
-            const rows = (await query.execute()).map((row) => ({
-              ...row,
-              start_date: row.start_date === null ? null : new Date(row.start_date).toISOString(),
-              end_date: row.end_date === null ? null : new Date(row.end_date).toISOString(),
+            const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+            const rows = (await new Storage(database).taskInstancesOfRunId(args.run, args.dag)).map((ti) => ({
+              dag_id: ti.dagId,
+              task_id: ti.taskId,
+              state: ti.state,
+              try_number: ti.tryNumber,
+              hostname: ti.hostname,
+              start_date: iso(ti.startDate),
+              end_date: iso(ti.endDate),
+              next_method: ti.nextMethod,
             }));
             if (rows.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
             if (args.json) {
@@ -72,7 +71,7 @@ export function registerTasksCommands(cli: Argv): void {
             const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
             const result = await storage.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
             // A finished run with cleared task instances runs again.
-            const run = await database.db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', dagId).where('run_id', '=', args.run).executeTakeFirst();
+            const run = await storage.findDagRun(dagId, args.run);
             if (run && (run.state === 'success' || run.state === 'failed')) await storage.setDagRunState(run.id, run.state, 'queued');
             process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
           } finally {

@@ -23,13 +23,14 @@ import {
 import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
-import { listDagRuns, type DagRunRow } from './list-dag-runs.ts';
+import { findDagRun, listDagRuns, type DagRunRow } from './list-dag-runs.ts';
+import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { listJobs, type JobListing } from './list-jobs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
-import { listActiveDags } from './serialized-dags.ts';
+import { listActiveDags, listImportErrors, listSerializedDags } from './serialized-dags.ts';
 import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
@@ -231,6 +232,26 @@ export class Storage {
 
   listJobs(filter: { jobType?: string; limit: number }): Promise<JobListing[]> {
     return listJobs(this.#context, filter);
+  }
+
+  findDagRun(dagId: string, runId: string): Promise<{ id: number; state: DagRunState } | null> {
+    return findDagRun(this.#context, dagId, runId);
+  }
+
+  readResumeState(taskInstanceId: number): Promise<{ state: string | null; nextMethod: string | null; nextKwargsJson: string | null } | null> {
+    return readResumeState(this.#context, taskInstanceId);
+  }
+
+  readReturnValue(dagId: string, runId: string, taskId: string): Promise<string | null> {
+    return readReturnValue(this.#context, dagId, runId, taskId);
+  }
+
+  listSerializedDags(): Promise<{ dagId: string; fileloc: string; dataJson: string }[]> {
+    return listSerializedDags(this.#context);
+  }
+
+  listImportErrors(): Promise<{ fileloc: string; message: string }[]> {
+    return listImportErrors(this.#context);
   }
 
   listActiveDags(): Promise<{ dagId: string; hash: string }[]> {

@@ -11,6 +11,12 @@ export interface DagRunRow {
   readonly endDate: number | null;
 }
 
+/** One DAG run's id and state, or null. */
+export async function findDagRun({ db }: StorageContext, dagId: string, runId: string): Promise<{ id: number; state: DagRunState } | null> {
+  const row = await db.selectFrom('dag_run').select(['id', 'state']).where('dag_id', '=', dagId).where('run_id', '=', runId).executeTakeFirst();
+  return row ?? null;
+}
+
 /** DAG runs, newest logical date first, optionally of one DAG and in one state. */
 export async function listDagRuns({ db }: StorageContext, filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {
   let query = db

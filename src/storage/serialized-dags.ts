@@ -50,6 +50,17 @@ export async function activeDagFilelocs({ db }: StorageContext): Promise<string[
   return rows.map((row) => row.fileloc);
 }
 
+/** Every DAG that is not deleted, with where it was found and its serialized JSON (text), by dag id. */
+export async function listSerializedDags({ db }: StorageContext): Promise<{ dagId: string; fileloc: string; dataJson: string }[]> {
+  const rows = await db.selectFrom('serialized_dag').select(['dag_id', 'fileloc', 'data']).where('deleted_at', 'is', null).orderBy('dag_id').execute();
+  return rows.map((row) => ({ dagId: row.dag_id, fileloc: row.fileloc, dataJson: row.data }));
+}
+
+/** The DAG files that failed to load at the last processing, and why. */
+export async function listImportErrors({ db }: StorageContext): Promise<{ fileloc: string; message: string }[]> {
+  return db.selectFrom('import_error').select(['fileloc', 'message']).orderBy('fileloc').execute();
+}
+
 /** The stored JSON and hash of a DAG that is not deleted, or null. */
 export async function readSerializedDag({ db }: StorageContext, dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
   const row = await db.selectFrom('serialized_dag').select(['data', 'hash', 'fileloc']).where('dag_id', '=', dagId).where('deleted_at', 'is', null).executeTakeFirst();

@@ -1,3 +1,4 @@
+import { fromDbTime } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface TaskInstanceOfRunId {
@@ -8,6 +9,9 @@ export interface TaskInstanceOfRunId {
   readonly state: string | null;
   /** The host of the worker that last ran it; null when no worker ever did (started and ended by its trigger). */
   readonly hostname: string | null;
+  readonly startDate: number | null;
+  readonly endDate: number | null;
+  readonly nextMethod: string | null;
 }
 
 /**
@@ -15,7 +19,22 @@ export interface TaskInstanceOfRunId {
  * by DAG and task id: what the CLI looks a task up in when users name a run, not a DAG.
  */
 export async function taskInstancesOfRunId({ db }: StorageContext, runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {
-  let query = db.selectFrom('task_instance').select(['id', 'dag_id', 'task_id', 'try_number', 'state', 'hostname']).where('run_id', '=', runId).orderBy('dag_id').orderBy('task_id');
+  let query = db
+    .selectFrom('task_instance')
+    .select(['id', 'dag_id', 'task_id', 'try_number', 'state', 'hostname', 'start_date', 'end_date', 'next_method'])
+    .where('run_id', '=', runId)
+    .orderBy('dag_id')
+    .orderBy('task_id');
   if (dagId !== undefined) query = query.where('dag_id', '=', dagId);
-  return (await query.execute()).map((row) => ({ id: row.id, dagId: row.dag_id, taskId: row.task_id, tryNumber: row.try_number, state: row.state, hostname: row.hostname }));
+  return (await query.execute()).map((row) => ({
+    id: row.id,
+    dagId: row.dag_id,
+    taskId: row.task_id,
+    tryNumber: row.try_number,
+    state: row.state,
+    hostname: row.hostname,
+    startDate: fromDbTime(row.start_date),
+    endDate: fromDbTime(row.end_date),
+    nextMethod: row.next_method,
+  }));
 }

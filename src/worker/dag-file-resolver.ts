@@ -1,5 +1,6 @@
 import type { Database } from '../db/connect.ts';
 import { TaskNotFoundError } from '../errors.ts';
+import { Storage } from '../storage/index.ts';
 import type { RuntimeContext } from '../operators/base-operator.ts';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import { loadDagFromFile } from '../dags/loader.ts';
@@ -12,6 +13,7 @@ import type { TaskResolver } from './worker.ts';
  * is now.
  */
 export function dagFileResolver(database: Database): TaskResolver {
+  const storage = new Storage(database);
   return async (taskInstance) => {
     const fileloc = taskInstance.fileloc;
     if (fileloc === null) throw new TaskNotFoundError(`DAG ${taskInstance.dagId} is not among the serialized DAGs (deleted, or never processed)`);
@@ -35,14 +37,8 @@ export function dagFileResolver(database: Database): TaskResolver {
           log: taskLog,
           signal,
           xcomPull: async (taskId) => {
-            const row = await database.db
-              .selectFrom('task_instance')
-              .select('return_value')
-              .where('dag_id', '=', claimed.dagId)
-              .where('run_id', '=', claimed.runId)
-              .where('task_id', '=', taskId)
-              .executeTakeFirst();
-            return row?.return_value == null ? null : (JSON.parse(row.return_value) as JsonValue);
+            const returned = await storage.readReturnValue(claimed.dagId, claimed.runId, taskId);
+            return returned === null ? null : (JSON.parse(returned) as JsonValue);
           },
         };
       },
