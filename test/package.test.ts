@@ -2,11 +2,12 @@
  * deferflow as a user gets it: the packed tarball installed into a fresh project outside this
  * repository, then (a) imported from a plain .mjs file by node, (b) type-checked from a consumer
  * .ts file under module/moduleResolution nodenext with skipLibCheck off, (c) run with
- * `npx deferflow standalone` on a DAG and a custom trigger that live in that project. publint and
- * arethetypeswrong check the package itself.
+ * `npx deferflow standalone` on a DAG and a custom trigger that live in that project, (d) scaffold
+ * a project with `deferflow init` and `npm start` it. publint and arethetypeswrong check the
+ * package itself.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -143,5 +144,24 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     } finally {
       await database.close();
     }
+
+    // (d) deferflow init: a project a user starts from. Its dependencies are the ones just
+    // installed (the same tarball): linked, not installed a second time.
+    const scaffolded = await exec('npx', ['deferflow', 'init', 'app', '--deferflow', `file:${tarball}`], project);
+    expect(scaffolded.code, scaffolded.stderr).toBe(0);
+    expect(scaffolded.stdout).toContain('npm start');
+    const app = path.join(project, 'app');
+    const manifest = readFileSync(path.join(app, 'package.json'), 'utf8');
+    expect(JSON.parse(manifest)).toMatchObject({ type: 'module', dependencies: { deferflow: `file:${tarball}` } });
+    const again = await exec('npx', ['deferflow', 'init', 'app'], project);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toContain('is not empty; init writes only into a new or empty folder and never overwrites a file');
+    expect(readFileSync(path.join(app, 'package.json'), 'utf8')).toBe(manifest);
+    symlinkSync(path.join(project, 'node_modules'), path.join(app, 'node_modules'), 'dir');
+    const appTypecheck = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', app], app);
+    expect(`${appTypecheck.stdout}${appTypecheck.stderr}`).toBe('');
+    const started = await exec('npm', ['start'], app, 60_000);
+    expect(started.code, `${started.stdout}\n${started.stderr}`).toBe(0);
+    expect(started.stdout).toMatch(/example manual__\S+: success in /);
   }, 480_000);
 });

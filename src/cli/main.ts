@@ -1,27 +1,14 @@
-import { readFileSync } from 'node:fs';
 import yargs, { type Argv } from 'yargs';
 import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerDbCommands } from './db-commands.ts';
+import { registerInitCommand } from './init-command.ts';
+import { ownPackage } from './own-package.ts';
 import { registerJobsCommands } from './jobs-commands.ts';
 import { registerDagsCommands } from './dags-commands.ts';
 import { registerRuntimeCommands } from './runtime-commands.ts';
 import { registerStandaloneCommand } from './standalone-command.ts';
 import { registerTasksCommands } from './tasks-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
-
-/** deferflow's own version, from its package.json (found from this file, wherever it is installed). */
-function packageVersion(): string {
-  // src/cli in a checkout, dist/src/cli in the package: the nearest package.json above is ours.
-  for (let dir = new URL('.', import.meta.url); ; dir = new URL('..', dir)) {
-    try {
-      const manifest = JSON.parse(readFileSync(new URL('package.json', dir), 'utf8')) as { name?: string; version: string };
-      if (manifest.name === 'deferflow') return manifest.version;
-    } catch {
-      // none here: look higher
-    }
-    if (dir.pathname === '/') return 'unknown';
-  }
-}
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -42,8 +29,9 @@ export async function main(argv: readonly string[]): Promise<void> {
     })
     .help()
     .alias('help', 'h')
-    .version(packageVersion())
+    .version(ownPackage().version)
     .alias('version', 'V');
+  registerInitCommand(cli, ownPackage().version);
   registerDbCommands(cli);
   registerTriggererCommand(cli);
   registerRuntimeCommands(cli);

@@ -1,0 +1,22 @@
+import { readFileSync } from 'node:fs';
+
+export interface OwnPackage {
+  readonly version: string;
+  readonly devDependencies?: Readonly<Record<string, string>>;
+}
+
+let cached: OwnPackage | undefined;
+
+/** deferflow's own package.json: the nearest one above this file named deferflow (src/cli in a checkout, dist/src/cli installed). */
+export function ownPackage(): OwnPackage {
+  if (cached) return cached;
+  for (let dir = new URL('.', import.meta.url); ; dir = new URL('..', dir)) {
+    try {
+      const manifest = JSON.parse(readFileSync(new URL('package.json', dir), 'utf8')) as OwnPackage & { name?: string };
+      if (manifest.name === 'deferflow') return (cached = manifest);
+    } catch {
+      // none here: look higher
+    }
+    if (dir.pathname === '/') return (cached = { version: 'unknown' });
+  }
+}
