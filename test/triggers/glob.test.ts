@@ -157,6 +157,6 @@ describe('findFirstFile', () => {
   });
 
   it('refuses a relative pattern', async () => {
-    await expect(findFirstFile('in/*.csv')).rejects.toThrow(TypeError);
+    await expect(findFirstFile('in/*.csv')).rejects.toMatchObject({ code: 'DF_INVALID_TRIGGER_ARGUMENT', message: expect.stringContaining('findFirstFile needs an absolute pattern') });
   });
 });
