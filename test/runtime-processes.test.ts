@@ -123,6 +123,8 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     expect(await db.db.selectFrom('dag_run').select('run_id').execute()).toEqual([{ run_id: 'r1' }]);
     // The run's state changes are conditional writes: exactly one scheduler logged each.
     const logged = (msg: string) => schedulers.flatMap((scheduler) => scheduler.matching((line) => line.msg === msg));
+    // The database says success before the scheduler's log line has come through its pipe.
+    await waitFor(() => logged('DAG run fan_out r1 success').length > 0, { what: 'the success line read from the scheduler' });
     expect(logged('DAG run fan_out r1 running')).toHaveLength(1);
     expect(logged('DAG run fan_out r1 success')).toHaveLength(1);
   }, 60_000);
