@@ -262,9 +262,11 @@ export class OutcomeWriter {
     const text = describeThrown(error).error;
     const seen = this.#reported.get(text) ?? 0;
     this.#reported.set(text, seen + 1);
-    const fields = { code: 'DF_DATABASE', kind, waiting: this.pending, retry_in_ms: retryInMs, error: text };
+    // Waiting: outcomes whose task instances have not moved yet (fired rows still to delete are done for them).
+    const waiting = this.#events.length + this.#failures.length + this.#retryingCount;
+    const fields = { code: 'DF_DATABASE', kind, waiting, retry_in_ms: retryInMs, error: text };
     if (seen === 0) {
-      this.log.error(fields, `writing trigger ${kind}s failed; ${this.pending} outcome(s) waiting, retrying with backoff (reported once until writes succeed): ${text}`);
+      this.log.error(fields, `writing trigger ${kind}s failed; ${waiting} outcome(s) waiting, retrying with backoff (reported once until writes succeed): ${text}`);
     } else {
       this.log.debug({ ...fields, failures: seen + 1 }, `writing trigger ${kind}s failed again; retrying in ${retryInMs} ms`);
     }
