@@ -29,8 +29,8 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const { triggerId } = await new Storage(db).deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume', deduplicate: false }));
     return { id, triggerId };
   };
-  const writer = (db: TestDatabase, storage: Storage, logs: LogCapture, retry = { retryDelayMs: 1000, maxRetryDelayMs: 30_000 }) => {
-    const w = new OutcomeWriter(storage, pino({ level: 'debug' }, logs), { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, ...retry }, () => {});
+  const writer = (db: TestDatabase, storage: Storage, logs: LogCapture, retry = { retryDelayMs: 1000, maxRetryDelayMs: 30_000 }, onWritten: (ids: number[]) => void = () => {}) => {
+    const w = new OutcomeWriter(storage, pino({ level: 'debug' }, logs), { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, ...retry }, onWritten);
     open.writers.push(w);
     return w;
   };
@@ -170,13 +170,41 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     await waitFor(() => w.pending === 1, { what: 'the written ones forgotten, the stuck one still kept' });
     expect(logs.matching((l) => l.level === 50).length).toBe(1);
   });
+
+  it('a failed delete of fired rows is retried on its own backoff, even while another outcome waits for a retry', async () => {
+    const db = await database();
+    const stuck = await deferOnto(db, new t.NeverTrigger({ n: 'stuck' }));
+    const fired = await deferOnto(db, new t.NeverTrigger({ n: 'fired' }));
+    const storage = new Storage(db);
+    let deleteAttempts = 0;
+    const failing = withSubmitEvents(
+      storage,
+      async (events) => {
+        if (events.some((event) => event.triggerId === stuck.triggerId)) throw new Error('something only this outcome triggers');
+        return storage.submitEvents(events);
+      },
+      async (ids) => {
+        if (++deleteAttempts === 1) throw new Error('lock timeout while deleting');
+        return storage.cleanUnusedTriggers(ids);
+      },
+    );
+    const forgotten: number[] = [];
+    const w = writer(db, failing, new LogCapture(), { retryDelayMs: 20, maxRetryDelayMs: 50 }, (ids) => forgotten.push(...ids));
+    w.addEvent(stuck.triggerId, '"stuck"');
+    await waitFor(() => w.pending === 1, { what: 'the stuck outcome waiting for its retry' });
+    w.addEvent(fired.triggerId, '"fired"');
+    await waitFor(() => forgotten.includes(fired.triggerId), { what: 'the fired trigger deleted and forgotten after one failed delete' });
+    expect(deleteAttempts).toBeGreaterThanOrEqual(2);
+    expect(await db.db.selectFrom('trigger').select('id').where('id', '=', fired.triggerId).execute()).toEqual([]);
+    expect((await taskInstance(db, stuck.id)).state).toBe('deferred');
+  });
 });
 
 /** `storage`, its event writes going through `submitEvents` (a database that fails on cue). */
-function withSubmitEvents(storage: Storage, submitEvents: (events: readonly TriggerEventRecord[]) => ReturnType<Storage['submitEvents']>): Storage {
-  return {
-    submitEvents,
-    submitFailures: storage.submitFailures.bind(storage),
-    cleanUnusedTriggers: storage.cleanUnusedTriggers.bind(storage),
-  } as Partial<Storage> as Storage;
+function withSubmitEvents(
+  storage: Storage,
+  submitEvents: (events: readonly TriggerEventRecord[]) => ReturnType<Storage['submitEvents']>,
+  cleanUnusedTriggers: Storage['cleanUnusedTriggers'] = storage.cleanUnusedTriggers.bind(storage),
+): Storage {
+  return { submitEvents, submitFailures: storage.submitFailures.bind(storage), cleanUnusedTriggers } as Partial<Storage> as Storage;
 }

@@ -68,7 +68,9 @@ export class OutcomeWriter {
   readonly #replacements = new WeakSet<Outcome>();
   /** Errors reported since writes last all succeeded: each distinct one is logged once. */
   readonly #reported = new Map<string, number>();
+  /** Failed deletes of fired rows in a row, and when the next may be tried (a backoff of their own). */
   #deleteFailures = 0;
+  #deleteRetryAt = 0;
   #flushing: Promise<void> | null = null;
   /** Ends the flush loop's wait for a retry when new outcomes come in. */
   #wakeFlush: (() => void) | null = null;
@@ -153,7 +155,7 @@ export class OutcomeWriter {
         const queue: Outcome[] = kind === 'failure' ? this.#failures : this.#events;
         writes.push(this.#moveBatch(kind, queue.splice(0, this.options.batchSize), 0));
       }
-      if (writes.length === 0 && this.#moved.length > 0 && this.#deleteFailures === 0) writes.push(this.#deleteBatch());
+      if (writes.length === 0 && this.#moved.length > 0 && this.#deleteRetryAt <= now) writes.push(this.#deleteBatch());
       if (writes.length === 0) {
         await this.#waitForWork();
       } else {
@@ -164,10 +166,10 @@ export class OutcomeWriter {
     }
   }
 
-  /** Waits until the next retry is due (or a failed delete may be tried again), or new outcomes come in. */
+  /** Waits until the next retry (of a move or a delete) is due, or new outcomes come in. */
   async #waitForWork(): Promise<void> {
     const dueTimes = this.#retrying.map((failed) => failed.retryAt);
-    if (this.#deleteFailures > 0) dueTimes.push(Date.now() + this.#backoffMs(this.#deleteFailures));
+    if (this.#moved.length > 0) dueTimes.push(this.#deleteRetryAt);
     const waitMs = Math.max(0, Math.min(...dueTimes) - Date.now());
     let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve) => {
@@ -176,8 +178,6 @@ export class OutcomeWriter {
     });
     clearTimeout(timer);
     this.#wakeFlush = null;
-    // The pause is over: a failed delete is tried again on this pass.
-    if (this.#deleteFailures > 0 && this.#moved.length > 0 && this.#retrying.length === 0) await this.#deleteBatch();
   }
 
   async #moveBatch(kind: Kind, batch: Outcome[], failures: number): Promise<void> {
@@ -200,27 +200,25 @@ export class OutcomeWriter {
         return;
       }
       if (this.options.refusesValues(error)) {
-        if (batch.length === 1) {
-          this.#refuse(kind, batch[0]!, error);
-        } else {
-          // Split at once: the halves the database accepts are written on the next pass.
-          const half = Math.ceil(batch.length / 2);
-          this.#retry(kind, batch.slice(half), 0, 0);
-          this.#retry(kind, batch.slice(0, half), 0, 0);
-        }
+        // Split at once: the halves the database accepts are written on the next pass.
+        if (batch.length === 1) this.#refuse(kind, batch[0]!, error);
+        else this.#retryInHalves(kind, batch, 0, 0);
         return;
       }
       const failed = failures + 1;
       const delayMs = this.#backoffMs(failed);
-      if (batch.length > 1 && failed >= SPLIT_AFTER_FAILURES) {
-        const half = Math.ceil(batch.length / 2);
-        this.#retry(kind, batch.slice(half), failed, delayMs);
-        this.#retry(kind, batch.slice(0, half), failed, delayMs);
-      } else {
-        this.#retry(kind, batch, failed, delayMs);
-      }
-      this.#report(error, kind, delayMs);
+      if (batch.length > 1 && failed >= SPLIT_AFTER_FAILURES) this.#retryInHalves(kind, batch, failed, delayMs);
+      else this.#retry(kind, batch, failed, delayMs);
+      // Waiting: outcomes whose task instances have not moved yet (fired rows still to delete are done for them).
+      const waiting = this.#events.length + this.#failures.length + this.#retryingCount;
+      this.#report(error, { kind, waiting, retry_in_ms: delayMs }, `writing trigger ${kind}s failed; ${waiting} outcome(s) waiting, retrying with backoff`);
     }
+  }
+
+  #retryInHalves(kind: Kind, batch: Outcome[], failures: number, delayMs: number): void {
+    const half = Math.ceil(batch.length / 2);
+    this.#retry(kind, batch.slice(half), failures, delayMs);
+    this.#retry(kind, batch.slice(0, half), failures, delayMs);
   }
 
   #retry(kind: Kind, batch: Outcome[], failures: number, delayMs: number): void {
@@ -257,19 +255,14 @@ export class OutcomeWriter {
     this.#failures.unshift(replacement);
   }
 
-  /** Logs a failed write once per distinct error until writes succeed again. */
-  #report(error: unknown, kind: Kind, retryInMs: number): void {
+  /** Logs a failed write (a move or a delete) once per distinct error until writes succeed again; repeats go to debug. */
+  #report(error: unknown, fields: Record<string, unknown>, what: string): void {
     const text = describeThrown(error).error;
     const seen = this.#reported.get(text) ?? 0;
     this.#reported.set(text, seen + 1);
-    // Waiting: outcomes whose task instances have not moved yet (fired rows still to delete are done for them).
-    const waiting = this.#events.length + this.#failures.length + this.#retryingCount;
-    const fields = { code: 'DF_DATABASE', kind, waiting, retry_in_ms: retryInMs, error: text };
-    if (seen === 0) {
-      this.log.error(fields, `writing trigger ${kind}s failed; ${waiting} outcome(s) waiting, retrying with backoff (reported once until writes succeed): ${text}`);
-    } else {
-      this.log.debug({ ...fields, failures: seen + 1 }, `writing trigger ${kind}s failed again; retrying in ${retryInMs} ms`);
-    }
+    const line = { code: 'DF_DATABASE', ...fields, error: text };
+    if (seen === 0) this.log.error(line, `${what} (reported once until writes succeed): ${text}`);
+    else this.log.debug({ ...line, failures: seen + 1 }, `${what}: ${text}`);
   }
 
   #noteRecovered(): void {
@@ -289,6 +282,7 @@ export class OutcomeWriter {
       const deleted = await this.storage.cleanUnusedTriggers(ids);
       this.onDatabaseCall();
       this.#deleteFailures = 0;
+      this.#deleteRetryAt = 0;
       this.log.debug({ fired_triggers: ids.length, deleted_triggers: deleted }, `deleted ${deleted} fired trigger(s)`);
       this.onWritten(ids);
       this.#noteRecovered();
@@ -297,11 +291,9 @@ export class OutcomeWriter {
       this.#moved.unshift(...ids);
       if (this.#closed) return;
       this.#deleteFailures++;
-      const text = describeThrown(error).error;
-      if (!this.#reported.has(text)) {
-        this.log.error({ code: 'DF_DATABASE', triggers: ids.length, error: text }, `deleting fired triggers failed; retrying with backoff: ${text}`);
-      }
-      this.#reported.set(text, (this.#reported.get(text) ?? 0) + 1);
+      const delayMs = this.#backoffMs(this.#deleteFailures);
+      this.#deleteRetryAt = Date.now() + delayMs;
+      this.#report(error, { triggers: ids.length, retry_in_ms: delayMs }, 'deleting fired triggers failed; retrying with backoff');
     }
   }
 }
