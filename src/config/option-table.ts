@@ -49,7 +49,7 @@ export function rawOptionsFrom<Table extends OptionTable>(table: Table, args: Re
 
 /** A whole number above zero: a number, or text spelling one in digits (`12`, not `12.0`, `1e3` or `0x10`). */
 export function positiveInteger(value: unknown, name: string): number {
-  const number = typeof value === 'number' ? value : typeof value === 'string' && INTEGER_TEXT.test(value) ? Number(value) : Number.NaN;
+  const number = numberSpelled(value, INTEGER_TEXT);
   if (!Number.isSafeInteger(number) || number <= 0) {
     throw new InvalidOptionError(name, `expected a positive integer, got ${given(value)}`);
   }
@@ -58,11 +58,17 @@ export function positiveInteger(value: unknown, name: string): number {
 
 /** A finite number above zero: a number, or text spelling one in decimal (`0.5`, `2`, `1e3`). */
 export function positiveNumber(value: unknown, name: string): number {
-  const number = typeof value === 'number' ? value : typeof value === 'string' && DECIMAL_TEXT.test(value) ? Number(value) : Number.NaN;
+  const number = numberSpelled(value, DECIMAL_TEXT);
   if (!Number.isFinite(number) || number <= 0) {
     throw new InvalidOptionError(name, `expected a positive number, got ${given(value)}`);
   }
   return number;
+}
+
+/** `value` as a number: a number as it is, text only when `spelling` matches it, else NaN. */
+function numberSpelled(value: unknown, spelling: RegExp): number {
+  if (typeof value === 'number') return value;
+  return typeof value === 'string' && spelling.test(value) ? Number(value) : Number.NaN;
 }
 
 const INTEGER_TEXT = /^\s*\+?\d+\s*$/;
@@ -78,12 +84,11 @@ function given(value: unknown): string {
 
 /** A number of seconds, zero or more (zero: at once), in milliseconds. */
 export function nonNegativeSeconds(value: unknown, name: string): number {
-  if (typeof value === 'number' ? value === 0 : typeof value === 'string' && DECIMAL_TEXT.test(value) && Number(value) === 0) return 0;
-  try {
-    return seconds(value, name);
-  } catch {
+  const number = numberSpelled(value, DECIMAL_TEXT);
+  if (!Number.isFinite(number) || number < 0) {
     throw new InvalidOptionError(name, `expected zero or a positive number of seconds, got ${given(value)}`);
   }
+  return Math.round(number * 1000);
 }
 
 /** A positive number of seconds, in milliseconds. */
