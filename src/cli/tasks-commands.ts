@@ -58,15 +58,16 @@ export function registerTasksCommands(cli: Argv): void {
           try {
             const storage = new Storage(database);
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
-            const dagIds = [...new Set((await storage.taskInstancesOfRunId(args.run, args.dag)).map((ti) => ti.dagId))];
+            const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
+            const dagIds = [...new Set(ofRun.map((ti) => ti.dagId))];
             if (dagIds.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
             if (dagIds.length > 1) throw new InvalidOptionError('dag', `${dagIds.length} DAGs have a run ${JSON.stringify(args.run)} (${dagIds.join(', ')}): name one with --dag`);
             const dagId = dagIds[0]!;
             const dag = await serializedDagSource(database)(dagId);
             if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs`);
-            const instances = await storage.taskInstancesOfRun(dagId, args.run);
             const wanted = args.task && args.task.length > 0 ? new Set(args.task.map(String)) : null;
-            const chosen = instances.filter((ti) => wanted === null || wanted.has(ti.taskId));
+            // One DAG has the run: its task instances are the ones just read.
+            const chosen = ofRun.filter((ti) => wanted === null || wanted.has(ti.taskId));
             if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${dagId}`);
             const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
             const result = await storage.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));

@@ -10,7 +10,6 @@ import { redactDatabaseUrl } from './database-url.ts';
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 const MIGRATION_TABLE = 'deferflow_migration';
 
-
 /**
  * Applies the numbered migrations in migrations/ that the database lacks. Safe when several
  * processes run it at once: kysely's migrator holds a PostgreSQL advisory lock for the whole
