@@ -1,40 +1,77 @@
-// Users' own files that cannot load as they are: the error names the file and says what to do.
-import { writeFileSync } from 'node:fs';
+// Users' own files in every flavour Node knows, loaded from a folder outside the repository; a
+// file that cannot load names the fix.
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases } from './support/databases.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, spawnDeferflow, spawnTriggerer } from './support/processes.ts';
+import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
+const entry = JSON.stringify(PACKAGE_ENTRY);
 
-// TypeScript syntax (a type-only import) that CommonJS cannot read.
-const ESM_TS = `import { BaseOperator, Dag, type RuntimeContext } from ${JSON.stringify(PACKAGE_ENTRY)};
-class Step extends BaseOperator<RuntimeContext> { execute() { return 1; } }
-export const dag = new Dag({ dagId: 'esm_in_commonjs' }).add(new Step({ taskId: 'step' }));
+const TRIGGER_CTS = `import { BaseTrigger, TriggerEvent, type SerializedTrigger } from ${entry};
+export class CountdownTrigger extends BaseTrigger {
+  static readonly classpath = 'legacy.CountdownTrigger';
+  constructor(readonly kwargs: { from: number }) { super(); }
+  serialize(): SerializedTrigger { return { classpath: CountdownTrigger.classpath, kwargs: this.kwargs }; }
+  async *run(): AsyncGenerator<TriggerEvent<{ steps: number }>> {
+    for (let left = this.kwargs.from; left > 0; left--) await this.sleep(20);
+    yield new TriggerEvent({ steps: this.kwargs.from });
+  }
+}
+`;
+const DAG_CTS = `import { BaseOperator, Dag, type RuntimeContext } from ${entry};
+import { CountdownTrigger } from '../triggers/countdown.cts';
+class Countdown extends BaseOperator<RuntimeContext> {
+  execute(): never { return this.defer({ trigger: new CountdownTrigger({ from: 2 }), method: 'counted' }); }
+  counted(_context: RuntimeContext, event: { steps: number }) { return { steps: event.steps, url: import.meta.url }; }
+}
+export const dag = new Dag({ dagId: 'typed_cts' }).add(new Countdown({ taskId: 'count' }));
+`;
+const DAG_CJS = `const { Dag, FunctionOperator } = require(${entry});
+module.exports = new Dag({ dagId: 'plain_cjs' }).add(new FunctionOperator({ taskId: 'hello', fn: () => require('node:path').basename(__filename) }));
+`;
+// ES module syntax and TypeScript in a .ts file that Node would read as CommonJS (no "type": "module").
+const DAG_TS = `import { Dag, FunctionOperator } from ${entry};
+const greeting: string = 'from ts';
+export const dag = new Dag({ dagId: 'esm_syntax_ts' }).add(new FunctionOperator({ taskId: 'hello', fn: () => greeting }));
 `;
 
-describe('user files that cannot load as they are', () => {
-  it('a .ts file outside an ESM package, and a file whose project lacks deferflow, are reported with the fix', async () => {
+describe('user files', () => {
+  it('.cts, .cjs and a .ts outside an ESM package load as DAG files and trigger modules, and run', async () => {
     const db = await scratch.database('sqlite');
-    // A folder under the system temp directory: no package.json above it.
+    // A CommonJS project: its package.json has no "type": "module".
+    const project = scratch.dir('commonjs-project');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'commonjs-project' }));
+    mkdirSync(path.join(project, 'dags'));
+    mkdirSync(path.join(project, 'triggers'));
+    writeFileSync(path.join(project, 'triggers/countdown.cts'), TRIGGER_CTS);
+    writeFileSync(path.join(project, 'dags/typed.cts'), DAG_CTS);
+    writeFileSync(path.join(project, 'dags/plain.cjs'), DAG_CJS);
+    writeFileSync(path.join(project, 'dags/esm-syntax.ts'), DAG_TS);
+    for (const dagId of ['typed_cts', 'plain_cjs', 'esm_syntax_ts']) {
+      const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-module', './triggers/countdown.cts', '--trigger-dag', dagId, '--exit-when-done'], {}, project);
+      const exit = await run.exit;
+      expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+      expect(run.text.join('\n')).toMatch(new RegExp(`${dagId} manual__\\S+: success in `));
+    }
+    const rows = await db.db.selectFrom('task_instance').select(['dag_id', 'state', 'return_value']).orderBy('dag_id').execute();
+    expect(rows.map((r) => [r.dag_id, r.state, JSON.parse(r.return_value!)])).toEqual([
+      ['esm_syntax_ts', 'success', 'from ts'],
+      ['plain_cjs', 'success', 'plain.cjs'],
+      ['typed_cts', 'success', { steps: 2, url: `file://${path.join(project, 'dags/typed.cts')}` }],
+    ]);
+  }, 90_000);
+
+  it('a file whose project lacks deferflow is reported with the fix', async () => {
+    const db = await scratch.database('sqlite');
     const dir = scratch.dir('user-code');
-    writeFileSync(path.join(dir, 'commonjs.ts'), ESM_TS);
     writeFileSync(path.join(dir, 'uninstalled.mts'), `import { Dag } from 'deferflow';\nexport const dag = new Dag({ dagId: 'uninstalled' });\n`);
     // Run from the user's folder, as they would: from the repository, tsx would map 'deferflow' through its tsconfig.json.
     const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dir], {}, dir);
     expect((await reserialize.exit).code).toBe(1);
-    const out = reserialize.text.join('\n');
-    expect(out).toContain(`${path.join(dir, 'commonjs.ts')} is read as CommonJS: no package.json above it says "type": "module"; rename it .mts (.mjs), or run \`npm init -y && npm pkg set type=module\``);
-    expect(out).toContain(`deferflow is not installed where uninstalled.mts can find it: run \`npm install deferflow\` in the project that holds ${path.join(dir, 'uninstalled.mts')}`);
-
-    writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'commonjs-project' }));
-    const trigger = path.join(dir, 'trigger.ts');
-    writeFileSync(trigger, `import { BaseTrigger, type SerializedTrigger } from ${JSON.stringify(PACKAGE_ENTRY)};\nexport class T extends BaseTrigger { serialize(): SerializedTrigger { return { classpath: 'T', kwargs: {} }; } async *run() {} }\n`);
-    const triggerer = spawnTriggerer(['--db', db.url, '--trigger-module', trigger]);
-    expect((await triggerer.exit).code).toBe(2);
-    expect(triggerer.stderr.join('\n')).toContain(`error [DF_TRIGGER_MODULE]: trigger module ${JSON.stringify(trigger)} could not be loaded`);
-    expect(triggerer.stderr.join('\n')).toContain(`${trigger} is read as CommonJS: ${path.join(dir, 'package.json')} has no "type": "module"; rename it .mts (.mjs), or run \`npm pkg set type=module\` there`);
+    expect(reserialize.text.join('\n')).toContain(`deferflow is not installed where uninstalled.mts can find it: run \`npm install deferflow\` in the project that holds ${path.join(dir, 'uninstalled.mts')}`);
   }, 60_000);
 });

@@ -68,7 +68,7 @@ describe('--version and --help', () => {
     const help = standalone.text.join('\n').replace(/\s+/g, ' ');
     expect(help).toContain('env DEFERFLOW_STANDALONE_TRIGGER_DAG; default none]');
     expect(help).not.toContain('default ]');
-    expect(help).toContain('Folder of DAG files (.ts, .mts, .js, .mjs)');
+    expect(help).toContain('Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs)');
   });
 });
 

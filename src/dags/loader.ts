@@ -1,8 +1,8 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { describeThrown, TaskNotFoundError } from '../errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
+import { importUserModule } from '../user-code/user-module.ts';
 import { isDag, type Dag } from './dag.ts';
 
 export interface LoadedDag {
@@ -24,14 +24,14 @@ export interface DagFolder {
   readonly files: readonly string[];
 }
 
-const DAG_FILE = /\.(ts|mts|js|mjs)$/;
+const DAG_FILE = /\.(ts|mts|cts|js|mjs|cjs)$/;
 
 /**
  * Imports every DAG file under `folder` (recursively; names starting with `_` or `.`, and
  * node_modules, are skipped) and collects the Dag objects each exports, validated. A file that
  * fails to import, or defines an invalid DAG or a dag_id another file already defined, is
- * reported in `errors` and never stops the others. Files are imported afresh each time (the
- * URL carries the file's mtime), so an edited file is picked up by the next load. `.ts` files
+ * reported in `errors` and never stops the others. A file is loaded afresh when its mtime
+ * changes, and the old version is not kept (see importUserModule). TypeScript and CommonJS files
  * load without a build step.
  */
 export async function loadDagFolder(folder: string): Promise<DagFolder> {
@@ -69,21 +69,20 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
   return { dags, errors, files };
 }
 
-/** Imports one DAG file as it is now (the URL carries its mtime, so an edit is seen). */
+/** Imports one DAG file as it is now (its mtime is checked, so an edit is seen). */
 async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<Record<string, unknown>> {
-  // Node caches the module, but each import() still goes through the loader hooks (tsx): a
-  // worker imports a DAG file for every task it runs, so unchanged files are served from here,
-  // and a worker re-checks a file's mtime at most every maxAgeMs.
+  // A worker imports a DAG file for every task it runs: unchanged files are served from here
+  // (compiling one costs milliseconds), and a worker re-checks a file's mtime at most every maxAgeMs.
   const cached = imported.get(fileloc);
   if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.exports;
-  // Whole microseconds: a '.' in the URL would read as a file extension to some loaders (vite).
-  const url = `${pathToFileURL(fileloc).href}?mtime=${Math.round((await stat(fileloc)).mtimeMs * 1000)}`;
-  const exports = cached?.url === url ? cached.exports : ((await import(url)) as Record<string, unknown>);
-  imported.set(fileloc, { url, exports, checkedAt: performance.now() });
+  // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
+  const version = String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+  const exports = cached?.version === version ? cached.exports : (await importUserModule(fileloc, version)).exports;
+  imported.set(fileloc, { version, exports, checkedAt: performance.now() });
   return exports;
 }
 
-const imported = new Map<string, { url: string; exports: Record<string, unknown>; checkedAt: number }>();
+const imported = new Map<string, { version: string; exports: Record<string, unknown>; checkedAt: number }>();
 
 /** How stale a worker's view of a DAG file may be: an edit is picked up by tasks starting this long after it. */
 const WORKER_RECHECK_MS = 1_000;

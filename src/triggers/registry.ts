@@ -1,7 +1,9 @@
 import path from 'node:path';
+import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { TriggerModuleError, UnknownTriggerError } from '../errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
+import { exportsOf, importUserModule } from '../user-code/user-module.ts';
 import { classpathOf, isTriggerClass, type TriggerClass } from './base-trigger.ts';
 
 /**
@@ -27,17 +29,17 @@ export class TriggerRegistry {
   }
 
   /**
-   * Imports a module (a file path, resolved from the working directory, or a package name) and
-   * registers every BaseTrigger subclass it exports. `.ts` files load without a build step.
+   * Imports a module (a file path, resolved from the working directory, or a package name,
+   * resolved from the working directory's project) and registers every BaseTrigger subclass it
+   * exports. TypeScript and CommonJS files load without a build step.
    */
   async loadModule(specifier: string): Promise<string[]> {
-    const isPath = specifier.startsWith('.') || specifier.startsWith('/') || /\.[cm]?[jt]s$/.test(specifier);
-    const url = isPath ? pathToFileURL(path.resolve(specifier)).href : specifier;
+    const isPath = specifier.startsWith('.') || path.isAbsolute(specifier) || /\.[cm]?[jt]s$/.test(specifier);
     let exports: Record<string, unknown>;
     try {
-      exports = (await import(url)) as Record<string, unknown>;
+      exports = isPath ? (await importUserModule(path.resolve(specifier), 'trigger-module')).exports : await importPackage(specifier);
     } catch (error) {
-      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} could not be loaded: ${isPath ? explainLoadFailure(specifier, error) : (error as Error).message}`, {
+      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} could not be loaded: ${explainLoadFailure(isPath ? specifier : path.join(process.cwd(), 'package.json'), error)}`, {
         cause: error,
       });
     }
@@ -58,4 +60,19 @@ export class TriggerRegistry {
   get classpaths(): string[] {
     return [...this.#classes.keys()].sort();
   }
+}
+
+/**
+ * A package's exports, resolved from the working directory's project (where the user installed
+ * it), not from wherever deferflow is installed. A package that only exports an `import`
+ * condition cannot be resolved by require.resolve; deferflow's own resolution is the fallback.
+ */
+async function importPackage(name: string): Promise<Record<string, unknown>> {
+  let url = name;
+  try {
+    url = pathToFileURL(createRequire(path.join(process.cwd(), 'package.json')).resolve(name)).href;
+  } catch {
+    // Not resolvable with require's conditions: let import() resolve it.
+  }
+  return exportsOf(await import(url));
 }

@@ -6,7 +6,7 @@ import type { WorkerOptions } from './worker.ts';
 /** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const WORKER_OPTIONS = {
   db: TRIGGERER_OPTIONS.db,
-  dags: { env: 'DEFERFLOW_DAGS_FOLDER', default: './dags', unit: 'path', describe: 'Folder of DAG files (.ts, .mts, .js, .mjs), processed at start and every dag-process-interval' },
+  dags: { env: 'DEFERFLOW_DAGS_FOLDER', default: './dags', unit: 'path', describe: 'Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs), processed at start and every dag-process-interval' },
   concurrency: { env: 'DEFERFLOW_WORKER_CONCURRENCY', default: 16, unit: 'task instances', describe: 'Slots: most task instances run at once' },
   'poll-interval': { env: 'DEFERFLOW_WORKER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between claims when there is nothing to claim or no free slot' },
   'heartbeat-interval': { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },

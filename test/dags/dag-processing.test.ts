@@ -8,13 +8,13 @@ import { processDagFolder, serializedDagSource } from '../../src/dags/dag-proces
 import { Scheduler } from '../../src/scheduler/scheduler.ts';
 import { dagFileResolver } from '../../src/worker/dag-file-resolver.ts';
 import { Worker } from '../../src/worker/worker.ts';
-import { REPO_ROOT } from '../support/processes.ts';
+import { PACKAGE_ENTRY } from '../support/processes.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { LogCapture, migratedDatabase, waitFor, type TestDatabase } from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
-const INDEX = path.join(REPO_ROOT, 'src/index.ts');
+const INDEX = PACKAGE_ENTRY;
 const dagFile = (dagId: string, { retries = 0, value = 'done' } = {}) => `
 import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
 class Step extends BaseOperator {

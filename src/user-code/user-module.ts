@@ -1,0 +1,93 @@
+import { readFile } from 'node:fs/promises';
+import Module from 'node:module';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { transform } from 'esbuild';
+import { moduleFormatOf } from './module-format.ts';
+
+/**
+ * Loads a user's file (a DAG file, a trigger module) of any flavour: `.ts`, `.mts`, `.cts`,
+ * `.js`, `.mjs`, `.cjs`, written as an ES module or as CommonJS, whatever package.json sits
+ * above it. Its imports resolve from its own folder, so `deferflow` and the user's other
+ * packages come from the user's project.
+ *
+ * Why not just `import()`: Node never unloads an ES module, so a long-running worker that
+ * re-imports an edited DAG file would keep every version of it (about 50 KB an edit, measured
+ * by `npm run bench:reload`). Instead the file is compiled to a CommonJS module object that is
+ * not kept in any cache: when the file changes, the old version is garbage once nothing uses
+ * its DAG. esbuild (already what tsx runs) strips the types and rewrites import/export; the
+ * inline source map keeps stack traces pointing at the user's lines.
+ *
+ * A file CommonJS cannot express (top-level await) or whose imports only resolve for `import`
+ * (a package exporting no `require`/`default` condition) falls back to `import()`: it works
+ * the same, but each edit of it costs memory until the process restarts.
+ */
+export async function importUserModule(file: string, version: string): Promise<UserModule> {
+  const source = await readFile(file, 'utf8');
+  const format = moduleFormatOf(file);
+  let code: string;
+  try {
+    code = (
+      await transform(source, {
+        loader: /\.[cm]?ts$/.test(file) ? 'ts' : 'js',
+        format: 'cjs',
+        platform: 'node',
+        target: `node${process.versions.node.split('.')[0]}`,
+        sourcemap: 'inline',
+        sourcefile: file,
+        // An ES module's import.meta, as CommonJS can give it.
+        define: { 'import.meta.url': IMPORT_META_URL, 'import.meta.filename': '__filename', 'import.meta.dirname': '__dirname' },
+      })
+    ).code;
+  } catch (error) {
+    if (TOP_LEVEL_AWAIT.test(String((error as Error).message))) return { exports: await importAsEsModule(file, version), reloadable: false };
+    throw error;
+  }
+  const module = new Module(file);
+  module.filename = file;
+  // Node's own resolution paths for a file in this folder: node_modules here and above.
+  module.paths = (Module as unknown as { _nodeModulePaths(dir: string): string[] })._nodeModulePaths(path.dirname(file));
+  const preamble = `${format === 'module' ? '"use strict";' : ''}var ${IMPORT_META_URL}=${JSON.stringify(pathToFileURL(file).href)};`;
+  try {
+    (module as unknown as { _compile(code: string, file: string): void })._compile(preamble + code, file);
+  } catch (error) {
+    if (ESM_ONLY_IMPORT.has((error as { code?: unknown }).code as string)) return { exports: await importAsEsModule(file, version), reloadable: false };
+    throw error;
+  }
+  module.loaded = true;
+  return { exports: exportsOf(module.exports), reloadable: true };
+}
+
+export interface UserModule {
+  /** What the file exports: its named exports (a CommonJS file's module.exports properties). */
+  readonly exports: Record<string, unknown>;
+  /** False when the file had to be loaded as an ES module, which Node keeps until the process exits. */
+  readonly reloadable: boolean;
+}
+
+const IMPORT_META_URL = '__deferflow_import_meta_url';
+const TOP_LEVEL_AWAIT = /Top-level await is currently not supported with the "cjs" output format/;
+/** Errors that mean "this file needs import() to load what it imports", not "this file is broken". */
+const ESM_ONLY_IMPORT = new Set(['ERR_REQUIRE_ESM', 'ERR_REQUIRE_ASYNC_MODULE', 'ERR_PACKAGE_PATH_NOT_EXPORTED', 'ERR_REQUIRE_CYCLE_MODULE']);
+
+async function importAsEsModule(file: string, version: string): Promise<Record<string, unknown>> {
+  // The version in the URL makes Node load the file afresh after an edit.
+  return exportsOf(await import(`${pathToFileURL(file).href}?v=${version}`));
+}
+
+/**
+ * A module's exports as one flat record: a CommonJS module imported as ESM puts module.exports
+ * under `default`; a CommonJS file that sets module.exports to one value (a class, a DAG)
+ * exports it as `default`.
+ */
+export function exportsOf(exports: unknown): Record<string, unknown> {
+  if (!isRecord(exports)) return { default: exports };
+  const fallback = exports.default;
+  return isRecord(fallback) ? { ...fallback, ...exports } : exports;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  if (value === null || typeof value !== 'object') return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
