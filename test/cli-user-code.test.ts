@@ -1,6 +1,6 @@
 // Users' own files in every flavour Node knows, loaded from a folder outside the repository; a
 // file that cannot load names the fix.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases } from './support/databases.ts';
@@ -64,6 +64,33 @@ describe('user files', () => {
       ['typed_cts', 'success', { steps: 2, url: `file://${path.join(project, 'dags/typed.cts')}` }],
     ]);
   }, 90_000);
+
+  it('a DAG file importing a package that only loads with import() runs its top-level code once, and the worker says it is not reloadable', async () => {
+    const db = await scratch.database('sqlite');
+    const project = scratch.dir('esm-only-import');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'esm-only-import', type: 'module' }));
+    // A package with no export for require: only the "import" condition.
+    const pkg = path.join(project, 'node_modules/import-only');
+    mkdirSync(pkg, { recursive: true });
+    writeFileSync(path.join(pkg, 'package.json'), JSON.stringify({ name: 'import-only', type: 'module', exports: { import: './index.js' } }));
+    writeFileSync(path.join(pkg, 'index.js'), `export const word = 'imported';\n`);
+    mkdirSync(path.join(project, 'dags'));
+    writeFileSync(
+      path.join(project, 'dags/import-only.ts'),
+      `import { appendFileSync } from 'node:fs';\nimport { Dag, FunctionOperator } from ${entry};\nimport { word } from 'import-only';\n` +
+        `appendFileSync(${JSON.stringify(path.join(project, 'loads.txt'))}, 'load\\n');\n` +
+        `export const dag = new Dag({ dagId: 'import_only' }).add(new FunctionOperator({ taskId: 'hello', fn: () => word }));\n`,
+    );
+    const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'import_only', '--exit-when-done'], {}, project);
+    const exit = await run.exit;
+    expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+    const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();
+    expect([row.state, JSON.parse(row.return_value!)]).toEqual(['success', 'imported']);
+    const warnings = run.stderr.filter((line) => line.includes('is loaded with import() because it imports import-only'));
+    expect(warnings, run.stderr.join('\n')).toHaveLength(1);
+    // One process: the DAG processor's load serves the worker too, and no load runs the file twice.
+    expect(readFileSync(path.join(project, 'loads.txt'), 'utf8')).toBe('load\n');
+  }, 60_000);
 
   it('a file whose project lacks deferflow is reported with the fix', async () => {
     const db = await scratch.database('sqlite');

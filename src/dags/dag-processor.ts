@@ -13,6 +13,8 @@ export interface ProcessResult {
   readonly written: Readonly<Record<string, SerializedDagWrite>>;
   readonly deleted: readonly string[];
   readonly errors: readonly DagFileError[];
+  /** Files loaded in a way Node never unloads, with why (see DagFolder.unreloadable). */
+  readonly unreloadable: readonly DagFileError[];
 }
 
 export interface ProcessOptions {
@@ -62,7 +64,7 @@ export async function processDagFolder(database: Database, folder: string, optio
   const brokenFiles = [...new Set(errors.map((error) => error.fileloc))];
   const deleted = await markMissingDagsDeleted(context, Object.keys(written), brokenFiles, now);
   await replaceImportErrors(context, errors, now);
-  return { written, deleted, errors };
+  return { written, deleted, errors, unreloadable: loaded.unreloadable };
 }
 
 /**
@@ -71,10 +73,21 @@ export async function processDagFolder(database: Database, folder: string, optio
  */
 export async function keepDagFolderProcessed(database: Database, folder: string, intervalMs: number, log: Logger): Promise<{ stop(): void }> {
   let refusedBefore = '';
+  const warnedUnreloadable = new Set<string>();
   const processOnce = async () => {
     try {
       const result = await processDagFolder(database, folder);
       for (const error of result.errors) log.error({ code: 'DF_DAG_IMPORT', fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
+      for (const { fileloc, message } of result.unreloadable) {
+        // Once per file and reason: it is true of every pass until the file changes.
+        const key = `${fileloc}\u0000${message}`;
+        if (warnedUnreloadable.has(key)) continue;
+        warnedUnreloadable.add(key);
+        log.warn(
+          { fileloc, reason: message },
+          `DAG file ${fileloc} is loaded with import() because ${message}: Node keeps every version of it until the process restarts, so each edit of it costs memory`,
+        );
+      }
       const changed = Object.entries(result.written).filter(([, write]) => write !== 'unchanged');
       if (changed.length > 0 || result.deleted.length > 0) {
         log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);

@@ -2,7 +2,7 @@ import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { describeThrown, TaskNotFoundError } from '../errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
-import { importUserModule } from '../user-code/user-module.ts';
+import { importUserModule, type UserModule } from '../user-code/user-module.ts';
 import { isDag, type Dag } from './dag.ts';
 
 export interface LoadedDag {
@@ -22,6 +22,11 @@ export interface DagFolder {
   readonly errors: readonly DagFileError[];
   /** Every DAG file found, loaded or not. */
   readonly files: readonly string[];
+  /**
+   * Loaded files Node keeps every version of until the process exits (loaded with import(), see
+   * importUserModule), with why: each edit of one costs memory.
+   */
+  readonly unreloadable: readonly DagFileError[];
 }
 
 const DAG_FILE = /\.(ts|mts|cts|js|mjs|cjs)$/;
@@ -38,11 +43,14 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
   const files = await dagFiles(path.resolve(folder));
   const dags: LoadedDag[] = [];
   const errors: DagFileError[] = [];
+  const unreloadable: DagFileError[] = [];
   const definedIn = new Map<string, string>();
   for (const fileloc of files) {
     let exports: Record<string, unknown>;
     try {
-      exports = await importDagFile(fileloc);
+      const loaded = await importDagFile(fileloc);
+      exports = loaded.exports;
+      if (loaded.importedBecause !== null) unreloadable.push({ fileloc, message: loaded.importedBecause });
     } catch (error) {
       errors.push({ fileloc, message: `could not be loaded: ${explainLoadFailure(fileloc, error)}` });
       continue;
@@ -66,30 +74,30 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
     }
     if (problems.length > 0) errors.push({ fileloc, message: problems.join('; ') });
   }
-  return { dags, errors, files };
+  return { dags, errors, files, unreloadable };
 }
 
 /** Imports one DAG file as it is now (its mtime is checked, so an edit is seen). */
-async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<Record<string, unknown>> {
+async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<UserModule> {
   // A worker imports a DAG file for every task it runs: unchanged files are served from here
   // (compiling one costs milliseconds), and a worker re-checks a file's mtime at most every maxAgeMs.
   const cached = imported.get(fileloc);
-  if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.exports;
+  if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.module;
   // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
   const version = String(Math.round((await stat(fileloc)).mtimeMs * 1000));
-  const exports = cached?.version === version ? cached.exports : (await importUserModule(fileloc, version)).exports;
-  imported.set(fileloc, { version, exports, checkedAt: performance.now() });
-  return exports;
+  const module = cached?.version === version ? cached.module : await importUserModule(fileloc, version);
+  imported.set(fileloc, { version, module, checkedAt: performance.now() });
+  return module;
 }
 
-const imported = new Map<string, { version: string; exports: Record<string, unknown>; checkedAt: number }>();
+const imported = new Map<string, { version: string; module: UserModule; checkedAt: number }>();
 
 /** How stale a worker's view of a DAG file may be: an edit is picked up by tasks starting this long after it. */
 const WORKER_RECHECK_MS = 1_000;
 
 /** The DAG `dagId` as defined in `fileloc` now (as of at most a second ago), validated; throws, naming both, when it is not there. */
 export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {
-  const exports = await importDagFile(fileloc, WORKER_RECHECK_MS);
+  const { exports } = await importDagFile(fileloc, WORKER_RECHECK_MS);
   const dag = Object.values(exports).find((value): value is Dag => isDag(value) && value.dagId === dagId);
   if (!dag) throw new TaskNotFoundError(`${fileloc} no longer defines DAG ${dagId}`);
   // The same module (file unchanged) hands back the same Dag: validated once, not per task run.

@@ -40,30 +40,60 @@ export async function importUserModule(file: string, version: string): Promise<U
       })
     ).code;
   } catch (error) {
-    if (TOP_LEVEL_AWAIT.test(String((error as Error).message))) return { exports: await importAsEsModule(file, version), reloadable: false };
+    if (TOP_LEVEL_AWAIT.test(String((error as Error).message))) return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await' };
     throw error;
   }
   const module = new Module(file);
   module.filename = file;
   // Node's own resolution paths for a file in this folder: node_modules here and above.
   module.paths = (Module as unknown as { _nodeModulePaths(dir: string): string[] })._nodeModulePaths(path.dirname(file));
+  // Decided before the file runs, so that its top-level code never runs twice (here, then again
+  // under import()). What is only found out by loading (an imported module with top-level await)
+  // fails at its require, which esbuild hoists above the file's own statements.
+  const esmOnly = importOnlySpecifier(code, file);
+  if (esmOnly !== null) return { exports: await importAsEsModule(file, version), importedBecause: `it imports ${esmOnly}, which only loads with import()` };
   const preamble = `${format === 'module' ? '"use strict";' : ''}var ${IMPORT_META_URL}=${JSON.stringify(pathToFileURL(file).href)};`;
   try {
     (module as unknown as { _compile(code: string, file: string): void })._compile(preamble + code, file);
   } catch (error) {
-    if (ESM_ONLY_IMPORT.has((error as { code?: unknown }).code as string)) return { exports: await importAsEsModule(file, version), reloadable: false };
+    if (ESM_ONLY_IMPORT.has((error as { code?: unknown }).code as string)) {
+      return { exports: await importAsEsModule(file, version), importedBecause: `what it imports only loads with import() (${(error as Error).message.split('\n')[0]})` };
+    }
     throw error;
   }
   module.loaded = true;
-  return { exports: exportsOf(module.exports), reloadable: true };
+  return { exports: exportsOf(module.exports), importedBecause: null };
 }
 
 export interface UserModule {
   /** What the file exports: its named exports (a CommonJS file's module.exports properties). */
   readonly exports: Record<string, unknown>;
-  /** False when the file had to be loaded as an ES module, which Node keeps until the process exits. */
-  readonly reloadable: boolean;
+  /**
+   * Why the file had to be loaded with import(), which Node keeps until the process exits (so
+   * every edit of it costs memory); null when it was not.
+   */
+  readonly importedBecause: string | null;
 }
+
+/**
+ * The first package `code` requires that has no export for require (only an `import`
+ * condition), or null. Specifiers that do not resolve at all are left to fail when the file
+ * runs, with Node's own error.
+ */
+function importOnlySpecifier(code: string, file: string): string | null {
+  const resolver = Module.createRequire(file);
+  for (const [, specifier] of code.matchAll(REQUIRE_CALL)) {
+    try {
+      resolver.resolve(specifier!);
+    } catch (error) {
+      if ((error as { code?: unknown }).code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return specifier!;
+    }
+  }
+  return null;
+}
+
+/** A require of a literal specifier, as esbuild writes the imports it rewrites. */
+const REQUIRE_CALL = /\brequire\("([^"]+)"\)/g;
 
 const IMPORT_META_URL = '__deferflow_import_meta_url';
 const TOP_LEVEL_AWAIT = /Top-level await is currently not supported with the "cjs" output format/;
