@@ -3,6 +3,7 @@
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
 export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './triggers/trigger-event.ts';
 export { TriggerRegistry } from './triggers/registry.ts';
+export { nowPlusPlaceholder } from './triggers/start-trigger-kwargs.ts';
 export { BaseOperator, chain, type RuntimeContext, type TaskContext, type TaskDefaults, type TaskInstanceRef, type TaskOptions, type TaskOrTasks, type StartTriggerOptions } from './operators/base-operator.ts';
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';

@@ -1,6 +1,6 @@
 import pino, { type Logger } from 'pino';
 import pretty from 'pino-pretty';
-import type { LogFormat, LogLevel } from './triggerer/options.ts';
+import type { LogFormat, LogLevel } from './config/common-options.ts';
 
 export type { Logger } from 'pino';
 

@@ -20,4 +20,43 @@ describe('the code', () => {
       );
     expect(outside).toEqual([]);
   });
+
+  it('runs its layers one way: CLI → composition (app, standalone) → daemons → what they share; daemons never import each other', () => {
+    // Everything not named here (model, storage, db, dags, operators, triggers, jobs, config, …) is shared, below the daemons.
+    const layerOf = (file: string): number => {
+      const area = file.split(path.sep)[1]!;
+      if (area === 'cli') return 3;
+      if (area === 'app' || area === 'standalone') return 2;
+      if (DAEMONS.includes(area)) return 1;
+      return 0;
+    };
+    const DAEMONS = ['scheduler', 'worker', 'triggerer'];
+    const wrong = sources('src')
+      .filter((file) => file !== path.join('src', 'index.ts'))
+      .flatMap((file) =>
+        importsOf(file)
+          .filter((target) => target.startsWith(`src${path.sep}`))
+          .flatMap((target) => {
+            const [from, to] = [layerOf(file), layerOf(target)];
+            const sideways = from === 1 && to === 1 && file.split(path.sep)[1] !== target.split(path.sep)[1];
+            return to > from || sideways ? [`${file} imports ${target}`] : [];
+          }),
+      );
+    expect(wrong).toEqual([]);
+  });
+
+  it("builds the built-in triggers on the public API only, as a user's trigger is", () => {
+    const reaching = sources('triggers').flatMap((file) =>
+      importsOf(file)
+        .filter((target) => target.startsWith(`src${path.sep}`) && target !== path.join('src', 'index.ts'))
+        .map((target) => `${file} imports ${target}`),
+    );
+    expect(reaching).toEqual([]);
+  });
 });
+
+/** The repository files `file` imports by relative path (packages and node: builtins left out). */
+function importsOf(file: string): string[] {
+  const text = readFileSync(path.join(REPO_ROOT, file), 'utf8');
+  return [...text.matchAll(/^(?:import|export)\s[^;]*?from\s+'(\.[^']+)'/gms)].map(([, specifier]) => path.normalize(path.join(path.dirname(file), specifier!)));
+}

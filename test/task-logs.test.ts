@@ -3,7 +3,7 @@
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../src/index.ts';
-import { NO_RETRIES } from '../src/worker/retry-policy.ts';
+import { NO_RETRIES } from '../src/model/retry-policy.ts';
 import { TASK_LOG_BYTE_CAP } from '../src/worker/task-log-writer.ts';
 import { Worker, type TaskResolver } from '../src/worker/worker.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';

@@ -3,7 +3,7 @@
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../src/index.ts';
-import { NO_RETRIES, type RetryPolicy } from '../src/worker/retry-policy.ts';
+import { NO_RETRIES, type RetryPolicy } from '../src/model/retry-policy.ts';
 import { TASK_LOG_LINE_CAP } from '../src/worker/task-log-writer.ts';
 import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
 import * as t from './fixtures/test-triggers.ts';

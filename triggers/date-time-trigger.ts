@@ -1,7 +1,5 @@
 import { DateTime } from 'luxon';
-import { InvalidTriggerArgumentError } from '../src/errors.ts';
-import { BaseTrigger, type SerializedTrigger } from '../src/triggers/base-trigger.ts';
-import { TaskSuccessEvent, TriggerEvent } from '../src/triggers/trigger-event.ts';
+import { InvalidTriggerArgumentError, BaseTrigger, type SerializedTrigger, TaskSuccessEvent, TriggerEvent } from '../src/index.ts';
 
 /** A timezone-aware moment: an ISO-8601 string with an offset or `Z`, a luxon DateTime, or a Date. */
 export type MomentInput = string | Date | DateTime;

@@ -1,9 +1,7 @@
 import path from 'node:path';
-import { InvalidTriggerArgumentError } from '../src/errors.ts';
-import { BaseTrigger, type SerializedTrigger } from '../src/triggers/base-trigger.ts';
-import { TriggerEvent } from '../src/triggers/trigger-event.ts';
 import { describeValue } from './date-time-trigger.ts';
 import { findFirstFile, hasMagic, isRegularFile, splitGlob, segmentToRegExp } from './glob.ts';
+import { InvalidTriggerArgumentError, BaseTrigger, type SerializedTrigger, TriggerEvent } from '../src/index.ts';
 
 export interface FileTriggerKwargs {
   /** A file path or a glob (see ./glob.ts); relative paths resolve against the current directory when constructed. */

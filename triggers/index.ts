@@ -5,9 +5,9 @@
  * operators to defer with, but it serializes as a DateTimeTrigger (as in Airflow), so no trigger
  * row ever names it and it is not in the list.
  */
-import type { TriggerClass } from '../src/triggers/base-trigger.ts';
 import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
+import { type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, type FileTriggerKwargs } from './file-trigger.ts';

@@ -1,8 +1,6 @@
 import { DateTime, Duration } from 'luxon';
-import { InvalidTriggerArgumentError } from '../src/errors.ts';
-import type { SerializedTrigger } from '../src/triggers/base-trigger.ts';
-import { nowPlusPlaceholder } from '../src/triggers/start-trigger-kwargs.ts';
 import { DateTimeTrigger, describeValue } from './date-time-trigger.ts';
+import { InvalidTriggerArgumentError, type SerializedTrigger, nowPlusPlaceholder } from '../src/index.ts';
 
 /**
  * Fires `delta` after it is constructed (a luxon Duration, or a number of seconds >= 0).

@@ -5,7 +5,7 @@ import { openMigratedDatabase } from './open-database.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
-import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { WORKER_OPTIONS } from '../worker/options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
 import { positiveInteger } from '../config/option-table.ts';
@@ -23,7 +23,7 @@ function describeSchedule(schedule: { cron?: string; timezone?: string; interval
 export function registerDagsCommands(cli: Argv): void {
   cli.command('dags', 'DAG commands: list, runs, trigger, reserialize', (dags) =>
     dags
-      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
       .command(
         'list',
         'List the serialized DAGs and the DAG files that failed to load',

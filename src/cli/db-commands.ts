@@ -4,17 +4,17 @@ import { openMigratedDatabase } from './open-database.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { migrateToLatest } from '../db/migrate.ts';
 import { dumpSchema } from '../db/schema-dump.ts';
-import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
 
 export function databaseUrlFrom(flag: string | undefined): string {
-  return flag ?? process.env[TRIGGERER_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
+  return flag ?? process.env[COMMON_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
 }
 
 export function registerDbCommands(cli: Argv): void {
   cli.command('db <action>', 'Database commands: migrate, schema', (db) =>
     db
       .positional('action', { choices: ['migrate', 'schema'] as const, describe: 'migrate: apply new migrations; schema: print the schema' })
-      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
     async (args) => {
       const url = databaseUrlFrom(args.db);
       // migrate creates what is missing; schema shows a migrated database only.

@@ -3,7 +3,8 @@ import { positiveInteger } from '../config/option-table.ts';
 import { JOB_TYPES, jobLiveness } from '../jobs/job-liveness.ts';
 import { resolveSchedulerOptions } from '../scheduler/options.ts';
 import { Storage } from '../storage/index.ts';
-import { resolveTriggererOptions, TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { resolveTriggererOptions } from '../triggerer/options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
 import { openMigratedDatabase } from './open-database.ts';
 import { formatTable } from './table.ts';
@@ -12,7 +13,7 @@ import { formatTable } from './table.ts';
 export function registerJobsCommands(cli: Argv): void {
   cli.command('jobs', 'Job commands: list', (jobs) =>
     jobs
-      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
       .command(
         'list',
         'List triggerer, worker and scheduler jobs, newest first, with their liveness judged from the heartbeat (a SIGKILLed process never ends its row)',

@@ -4,14 +4,14 @@ import { openMigratedDatabase } from './open-database.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Storage } from '../storage/index.ts';
-import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
 
 /** `deferflow tasks list | clear | logs`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
   cli.command('tasks', 'Task instance commands: list, clear, logs', (tasks) =>
     tasks
-      .option('db', { type: 'string', describe: `${TRIGGERER_OPTIONS.db.describe} [env ${TRIGGERER_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
       .command(
         'list',
         "List a DAG run's task instances",

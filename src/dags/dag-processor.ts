@@ -4,8 +4,8 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { DagFolderError, errorFields, InvalidOptionError } from '../errors.ts';
 import { activeDagFilelocs, markMissingDagsDeleted, readSerializedDag, readSerializedDagHash, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
-import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
-import type { DagSource } from '../scheduler/scheduler.ts';
+import type { DagSource, SchedulerDag } from '../model/scheduler-dag.ts';
+
 import { loadDagFolder, type DagFileError } from './loader.ts';
 import { SERIALIZED_DAG_VERSION, serializeDag, toSchedulerDag } from './serialized-dag.ts';
 

@@ -3,7 +3,7 @@ import type { BaseOperator, TaskDefaults } from '../operators/base-operator.ts';
 import { DateTime } from 'luxon';
 import type { JsonObject } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
-import { cronProblem, fixedIntervalMs, isTimeZone, momentMs, type Schedule, type ScheduleWindow } from './schedule.ts';
+import { cronProblem, fixedIntervalMs, isTimeZone, momentMs, type Schedule, type ScheduleWindow } from '../model/schedule.ts';
 
 export interface DagOptions {
   /** Letters, digits, `_`, `-` and `.`. */

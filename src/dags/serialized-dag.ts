@@ -1,9 +1,9 @@
 import { InvalidDagError, InvalidSerializedDagError } from '../errors.ts';
-import type { SchedulerDag, SchedulerTask } from '../scheduler/scheduler-dag.ts';
-import { TRIGGER_RULES } from '../scheduler/trigger-rules.ts';
+import type { SchedulerDag, SchedulerTask } from '../model/scheduler-dag.ts';
+import { TRIGGER_RULES } from '../model/trigger-rules.ts';
 import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../serialization/json.ts';
 import { durationToMs } from '../time/duration.ts';
-import { cronProblem, isTimeZone, scheduleToJson, type Schedule, type ScheduleWindow } from './schedule.ts';
+import { cronProblem, isTimeZone, scheduleToJson, type Schedule, type ScheduleWindow } from '../model/schedule.ts';
 import type { Dag } from './dag.ts';
 import { taskSettings } from './task-settings.ts';
 

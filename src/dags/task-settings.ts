@@ -1,8 +1,8 @@
 import { InvalidDagError } from '../errors.ts';
 import type { BaseOperator } from '../operators/base-operator.ts';
-import { TRIGGER_RULES, type TriggerRule } from '../scheduler/trigger-rules.ts';
+import { TRIGGER_RULES, type TriggerRule } from '../model/trigger-rules.ts';
 import { durationToMs } from '../time/duration.ts';
-import type { RetryPolicy } from '../worker/retry-policy.ts';
+import type { RetryPolicy } from '../model/retry-policy.ts';
 import type { Dag } from './dag.ts';
 
 /** A task's settings with its DAG's default args and the built-in defaults filled in, in ms. */

@@ -1,5 +1,5 @@
 import { InvalidDagError } from '../errors.ts';
-import type { TriggerRule } from '../scheduler/trigger-rules.ts';
+import type { TriggerRule } from '../model/trigger-rules.ts';
 import type { Logger } from 'pino';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';

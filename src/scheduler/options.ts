@@ -1,18 +1,18 @@
 import os from 'node:os';
 import { InvalidOptionError } from '../errors.ts';
-import { oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
-import { LOG_LEVELS, TRIGGERER_OPTIONS, type LogFormat, type LogLevel } from '../triggerer/options.ts';
+import { optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 
 /** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const SCHEDULER_OPTIONS = {
-  db: TRIGGERER_OPTIONS.db,
+  db: COMMON_OPTIONS.db,
   'poll-interval': { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
   'heartbeat-interval': { env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the scheduler records that it is alive' },
   'zombie-threshold': { env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD', default: 60, unit: 'seconds', describe: "A worker silent this long is dead: its task instances are retried or failed" },
   'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
-  'log-level': TRIGGERER_OPTIONS['log-level'],
-  'log-format': TRIGGERER_OPTIONS['log-format'],
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
 export interface ResolvedSchedulerOptions extends SchedulerOptions {
@@ -34,8 +34,8 @@ export function resolveSchedulerOptions(raw: RawOptions<typeof SCHEDULER_OPTIONS
     heartbeatIntervalMs,
     zombieThresholdMs,
     runsPerPass: positiveInteger(pick('runs-per-pass'), 'runs-per-pass'),
-    logLevel: oneOf(pick('log-level'), 'log-level', LOG_LEVELS),
-    logFormat: oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const),
+    logLevel: logLevel(pick('log-level')),
+    logFormat: logFormat(pick('log-format')),
     hostname: os.hostname(),
   });
 }

@@ -7,13 +7,11 @@ import { JobRow } from '../jobs/job-row.ts';
 import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
-import type { SchedulerDag, StartTrigger } from './scheduler-dag.ts';
-import { decide, FINISHED_STATES } from './trigger-rules.ts';
-import { dueDataIntervals, nextDueAt } from '../dags/schedule.ts';
-import { retryDelayMs } from '../worker/retry-policy.ts';
+import type { DagSource, SchedulerDag, StartTrigger } from '../model/scheduler-dag.ts';
+import { decide, FINISHED_STATES } from '../model/trigger-rules.ts';
+import { dueDataIntervals, nextDueAt } from '../model/schedule.ts';
+import { retryDelayMs } from '../model/retry-policy.ts';
 
-/** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
-export type DagSource = (dagId: string) => Promise<SchedulerDag | null>;
 
 export interface SchedulerOptions {
   readonly pollIntervalMs: number;

@@ -1,6 +1,7 @@
-import { flag, oneOf, optionPicker, type RawOptions } from '../config/option-table.ts';
+import { flag, optionPicker, type RawOptions } from '../config/option-table.ts';
 import { resolveSchedulerOptions, type ResolvedSchedulerOptions } from '../scheduler/options.ts';
-import { LOG_LEVELS, resolveTriggererOptions, TRIGGERER_OPTIONS, type LogFormat, type LogLevel, type TriggererOptions } from '../triggerer/options.ts';
+import { COMMON_OPTIONS, logFormat as toLogFormat, logLevel as toLogLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
 
 /**
@@ -9,7 +10,7 @@ import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from
  * environment variable as the separate commands do (see their tables).
  */
 export const STANDALONE_OPTIONS = {
-  db: TRIGGERER_OPTIONS.db,
+  db: COMMON_OPTIONS.db,
   dags: WORKER_OPTIONS.dags,
   concurrency: WORKER_OPTIONS.concurrency,
   capacity: TRIGGERER_OPTIONS.capacity,
@@ -32,8 +33,8 @@ export const STANDALONE_OPTIONS = {
     unit: 'seconds',
     describe: 'On Ctrl-C or SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again on the next start)',
   },
-  'log-level': { ...TRIGGERER_OPTIONS['log-level'], default: 'warn', describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)' },
-  'log-format': TRIGGERER_OPTIONS['log-format'],
+  'log-level': { ...COMMON_OPTIONS['log-level'], default: 'warn', describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)' },
+  'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
 export interface StandaloneOptions {
@@ -49,8 +50,8 @@ export interface StandaloneOptions {
 
 export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): StandaloneOptions {
   const pick = optionPicker(STANDALONE_OPTIONS, raw, env);
-  const logLevel = oneOf(pick('log-level'), 'log-level', LOG_LEVELS);
-  const logFormat = oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const);
+  const logLevel = toLogLevel(pick('log-level'));
+  const logFormat = toLogFormat(pick('log-format'));
   const shared = { db: pick('db') as string, 'log-level': logLevel, 'log-format': logFormat };
   const triggerDag = String(pick('trigger-dag')).trim();
   return Object.freeze({

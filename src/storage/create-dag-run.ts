@@ -1,5 +1,5 @@
 import { toDbTime, type DagRunType } from '../db/schema.ts';
-import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
+import type { SchedulerDag } from '../model/scheduler-dag.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
 

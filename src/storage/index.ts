@@ -33,7 +33,7 @@ import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances
 import { listActiveDags, listImportErrors, listSerializedDags } from './serialized-dags.ts';
 import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
-import type { SchedulerDag } from '../scheduler/scheduler-dag.ts';
+import type { SchedulerDag } from '../model/scheduler-dag.ts';
 import {
   claimTaskInstances,
   finishTaskInstance,

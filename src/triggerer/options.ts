@@ -1,7 +1,7 @@
 import os from 'node:os';
-import { DEFAULT_DATABASE_URL } from '../db/database-url.ts';
+import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { oneOf, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
+import { optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 
 /**
  * Every triggerer option, in one place: its flag, environment variable, default and unit.
@@ -10,12 +10,7 @@ import { oneOf, optionPicker, positiveInteger, positiveNumber, seconds } from '.
  * A flag wins over its environment variable, which wins over the default.
  */
 export const TRIGGERER_OPTIONS = {
-  db: {
-    env: 'DEFERFLOW_DATABASE_URL',
-    default: DEFAULT_DATABASE_URL,
-    unit: 'URL',
-    describe: 'Database: sqlite:PATH or postgres://USER@HOST:PORT/DB',
-  },
+  db: COMMON_OPTIONS.db,
   capacity: {
     env: 'DEFERFLOW_TRIGGERER_CAPACITY',
     default: 1000,
@@ -58,26 +53,13 @@ export const TRIGGERER_OPTIONS = {
     unit: 'paths or packages (env: comma-separated)',
     describe: 'Module whose exported BaseTrigger classes this triggerer may run (repeatable; built-ins always allowed)',
   },
-  'log-level': {
-    env: 'DEFERFLOW_LOG_LEVEL',
-    default: 'info',
-    unit: 'trace|debug|info|warn|error',
-    describe: 'Least severe log level printed',
-  },
-  'log-format': {
-    env: 'DEFERFLOW_LOG_FORMAT',
-    default: 'json',
-    unit: 'json|pretty',
-    describe: 'json: one pino JSON object per line; pretty: coloured lines for humans',
-  },
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
 export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
 export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | boolean | readonly string[] | undefined>>;
 
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
-export type LogLevel = (typeof LOG_LEVELS)[number];
-export type LogFormat = 'json' | 'pretty';
 
 export interface TriggererOptions {
   readonly databaseUrl: string;
@@ -124,8 +106,8 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
         .map((m: string) => m.trim())
         .filter((m: string) => m !== ''),
     ),
-    logLevel: oneOf(pick('log-level'), 'log-level', LOG_LEVELS),
-    logFormat: oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const),
+    logLevel: logLevel(pick('log-level')),
+    logFormat: logFormat(pick('log-format')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),
     cleanupIntervalMs: 30_000,
     cleanupGraceMs: 3_000,

@@ -1,19 +1,19 @@
 import os from 'node:os';
-import { nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
-import { LOG_LEVELS, TRIGGERER_OPTIONS, type LogFormat, type LogLevel } from '../triggerer/options.ts';
+import { nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { WorkerOptions } from './worker.ts';
 
 /** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const WORKER_OPTIONS = {
-  db: TRIGGERER_OPTIONS.db,
+  db: COMMON_OPTIONS.db,
   dags: { env: 'DEFERFLOW_DAGS_FOLDER', default: './dags', unit: 'path', describe: 'Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs), processed at start and every dag-process-interval' },
   concurrency: { env: 'DEFERFLOW_WORKER_CONCURRENCY', default: 16, unit: 'task instances', describe: 'Slots: most task instances run at once' },
   'poll-interval': { env: 'DEFERFLOW_WORKER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between claims when there is nothing to claim or no free slot' },
   'heartbeat-interval': { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
   'shutdown-grace': { env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE', default: 30, unit: 'seconds', describe: 'On SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again, no retry spent); 0 hands them back at once' },
   'dag-process-interval': { env: 'DEFERFLOW_DAG_PROCESS_INTERVAL', default: 30, unit: 'seconds', describe: 'How often the DAG folder is processed into serialized DAGs' },
-  'log-level': TRIGGERER_OPTIONS['log-level'],
-  'log-format': TRIGGERER_OPTIONS['log-format'],
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
 export interface ResolvedWorkerOptions extends WorkerOptions {
@@ -34,8 +34,8 @@ export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}
     heartbeatIntervalMs: seconds(pick('heartbeat-interval'), 'heartbeat-interval'),
     shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
     dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
-    logLevel: oneOf(pick('log-level'), 'log-level', LOG_LEVELS),
-    logFormat: oneOf(pick('log-format'), 'log-format', ['json', 'pretty'] as const),
+    logLevel: logLevel(pick('log-level')),
+    logFormat: logFormat(pick('log-format')),
     hostname: os.hostname(),
   });
 }

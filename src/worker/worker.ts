@@ -9,7 +9,7 @@ import { isTaskDeferred } from '../operators/task-deferred.ts';
 import { toJsonText } from '../serialization/json.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
-import { retryDelayMs, type RetryPolicy } from './retry-policy.ts';
+import { retryDelayMs, type RetryPolicy } from '../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
 import { JobRow } from '../jobs/job-row.ts';
 

@@ -5,7 +5,7 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Dag, FunctionOperator } from '../../src/index.ts';
 import { serializedDagSource } from '../../src/dags/dag-processor.ts';
-import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt, type ScheduleWindow } from '../../src/dags/schedule.ts';
+import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt, type ScheduleWindow } from '../../src/model/schedule.ts';
 import { serializeDag, SERIALIZED_DAG_VERSION } from '../../src/dags/serialized-dag.ts';
 import { Scheduler } from '../../src/scheduler/scheduler.ts';
 import { writeSerializedDag } from '../../src/storage/serialized-dags.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decide, type TriggerRule } from '../../src/scheduler/trigger-rules.ts';
+import { decide, type TriggerRule } from '../../src/model/trigger-rules.ts';
 
 describe('trigger rules', () => {
   // [rule, upstream states, decision]

@@ -1,5 +1,5 @@
-import type { ScheduleWindow } from '../dags/schedule.ts';
-import type { RetryPolicy } from '../worker/retry-policy.ts';
+import type { ScheduleWindow } from './schedule.ts';
+import type { RetryPolicy } from './retry-policy.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { TriggerRule } from './trigger-rules.ts';
 
@@ -38,3 +38,6 @@ export interface StartTrigger {
   readonly nextKwargs: JsonObject;
   readonly timeoutMs: number | null;
 }
+
+/** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
+export type DagSource = (dagId: string) => Promise<SchedulerDag | null>;
