@@ -1,11 +1,6 @@
 #!/usr/bin/env node
-// Runs deferflow from its compiled package (dist/). tsx is registered only so that users' own
-// TypeScript (DAG files, trigger modules and what they import) loads without a build step of
-// theirs: both hooks, since a user's file may be an ES module or CommonJS.
-import { register as registerCommonJs } from 'tsx/cjs/api';
-import { register } from 'tsx/esm/api';
-
-register();
-registerCommonJs();
+// Runs deferflow from its compiled package (dist/). Users' own TypeScript (DAG files, trigger
+// modules and what they import) loads through tsx hooks that deferflow registers when it first
+// loads user code (src/user-code/typescript-hooks.ts), as it does when embedded.
 const { main } = await import('../dist/src/cli/main.js');
 await main(process.argv.slice(2));

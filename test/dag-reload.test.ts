@@ -3,15 +3,12 @@
 import { execFile } from 'node:child_process';
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { REPO_ROOT } from './support/processes.ts';
 
 const run = promisify(execFile);
-// tsx, as the CLI registers it (for the TypeScript DAG file's fallback to import()).
-const TSX = pathToFileURL(path.join(REPO_ROOT, 'node_modules/tsx/dist/loader.mjs')).href;
 const scratch = processScratch();
 
 // Loads the folder after each of 30 edits, holding only a WeakRef to each version's Dag, then
@@ -47,7 +44,8 @@ describe('reloading an edited DAG file', () => {
     const outcome = async (flavour: string) => {
       const dags = path.join(project, `dags-${flavour}`);
       mkdirSync(dags);
-      const { stdout } = await run(process.execPath, ['--expose-gc', '--import', TSX, 'reload.mjs', dags, flavour], { cwd: project });
+      // Plain node: deferflow registers tsx itself when it first loads user code (the TLA file falls back to import() of a .ts).
+      const { stdout } = await run(process.execPath, ['--expose-gc', 'reload.mjs', dags, flavour], { cwd: project });
       return JSON.parse(stdout) as { alive: number[]; current: string };
     };
     const plain = await outcome('plain');

@@ -3,6 +3,7 @@ import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { TriggerModuleError, UnknownTriggerError } from '../errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
+import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 import { exportsOf, importUserModule } from '../user-code/user-module.ts';
 import { classpathOf, isTriggerClass, type TriggerClass } from './base-trigger.ts';
 
@@ -68,6 +69,7 @@ export class TriggerRegistry {
  * condition cannot be resolved by require.resolve; deferflow's own resolution is the fallback.
  */
 async function importPackage(name: string): Promise<Record<string, unknown>> {
+  await registerTypeScriptHooks();
   let url = name;
   try {
     url = pathToFileURL(createRequire(path.join(process.cwd(), 'package.json')).resolve(name)).href;

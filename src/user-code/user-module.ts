@@ -4,6 +4,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { transform } from 'esbuild';
 import { moduleFormatOf } from './module-format.ts';
+import { registerTypeScriptHooks } from './typescript-hooks.ts';
 
 /**
  * Loads a user's file (a DAG file, a trigger module) of any flavour: `.ts`, `.mts`, `.cts`,
@@ -23,6 +24,7 @@ import { moduleFormatOf } from './module-format.ts';
  * the same, but each edit of it costs memory until the process restarts.
  */
 export async function importUserModule(file: string, version: string): Promise<UserModule> {
+  await registerTypeScriptHooks();
   const source = await readFile(file, 'utf8');
   const format = moduleFormatOf(file);
   let code: string;
