@@ -21,16 +21,9 @@ import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { triggerDagRun } from '../src/dags/manual-run.ts';
-import { openDatabase } from '../src/db/connect.ts';
-import { parseDatabaseUrl } from '../src/db/database-url.ts';
-import { migrateToLatest } from '../src/db/migrate.ts';
-import { fromDbTime } from '../src/db/schema.ts';
-import { resolveStandaloneOptions } from '../src/standalone/options.ts';
-import { Standalone } from '../src/standalone/standalone.ts';
-import { TriggerRegistry } from '../src/triggers/registry.ts';
+import { Duration } from 'luxon';
+import { deferflow, fromDbTime, parseDatabaseUrl } from '../src/index.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
-import { BUILTIN_TRIGGERS } from '../triggers/index.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: SQLite, then PostgreSQL)' })
@@ -51,14 +44,17 @@ async function runOnce(target: string) {
   mkdirSync(dags);
   writeFileSync(path.join(dags, 'bench.mts'), dagSource(args.tasks, args.delay));
 
-  const database = openDatabase(url);
-  await migrateToLatest(database);
-  const options = resolveStandaloneOptions({ db: url, dags, concurrency: args.slots, capacity: Math.max(1000, args.tasks), 'log-level': 'warn' });
-  const log = pino({ level: 'warn' }, pino.destination(2));
-  const standalone = new Standalone(database, options, new TriggerRegistry(BUILTIN_TRIGGERS), log);
+  // Embedded as a user would: the public API, all three components in this process.
+  const app = await deferflow({
+    databaseUrl: url,
+    dagsFolder: dags,
+    worker: { concurrency: args.slots, shutdownGrace: Duration.fromMillis(0) },
+    triggerer: { capacity: Math.max(1000, args.tasks) },
+    logger: pino({ level: 'warn' }, pino.destination(2)),
+  });
+  const database = app.database;
   try {
-    await standalone.start();
-    const runId = await triggerDagRun(database, 'runtime_bench');
+    const runId = await app.triggerDagRun('runtime_bench');
     const deadline = Date.now() + 120_000 + args.tasks * args.delay * 1000;
     for (;;) {
       const run = await database.db.selectFrom('dag_run').select(['state', 'start_date', 'end_date']).where('run_id', '=', runId).executeTakeFirstOrThrow();
@@ -70,7 +66,7 @@ async function runOnce(target: string) {
           slots: args.slots,
           delay_s: args.delay,
           wall_ms: fromDbTime(run.end_date!) - fromDbTime(run.start_date!),
-          slot_seconds: Number((standalone.worker.slotMsSpent / 1000).toFixed(2)),
+          slot_seconds: Number((app.worker!.slotMsSpent / 1000).toFixed(2)),
           blocking_s: (args.tasks * args.delay) / args.slots,
         };
       }
@@ -78,8 +74,7 @@ async function runOnce(target: string) {
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   } finally {
-    await standalone.stop();
-    await database.close();
+    await app.stop();
     await dispose();
     rmSync(scratch, { recursive: true, force: true });
   }

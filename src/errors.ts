@@ -22,6 +22,7 @@ export const ERROR_CODES = [
   'DF_TASK_DEFERRAL',
   'DF_TASK_DEFERRAL_TIMEOUT',
   'DF_TASK_INSTANCE_STATE',
+  'DF_INVALID_TASK_INSTANCE',
   'DF_UNKNOWN_NEXT_METHOD',
   'DF_TASK_FAILED',
   'DF_TASK_EXECUTION_TIMEOUT',
@@ -112,14 +113,25 @@ export class TriggerFailedError extends DeferflowError {
 }
 
 /**
- * Raised inside a resumed task when the trigger it waited on failed. `triggerCode` is the code
- * of what failed on the triggerer (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …), from the marker.
+ * Raised inside a resumed task (by resumeTaskInstance, or the worker resuming it) when the
+ * trigger it waited on failed; its subclass TaskDeferralTimeout when the deferral timed out.
+ * Catch it in the operator's code to handle a failed wait; left uncaught, the try fails with it.
+ *
+ * - `code`: DF_TASK_DEFERRAL (the trigger failed) or DF_TASK_DEFERRAL_TIMEOUT (it timed out).
+ * - `message`: `the trigger failed [<triggerCode>]: <the trigger's error>`.
+ * - `triggerCode`: what failed on the triggerer: DF_TRIGGER_FAILED (its run() threw or ended
+ *   without an event), DF_UNKNOWN_TRIGGER (no triggerer allows its classpath),
+ *   DF_INVALID_TRIGGER_ARGUMENT (its constructor refused the stored kwargs), DF_OUTCOME_REFUSED
+ *   (the database refused its event), DF_TASK_DEFERRAL_TIMEOUT for a timeout.
+ * - `triggerTraceback`: the stack of the trigger's error as the triggerer saw it, or null.
  */
 export class TaskDeferralError extends DeferflowError {
   constructor(
     message: string,
+    /** The stack of the trigger's error, as the triggerer saw it; null when there is none (a timeout). */
     readonly triggerTraceback: string | null = null,
     code: 'DF_TASK_DEFERRAL' | 'DF_TASK_DEFERRAL_TIMEOUT' = 'DF_TASK_DEFERRAL',
+    /** The code of what failed on the triggerer (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …). */
     readonly triggerCode: DeferflowErrorCode | null = null,
   ) {
     super(code, message);
@@ -136,6 +148,13 @@ export class TaskDeferralTimeout extends TaskDeferralError {
 export class TaskInstanceStateError extends DeferflowError {
   constructor(message: string) {
     super('DF_TASK_INSTANCE_STATE', message);
+  }
+}
+
+/** createTaskInstance was given a field it cannot store (named in the message). */
+export class InvalidTaskInstanceError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_TASK_INSTANCE', `createTaskInstance: ${message}`);
   }
 }
 
@@ -189,8 +208,8 @@ export class WorkerStoppingError extends DeferflowError {
 
 /** A daemon (triggerer, worker, scheduler) asked to start when it is not new. */
 export class LifecycleError extends DeferflowError {
-  constructor(daemon: string, state: string) {
-    super('DF_LIFECYCLE', `${daemon} already ${state}: start() runs once; make a new ${daemon} to start again`);
+  constructor(daemon: string, state: string, message = `${daemon} already ${state}: start() runs once; make a new ${daemon} to start again`) {
+    super('DF_LIFECYCLE', message);
   }
 }
 

@@ -1,5 +1,7 @@
 // deferflow's public API. Triggers: BaseTrigger + TriggerEvent; operators: BaseOperator.defer()
-// throwing TaskDeferred; persistence: deferTaskInstance / resumeTaskInstance; the daemon: Triggerer.
+// throwing TaskDeferred; persistence: deferTaskInstance / resumeTaskInstance and the task
+// instances they work on; embedding: deferflow({...}), or the Worker, Scheduler and Triggerer.
+// The foundations come first: the built-in triggers (loaded by the app, last) import this module.
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
 export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './triggers/trigger-event.ts';
 export { TriggerRegistry } from './triggers/registry.ts';
@@ -10,12 +12,42 @@ export { Dag, isDag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
 export { TaskRescheduled, TaskSkipped, isTaskRescheduled, isTaskSkipped } from './operators/task-signals.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
+export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';
 export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './db/database-url.ts';
 export { migrateToLatest } from './db/migrate.ts';
-export { Storage, TRIGGER_FAILURE_METHOD } from './storage/index.ts';
-export { Triggerer } from './triggerer/triggerer.ts';
-export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './triggerer/options.ts';
-export { createLogger } from './logging.ts';
+export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './storage/context.ts';
+export {
+  fromDbTime,
+  toDbTime,
+  DAG_RUN_STATES,
+  TASK_INSTANCE_STATES,
+  type DagRunState,
+  type DatabaseSchema,
+  type DagRunTable,
+  type ImportErrorTable,
+  type JobTable,
+  type SerializedDagTable,
+  type TaskInstanceState,
+  type TaskInstanceTable,
+  type TaskLogTable,
+  type TriggerTable,
+} from './db/schema.ts';
+export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TriggerTableRow } from './db/rows.ts';
+export { createLogger, type Logger } from './logging.ts';
+export type { LogFormat, LogLevel } from './config/common-options.ts';
 export type { JsonValue, JsonObject } from './serialization/json.ts';
 export * from './errors.ts';
+export { Triggerer } from './triggerer/triggerer.ts';
+export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './triggerer/options.ts';
+export { Worker, type TaskResolver, type WorkerOptions } from './worker/worker.ts';
+export { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from './worker/options.ts';
+export { dagFileResolver } from './worker/dag-file-resolver.ts';
+export { Scheduler, type SchedulerOptions } from './scheduler/scheduler.ts';
+export { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from './scheduler/options.ts';
+export { serializedDagSource, processDagFolder } from './dags/dag-processor.ts';
+export type { DagSource, SchedulerDag } from './model/scheduler-dag.ts';
+export { triggerDagRun } from './dags/manual-run.ts';
+// Last: it loads the built-in triggers, which import the exports above.
+export { deferflow, Deferflow } from './app/deferflow.ts';
+export { resolveDeferflowConfig, type DeferflowConfig, type DeferflowOptions, type DurationInput, type SchedulerConfig, type TriggererConfig, type WorkerConfig } from './app/config.ts';

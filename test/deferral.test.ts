@@ -1,18 +1,7 @@
 import { DateTime, Duration } from 'luxon';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import {
-  BaseOperator,
-  NotJsonError,
-  Storage,
-  TaskDeferralError,
-  TaskDeferralTimeout,
-  TaskDeferred,
-  TaskInstanceStateError,
-  UnknownNextMethodError,
-  openDatabase,
-  resumeTaskInstance,
-  type TaskContext,
-} from '../src/index.ts';
+import { BaseOperator, NotJsonError, TaskDeferralError, TaskDeferralTimeout, TaskDeferred, TaskInstanceStateError, UnknownNextMethodError, openDatabase, resumeTaskInstance, type TaskContext } from '../src/index.ts';
+import { Storage } from '../src/storage/index.ts';
 import { DateTimeTrigger, TimeDeltaTrigger } from '../triggers/index.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';

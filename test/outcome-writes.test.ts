@@ -3,7 +3,8 @@
 // that keeps failing backs off and is reported once.
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { Storage, TaskDeferred, TRIGGER_FAILURE_METHOD } from '../src/index.ts';
+import { TaskDeferred, TRIGGER_FAILURE_METHOD } from '../src/index.ts';
+import { Storage } from '../src/storage/index.ts';
 import type { TriggerEventRecord } from '../src/storage/index.ts';
 import { OutcomeWriter } from '../src/triggerer/outcome-writer.ts';
 import * as t from './fixtures/test-triggers.ts';

@@ -49,6 +49,42 @@ export class CountdownTrigger extends BaseTrigger {
 }
 `;
 
+// The README's embedding example, as a project's service runs it.
+const EMBED = `import { deferflow, readTaskInstance } from 'deferflow';
+const app = await deferflow({
+  databaseUrl: 'sqlite:./embedded.db',
+  dagsFolder: './dags',
+  worker: { concurrency: 2, pollInterval: 0.2 },
+  scheduler: { pollInterval: 0.2 },
+  triggerer: { triggerModules: ['./triggers/countdown.ts'], pollInterval: 0.2 },
+  logLevel: 'warn',
+});
+const runId = await app.triggerDagRun('countdown');
+const state = await app.waitForDagRun('countdown', runId);
+const { id } = await app.database.db.selectFrom('task_instance').select('id').where('run_id', '=', runId).executeTakeFirstOrThrow();
+console.log(state, JSON.stringify((await readTaskInstance(app.database, id)).returnValue));
+await app.stop();
+`;
+
+// What a consumer's type checker sees of the embedding API and the exported row types.
+const EMBED_TYPED = `import { Duration } from 'luxon';
+import { deferflow, type DeferflowConfig, type TaskInstance, type TaskInstanceRow } from 'deferflow';
+import { CountdownTrigger } from '../triggers/countdown.ts';
+
+const config: DeferflowConfig = {
+  worker: { concurrency: 4, shutdownGrace: Duration.fromObject({ seconds: 20 }) },
+  scheduler: false,
+  triggerer: { capacity: 5000, triggerClasses: [CountdownTrigger] },
+};
+export async function start(): Promise<string | null> {
+  const app = await deferflow(config);
+  const row: TaskInstanceRow | undefined = await app.database.db.selectFrom('task_instance').selectAll().executeTakeFirst();
+  const state: TaskInstance['state'] = row?.state ?? null;
+  await app.stop();
+  return state;
+}
+`;
+
 const DAG = `import { BaseOperator, Dag, type RuntimeContext } from 'deferflow';
 import { TimeDeltaTrigger } from 'deferflow/triggers';
 import { CountdownTrigger } from '../triggers/countdown.ts';
@@ -114,11 +150,13 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     // (b) a consumer's type check: strict, nodenext, the package's own .d.ts checked too.
     writeFileSync(path.join(project, 'triggers/countdown.ts'), TRIGGER);
     writeFileSync(path.join(project, 'dags/countdown.ts'), DAG);
+    mkdirSync(path.join(project, 'service'));
+    writeFileSync(path.join(project, 'service/embed.ts'), EMBED_TYPED);
     writeFileSync(
       path.join(project, 'tsconfig.json'),
       JSON.stringify({
         compilerOptions: { target: 'ES2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, skipLibCheck: false, noEmit: true, allowImportingTsExtensions: true, types: ['node'] },
-        include: ['dags', 'triggers'],
+        include: ['dags', 'triggers', 'service'],
       }),
     );
     const typecheck = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', project], project);
@@ -144,6 +182,14 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     } finally {
       await database.close();
     }
+
+    // (c') the same DAG and trigger run by deferflow embedded in the project's own service, with
+    // plain node (no loader: deferflow registers tsx for the project's TypeScript itself). The
+    // process exits on its own once stopped: nothing is left open.
+    writeFileSync(path.join(project, 'embed.mjs'), EMBED);
+    const embedded = await exec(process.execPath, ['embed.mjs'], project, 60_000);
+    expect(embedded.code, `${embedded.stdout}\n${embedded.stderr}`).toBe(0);
+    expect(embedded.stdout.trim()).toBe('success {"steps":3}');
 
     // (d) deferflow init: a project a user starts from. Its dependencies are the ones just
     // installed (the same tarball): linked, not installed a second time.

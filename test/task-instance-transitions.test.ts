@@ -1,6 +1,7 @@
 // The worker's side of a task instance's life, on both dialects, judged by database rows.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { openDatabase, Storage, TaskDeferred } from '../src/index.ts';
+import { openDatabase, TaskDeferred } from '../src/index.ts';
+import { Storage } from '../src/storage/index.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { createTaskInstance, migratedDatabase, taskInstance, type TestDatabase } from './support/fixtures.ts';

@@ -1,29 +1,33 @@
 import type { Logger } from 'pino';
-import type { Database } from '../db/connect.ts';
+import type { Deferflow } from '../app/deferflow.ts';
 import { describeThrown } from '../errors.ts';
 
 /**
- * How every long-running deferflow process (triggerer, worker, scheduler) lives and stops:
- * it starts, runs until SIGTERM or SIGINT (handled from before the start), then stops gracefully (`stop`, then the database closes,
- * exit 0); a second signal, or a stop slower than `deadlineMs`, exits at once with code 1.
- * A throw escaping user code (a trigger's or task's callback) is logged, and the process goes on.
- * A daemon with `untilDone` (standalone's --exit-when-done) also stops when that resolves, and
- * exits with the code it resolved to. `onSignal` hears the first signal before the stop begins
- * (to say what the stop waits for); `exitCodeAfterSignal`, called once stopped with the database
- * still open, picks the exit code of a stop by signal (default 0).
+ * How every long-running deferflow process (triggerer, worker, scheduler, standalone) lives and
+ * stops: it starts, runs until SIGTERM or SIGINT (handled from before the start), then stops
+ * gracefully (the app stops, then the database closes, exit 0); a second signal, or a stop
+ * slower than `deadlineMs`, exits at once with code 1. A throw escaping user code (a trigger's
+ * or task's callback) is logged, and the process goes on.
+ *
+ * Hooks: `afterStart` runs once the app runs (a start that throws stops the app, and the error
+ * propagates); `untilDone` (standalone's --exit-when-done) also stops the process when it
+ * resolves, with the exit code it resolved to; `onSignal` hears the first signal before the stop
+ * begins (to say what the stop waits for); `exitCodeAfterSignal`, called once stopped with the
+ * database still open, picks the exit code of a stop by signal (default 0).
  */
 export async function runUntilSignalled(
   log: Logger,
-  database: Database,
-  daemon: {
-    start(): Promise<void>;
-    stop(): Promise<void>;
+  app: Deferflow,
+  deadlineMs: number,
+  hooks: {
+    afterStart?: () => Promise<void>;
     untilDone?: () => Promise<number>;
     onSignal?: (signal: NodeJS.Signals) => void;
     exitCodeAfterSignal?: (signal: NodeJS.Signals) => Promise<number>;
-  },
-  deadlineMs: number,
+  } = {},
 ): Promise<never> {
+  const database = app.database;
+  const daemon = { ...hooks, stop: () => app.stop({ keepDatabaseOpen: true }) };
   process.on('uncaughtException', (error) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'));
   process.on('unhandledRejection', (reason) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(reason) }, 'unhandled rejection; continuing'));
   let signals = 0;
@@ -55,7 +59,14 @@ export async function runUntilSignalled(
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
-  await daemon.start();
+  try {
+    await app.start();
+    await hooks.afterStart?.();
+  } catch (error) {
+    // Leave no job row looking alive behind the error.
+    await app.stop();
+    throw error;
+  }
   if (daemon.untilDone) void daemon.untilDone().then(stopAndExit);
   // The process now lives on its timers until a signal stops it.
   return new Promise<never>(() => {});

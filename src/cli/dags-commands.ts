@@ -1,7 +1,7 @@
 import type { Argv } from 'yargs';
 import { processDagFolder } from '../dags/dag-processor.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
-import { openMigratedDatabase } from './open-database.ts';
+import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';

@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { openDatabase } from '../db/connect.ts';
-import { openMigratedDatabase } from './open-database.ts';
+import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { migrateToLatest } from '../db/migrate.ts';
 import { dumpSchema } from '../db/schema-dump.ts';

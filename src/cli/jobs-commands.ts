@@ -6,7 +6,7 @@ import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { resolveTriggererOptions } from '../triggerer/options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
-import { openMigratedDatabase } from './open-database.ts';
+import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { formatTable } from './table.ts';
 
 /** `deferflow jobs list`: the triggerers, workers and schedulers a database has seen, alive or not. */

@@ -1,13 +1,10 @@
 import type { Argv } from 'yargs';
-import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
-import { assertDagFolder, keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
-import { openMigratedDatabase } from './open-database.ts';
+import { deferflowOptionsOf } from '../app/config.ts';
+import { Deferflow } from '../app/deferflow.ts';
+import { declareOptions, rawOptionsFrom } from './declare-options.ts';
 import { createLogger } from '../logging.ts';
-import { Scheduler } from '../scheduler/scheduler.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../scheduler/options.ts';
-import { dagFileResolver } from '../worker/dag-file-resolver.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS } from '../worker/options.ts';
-import { Worker } from '../worker/worker.ts';
 import { runUntilSignalled } from './daemon.ts';
 
 /** `deferflow worker` and `deferflow scheduler`. */
@@ -18,27 +15,9 @@ export function registerRuntimeCommands(cli: Argv): void {
     (command) => declareOptions(command, WORKER_OPTIONS),
     async (args) => {
       const options = resolveWorkerOptions(rawOptionsFrom(WORKER_OPTIONS, args));
-      await assertDagFolder(options.dagsFolder);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
-      const database = await openMigratedDatabase(options.databaseUrl);
-      const worker = new Worker(database, options, dagFileResolver(database), log);
-      // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
-      let dagProcessing: { stop(): void } | undefined;
-      await runUntilSignalled(
-        log,
-        database,
-        {
-          start: async () => {
-            dagProcessing = await keepDagFolderProcessed(database, options.dagsFolder, options.dagProcessIntervalMs, log);
-            await worker.start();
-          },
-          stop: async () => {
-            dagProcessing?.stop();
-            await worker.stop();
-          },
-        },
-        options.shutdownGraceMs + 5_000,
-      );
+      const app = await Deferflow.open(deferflowOptionsOf({ worker: options }, false), log);
+      await runUntilSignalled(log, app, options.shutdownGraceMs + 5_000);
     },
   );
 
@@ -49,9 +28,8 @@ export function registerRuntimeCommands(cli: Argv): void {
     async (args) => {
       const options = resolveSchedulerOptions(rawOptionsFrom(SCHEDULER_OPTIONS, args));
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'scheduler' });
-      const database = await openMigratedDatabase(options.databaseUrl);
-      const scheduler = new Scheduler(database, options, serializedDagSource(database), log);
-      await runUntilSignalled(log, database, scheduler, 5_000);
+      const app = await Deferflow.open(deferflowOptionsOf({ scheduler: options }, false), log);
+      await runUntilSignalled(log, app, 5_000);
     },
   );
 }

@@ -1,19 +1,16 @@
 import os from 'node:os';
 import type { Argv } from 'yargs';
-import { declareOptions, rawOptionsFrom } from '../config/option-table.ts';
-import { assertDagFolder } from '../dags/dag-processor.ts';
+import { declareOptions, rawOptionsFrom } from './declare-options.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
-import { openDatabase, type Database } from '../db/connect.ts';
+import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import { migrateToLatest } from '../db/migrate.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { createLogger } from '../logging.ts';
-import { STANDALONE_OPTIONS, resolveStandaloneOptions } from '../standalone/options.ts';
+import { STANDALONE_OPTIONS, resolveStandaloneOptions, type StandaloneOptions } from '../standalone/options.ts';
 import { progressFigures, progressLine, summaryLine } from '../standalone/progress-line.ts';
-import { Standalone } from '../standalone/standalone.ts';
+import { deferflowOptionsOf } from '../app/config.ts';
+import { Deferflow } from '../app/deferflow.ts';
 import { Storage } from '../storage/index.ts';
-import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
-import { TriggerRegistry } from '../triggers/registry.ts';
 import { runUntilSignalled } from './daemon.ts';
 
 const PROGRESS_INTERVAL_MS = 200;
@@ -31,74 +28,56 @@ export function registerStandaloneCommand(cli: Argv): void {
       if (options.exitWhenDone && options.triggerDag === null) {
         throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
       }
-      await assertDagFolder(options.worker.dagsFolder);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
-      const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
-      for (const module of options.triggerer.triggerModules) await registry.loadModule(module);
-      const database = openDatabase(options.worker.databaseUrl);
-      const applied = await migrateToLatest(database);
+      const app = await Deferflow.open(deferflowOptionsOf({ worker: options.worker, scheduler: options.scheduler, triggerer: options.triggerer }, true), log);
+      const database = app.database;
       const say = (line: string) => process.stdout.write(`${line}\n`);
       say(
-        `deferflow standalone: database ${redactDatabaseUrl(options.worker.databaseUrl)} (${applied.length === 0 ? 'up to date' : `${applied.length} migration(s) applied`}), ` +
+        `deferflow standalone: database ${redactDatabaseUrl(options.worker.databaseUrl)} (${app.appliedMigrations.length === 0 ? 'up to date' : `${app.appliedMigrations.length} migration(s) applied`}), ` +
           `DAGs from ${options.worker.dagsFolder}, ${options.worker.concurrency} worker slot(s), triggerer capacity ${options.triggerer.capacity}`,
       );
-      const standalone = new Standalone(database, options, registry, log);
       let runId: string | null = null;
       const progress = { interrupted: false };
-      await runUntilSignalled(
-        log,
-        database,
-        {
-          start: async () => {
-            await standalone.start();
-            if (options.triggerDag !== null) {
-              try {
-                runId = await triggerDagRun(database, options.triggerDag);
-              } catch (error) {
-                // An unknown DAG: leave no job row looking alive behind the error.
-                await standalone.stop();
-                throw error;
-              }
-              say(`triggered ${options.triggerDag} run ${runId}`);
-            }
-          },
-          stop: () => standalone.stop(),
-          onSignal: (signal) => {
-            progress.interrupted = true;
-            const running = standalone.worker.runningCount;
-            const grace = options.worker.shutdownGraceMs;
-            say(
-              `\n${signal}: stopping` +
-                (running === 0
-                  ? ''
-                  : `; ${running} running task instance(s) ${grace > 0 ? `get up to ${grace / 1000} s to finish, then ` : ''}are handed back with their try (they run again on the next start)`) +
-                '; send it again to exit at once',
-            );
-          },
-          exitCodeAfterSignal: async (signal) => {
-            if (runId === null) return 0;
-            const run = await new Storage(database).runProgress(options.triggerDag!, runId);
-            if (run && (run.state === 'success' || run.state === 'failed')) return run.state === 'success' ? 0 : 1;
-            const figures = run ? progressFigures(run) : null;
-            say(
-              `run ${runId} of ${options.triggerDag} did not finish (${run?.state ?? 'gone'}${figures ? `, ${figures.done}/${figures.total} task(s) done` : ''}); ` +
-                'it carries on when deferflow runs again on this database',
-            );
-            return 128 + (os.constants.signals[signal] ?? 15);
-          },
-          untilDone:
-            options.triggerDag === null
-              ? undefined
-              : async () => {
-                  const succeeded = await showRunProgress(database, standalone, options.triggerDag!, runId!, progress);
-                  if (succeeded === null) return new Promise<number>(() => {});
-                  if (options.exitWhenDone) return succeeded ? 0 : 1;
-                  say('standalone keeps running (Ctrl-C to stop)');
-                  return new Promise<number>(() => {});
-                },
+      await runUntilSignalled(log, app, options.worker.shutdownGraceMs + 5_000, {
+        afterStart: async () => {
+          if (options.triggerDag === null) return;
+          runId = await triggerDagRun(database, options.triggerDag);
+          say(`triggered ${options.triggerDag} run ${runId}`);
         },
-        options.worker.shutdownGraceMs + 5_000,
-      );
+        onSignal: (signal) => {
+          progress.interrupted = true;
+          const running = app.worker!.runningCount;
+          const grace = options.worker.shutdownGraceMs;
+          say(
+            `\n${signal}: stopping` +
+              (running === 0
+                ? ''
+                : `; ${running} running task instance(s) ${grace > 0 ? `get up to ${grace / 1000} s to finish, then ` : ''}are handed back with their try (they run again on the next start)`) +
+              '; send it again to exit at once',
+          );
+        },
+        exitCodeAfterSignal: async (signal) => {
+          if (runId === null) return 0;
+          const run = await new Storage(database).runProgress(options.triggerDag!, runId);
+          if (run && (run.state === 'success' || run.state === 'failed')) return run.state === 'success' ? 0 : 1;
+          const figures = run ? progressFigures(run) : null;
+          say(
+            `run ${runId} of ${options.triggerDag} did not finish (${run?.state ?? 'gone'}${figures ? `, ${figures.done}/${figures.total} task(s) done` : ''}); ` +
+              'it carries on when deferflow runs again on this database',
+          );
+          return 128 + (os.constants.signals[signal] ?? 15);
+        },
+        untilDone:
+          options.triggerDag === null
+            ? undefined
+            : async () => {
+                const succeeded = await showRunProgress(database, app, options, runId!, progress);
+                if (succeeded === null) return new Promise<number>(() => {});
+                if (options.exitWhenDone) return succeeded ? 0 : 1;
+                say('standalone keeps running (Ctrl-C to stop)');
+                return new Promise<number>(() => {});
+              },
+      });
     },
   );
 }
@@ -107,7 +86,8 @@ export function registerStandaloneCommand(cli: Argv): void {
  * Shows the run's progress until it finishes, then its summary; resolves to whether it
  * succeeded, or to null once interrupted (a signal: the stop says the rest).
  */
-async function showRunProgress(database: Database, standalone: Standalone, dagId: string, runId: string, progressState: { interrupted: boolean }): Promise<boolean | null> {
+async function showRunProgress(database: Database, app: Deferflow, options: StandaloneOptions, runId: string, progressState: { interrupted: boolean }): Promise<boolean | null> {
+  const dagId = options.triggerDag!;
   const storage = new Storage(database);
   const startedAt = performance.now();
   const terminal = process.stdout.isTTY === true;
@@ -133,7 +113,7 @@ async function showRunProgress(database: Database, standalone: Standalone, dagId
     }
     if (finished) {
       const taskMs = await storage.finishedTaskMs(dagId, runId);
-      process.stdout.write(`${summaryLine({ dagId, runId, state: progress.state }, progress, taskMs, elapsed, standalone.options.worker.concurrency, standalone.worker.slotMsSpent)}\n`);
+      process.stdout.write(`${summaryLine({ dagId, runId, state: progress.state }, progress, taskMs, elapsed, options.worker.concurrency, app.worker!.slotMsSpent)}\n`);
       return progress.state === 'success';
     }
     await new Promise((resolve) => setTimeout(resolve, PROGRESS_INTERVAL_MS));

@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { serializedDagSource } from '../dags/dag-processor.ts';
-import { openMigratedDatabase } from './open-database.ts';
+import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Storage } from '../storage/index.ts';

@@ -1,5 +1,5 @@
-import { openDatabase, type Database } from '../db/connect.ts';
-import { assertMigrated } from '../db/migrate.ts';
+import { openDatabase, type Database } from './connect.ts';
+import { assertMigrated } from './migrate.ts';
 
 /**
  * The database a command (other than `db migrate` and standalone) works on: it must exist and be

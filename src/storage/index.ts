@@ -25,6 +25,8 @@ import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts
 import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
 import { findDagRun, listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
+import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
+import { readTaskInstance } from './read-task-instance.ts';
 import { listJobs, type JobListing } from './list-jobs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
@@ -51,6 +53,7 @@ export type { MoveResult } from './move-deferred-task-instances.ts';
 export type { Deferral, DeferResult } from './defer-task-instance.ts';
 export type { JobFields } from './jobs.ts';
 export type { NewDagRun } from './create-dag-run.ts';
+export type { NewTaskInstance } from './create-task-instance.ts';
 export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
@@ -85,6 +88,14 @@ export class Storage {
 
   constructor(database: Pick<Database, 'db' | 'adapter'>) {
     this.#context = { db: database.db, adapter: database.adapter };
+  }
+
+  createTaskInstance(fields: NewTaskInstance, now = Date.now()): Promise<number | null> {
+    return createTaskInstance(this.#context, fields, now);
+  }
+
+  readTaskInstance(by: Parameters<typeof readTaskInstance>[1]): ReturnType<typeof readTaskInstance> {
+    return readTaskInstance(this.#context, by);
   }
 
   registerJob(fields: JobFields, now = Date.now()): Promise<number> {

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { codeOf, describeThrown, TriggerFailedError } from '../errors.ts';
-import { toJsonText } from '../serialization/json.ts';
-import { attachRuntime, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
+import { toJsonText, type JsonObject } from '../serialization/json.ts';
+import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../triggers/trigger-event.ts';
 import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts';
@@ -179,7 +179,7 @@ export class TriggerRunner {
     let trigger: BaseTrigger;
     try {
       const cls = this.registry.resolve(row.classpath);
-      trigger = new cls(JSON.parse(row.kwargs));
+      trigger = constructTrigger(cls, JSON.parse(row.kwargs) as JsonObject);
     } catch (error) {
       this.#unbuildable.add(row.id);
       this.#held(row.id);

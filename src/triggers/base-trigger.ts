@@ -101,7 +101,17 @@ export abstract class BaseTrigger {
   }
 }
 
-export type TriggerClass = (new (kwargs: JsonObject) => BaseTrigger) & { readonly classpath?: string };
+/**
+ * A trigger class, as a triggerer is allowed to run it: constructed from the kwargs its row
+ * stores (JSON). Its constructor may type its kwargs as it likes (`{ from: number }`): it is the
+ * one that checks them (InvalidTriggerArgumentError), so any constructor argument type is taken.
+ */
+export type TriggerClass = (new (kwargs: never) => BaseTrigger) & { readonly classpath?: string };
+
+/** Builds a trigger from its stored kwargs: its constructor checks them. */
+export function constructTrigger(cls: TriggerClass, kwargs: JsonObject): BaseTrigger {
+  return new (cls as unknown as new (kwargs: JsonObject) => BaseTrigger)(kwargs);
+}
 
 export function isTriggerClass(value: unknown): value is TriggerClass {
   return typeof value === 'function' && (value as unknown as Record<symbol, unknown>)[TRIGGER_BRAND] === true;

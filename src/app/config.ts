@@ -1,0 +1,265 @@
+import { Duration } from 'luxon';
+import type { Logger } from 'pino';
+import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
+import type { OptionTable, RawOptions } from '../config/option-table.ts';
+import { InvalidOptionError } from '../errors.ts';
+import { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from '../scheduler/options.ts';
+import { isTriggerClass, type TriggerClass } from '../triggers/base-trigger.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
+import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
+
+/** A length of time: a luxon Duration, or a number of seconds. */
+export type DurationInput = Duration | number;
+
+/**
+ * The worker: runs task instances in slots and processes the DAG folder.
+ * Every field is optional; the defaults are the CLI's (see the README's configuration table).
+ */
+export interface WorkerConfig {
+  /** Slots: most task instances run at once. @default 16 */
+  readonly concurrency?: number;
+  /** Pause between claims when there is nothing to claim or no free slot. @default 1 second */
+  readonly pollInterval?: DurationInput;
+  /** How often the worker records that it is alive. @default 5 seconds */
+  readonly heartbeatInterval?: DurationInput;
+  /**
+   * On stop, how long running tasks may finish before they are handed back (with their try:
+   * they run again, no retry spent); 0 hands them back at once. @default 30 seconds
+   */
+  readonly shutdownGrace?: DurationInput;
+  /** How often the DAG folder is processed into serialized DAGs. @default 30 seconds */
+  readonly dagProcessInterval?: DurationInput;
+}
+
+/** The scheduler: moves DAG runs through their tasks, from serialized DAGs. */
+export interface SchedulerConfig {
+  /** Pause between scheduling passes. @default 1 second */
+  readonly pollInterval?: DurationInput;
+  /** How often the scheduler records that it is alive. @default 5 seconds */
+  readonly heartbeatInterval?: DurationInput;
+  /** A worker silent this long is dead: its task instances are retried or failed. @default 60 seconds */
+  readonly zombieThreshold?: DurationInput;
+  /** Most unfinished DAG runs looked at in one pass. @default 100 */
+  readonly runsPerPass?: number;
+}
+
+/** The triggerer: runs deferred task instances' triggers until they fire. */
+export interface TriggererConfig {
+  /** Most triggers this triggerer runs at once; it claims no more. @default 1000 */
+  readonly capacity?: number;
+  /** How often the triggerer records that it is alive. @default 5 seconds */
+  readonly heartbeatInterval?: DurationInput;
+  /** A triggerer silent this long is dead; peers take its triggers. Longer than heartbeatInterval. @default 30 seconds */
+  readonly healthCheckThreshold?: DurationInput;
+  /** Most unowned triggers claimed in one pass. @default 50 */
+  readonly claimsPerLoop?: number;
+  /** Pause between passes (claim, hand over, clean up) when there is nothing more to claim. @default 1 second */
+  readonly pollInterval?: DurationInput;
+  /** A trigger step holding the event loop longer than this is logged as a warning naming it. @default 0.2 seconds */
+  readonly blockThreshold?: DurationInput;
+  /**
+   * Modules (paths, or package names resolved from the working directory) whose exported
+   * BaseTrigger classes this triggerer may run. The built-in triggers are always allowed.
+   * @default []
+   */
+  readonly triggerModules?: readonly string[];
+  /** Trigger classes this triggerer may run, given directly (no module to load). @default [] */
+  readonly triggerClasses?: readonly TriggerClass[];
+}
+
+/**
+ * deferflow embedded in a Node process: which of the worker, the scheduler and the triggerer
+ * run here, on which database. Each runs unless set to `false`. Only what is given here counts:
+ * unlike the CLI, the embedded API reads no environment variable.
+ */
+export interface DeferflowConfig {
+  /** `sqlite:PATH` or `postgres://USER@HOST:PORT/DB`. @default 'sqlite:./deferflow.db' */
+  readonly databaseUrl?: string;
+  /** The folder of DAG files the worker loads and processes. @default './dags' */
+  readonly dagsFolder?: string;
+  /** The worker's options, or false to run none here. @default {} */
+  readonly worker?: WorkerConfig | false;
+  /** The scheduler's options, or false to run none here. @default {} */
+  readonly scheduler?: SchedulerConfig | false;
+  /** The triggerer's options, or false to run none here. @default {} */
+  readonly triggerer?: TriggererConfig | false;
+  /** Apply pending migrations on start; with false, a database that is not migrated is refused (DF_DATABASE_NOT_MIGRATED). @default true */
+  readonly migrate?: boolean;
+  /** A pino logger of your own; the components log through children of it. @default JSON lines on stdout at logLevel */
+  readonly logger?: Logger;
+  /** Least severe level logged, when no logger is given. @default 'info' */
+  readonly logLevel?: LogLevel;
+  /** `json` (one object a line) or `pretty`, when no logger is given. @default 'json' */
+  readonly logFormat?: LogFormat;
+}
+
+/** A DeferflowConfig with its defaults applied, validated and frozen. */
+export interface DeferflowOptions {
+  readonly databaseUrl: string;
+  readonly dagsFolder: string;
+  readonly worker: ResolvedWorkerOptions | null;
+  readonly scheduler: ResolvedSchedulerOptions | null;
+  readonly triggerer: TriggererOptions | null;
+  readonly triggerClasses: readonly TriggerClass[];
+  readonly migrate: boolean;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+}
+
+const TOP_LEVEL_KEYS = ['databaseUrl', 'dagsFolder', 'worker', 'scheduler', 'triggerer', 'migrate', 'logger', 'logLevel', 'logFormat'] as const;
+
+/** raw → defaulted → validated and frozen. A bad field throws DF_INVALID_OPTION naming it (`worker.concurrency: …`). */
+export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowOptions {
+  if (!isPlainObject(config)) throw new InvalidOptionError('config', `expected an object of options, got ${describe(config)}`);
+  refuseUnknownKeys(config, TOP_LEVEL_KEYS, '');
+  const shared = {
+    db: config.databaseUrl ?? COMMON_OPTIONS.db.default,
+    'log-level': logLevel(config.logLevel ?? COMMON_OPTIONS['log-level'].default),
+    'log-format': logFormat(config.logFormat ?? COMMON_OPTIONS['log-format'].default),
+  };
+  if (typeof shared.db !== 'string') throw new InvalidOptionError('databaseUrl', `expected a URL string, got ${describe(config.databaseUrl)}`);
+  const dagsFolder = config.dagsFolder ?? WORKER_OPTIONS.dags.default;
+  if (typeof dagsFolder !== 'string' || dagsFolder === '') throw new InvalidOptionError('dagsFolder', `expected a folder path, got ${describe(config.dagsFolder)}`);
+  const migrate = config.migrate ?? true;
+  if (typeof migrate !== 'boolean') throw new InvalidOptionError('migrate', `expected true or false, got ${describe(config.migrate)}`);
+  if (config.logger !== undefined && (config.logger === null || typeof config.logger.child !== 'function')) {
+    throw new InvalidOptionError('logger', `expected a pino logger, got ${describe(config.logger)}`);
+  }
+
+  const worker = section(config.worker, 'worker', WORKER_OPTIONS, [], (raw) => resolveWorkerOptions({ ...shared, dags: dagsFolder, ...raw }, {}));
+  const scheduler = section(config.scheduler, 'scheduler', SCHEDULER_OPTIONS, [], (raw) => resolveSchedulerOptions({ ...shared, ...raw }, {}));
+  const triggerClasses = config.triggerer === false ? [] : triggerClassesOf(config.triggerer?.triggerClasses);
+  const triggerer = section(config.triggerer, 'triggerer', TRIGGERER_OPTIONS, ['triggerClasses'], (raw) => resolveTriggererOptions({ ...shared, ...raw }, {}));
+  return Object.freeze({
+    databaseUrl: shared.db,
+    dagsFolder,
+    worker,
+    scheduler,
+    triggerer,
+    triggerClasses: Object.freeze(triggerClasses),
+    migrate,
+    logLevel: shared['log-level'],
+    logFormat: shared['log-format'],
+  });
+}
+
+/**
+ * The options of a process running the components given, each already resolved (the CLI's
+ * worker, scheduler, triggerer and standalone commands); database and logging come from them.
+ */
+export function deferflowOptionsOf(
+  components: { readonly worker?: ResolvedWorkerOptions; readonly scheduler?: ResolvedSchedulerOptions; readonly triggerer?: TriggererOptions },
+  migrate: boolean,
+): DeferflowOptions {
+  const any = components.worker ?? components.scheduler ?? components.triggerer;
+  if (!any) throw new InvalidOptionError('components', 'name at least one of worker, scheduler, triggerer');
+  return Object.freeze({
+    databaseUrl: any.databaseUrl,
+    dagsFolder: components.worker?.dagsFolder ?? WORKER_OPTIONS.dags.default,
+    worker: components.worker ?? null,
+    scheduler: components.scheduler ?? null,
+    triggerer: components.triggerer ?? null,
+    triggerClasses: Object.freeze([]),
+    migrate,
+    logLevel: any.logLevel,
+    logFormat: any.logFormat,
+  });
+}
+
+/** Options each section takes itself from the top level, not per component. */
+const TAKEN_FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format']);
+
+/**
+ * One component's section: false → null; an object → its raw options (camelCase keys mapped to
+ * the table's flags, durations to the table's unit), resolved by the component's own resolver.
+ */
+function section<Table extends OptionTable, Resolved>(
+  given: object | false | undefined,
+  name: string,
+  table: Table,
+  extraKeys: readonly string[],
+  resolve: (raw: RawOptions<Table>) => Resolved,
+): Resolved | null {
+  if (given === false) return null;
+  const values = given ?? {};
+  if (!isPlainObject(values)) throw new InvalidOptionError(name, `expected an object of options or false (to run no ${name} here), got ${describe(given)}`);
+  const flags = Object.keys(table).filter((flag) => !TAKEN_FROM_TOP.has(flag));
+  refuseUnknownKeys(values, [...flags.map(camelCase), ...extraKeys], `${name}.`);
+  const raw: Record<string, unknown> = {};
+  for (const flag of flags) {
+    const value = (values as Record<string, unknown>)[camelCase(flag)];
+    if (value !== undefined) raw[flag] = toTableUnit(value, table[flag]!.unit, `${name}.${camelCase(flag)}`);
+  }
+  try {
+    return resolve(raw as RawOptions<Table>);
+  } catch (error) {
+    // The resolvers name the CLI flag; here the field is what the user wrote.
+    if (error instanceof InvalidOptionError && flags.includes(error.option)) {
+      throw new InvalidOptionError(`${name}.${camelCase(error.option)}`, error.message.slice(error.option.length + 2));
+    }
+    throw error;
+  }
+}
+
+/** A Duration or a number of seconds, in what the table's option counts (seconds or milliseconds); other values as given. */
+function toTableUnit(value: unknown, unit: string, field: string): unknown {
+  const isDurationOption = unit === 'seconds' || unit === 'milliseconds';
+  if (Duration.isDuration(value)) {
+    if (!isDurationOption) throw new InvalidOptionError(field, `counts ${unit}, not a length of time; give a number`);
+    if (!value.isValid) throw new InvalidOptionError(field, `is an invalid Duration (${value.invalidExplanation ?? value.invalidReason})`);
+    return unit === 'seconds' ? value.as('seconds') : value.toMillis();
+  }
+  if (unit === 'milliseconds' && typeof value === 'number') return value * 1000;
+  if (isDurationOption && typeof value !== 'number') throw new InvalidOptionError(field, `expected a luxon Duration or a number of seconds, got ${describe(value)}`);
+  return value;
+}
+
+function triggerClassesOf(given: unknown): TriggerClass[] {
+  if (given === undefined) return [];
+  if (!Array.isArray(given)) throw new InvalidOptionError('triggerer.triggerClasses', `expected an array of BaseTrigger classes, got ${describe(given)}`);
+  return given.map((candidate, index) => {
+    if (!isTriggerClass(candidate)) {
+      throw new InvalidOptionError(`triggerer.triggerClasses[${index}]`, `expected a BaseTrigger subclass with a static classpath, got ${describe(candidate)}`);
+    }
+    return candidate;
+  });
+}
+
+function refuseUnknownKeys(values: object, known: readonly string[], prefix: string): void {
+  for (const key of Object.keys(values)) {
+    if (!known.includes(key)) throw new InvalidOptionError(`${prefix}${key}`, `is not an option; the options here are ${known.join(', ')}`);
+  }
+}
+
+/** `heartbeat-interval` → `heartbeatInterval`; a repeatable flag names a list (`trigger-module` → `triggerModules`). */
+function camelCase(flag: string): string {
+  return FIELD_NAMES[flag] ?? flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
+}
+
+const FIELD_NAMES: Readonly<Record<string, string>> = { 'trigger-module': 'triggerModules' };
+
+function isPlainObject(value: unknown): value is object {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+function describe(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  if (typeof value === 'function') return `a function${value.name ? ` (${value.name})` : ''}`;
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return `an object (${value.constructor?.name ?? 'no prototype'})`;
+  return `${typeof value} ${JSON.stringify(value)}`;
+}
+
+// The config interfaces above must name exactly the flags of the CLI's option tables (less what
+// comes from the top level): a flag added to a table and not here fails the build.
+type CamelCase<S extends string> = S extends 'trigger-module' ? 'triggerModules' : S extends `${infer Head}-${infer Tail}` ? `${Head}${Capitalize<CamelCase<Tail>>}` : S;
+type SectionKeys<Table> = Exclude<CamelCase<keyof Table & string>, 'db' | 'dags' | 'logLevel' | 'logFormat'>;
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const inSync: [
+  Same<keyof WorkerConfig, SectionKeys<typeof WORKER_OPTIONS>>,
+  Same<keyof SchedulerConfig, SectionKeys<typeof SCHEDULER_OPTIONS>>,
+  Same<Exclude<keyof TriggererConfig, 'triggerClasses'>, SectionKeys<typeof TRIGGERER_OPTIONS>>,
+] = [true, true, true];
+void inSync;

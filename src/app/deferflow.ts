@@ -1,0 +1,233 @@
+import type { Logger } from 'pino';
+import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
+import { assertDagFolder, keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
+import { triggerDagRun } from '../dags/manual-run.ts';
+import { openDatabase, type Database } from '../db/connect.ts';
+import { migrateToLatest } from '../db/migrate.ts';
+import { openMigratedDatabase } from '../db/open-migrated-database.ts';
+import { InvalidOptionError, LifecycleError } from '../errors.ts';
+import { createLogger } from '../logging.ts';
+import type { DagRunState } from '../db/schema.ts';
+import { Scheduler } from '../scheduler/scheduler.ts';
+import type { JsonObject } from '../serialization/json.ts';
+import { Storage } from '../storage/index.ts';
+import { TriggerRegistry } from '../triggers/registry.ts';
+import { Triggerer } from '../triggerer/triggerer.ts';
+import { dagFileResolver } from '../worker/dag-file-resolver.ts';
+import { Worker } from '../worker/worker.ts';
+import { resolveDeferflowConfig, type DeferflowConfig, type DeferflowOptions } from './config.ts';
+
+/** Shortest gap between two wake-ups of the scheduler or the triggerer. */
+const WAKE_GAP_MS = 100;
+
+/** How often waitForDagRun looks at the run. */
+const RUN_POLL_MS = 200;
+
+/**
+ * Starts deferflow in this process, as configured (by default a worker, a scheduler and a
+ * triggerer on `sqlite:./deferflow.db`, DAGs from ./dags), and resolves once it runs. Stop it with
+ * `await app.stop()`.
+ *
+ * ```ts
+ * const app = await deferflow({ databaseUrl: 'postgres://…', dagsFolder: './dags', triggerer: { capacity: 5000 } });
+ * const runId = await app.triggerDagRun('nightly_report', { conf: { day: '2026-11-23' } });
+ * console.log(await app.waitForDagRun('nightly_report', runId)); // 'success' | 'failed'
+ * await app.stop();
+ * ```
+ */
+export async function deferflow(config: DeferflowConfig = {}): Promise<Deferflow> {
+  const app = await Deferflow.open(resolveDeferflowConfig(config), config.logger);
+  try {
+    await app.start();
+  } catch (error) {
+    await app.stop();
+    throw error;
+  }
+  return app;
+}
+
+/**
+ * Whichever of the worker, the scheduler and the triggerer the options ask for, on one database,
+ * in this process. Each is the component the CLI's commands run, with its own job row; together
+ * they also wake each other when one makes work for another (a deferral for the triggerer, an
+ * event for the worker, a finished task for the scheduler) instead of waiting for their next
+ * poll. `deferflow standalone` is this with all three.
+ *
+ *   new ──start()──▶ running ──stop()──▶ stopped      (stop() runs once; later calls wait for it)
+ */
+export class Deferflow {
+  readonly worker: Worker | null;
+  readonly scheduler: Scheduler | null;
+  readonly triggerer: Triggerer | null;
+  #state: 'new' | 'running' | 'stopped' = 'new';
+  #dagProcessing: { stop(): void } | null = null;
+  #stopped: Promise<void> | null = null;
+  /** Wakes every waitForDagRun now (a scheduler pass changed runs, or a stop). */
+  readonly #runWatchers = new Set<() => void>();
+  readonly #dagProcessingLog: Logger;
+
+  /**
+   * Opens the database (migrating it, unless `options.migrate` is false: then it must be
+   * migrated already), loads the allowed trigger classes and builds the components; start() runs them.
+   */
+  static async open(options: DeferflowOptions, logger?: Logger): Promise<Deferflow> {
+    if (options.worker) await assertDagFolder(options.dagsFolder);
+    const log = logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
+    const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
+    for (const cls of options.triggerClasses) registry.register(cls, 'triggerer.triggerClasses');
+    for (const module of options.triggerer?.triggerModules ?? []) {
+      const classpaths = await registry.loadModule(module);
+      log.info({ module, classpaths }, `allowed triggers from ${module}: ${classpaths.join(', ')}`);
+    }
+    let database: Database;
+    let applied: readonly string[] = [];
+    if (options.migrate) {
+      database = openDatabase(options.databaseUrl);
+      try {
+        applied = await migrateToLatest(database);
+      } catch (error) {
+        await database.close();
+        throw error;
+      }
+    } else {
+      database = await openMigratedDatabase(options.databaseUrl);
+    }
+    return new Deferflow(database, options, registry, log, applied);
+  }
+
+  private constructor(
+    readonly database: Database,
+    readonly options: DeferflowOptions,
+    registry: TriggerRegistry,
+    log: Logger,
+    /** The migrations open() applied (none when the database was up to date, or with migrate: false). */
+    readonly appliedMigrations: readonly string[],
+  ) {
+    const several = [options.worker, options.scheduler, options.triggerer].filter(Boolean).length > 1;
+    const child = (component: string) => (several ? log.child({ component }) : log);
+    this.#dagProcessingLog = child('dag-processor');
+    this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer')) : null;
+    this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler')) : null;
+    this.worker = options.worker ? new Worker(database, options.worker, dagFileResolver(database), child('worker')) : null;
+    // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
+    // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
+    // wakes each of them at most once per WAKE_GAP_MS.
+    const wakeWorker = () => this.worker?.wake();
+    const wakeScheduler = atMostEvery(WAKE_GAP_MS, () => this.scheduler?.wake());
+    const wakeTriggerer = atMostEvery(WAKE_GAP_MS, () => this.triggerer?.wake());
+    const wakeRunWatchers = () => this.#wakeRunWatchers();
+    if (this.worker) {
+      this.worker.onWork = () => {
+        wakeTriggerer();
+        wakeScheduler();
+      };
+    }
+    if (this.scheduler) {
+      this.scheduler.onWork = () => {
+        wakeWorker();
+        wakeTriggerer();
+        wakeRunWatchers();
+      };
+    }
+    if (this.triggerer) {
+      this.triggerer.onWork = () => {
+        wakeWorker();
+        wakeScheduler();
+      };
+    }
+  }
+
+  /** Processes the DAG folder (when a worker runs here), then starts the triggerer, the scheduler and the worker. */
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new LifecycleError('deferflow', this.#state);
+    this.#state = 'running';
+    if (this.worker) {
+      // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
+      this.#dagProcessing = await keepDagFolderProcessed(this.database, this.options.dagsFolder, this.options.worker!.dagProcessIntervalMs, this.#dagProcessingLog);
+    }
+    await this.triggerer?.start();
+    await this.scheduler?.start();
+    await this.worker?.start();
+  }
+
+  /**
+   * Stops the worker first (its running tasks get the shutdown grace, then are handed back), then
+   * the scheduler, then the triggerer (its triggers go back to peers); then closes the database,
+   * unless `keepDatabaseOpen` (the caller still reads it, and closes it).
+   */
+  stop(options: { keepDatabaseOpen?: boolean } = {}): Promise<void> {
+    this.#stopped ??= this.#shutdown(options.keepDatabaseOpen === true);
+    return this.#stopped;
+  }
+
+  async #shutdown(keepDatabaseOpen: boolean): Promise<void> {
+    this.#state = 'stopped';
+    this.#wakeRunWatchers();
+    this.#dagProcessing?.stop();
+    await this.worker?.stop();
+    await this.scheduler?.stop();
+    await this.triggerer?.stop();
+    if (!keepDatabaseOpen) await this.database.close();
+  }
+
+  #wakeRunWatchers(): void {
+    for (const wake of [...this.#runWatchers]) wake();
+  }
+
+  /**
+   * Creates a manual run of a DAG (it must have been processed: a worker here processes the DAG
+   * folder at start) and returns its run id. DF_INVALID_OPTION for an unknown DAG or a run id
+   * it already has.
+   */
+  triggerDagRun(dagId: string, options: { conf?: JsonObject; runId?: string } = {}): Promise<string> {
+    return triggerDagRun(this.database, dagId, options);
+  }
+
+  /** The run's state now: queued, running, success or failed; null when there is no such run. */
+  async dagRunState(dagId: string, runId: string): Promise<DagRunState | null> {
+    return (await new Storage(this.database).runProgress(dagId, runId))?.state ?? null;
+  }
+
+  /**
+   * Resolves with the run's final state once it has one (success or failed). Refused
+   * (DF_INVALID_OPTION) for a run that does not exist; DF_LIFECYCLE if deferflow stops first.
+   */
+  async waitForDagRun(dagId: string, runId: string): Promise<'success' | 'failed'> {
+    for (;;) {
+      if (this.#state === 'stopped') throw new LifecycleError('deferflow', 'stopped', `deferflow stopped before run ${runId} of ${dagId} finished`);
+      const state = await this.dagRunState(dagId, runId);
+      if (state === null) throw new InvalidOptionError('runId', `DAG ${dagId} has no run ${JSON.stringify(runId)}`);
+      if (state === 'success' || state === 'failed') return state;
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.#runWatchers.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, RUN_POLL_MS);
+        this.#runWatchers.add(wake);
+      });
+    }
+  }
+}
+
+/** `wake`, at once if it has not run for `gapMs`, else once when the gap is over. */
+function atMostEvery(gapMs: number, wake: () => void): () => void {
+  let last = 0;
+  let pending: NodeJS.Timeout | null = null;
+  return () => {
+    if (pending) return;
+    const wait = last + gapMs - performance.now();
+    if (wait <= 0) {
+      last = performance.now();
+      wake();
+      return;
+    }
+    pending = setTimeout(() => {
+      pending = null;
+      last = performance.now();
+      wake();
+    }, wait);
+    pending.unref();
+  };
+}
