@@ -35,6 +35,7 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
     for (const ti of taskInstances) byRetries.set(ti.retries, [...(byRetries.get(ti.retries) ?? []), ti]);
     for (const [retries, group] of byRetries) {
       const result = await trx
+        // transition: clear
         .updateTable('task_instance')
         .set({
           state: null,

@@ -39,6 +39,7 @@ export async function createDagRun({ db, adapter }: StorageContext, dag: Schedul
     if (!inserted) return null;
     if (dag.tasks.length > 0) {
       await trx
+        // transition: create-run
         .insertInto('task_instance')
         .values(
           dag.tasks.map((task) => ({

@@ -19,6 +19,7 @@ export interface NewTaskInstance {
 export async function createTaskInstance({ db }: StorageContext, fields: NewTaskInstance, now: number): Promise<number | null> {
   const started = fields.state === 'running';
   const row = await db
+    // transition: create-api
     .insertInto('task_instance')
     .values({
       dag_id: fields.dagId,

@@ -77,6 +77,7 @@ export async function decideTaskInstances(
   if (ids.length === 0) return [];
   const finished = state !== 'scheduled';
   const rows = await db
+    // transition: decide
     .updateTable('task_instance')
     .set({ state, updated_at: toDbTime(now), ...(finished ? { end_date: toDbTime(now) } : {}) })
     .where(adapter.idIn('id', ids))

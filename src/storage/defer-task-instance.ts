@@ -47,6 +47,7 @@ export async function deferTaskInstance(
     const trigger = await linkTrigger(trx, adapter, deferral, priorityWeight, now);
     const ownTimeout = deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs);
     const deferred = await trx
+      // transition: defer
       .updateTable('task_instance')
       .set({
         state: 'deferred',

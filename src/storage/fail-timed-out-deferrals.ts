@@ -42,6 +42,7 @@ async function failBatch({ db, adapter }: StorageContext, now: number): Promise<
       await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
     }
     const result = await trx
+      // transition: time-out
       .updateTable('task_instance')
       .set({
         state: 'scheduled',

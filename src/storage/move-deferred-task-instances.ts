@@ -55,6 +55,7 @@ export async function moveDeferredTaskInstances(
       const outcomeOf = await adapter.stageTriggerValues(trx, resumed);
       const outcome = outcomeOf(sql.ref('task_instance.trigger_id'));
       const moved = await trx
+        // transition: resume
         .updateTable('task_instance')
         .set(
           kind === 'event'
@@ -74,6 +75,7 @@ export async function moveDeferredTaskInstances(
       // A success event's payload is the task's return value; other end states keep none.
       const returnValueOf = endState === 'success' ? await adapter.stageTriggerValues(trx, ending) : null;
       const ended = await trx
+        // transition: end-from-trigger
         .updateTable('task_instance')
         .set({
           state: endState,

@@ -38,6 +38,7 @@ export async function reapZombieTaskInstances(
     .where((eb) => eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]));
   const released = { worker_job_id: null, updated_at: toDbTime(now) };
   const requeued = await db
+    // transition: reap-queued
     .updateTable('task_instance')
     .set({ ...released, state: 'scheduled', queued_at: null })
     .where('state', '=', 'queued')
@@ -54,6 +55,7 @@ export async function reapZombieTaskInstances(
   for (const zombie of retriable) {
     const readyAt = await retryReadyAt({ dagId: zombie.dag_id, taskId: zombie.task_id, tryNumber: zombie.try_number });
     const updated = await db
+      // transition: reap-running
       .updateTable('task_instance')
       .set({ ...released, state: 'up_for_retry', ready_at: toDbTime(readyAt) })
       .where('id', '=', zombie.id)
@@ -63,6 +65,7 @@ export async function reapZombieTaskInstances(
     retried += Number(updated.numUpdatedRows);
   }
   const failed = await db
+    // transition: reap-running
     .updateTable('task_instance')
     .set({ ...released, state: 'failed', end_date: toDbTime(now) })
     .where('state', '=', 'running')

@@ -3,26 +3,10 @@ import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 
 /*
- * A task instance's life (Airflow's states):
- *
- *   (no state) ──scheduler: upstreams done──▶ scheduled
- *   scheduled ──worker claims──▶ queued ──worker starts──▶ running
- *   scheduled ──start from trigger (scheduler)──▶ deferred
- *   running ──▶ success | skipped | failed
- *           ──▶ up_for_retry        (failed with tries left; ready_at = now + retry delay)
- *           ──▶ up_for_reschedule   (a sensor asked to be run again at ready_at)
- *           ──▶ deferred            (TaskDeferred: the worker slot is free; defer-task-instance.ts)
- *   deferred ──trigger event, failure or timeout (triggerer)──▶ scheduled, resumed at next_method
- *   up_for_retry | up_for_reschedule ──ready_at passed (scheduler)──▶ scheduled
- *   queued | running ──its worker's heartbeat went stale (scheduler)──▶ up_for_retry | failed
- *   running ──its worker stopped before it finished (hand back)──▶ scheduled, the try given back
- *
- * Every transition is one conditional UPDATE on the state it leaves (and, for a worker, on the
- * worker that holds it), so two processes racing for one task instance cannot both win: the
- * loser's update matches no row. try_number counts starts: it goes up when a task instance
- * starts running, but not when it resumes from a deferral (the same try goes on).
- *
- * This file holds the worker's transitions: claim, start, finish, hand back.
+ * The worker's transitions of a task instance: claim, start, finish, hand back. The whole state
+ * machine, every transition and who performs it, is in task-instance-state-machine.ts.
+ * try_number counts starts: it goes up when a task instance starts running, but not when it
+ * resumes from a deferral (the same try goes on).
  */
 
 export interface ClaimedTaskInstance {
@@ -75,6 +59,7 @@ export async function claimTaskInstances(
   );
   const rows = await db
     .with((cte) => cte('candidate').materialized(), () => candidates)
+    // transition: claim
     .updateTable('task_instance')
     .set({
       state: 'queued',
@@ -135,6 +120,7 @@ export async function startTaskInstance(
 ): Promise<StartedTaskInstance | null> {
   const resuming = sql<boolean>`next_method is not null`;
   const row = await db
+    // transition: start
     .updateTable('task_instance')
     .set({
       state: 'running',
@@ -180,6 +166,7 @@ export async function finishTaskInstance(
 ): Promise<boolean> {
   const terminal: readonly TaskInstanceState[] = ['success', 'skipped', 'failed'];
   const result = await db
+    // transition: finish
     .updateTable('task_instance')
     .set({
       state: outcome.state,
@@ -208,6 +195,7 @@ export async function finishTaskInstance(
  */
 export async function handBackTaskInstance({ db }: StorageContext, taskInstanceId: number, workerJobId: number, now: number): Promise<boolean> {
   const result = await db
+    // transition: hand-back
     .updateTable('task_instance')
     .set({
       state: 'scheduled',

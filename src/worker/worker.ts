@@ -44,7 +44,7 @@ export interface WorkerOptions {
  *
  * While running it claims scheduled task instances into free slots and runs each: start it
  * (queued → running), execute() it or resume it at next_method, and record the outcome (see
- * src/storage/task-instance-transitions.ts). A TaskDeferred is recorded with the core's
+ * src/storage/task-instance-state-machine.ts). A TaskDeferred is recorded with the core's
  * deferTaskInstance and frees the slot at once. Its job row is heartbeated; a worker whose
  * heartbeat goes stale has its task instances retried by the scheduler.
  *

@@ -1,0 +1,75 @@
+import type { TaskInstanceState } from '../db/schema.ts';
+
+/*
+ * A task instance's life (Airflow's states), every transition there is:
+ *
+ *   (new row) ──scheduler: a DAG run is created / createTaskInstance──▶ (no state) | any state
+ *   (no state) ──scheduler: trigger rule met──▶ scheduled
+ *   (no state) ──scheduler: rule can no longer be met──▶ skipped | upstream_failed | failed
+ *   scheduled ──worker claims──▶ queued ──worker starts──▶ running
+ *   scheduled | queued | running ──defer (worker: TaskDeferred; scheduler: start from trigger;
+ *                                  API: deferTaskInstance)──▶ deferred
+ *   running ──worker: the try's outcome──▶ success | failed | skipped | up_for_retry | up_for_reschedule
+ *   running ──worker: stopped before it finished (hand back, the try given back)──▶ scheduled
+ *   deferred ──triggerer: event or trigger failure──▶ scheduled, resumed at next_method
+ *   deferred ──triggerer: a TaskEndEvent──▶ success | failed | skipped
+ *   deferred ──triggerer: trigger_timeout passed──▶ scheduled, resumed at __fail__
+ *   up_for_retry | up_for_reschedule ──scheduler: ready_at passed──▶ scheduled
+ *   queued ──scheduler: its worker's heartbeat went stale──▶ scheduled (it never started)
+ *   running ──scheduler: its worker's heartbeat went stale──▶ up_for_retry | failed
+ *   any ──CLI: tasks clear──▶ (no state)
+ *
+ * Every transition is one conditional UPDATE on the state it leaves (and, for a worker, on the
+ * worker that holds it), so two processes racing for one task instance cannot both win: the
+ * loser's update matches no row. Clearing alone is unconditional: a person asked for it.
+ *
+ * TASK_INSTANCE_TRANSITIONS is the same, one row per statement kind, naming the file that
+ * performs it. Each `updateTable('task_instance')` in src/storage carries a
+ * `// transition: <name>` comment, and test/task-instance-state-machine.test.ts checks that every
+ * one is listed here, in that file, and that the states its SQL names are the row's.
+ */
+
+export interface TaskInstanceTransition {
+  /** The states it leaves: `null` is "no state"; 'any' for every state; 'new' for an inserted row. */
+  readonly from: readonly (TaskInstanceState | null)[] | 'any' | 'new';
+  /** The states it may set (`null`: no state). */
+  readonly to: readonly (TaskInstanceState | null)[];
+  /** Who performs it. */
+  readonly by: string;
+  /** The storage operation's file, under src/storage/. */
+  readonly file: string;
+}
+
+const ALL_STATES: readonly (TaskInstanceState | null)[] = [
+  null,
+  'scheduled',
+  'queued',
+  'running',
+  'deferred',
+  'success',
+  'failed',
+  'up_for_retry',
+  'up_for_reschedule',
+  'skipped',
+  'upstream_failed',
+];
+
+export const TASK_INSTANCE_TRANSITIONS = {
+  'create-run': { from: 'new', to: [null], by: 'scheduler or CLI (a DAG run is created)', file: 'create-dag-run.ts' },
+  'create-api': { from: 'new', to: ALL_STATES, by: 'user code (createTaskInstance)', file: 'create-task-instance.ts' },
+  decide: { from: [null], to: ['scheduled', 'skipped', 'upstream_failed', 'failed'], by: 'scheduler (trigger rules)', file: 'dag-run-progress.ts' },
+  claim: { from: ['scheduled'], to: ['queued'], by: 'worker', file: 'task-instance-transitions.ts' },
+  start: { from: ['queued'], to: ['running'], by: 'worker', file: 'task-instance-transitions.ts' },
+  finish: { from: ['running'], to: ['success', 'failed', 'skipped', 'up_for_retry', 'up_for_reschedule'], by: 'worker', file: 'task-instance-transitions.ts' },
+  'hand-back': { from: ['running'], to: ['scheduled'], by: 'worker (stopping)', file: 'task-instance-transitions.ts' },
+  defer: { from: ['scheduled', 'queued', 'running'], to: ['deferred'], by: 'worker, scheduler (start from trigger) or user code (deferTaskInstance)', file: 'defer-task-instance.ts' },
+  resume: { from: ['deferred'], to: ['scheduled'], by: 'triggerer (event or trigger failure)', file: 'move-deferred-task-instances.ts' },
+  'end-from-trigger': { from: ['deferred'], to: ['success', 'failed', 'skipped'], by: 'triggerer (TaskEndEvent)', file: 'move-deferred-task-instances.ts' },
+  'time-out': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (timeout sweep)', file: 'fail-timed-out-deferrals.ts' },
+  'ready-again': { from: ['up_for_retry', 'up_for_reschedule'], to: ['scheduled'], by: 'scheduler', file: 'schedule-ready-task-instances.ts' },
+  'reap-queued': { from: ['queued'], to: ['scheduled'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
+  'reap-running': { from: ['running'], to: ['up_for_retry', 'failed'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
+  clear: { from: 'any', to: [null], by: 'CLI (tasks clear)', file: 'clear-task-instances.ts' },
+} as const satisfies Record<string, TaskInstanceTransition>;
+
+export type TaskInstanceTransitionName = keyof typeof TASK_INSTANCE_TRANSITIONS;
