@@ -1,9 +1,10 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
-import { describeThrown, errorFields, LifecycleError } from '../errors.ts';
+import { describeThrown, errorFields } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { JobRow } from '../jobs/job-row.ts';
+import { Daemon } from '../jobs/daemon.ts';
+import type { JobRow } from '../jobs/job-row.ts';
 import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
@@ -36,12 +37,9 @@ export interface SchedulerOptions {
  * Every write is conditional on the state it leaves, so several schedulers may run at once.
  * The scheduler reads DAG structure through a DagSource and never imports DAG code.
  */
-export class Scheduler {
-  readonly storage: Storage;
-  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+export class Scheduler extends Daemon {
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
-  #job: JobRow | null = null;
   /** Per DAG: when to look for due scheduled runs again (null: never, until its JSON changes). */
   readonly #nextScheduleCheck = new Map<string, { hash: string; at: number | null }>();
   /** Unfinished runs whose DAG is not among the serialized DAGs, already warned about. */
@@ -53,13 +51,9 @@ export class Scheduler {
     database: Database,
     readonly options: SchedulerOptions,
     private readonly dags: DagSource,
-    readonly log: Logger,
+    log: Logger,
   ) {
-    this.storage = new Storage(database);
-  }
-
-  get jobId(): number | null {
-    return this.#job?.id ?? null;
+    super(new Storage(database), log, { kind: 'scheduler', jobType: SCHEDULER_JOB_TYPE, hostname: options.hostname, capacity: null, heartbeatIntervalMs: options.heartbeatIntervalMs });
   }
 
   /** Runs the next pass now instead of after the poll interval. */
@@ -67,26 +61,18 @@ export class Scheduler {
     this.#pause.wake();
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'new') throw new LifecycleError('scheduler', this.#state);
-    this.#job = await JobRow.register(this.storage, { jobType: SCHEDULER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: null }, this.options.heartbeatIntervalMs, this.log);
-    this.#state = 'running';
-    this.log.info({ job_id: this.#job!.id }, `scheduler ${this.#job!.id} started`);
-    this.#loop = this.#run();
+  protected run(job: JobRow): void {
+    this.log.info({ job_id: job.id }, `scheduler ${job.id} started`);
+    this.#loop = this.#passes();
   }
 
-  async stop(): Promise<void> {
-    if (this.#state !== 'running') return;
-    this.#state = 'stopping';
+  protected async shutdown(): Promise<void> {
     this.#pause.wake();
     await this.#loop;
-    await this.#job!.end();
-    this.#state = 'stopped';
-    this.log.info({ job_id: this.#job!.id }, `scheduler ${this.#job!.id} stopped`);
   }
 
-  async #run(): Promise<void> {
-    while (this.#state === 'running') {
+  async #passes(): Promise<void> {
+    while (this.isRunning) {
       try {
         await this.pass();
       } catch (error) {

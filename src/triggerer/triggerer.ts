@@ -2,11 +2,12 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import { errorFields, LifecycleError } from '../errors.ts';
+import { errorFields } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { JobRow } from '../jobs/job-row.ts';
+import { Daemon } from '../jobs/daemon.ts';
+import type { JobRow } from '../jobs/job-row.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
@@ -18,10 +19,7 @@ const CLAIM_STATEMENT_ROWS = 1000;
 const FULL_RECONCILE_MS = 60_000;
 
 /*
- * A triggerer's life:
- *
- *   new ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
- *
+ * A triggerer's life is every daemon's (src/jobs/daemon.ts: start once, stop once, a job row).
  * While running, three loops share the event loop with the triggers:
  * - the pass (every poll-interval, at once again after a full claim): release the triggers of
  *   dead peers; when what it owns differs from what it runs, cancel what it runs but no longer
@@ -35,27 +33,23 @@ const FULL_RECONCILE_MS = 60_000;
  * release ownership so peers take over at once, mark the job row ended.
  */
 
-export class Triggerer {
-  readonly storage: Storage;
+export class Triggerer extends Daemon {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
-  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
-  #job: JobRow | null = null;
   #sweepTimer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
   #lastCleanupAt = 0;
   #lastFullReconcileAt = 0;
-  #stopped: Promise<void> | null = null;
 
   constructor(
     private readonly database: Database,
     readonly options: TriggererOptions,
     registry: TriggerRegistry,
-    readonly log: Logger,
+    log: Logger,
   ) {
-    this.storage = new Storage(database);
+    super(new Storage(database), log, { kind: 'triggerer', jobType: TRIGGERER_JOB_TYPE, hostname: options.hostname, capacity: options.capacity, heartbeatIntervalMs: options.heartbeatIntervalMs });
     this.#runner = new TriggerRunner(
       registry,
       log,
@@ -83,12 +77,7 @@ export class Triggerer {
 
   /** Runs the next pass (claims new triggers) now instead of after the poll interval. */
   wake(): void {
-    if (this.#state === 'running') this.#pause.wake();
-  }
-
-  /** This triggerer's job id (its identity in trigger.triggerer_id); null before start(). */
-  get jobId(): number | null {
-    return this.#job?.id ?? null;
+    if (this.isRunning) this.#pause.wake();
   }
 
   /** Triggers held now: running, or fired with the outcome not yet written. */
@@ -96,41 +85,26 @@ export class Triggerer {
     return this.#runner.heldIds();
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'new') throw new LifecycleError('triggerer', this.#state);
-    this.#job = await JobRow.register(
-      this.storage,
-      { jobType: TRIGGERER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: this.options.capacity },
-      this.options.heartbeatIntervalMs,
-      this.log,
-      () => this.#runner.markLoopEdge(),
-    );
-    this.#state = 'running';
+  protected override onHeartbeat(): void {
+    this.#runner.markLoopEdge();
+  }
+
+  protected run(job: JobRow): void {
     this.log.info(
       {
-        job_id: this.#job!.id,
+        job_id: job.id,
         config: { ...this.options, databaseUrl: redactDatabaseUrl(this.options.databaseUrl) },
       },
-      `triggerer ${this.#job!.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
+      `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
     this.#scheduleSweep(0);
     this.#passLoop = this.#runPasses();
   }
 
-  stop(): Promise<void> {
-    this.#stopped ??= this.#shutdown();
-    return this.#stopped;
-  }
-
-  async #shutdown(): Promise<void> {
-    if (this.#state === 'new') {
-      this.#state = 'stopped';
-      return;
-    }
-    this.#state = 'stopping';
-    this.log.info({ job_id: this.#job!.id }, 'triggerer stopping: no more claims, cancelling triggers');
-    this.#job!.stopHeartbeat();
+  protected async shutdown(job: JobRow): Promise<void> {
+    this.log.info({ job_id: job.id }, 'triggerer stopping: no more claims, cancelling triggers');
+    job.stopHeartbeat();
     clearTimeout(this.#sweepTimer!);
     this.#pause.wake();
     await this.#passLoop;
@@ -142,19 +116,16 @@ export class Triggerer {
     await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
     this.#writer.close();
     this.#runner.close();
-    const jobId = this.#job!.id;
     try {
-      const released = await this.storage.releaseOwnedTriggers(jobId);
-      await this.#job!.end();
-      this.log.info({ job_id: jobId, released_triggers: released }, `triggerer ${jobId} stopped; released ${released} trigger(s) to peers`);
+      const released = await this.storage.releaseOwnedTriggers(job.id);
+      this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);
     } catch (error) {
-      this.log.error({ job_id: jobId, ...errorFields(error, 'DF_DATABASE') }, 'could not release triggers on stop; peers take them after the health-check threshold');
+      this.log.error({ job_id: job.id, ...errorFields(error, 'DF_DATABASE') }, 'could not release triggers on stop; peers take them after the health-check threshold');
     }
-    this.#state = 'stopped';
   }
 
   async #runPasses(): Promise<void> {
-    while (this.#state === 'running') {
+    while (this.isRunning) {
       let again = false;
       try {
         again = await this.#pass();
@@ -162,14 +133,14 @@ export class Triggerer {
         this.log.error(errorFields(error, 'DF_DATABASE'), 'triggerer pass failed; retrying next pass');
       }
       this.#runner.markLoopEdge();
-      if (this.#state !== 'running') break;
+      if (!this.isRunning) break;
       await this.#pause.sleep(again ? 0 : this.options.pollIntervalMs);
     }
   }
 
   /** One pass; true when it claimed a full batch (so more may be waiting). */
   async #pass(): Promise<boolean> {
-    const jobId = this.#job!.id;
+    const jobId = this.jobId!;
     const { storage, options } = this;
     const released = await storage.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
     if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
@@ -185,13 +156,13 @@ export class Triggerer {
       ownedCount = await this.#reconcile(jobId);
       this.#lastFullReconcileAt = Date.now();
     }
-    if (this.#state !== 'running') return false;
+    if (!this.isRunning) return false;
 
     const room = Math.min(options.claimsPerLoop, options.capacity - ownedCount);
     let claimedTotal = 0;
     // Claim in statements of at most CLAIM_STATEMENT_ROWS so no single (on SQLite, synchronous)
     // statement holds the loop long, letting due triggers fire in between.
-    while (claimedTotal < room && this.#state === 'running') {
+    while (claimedTotal < room && this.isRunning) {
       const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
       const { claimed, examined, orphansDeleted } = await storage.claimTriggers(jobId, want);
       this.#runner.markLoopEdge();
@@ -239,7 +210,7 @@ export class Triggerer {
         void this.#runner.cancel(id, killed);
       }
     }
-    if (this.#state !== 'running') return owned.length;
+    if (!this.isRunning) return owned.length;
     const notRunning = owned.filter((id) => !this.#runner.has(id));
     if (notRunning.length > 0) {
       for (const row of await this.storage.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
@@ -249,7 +220,7 @@ export class Triggerer {
   }
 
   #scheduleSweep(delayMs: number): void {
-    if (this.#state !== 'running') return;
+    if (!this.isRunning) return;
     this.#sweepTimer = setTimeout(() => {
       this.#sweeping = this.#sweepTimeouts().finally(() => (this.#sweeping = null));
     }, delayMs);

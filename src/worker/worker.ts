@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { callNextMethod } from '../deferral.ts';
-import { codeOf, describeThrown, errorFields, LifecycleError, WorkerStoppingError, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
+import { codeOf, describeThrown, errorFields, WorkerStoppingError, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
 import { isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
@@ -11,7 +11,8 @@ import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from '../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
-import { JobRow } from '../jobs/job-row.ts';
+import { Daemon } from '../jobs/daemon.ts';
+import type { JobRow } from '../jobs/job-row.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
 export interface ResolvedTask<Context extends TaskContext = TaskContext> {
@@ -38,10 +39,7 @@ export interface WorkerOptions {
 }
 
 /*
- * A worker's life:
- *
- *   new ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
- *
+ * A worker's life is every daemon's (src/jobs/daemon.ts: start once, stop once, a job row).
  * While running it claims scheduled task instances into free slots and runs each: start it
  * (queued → running), execute() it or resume it at next_method, and record the outcome (see
  * src/storage/task-instance-state-machine.ts). A TaskDeferred is recorded with the core's
@@ -51,16 +49,12 @@ export interface WorkerOptions {
  * stop(): claim nothing more, give running tasks `shutdownGraceMs` to finish, hand the others
  * back (scheduled, their try given back: run again, not lost, no retry spent), end the job row.
  */
-export class Worker {
-  readonly storage: Storage;
-  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+export class Worker extends Daemon {
   readonly #running = new Map<number, Promise<void>>();
   /** Per running task instance: aborted when its execution timeout passes or the worker gives up on it at shutdown. */
   readonly #cancels = new Map<number, AbortController>();
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
-  #job: JobRow | null = null;
-  #stopped: Promise<void> | null = null;
   #slotMs = 0;
   readonly #taskLogs: TaskLogWriter;
   /**
@@ -73,14 +67,10 @@ export class Worker {
     database: Database,
     readonly options: WorkerOptions,
     private readonly resolve: TaskResolver,
-    readonly log: Logger,
+    log: Logger,
   ) {
-    this.storage = new Storage(database);
+    super(new Storage(database), log, { kind: 'worker', jobType: WORKER_JOB_TYPE, hostname: options.hostname, capacity: options.concurrency, heartbeatIntervalMs: options.heartbeatIntervalMs });
     this.#taskLogs = new TaskLogWriter(this.storage, log);
-  }
-
-  get jobId(): number | null {
-    return this.#job?.id ?? null;
   }
 
   /** Task instances running in this worker's slots now. */
@@ -98,30 +88,12 @@ export class Worker {
     this.#pause.wake();
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'new') throw new LifecycleError('worker', this.#state);
-    this.#job = await JobRow.register(
-      this.storage,
-      { jobType: WORKER_JOB_TYPE, hostname: this.options.hostname, pid: process.pid, capacity: this.options.concurrency },
-      this.options.heartbeatIntervalMs,
-      this.log,
-    );
-    this.#state = 'running';
-    this.log.info({ job_id: this.#job!.id, concurrency: this.options.concurrency }, `worker ${this.#job!.id} started with ${this.options.concurrency} slot(s)`);
+  protected run(job: JobRow): void {
+    this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
     this.#loop = this.#claimLoop();
   }
 
-  stop(): Promise<void> {
-    this.#stopped ??= this.#shutdown();
-    return this.#stopped;
-  }
-
-  async #shutdown(): Promise<void> {
-    if (this.#state === 'new') {
-      this.#state = 'stopped';
-      return;
-    }
-    this.#state = 'stopping';
+  protected async shutdown(job: JobRow): Promise<void> {
     this.#pause.wake();
     await this.#loop;
     if (this.#running.size > 0 && this.options.shutdownGraceMs > 0) {
@@ -132,7 +104,7 @@ export class Worker {
       const graceEnds = new Promise<void>((resolve) => setTimeout(resolve, this.options.shutdownGraceMs).unref());
       await Promise.race([Promise.allSettled(this.#running.values()), graceEnds]);
     }
-    const jobId = this.#job!.id;
+    const jobId = job.id;
     for (const taskInstanceId of this.#running.keys()) {
       // Its code may still be running in this process, but the process is going: hand it back,
       // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
@@ -145,14 +117,11 @@ export class Worker {
     // Code that heeds its signal winds down now; give it a moment before the logs close.
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
     await this.#taskLogs.close();
-    await this.#job!.end();
-    this.#state = 'stopped';
-    this.log.info({ job_id: jobId }, `worker ${jobId} stopped`);
   }
 
   async #claimLoop(): Promise<void> {
-    const worker = { jobId: this.#job!.id, hostname: this.options.hostname, pid: process.pid };
-    while (this.#state === 'running') {
+    const worker = { jobId: this.jobId!, hostname: this.options.hostname, pid: process.pid };
+    while (this.isRunning) {
       const free = this.options.concurrency - this.#running.size;
       let claimed: ClaimedTaskInstance[] = [];
       if (free > 0) {
@@ -185,7 +154,7 @@ export class Worker {
   }
 
   async #run(taskInstance: ClaimedTaskInstance): Promise<void> {
-    const jobId = this.#job!.id;
+    const jobId = this.jobId!;
     const label = `${taskInstance.dagId}.${taskInstance.taskId} (run ${taskInstance.runId}, task instance ${taskInstance.id})`;
     let task: ResolvedTask<any>;
     try {
@@ -285,7 +254,7 @@ export class Worker {
       tryLog.worker.error(fields, `${label} ${outcome.state}: ${describeThrown(error).error}`);
     }
     await this.#taskLogs.flush();
-    const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.#job!.id, outcome, now));
+    const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now));
     if (!recorded) this.log.warn({ task_instance_id: taskInstance.id, state: outcome.state }, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
   }
 

@@ -1,0 +1,103 @@
+import type { Logger } from 'pino';
+import { errorFields, LifecycleError } from '../errors.ts';
+import type { Storage } from '../storage/index.ts';
+import { JobRow } from './job-row.ts';
+
+export type DaemonState = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
+
+export interface DaemonJob {
+  /** What it is called in messages: triggerer, worker, scheduler. */
+  readonly kind: string;
+  /** job.job_type (TriggererJob, WorkerJob, SchedulerJob). */
+  readonly jobType: string;
+  readonly hostname: string;
+  /** job.capacity: triggers or slots; null when the kind has none. */
+  readonly capacity: number | null;
+  readonly heartbeatIntervalMs: number;
+}
+
+/**
+ * The life every daemon (triggerer, worker, scheduler) shares:
+ *
+ *   new ──start()──▶ starting ──job row registered──▶ running ──stop()──▶ stopping ──▶ stopped
+ *
+ * - start() runs once: it registers the job row (heartbeated from then on), then calls run();
+ *   a second start() throws DF_LIFECYCLE.
+ * - stop() runs the shutdown once; every call returns the same promise. A stop() during the
+ *   start waits for it, then shuts down; a stop() before start() (or after a start that failed)
+ *   only marks the daemon stopped.
+ * - The shutdown is the daemon's own (shutdown()), then the job row is ended (its heartbeat
+ *   stops first, in shutdown, where the daemon needs it to).
+ */
+export abstract class Daemon {
+  #state: DaemonState = 'new';
+  #job: JobRow | null = null;
+  #starting: Promise<void> | null = null;
+  #stopped: Promise<void> | null = null;
+
+  protected constructor(
+    readonly storage: Storage,
+    readonly log: Logger,
+    private readonly description: DaemonJob,
+  ) {}
+
+  /** This daemon's job id (its identity in the job table); null before it started. */
+  get jobId(): number | null {
+    return this.#job?.id ?? null;
+  }
+
+  /** True from the start until stop() is called: the daemon's loops run while it holds. */
+  protected get isRunning(): boolean {
+    return this.#state === 'running';
+  }
+
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new LifecycleError(this.description.kind, this.#state);
+    this.#state = 'starting';
+    this.#starting = (async () => {
+      const { jobType, hostname, capacity, heartbeatIntervalMs } = this.description;
+      try {
+        this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () => this.onHeartbeat());
+      } catch (error) {
+        this.#state = 'stopped';
+        throw error;
+      }
+      this.#state = 'running';
+      this.run(this.#job);
+    })();
+    return this.#starting;
+  }
+
+  stop(): Promise<void> {
+    this.#stopped ??= this.#shutdown();
+    return this.#stopped;
+  }
+
+  async #shutdown(): Promise<void> {
+    await this.#starting?.catch(() => {});
+    if (this.#state !== 'running') {
+      this.#state = 'stopped';
+      return;
+    }
+    this.#state = 'stopping';
+    const job = this.#job!;
+    await this.shutdown(job);
+    try {
+      await job.end();
+      this.log.info({ job_id: job.id }, `${this.description.kind} ${job.id} stopped`);
+    } catch (error) {
+      job.stopHeartbeat();
+      this.log.error({ job_id: job.id, ...errorFields(error, 'DF_DATABASE') }, `could not end ${this.description.kind} ${job.id}'s job row; it looks dead to peers once its heartbeat is stale`);
+    }
+    this.#state = 'stopped';
+  }
+
+  /** Starts the daemon's loops (not awaited): the job row is registered and heartbeating. */
+  protected abstract run(job: JobRow): void;
+
+  /** Winds the daemon down (its loops end once isRunning is false); the job row is ended after. */
+  protected abstract shutdown(job: JobRow): Promise<void>;
+
+  /** Called after each heartbeat written. */
+  protected onHeartbeat(): void {}
+}
