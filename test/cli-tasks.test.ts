@@ -8,7 +8,7 @@ import { Storage } from '../src/storage/index.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -20,7 +20,7 @@ export const dag = new Dag({ dagId: 'etl', defaultArgs: { retries: 2 } });
 const extract = new Step({ taskId: 'extract' });
 const load = new Step({ taskId: 'load' });
 dag.add(extract, load);
-extract.then(load);
+extract.before(load);
 `;
 
 const run = async (proc: TriggererProcess) => ({ exit: await proc.exit, out: proc.text, err: proc.stderr });

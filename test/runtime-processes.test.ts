@@ -9,7 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -31,7 +31,7 @@ const extract = new Extract({ taskId: 'extract' });
 const wait = new WaitASecond({ taskId: 'wait' });
 const load = new Load({ taskId: 'load' });
 dag.add(extract, wait, load);
-extract.then(wait).then(load);
+extract.before(wait).before(load);
 `;
 
 async function finished(proc: TriggererProcess) {
@@ -48,7 +48,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]);
     expect(await finished(reserialize)).toEqual({ code: 1, signal: null });
     expect(reserialize.text).toContain('waiting_etl  created');
-    expect(reserialize.text).toContain('IMPORT ERROR IN' + ' '.repeat(path.join(dags, 'broken.mts').length - 'IMPORT ERROR IN'.length + 2) + 'ERROR');
+    expect(reserialize.text).toContain(`IMPORT ERROR IN${' '.repeat(path.join(dags, 'broken.mts').length - 'IMPORT ERROR IN'.length + 2)}ERROR`);
     expect(reserialize.text.find((line) => line.startsWith(path.join(dags, 'broken.mts')))).toContain('syntax of the config is off');
 
     const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];

@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -63,8 +63,8 @@ const sleepOnly = new FunctionOperator({
   startTrigger: { trigger: new TimeDeltaTrigger({ delta: 1, endFromTrigger: true }), method: 'execute' },
 });
 happy.add(wait, flaky, report, sleepOnly);
-wait.then(report);
-flaky.then(report);
+wait.before(report);
+flaky.before(report);
 
 export const outOfTime = new Dag({ dagId: 'out_of_time' });
 outOfTime.add(
@@ -151,12 +151,12 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     };
     const reportLog = await logs('--task', 'report');
     expect(reportLog.exit).toEqual({ code: 0, signal: null });
-    expect(reportLog.out.some((line) => / INFO  reporting on wait and flaky \{"upstreams":2\}$/.test(line))).toBe(true);
-    expect(reportLog.out.at(-1)).toMatch(/ INFO  happy\.report \(run .*\) success/);
+    expect(reportLog.out.some((line) => / INFO {2}reporting on wait and flaky \{"upstreams":2\}$/.test(line))).toBe(true);
+    expect(reportLog.out.at(-1)).toMatch(/ INFO {2}happy\.report \(run .*\) success/);
     const firstTry = await logs('--task', 'flaky', '--try', '1');
     expect(firstTry.out.find((line) => line.includes(' ERROR '))).toMatch(/\) up_for_retry: Error: first try fails/);
     expect(firstTry.out.some((line) => /^\s+at /.test(line))).toBe(true);
-    expect((await logs('--task', 'flaky')).out.at(-1)).toMatch(/ INFO  happy\.flaky .* success/);
+    expect((await logs('--task', 'flaky')).out.at(-1)).toMatch(/ INFO {2}happy\.flaky .* success/);
     // Started and ended by its trigger: said so, not "has no log".
     const neverRan = await logs('--task', 'sleep_only');
     expect(neverRan.exit.code).toBe(2);

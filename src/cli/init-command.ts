@@ -129,7 +129,7 @@ export const example = new Dag({ dagId: 'example', description: 'defers to a cus
 const wait = new WaitForCountdown({ taskId: 'wait' });
 const report = new FunctionOperator({ taskId: 'report', fn: async (context) => ({ counted: await context.xcomPull('wait') }) });
 example.add(wait, report);
-wait.then(report);
+wait.before(report);
 `;
 
 function readme(name: string, version: string): string {

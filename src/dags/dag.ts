@@ -42,7 +42,7 @@ export function isDag(value: unknown): value is Dag {
 
 /**
  * A DAG: tasks and the order they run in. Tasks join with `dag.add(...)`; their order comes
- * from `a.then(b)` / `chain(...)`. Every task must belong to this DAG, and the graph must have
+ * from `a.before(b)` / `chain(...)`. Every task must belong to this DAG, and the graph must have
  * no cycle: `validate()` (called by the loader) refuses anything else, naming the task.
  */
 export class Dag {
@@ -100,7 +100,7 @@ export class Dag {
     const done = new Set<string>();
     const visit = (task: BaseOperator<any>): void => {
       const at = visiting.indexOf(task.taskId);
-      // The walk goes upstream; the cycle is named the way its tasks run (a.then(b): a -> b).
+      // The walk goes upstream; the cycle is named the way its tasks run (a.before(b): a -> b).
       if (at !== -1) throw new InvalidDagError(`DAG ${this.dagId} has a cycle: ${[...visiting.slice(at), task.taskId].reverse().join(' -> ')}`);
       if (done.has(task.taskId)) return;
       visiting.push(task.taskId);

@@ -87,8 +87,8 @@ const TASK_ID = /^[A-Za-z0-9_.-]+$/;
  * trigger fires the task resumes at `method`, called as `method(context, event, kwargs)`.
  *
  * In a DAG, an operator is a task: `new MyOperator({ taskId: 'extract', retries: 2 })`, added
- * with `dag.add(...)`, and ordered with `extract.then(transform).then(load)` or
- * `extract.then([a, b])`. An operator used on its own (no DAG) needs no options.
+ * with `dag.add(...)`, and ordered with `extract.before(transform).before(load)` or
+ * `extract.before([a, b])`. An operator used on its own (no DAG) needs no options.
  */
 export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
   readonly #options: TaskOptions | undefined;
@@ -143,9 +143,11 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
 
   /**
    * Makes `next` (a task, or several) run after this one, and returns it, so chains read in
-   * order: `extract.then(transform).then(load)`, `start.then([a, b])`.
+   * order: `extract.before(transform).before(load)`, `start.before([a, b])`. (Not `then`: an
+   * object with a then() method is a thenable, and `await` or an async function returning the
+   * operator would call it.)
    */
-  then<Next extends TaskOrTasks>(next: Next): Next {
+  before<Next extends TaskOrTasks>(next: Next): Next {
     for (const task of Array.isArray(next) ? next : [next as BaseOperator<any>]) task.#upstream.add(this);
     return next;
   }
@@ -158,6 +160,6 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
 export function chain(...steps: readonly TaskOrTasks[]): void {
   for (let i = 1; i < steps.length; i++) {
     const before = steps[i - 1]!;
-    for (const task of Array.isArray(before) ? before : [before as BaseOperator<any>]) task.then(steps[i]!);
+    for (const task of Array.isArray(before) ? before : [before as BaseOperator<any>]) task.before(steps[i]!);
   }
 }

@@ -15,12 +15,17 @@ class Noop extends BaseOperator {
 const op = (taskId: string, more: Partial<TaskOptions> = {}) => new Noop({ taskId, ...more });
 
 describe('DAGs', () => {
-  it('then() and chain() build the upstream sets; then() returns what it was given', () => {
+  it('an operator is no thenable: an async function returning one resolves to it', async () => {
+    const made = async () => op('made');
+    expect((await made()).taskId).toBe('made');
+  });
+
+  it('before() and chain() build the upstream sets; before() returns what it was given', () => {
     const [extract, clean, enrich, load, report] = ['extract', 'clean', 'enrich', 'load', 'report'].map((id) => op(id));
     const dag = new Dag({ dagId: 'etl' }).add(extract!, clean!, enrich!, load!, report!);
-    expect(extract!.then([clean!, enrich!])).toEqual([clean, enrich]);
+    expect(extract!.before([clean!, enrich!])).toEqual([clean, enrich]);
     chain([clean!, enrich!], load!);
-    expect(load!.then(report!)).toBe(report);
+    expect(load!.before(report!)).toBe(report);
     dag.validate();
     const upstream = (task: BaseOperator) => [...task.upstream].map((u) => u.taskId).sort();
     expect(upstream(clean!)).toEqual(['extract']);
@@ -39,11 +44,11 @@ describe('DAGs', () => {
 
     const outsider = op('outsider');
     const inside = op('inside');
-    outsider.then(inside);
+    outsider.before(inside);
     expect(() => new Dag({ dagId: 'd' }).add(inside).validate()).toThrow('DAG d: task inside waits for outsider, which is not a task of this DAG');
 
     const [a, b, c] = [op('a'), op('b'), op('c')];
-    a!.then(b!).then(c!).then(a!);
+    a!.before(b!).before(c!).before(a!);
     expect(() => new Dag({ dagId: 'loop' }).add(a!, b!, c!).validate()).toThrow(/DAG loop has a cycle: a -> b -> c -> a$/);
   });
 
@@ -54,7 +59,7 @@ describe('DAGs', () => {
       const wait = op('wait', { startTrigger: { trigger: new t.DelayTrigger({ ms: 5 }), method: 'done', kwargs: { why: 'x' }, timeout: 30 } });
       const load = op('load', { triggerRule: 'all_done' });
       dag.add(load, wait, extract);
-      extract.then(wait).then(load);
+      extract.before(wait).before(load);
       return serializeDag(dag, '/dags/etl.ts');
     };
     const first = build(2);
@@ -82,7 +87,7 @@ describe('DAGs', () => {
 
   it('reading a stored DAG refuses another version or a broken field, naming it', () => {
     const dag = new Dag({ dagId: 'd' }).add(op('a'), op('b'));
-    dag.task('a')!.then(dag.task('b')!);
+    dag.task('a')!.before(dag.task('b')!);
     const { data, hash } = serializeDag(dag, '/x.ts');
     const tampered = (change: (d: any) => void) => {
       const copy = JSON.parse(JSON.stringify(data));

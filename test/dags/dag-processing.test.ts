@@ -25,7 +25,7 @@ export const dag = new Dag({ dagId: ${JSON.stringify(dagId)}, defaultArgs: { ret
 const extract = new Step('extract', 'rows');
 const load = new Step('load', ${JSON.stringify(value)});
 dag.add(extract, load);
-extract.then(load);
+extract.before(load);
 `;
 
 describe.each(testDialects)('DAG processing on %s', (dialect) => {
@@ -52,7 +52,7 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     write('reports.ts', dagFile('reports'));
     write('broken.ts', `${dagFile('broken')}\nthrow new Error('cannot reach the config service');`);
     write('zz-copycat.ts', dagFile('etl'));
-    write('loop.ts', dagFile('loop').replace('extract.then(load);', 'extract.then(load).then(extract);'));
+    write('loop.ts', dagFile('loop').replace('extract.before(load);', 'extract.before(load).before(extract);'));
     write('_helpers.ts', 'throw new Error("never imported");');
 
     const first = await processDagFolder(db, dir);
@@ -154,7 +154,7 @@ export const dag = new Dag({ dagId: 'report', params: { region: 'eu', format: 'c
 const extract = new Extract({ taskId: 'extract' });
 const report = new Report({ taskId: 'report', params: { format: 'parquet' } });
 dag.add(extract, report);
-extract.then(report);
+extract.before(report);
 `);
     await processDagFolder(db, dir);
     const logs = new LogCapture();
