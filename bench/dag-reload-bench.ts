@@ -18,10 +18,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { loadDagFolder } from '../src/dags/loader.ts';
 
-const args = await yargs(hideBin(process.argv))
-  .option('edits', { type: 'number', default: 1000, describe: 'N: edits of the DAG file' })
-  .strict()
-  .parse();
+const args = await yargs(hideBin(process.argv)).option('edits', { type: 'number', default: 1000, describe: 'N: edits of the DAG file' }).strict().parse();
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with node --expose-gc (npm run bench:reload does)');

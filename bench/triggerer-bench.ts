@@ -51,7 +51,20 @@ await migrateToLatest(database);
 
 const triggerer = spawn(
   process.execPath,
-  [...args['node-arg'].map(String), path.join(root, 'bin/triggerer.js'), '--db', url, '--capacity', String(n), '--claims-per-loop', '10000', '--poll-interval', '0.5', '--log-level', 'info'],
+  [
+    ...args['node-arg'].map(String),
+    path.join(root, 'bin/triggerer.js'),
+    '--db',
+    url,
+    '--capacity',
+    String(n),
+    '--claims-per-loop',
+    '10000',
+    '--poll-interval',
+    '0.5',
+    '--log-level',
+    'info',
+  ],
   { stdio: ['ignore', 'pipe', 'inherit'] },
 );
 const lines = readline.createInterface({ input: triggerer.stdout! });
@@ -62,14 +75,23 @@ const commits: [number, number][] = [];
 let movedTotal = 0;
 lines.on('line', (line) => {
   try {
-    const entry = JSON.parse(line) as { running?: number; job_id?: number; level?: number; msg?: string; kind?: string; time?: number; moved_task_instances?: number };
+    const entry = JSON.parse(line) as {
+      running?: number;
+      job_id?: number;
+      level?: number;
+      msg?: string;
+      kind?: string;
+      time?: number;
+      moved_task_instances?: number;
+    };
     if (typeof entry.job_id === 'number') started = true;
     if (typeof entry.running === 'number') running = entry.running;
     if (entry.kind === 'event' && typeof entry.moved_task_instances === 'number') {
       commits.push([entry.time!, entry.moved_task_instances]);
       movedTotal += entry.moved_task_instances;
     }
-    if ((entry.level ?? 0) >= 40) process.stderr.write(`triggerer: ${entry.msg}${"error" in entry ? ` (${String((entry as { error: unknown }).error)})` : ""}\n`);
+    if ((entry.level ?? 0) >= 40)
+      process.stderr.write(`triggerer: ${entry.msg}${'error' in entry ? ` (${String((entry as { error: unknown }).error)})` : ''}\n`);
   } catch {
     // not JSON
   }

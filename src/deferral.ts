@@ -50,7 +50,12 @@ export async function resumeTaskInstance<Context extends TaskContext>(
  * The resume itself, given the task instance's next_method and next_kwargs (JSON text) as read
  * with it (a worker has them from starting the task instance).
  */
-export function callNextMethod<Context extends TaskContext>(operator: BaseOperator<Context>, context: Context, nextMethod: string, nextKwargsJson: string | null): unknown {
+export function callNextMethod<Context extends TaskContext>(
+  operator: BaseOperator<Context>,
+  context: Context,
+  nextMethod: string,
+  nextKwargsJson: string | null,
+): unknown {
   const kwargs = (nextKwargsJson === null ? {} : JSON.parse(nextKwargsJson)) as JsonObject;
   if (nextMethod === TRIGGER_FAILURE_METHOD) {
     const failure = kwargs as unknown as FailureKwargs;

@@ -52,7 +52,10 @@ export class DeferflowError extends Error {
 }
 
 export class InvalidOptionError extends DeferflowError {
-  constructor(readonly option: string, message: string) {
+  constructor(
+    readonly option: string,
+    message: string,
+  ) {
     super('DF_INVALID_OPTION', `${option}: ${message}`);
   }
 }
@@ -72,14 +75,24 @@ export class DatabaseNotMigratedError extends DeferflowError {
 
 export class NotJsonError extends DeferflowError {
   /** `notAValue`: the value is JSON but of the wrong kind (an array where an object is needed): no list of JSON kinds follows. */
-  constructor(readonly path: string, why: string, notAValue = true) {
-    super('DF_NOT_JSON', notAValue ? `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored` : `${path}: ${why}`);
+  constructor(
+    readonly path: string,
+    why: string,
+    notAValue = true,
+  ) {
+    super(
+      'DF_NOT_JSON',
+      notAValue ? `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored` : `${path}: ${why}`,
+    );
   }
 }
 
 /** A JSON value holds text PostgreSQL refuses; refused on SQLite too, so both dialects agree. */
 export class NotStorableError extends DeferflowError {
-  constructor(readonly path: string, why: string) {
+  constructor(
+    readonly path: string,
+    why: string,
+  ) {
     super('DF_NOT_STORABLE', `${path} ${why}; remove it, or encode the text (e.g. base64) before passing it`);
   }
 }
@@ -91,7 +104,10 @@ export class InvalidTriggerArgumentError extends DeferflowError {
 }
 
 export class UnknownTriggerError extends DeferflowError {
-  constructor(readonly classpath: string, allowed: readonly string[]) {
+  constructor(
+    readonly classpath: string,
+    allowed: readonly string[],
+  ) {
     super(
       'DF_UNKNOWN_TRIGGER',
       `trigger classpath ${JSON.stringify(classpath)} is not allowed on this triggerer ` +
@@ -174,7 +190,10 @@ export class TaskExecutionTimeoutError extends DeferflowError {
 /** A task's return value (kept per task instance, read downstream) is over the size kept. */
 export class ReturnValueTooLargeError extends DeferflowError {
   constructor(task: string, bytes: number, limit: number) {
-    super('DF_RETURN_VALUE_TOO_LARGE', `${task} returned ${bytes} bytes of JSON; a task instance keeps at most ${limit} (store large results elsewhere and return where they are)`);
+    super(
+      'DF_RETURN_VALUE_TOO_LARGE',
+      `${task} returned ${bytes} bytes of JSON; a task instance keeps at most ${limit} (store large results elsewhere and return where they are)`,
+    );
   }
 }
 

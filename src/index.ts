@@ -6,7 +6,17 @@ export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './trigge
 export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './triggers/trigger-event.ts';
 export { TriggerRegistry } from './triggers/registry.ts';
 export { nowPlusPlaceholder } from './triggers/start-trigger-kwargs.ts';
-export { BaseOperator, chain, type RuntimeContext, type TaskContext, type TaskDefaults, type TaskInstanceRef, type TaskOptions, type TaskOrTasks, type StartTriggerOptions } from './operators/base-operator.ts';
+export {
+  BaseOperator,
+  chain,
+  type RuntimeContext,
+  type TaskContext,
+  type TaskDefaults,
+  type TaskInstanceRef,
+  type TaskOptions,
+  type TaskOrTasks,
+  type StartTriggerOptions,
+} from './operators/base-operator.ts';
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
@@ -50,4 +60,12 @@ export type { DagSource, SchedulerDag } from './model/scheduler-dag.ts';
 export { triggerDagRun } from './dags/manual-run.ts';
 // Last: it loads the built-in triggers, which import the exports above.
 export { deferflow, Deferflow } from './app/deferflow.ts';
-export { resolveDeferflowConfig, type DeferflowConfig, type DeferflowOptions, type DurationInput, type SchedulerConfig, type TriggererConfig, type WorkerConfig } from './app/config.ts';
+export {
+  resolveDeferflowConfig,
+  type DeferflowConfig,
+  type DeferflowOptions,
+  type DurationInput,
+  type SchedulerConfig,
+  type TriggererConfig,
+  type WorkerConfig,
+} from './app/config.ts';

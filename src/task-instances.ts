@@ -60,17 +60,24 @@ export interface TaskInstance {
 export async function createTaskInstance(database: Pick<Database, 'db' | 'adapter'>, fields: NewTaskInstanceFields): Promise<number> {
   const mapIndex = fields.mapIndex ?? 0;
   const state = fields.state ?? 'running';
-  for (const [name, value] of [['dagId', fields.dagId], ['taskId', fields.taskId], ['runId', fields.runId]] as const) {
+  for (const [name, value] of [
+    ['dagId', fields.dagId],
+    ['taskId', fields.taskId],
+    ['runId', fields.runId],
+  ] as const) {
     if (typeof value !== 'string' || value === '') throw new InvalidTaskInstanceError(`${name} must be a non-empty string, got ${JSON.stringify(value)}`);
   }
-  if (!Number.isSafeInteger(mapIndex) || mapIndex < -1) throw new InvalidTaskInstanceError(`mapIndex must be an integer of -1 or more, got ${JSON.stringify(fields.mapIndex)}`);
+  if (!Number.isSafeInteger(mapIndex) || mapIndex < -1)
+    throw new InvalidTaskInstanceError(`mapIndex must be an integer of -1 or more, got ${JSON.stringify(fields.mapIndex)}`);
   if (!(TASK_INSTANCE_STATES as readonly string[]).includes(state)) {
     throw new InvalidTaskInstanceError(`state must be one of ${TASK_INSTANCE_STATES.join(', ')}, got ${JSON.stringify(fields.state)}`);
   }
   const priorityWeight = fields.priorityWeight ?? 1;
   const retries = fields.retries ?? 0;
-  if (!Number.isSafeInteger(priorityWeight)) throw new InvalidTaskInstanceError(`priorityWeight must be an integer, got ${JSON.stringify(fields.priorityWeight)}`);
-  if (!Number.isSafeInteger(retries) || retries < 0) throw new InvalidTaskInstanceError(`retries must be an integer of 0 or more, got ${JSON.stringify(fields.retries)}`);
+  if (!Number.isSafeInteger(priorityWeight))
+    throw new InvalidTaskInstanceError(`priorityWeight must be an integer, got ${JSON.stringify(fields.priorityWeight)}`);
+  if (!Number.isSafeInteger(retries) || retries < 0)
+    throw new InvalidTaskInstanceError(`retries must be an integer of 0 or more, got ${JSON.stringify(fields.retries)}`);
   const key = { dagId: fields.dagId, taskId: fields.taskId, runId: fields.runId, mapIndex };
   const storage = new Storage(database);
   const id = await storage.createTaskInstance({ ...key, state, priorityWeight, maxTries: retries, operator: fields.operator ?? null });

@@ -58,5 +58,7 @@ describe('the code', () => {
 /** The repository files `file` imports by relative path (packages and node: builtins left out). */
 function importsOf(file: string): string[] {
   const text = readFileSync(path.join(REPO_ROOT, file), 'utf8');
-  return [...text.matchAll(/^(?:import|export)\s[^;]*?from\s+'(\.[^']+)'/gms)].map(([, specifier]) => path.normalize(path.join(path.dirname(file), specifier!)));
+  return [...text.matchAll(/^(?:import|export)\s[^;]*?from\s+'(\.[^']+)'/gms)].map(([, specifier]) =>
+    path.normalize(path.join(path.dirname(file), specifier!)),
+  );
 }

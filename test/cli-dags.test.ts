@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -75,7 +75,8 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     const dir = scratch.dir('dags');
     writeFileSync(path.join(dir, 'dags.mts'), DAGS);
     await processDagFolder(db, dir);
-    const live = async () => (await db.db.selectFrom('serialized_dag').select('dag_id').where('deleted_at', 'is', null).orderBy('dag_id').execute()).map((row) => row.dag_id);
+    const live = async () =>
+      (await db.db.selectFrom('serialized_dag').select('dag_id').where('deleted_at', 'is', null).orderBy('dag_id').execute()).map((row) => row.dag_id);
     const empty = scratch.dir('empty');
 
     const refused = await run(spawnDeferflow(['dags', 'reserialize', '--dags', empty, '--db', db.url]));

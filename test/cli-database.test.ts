@@ -44,17 +44,29 @@ describe.each(testDialects)('commands on a database that is not ready, on %s', (
 
   it('a database behind or ahead of this deferflow is refused, naming the versions', async () => {
     const db = await scratch.database(dialect);
-    const rows = (await db.db.selectFrom('deferflow_migration' as never).selectAll().execute()) as { name: string }[];
+    const rows = (await db.db
+      .selectFrom('deferflow_migration' as never)
+      .selectAll()
+      .execute()) as { name: string }[];
     const latest = rows.map((row) => row.name).sort();
     // As if the last migration had not run yet (its row is all the check reads).
-    await db.db.deleteFrom('deferflow_migration' as never).where('name' as never, '=', latest.at(-1) as never).execute();
+    await db.db
+      .deleteFrom('deferflow_migration' as never)
+      .where('name' as never, '=', latest.at(-1) as never)
+      .execute();
     const behind = await outcome(spawnDeferflow(['dags', 'list', '--db', db.url]));
     expect(behind.exit.code).toBe(2);
     expect(behind.err).toContain(`is behind: it is at ${latest.at(-2)}, this deferflow needs ${latest.at(-1)}; run \`deferflow db migrate --db `);
 
-    await db.db.insertInto('deferflow_migration' as never).values(rows.find((row) => row.name === latest.at(-1)) as never).execute();
+    await db.db
+      .insertInto('deferflow_migration' as never)
+      .values(rows.find((row) => row.name === latest.at(-1)) as never)
+      .execute();
     expect((await outcome(spawnDeferflow(['dags', 'list', '--db', db.url]))).exit.code).toBe(0);
-    await db.db.insertInto('deferflow_migration' as never).values({ name: '9999_from_the_future', timestamp: new Date().toISOString() } as never).execute();
+    await db.db
+      .insertInto('deferflow_migration' as never)
+      .values({ name: '9999_from_the_future', timestamp: new Date().toISOString() } as never)
+      .execute();
     const ahead = await outcome(spawnTriggerer(['--db', db.url]));
     expect(ahead.exit.code).toBe(2);
     expect(ahead.err).toContain('is newer than this deferflow: it has migration(s) 9999_from_the_future');

@@ -35,10 +35,13 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
     stopped.kill('SIGTERM');
     expect(await stopped.exit).toEqual({ code: 0, signal: null });
     const byId = async () => Object.fromEntries((await jobs()).map((job) => [job.id, job]));
-    const settled = await waitFor(async () => {
-      const now = await byId();
-      return now[killedId]?.liveness === 'dead' ? now : null;
-    }, { what: 'the killed triggerer judged dead', timeoutMs: 20_000, intervalMs: 200 });
+    const settled = await waitFor(
+      async () => {
+        const now = await byId();
+        return now[killedId]?.liveness === 'dead' ? now : null;
+      },
+      { what: 'the killed triggerer judged dead', timeoutMs: 20_000, intervalMs: 200 },
+    );
     expect(settled[killedId]).toMatchObject({ job_type: 'TriggererJob', state: 'running', liveness: 'dead' });
     expect(settled[killedId]!.heartbeat_age_s).toBeGreaterThanOrEqual(3);
     expect(settled[stoppedId]).toMatchObject({ state: 'success', liveness: 'ended' });

@@ -32,7 +32,12 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
     writeFileSync(path.join(dir, 'etl.mts'), DAG);
     await processDagFolder(db, dir);
     const storage = new Storage(db);
-    const dagRunId = (await storage.createDagRun((await serializedDagSource(db)('etl'))!, { runId: 'r1', runType: 'manual', logicalDate: Date.now(), conf: {} }))!;
+    const dagRunId = (await storage.createDagRun((await serializedDagSource(db)('etl'))!, {
+      runId: 'r1',
+      runType: 'manual',
+      logicalDate: Date.now(),
+      conf: {},
+    }))!;
     const ids = Object.fromEntries((await storage.taskInstancesOfRun('etl', 'r1')).map((ti) => [ti.taskId, ti.id]));
     await db.db.updateTable('task_instance').set({ state: 'success', try_number: 1 }).where('id', '=', ids.extract!).execute();
     await db.db.updateTable('task_instance').set({ state: 'running', try_number: 3 }).where('id', '=', ids.load!).execute();
@@ -41,7 +46,9 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
 
     const listed = await run(spawnDeferflow(['tasks', 'list', '--db', db.url, '--run', 'r1', '--json']));
     expect(listed.exit).toEqual({ code: 0, signal: null });
-    expect(JSON.parse(listed.out.join('\n')).map((row: { task_id: string; state: string; try_number: number }) => [row.task_id, row.state, row.try_number])).toEqual([
+    expect(
+      JSON.parse(listed.out.join('\n')).map((row: { task_id: string; state: string; try_number: number }) => [row.task_id, row.state, row.try_number]),
+    ).toEqual([
       ['extract', 'success', 1],
       ['load', 'deferred', 3],
     ]);
@@ -54,7 +61,10 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
     expect(load).toMatchObject({ state: null, trigger_id: null, next_method: null, try_number: 3, max_tries: 5 });
     expect(await db.db.selectFrom('trigger').select('id').where('id', '=', triggerId).execute()).toEqual([]);
     expect((await db.db.selectFrom('task_instance').select('state').where('id', '=', ids.extract!).executeTakeFirstOrThrow()).state).toBe('success');
-    expect(await db.db.selectFrom('dag_run').select(['state', 'end_date']).where('id', '=', dagRunId).executeTakeFirstOrThrow()).toEqual({ state: 'queued', end_date: null });
+    expect(await db.db.selectFrom('dag_run').select(['state', 'end_date']).where('id', '=', dagRunId).executeTakeFirstOrThrow()).toEqual({
+      state: 'queued',
+      end_date: null,
+    });
 
     const unknown = await run(spawnDeferflow(['tasks', 'list', '--db', db.url, '--run', 'nope']));
     expect(unknown.exit).toEqual({ code: 2, signal: null });

@@ -52,7 +52,11 @@ describe('user files', () => {
     writeFileSync(path.join(project, 'dags/plain.cjs'), DAG_CJS);
     writeFileSync(path.join(project, 'dags/esm-syntax.ts'), DAG_TS);
     for (const dagId of ['typed_cts', 'plain_cjs', 'esm_syntax_ts']) {
-      const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-module', './triggers/countdown.cts', '--trigger-dag', dagId, '--exit-when-done'], {}, project);
+      const run = spawnDeferflow(
+        ['standalone', '--db', db.url, '--dags', './dags', '--trigger-module', './triggers/countdown.cts', '--trigger-dag', dagId, '--exit-when-done'],
+        {},
+        project,
+      );
       const exit = await run.exit;
       expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
       expect(run.text.join('\n')).toMatch(new RegExp(`${dagId} manual__\\S+: success in `));
@@ -99,6 +103,8 @@ describe('user files', () => {
     // Run from the user's folder, as they would: from the repository, tsx would map 'deferflow' through its tsconfig.json.
     const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dir], {}, dir);
     expect((await reserialize.exit).code).toBe(1);
-    expect(reserialize.text.join('\n')).toContain(`deferflow is not installed where uninstalled.mts can find it: run \`npm install deferflow\` in the project that holds ${path.join(dir, 'uninstalled.mts')}`);
+    expect(reserialize.text.join('\n')).toContain(
+      `deferflow is not installed where uninstalled.mts can find it: run \`npm install deferflow\` in the project that holds ${path.join(dir, 'uninstalled.mts')}`,
+    );
   }, 60_000);
 });

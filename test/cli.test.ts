@@ -114,7 +114,11 @@ describe('triggerer option validation', () => {
       { args: [], env: { DEFERFLOW_TRIGGERER_CAPACITY: '2.0' }, given: 'got "2.0"' },
       { args: ['--poll-interval', 'soon'], given: 'expected a positive number, got "soon"' },
     ];
-    const runs = cases.map(({ args, env, given }) => ({ given, label: [...Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`), ...args].join(' '), tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB], env) }));
+    const runs = cases.map(({ args, env, given }) => ({
+      given,
+      label: [...Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`), ...args].join(' '),
+      tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB], env),
+    }));
     for (const { label, tr, given } of runs) {
       expect(await exitOf(tr), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
       const stderr = tr.stderr.join('\n');
@@ -186,10 +190,16 @@ describe('a started triggerer', () => {
 
     expect(start.msg).toMatch(/started on postgres/);
     expect((start.config as Record<string, unknown>).databaseUrl).toBe(withPassword.replace(`:${password}@`, ':***@'));
-    expect(tr.text.filter((line) => line.includes(`:${password}@`)), 'lines showing the password').toEqual([]);
+    expect(
+      tr.text.filter((line) => line.includes(`:${password}@`)),
+      'lines showing the password',
+    ).toEqual([]);
     tr.kill('SIGTERM');
     expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
-    expect(tr.text.filter((line) => line.includes(`:${password}@`)), 'lines showing the password').toEqual([]);
+    expect(
+      tr.text.filter((line) => line.includes(`:${password}@`)),
+      'lines showing the password',
+    ).toEqual([]);
   });
 
   it('prints human-readable lines, not JSON, with --log-format pretty', async () => {
@@ -250,6 +260,9 @@ describe('triggerer --trigger-module', () => {
 
     tr.kill('SIGTERM');
     expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
-    expect(tr.matching((line) => typeof line.level === 'number' && line.level >= 50), 'error lines').toEqual([]);
+    expect(
+      tr.matching((line) => typeof line.level === 'number' && line.level >= 50),
+      'error lines',
+    ).toEqual([]);
   });
 });

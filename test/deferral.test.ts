@@ -1,6 +1,17 @@
 import { DateTime, Duration } from 'luxon';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { BaseOperator, NotJsonError, TaskDeferralError, TaskDeferralTimeout, TaskDeferred, TaskInstanceStateError, UnknownNextMethodError, openDatabase, resumeTaskInstance, type TaskContext } from '../src/index.ts';
+import {
+  BaseOperator,
+  NotJsonError,
+  TaskDeferralError,
+  TaskDeferralTimeout,
+  TaskDeferred,
+  TaskInstanceStateError,
+  UnknownNextMethodError,
+  openDatabase,
+  resumeTaskInstance,
+  type TaskContext,
+} from '../src/index.ts';
 import { Storage } from '../src/storage/index.ts';
 import { DateTimeTrigger, TimeDeltaTrigger } from '../triggers/index.ts';
 import * as t from './fixtures/test-triggers.ts';
@@ -15,7 +26,12 @@ class WaitThenReport extends BaseOperator {
     super();
   }
   execute(): never {
-    return this.defer({ trigger: new DateTimeTrigger({ moment: this.moment }), method: 'report', kwargs: { attempt: 1 }, timeout: Duration.fromObject({ minutes: 5 }) });
+    return this.defer({
+      trigger: new DateTimeTrigger({ moment: this.moment }),
+      method: 'report',
+      kwargs: { attempt: 1 },
+      timeout: Duration.fromObject({ minutes: 5 }),
+    });
   }
   report(context: TaskContext, event: unknown, kwargs: Record<string, unknown>) {
     return { ti: context.taskInstance.id, event, kwargs };
@@ -125,7 +141,9 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     await expect(new Storage(db).deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
       `task instance ${done} is success; only running, queued, scheduled task instances can defer`,
     );
-    await expect(new Storage(db).deferTaskInstance(done + 1000, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(`task instance ${done + 1000} does not exist`);
+    await expect(new Storage(db).deferTaskInstance(done + 1000, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
+      `task instance ${done + 1000} does not exist`,
+    );
     expect((await taskInstance(db, done)).state).toBe('success');
     expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
   });
@@ -161,7 +179,6 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     const byMoment = await defer(new DateTimeTrigger({ moment: delta.moment }));
     expect(byMoment).toEqual({ triggerId: byDelta.triggerId, reusedTrigger: true });
   });
-
 
   it('a deferral that joins a trigger after its event was written, before its row is deleted, gets an event of its own', async () => {
     const db = await database();
@@ -216,10 +233,10 @@ describe('deferral races on postgres', () => {
       }),
     );
     await Promise.all(writers.map((w) => w.close()));
-    await waitFor(
-      async () => (await db.db.selectFrom('task_instance').select('id').where('state', '=', 'deferred').execute()).length === 0,
-      { what: 'no task instance left deferred', timeoutMs: 15_000 },
-    );
+    await waitFor(async () => (await db.db.selectFrom('task_instance').select('id').where('state', '=', 'deferred').execute()).length === 0, {
+      what: 'no task instance left deferred',
+      timeoutMs: 15_000,
+    });
     const rows = await db.db.selectFrom('task_instance').select(['state', 'next_kwargs']).where('id', 'in', ids).execute();
     expect(rows).toHaveLength(240);
     for (const row of rows) {

@@ -48,7 +48,13 @@ describe('deferflow({...}) options', () => {
         scheduler: false,
         triggerer: { heartbeatInterval: 2, blockThreshold: Duration.fromMillis(50), triggerModules: ['./t.ts'], triggerClasses: [EchoTrigger] },
       });
-      expect(options.worker).toMatchObject({ concurrency: 3, shutdownGraceMs: 60_000, pollIntervalMs: 1_000, dagsFolder: './dags', databaseUrl: 'sqlite:./deferflow.db' });
+      expect(options.worker).toMatchObject({
+        concurrency: 3,
+        shutdownGraceMs: 60_000,
+        pollIntervalMs: 1_000,
+        dagsFolder: './dags',
+        databaseUrl: 'sqlite:./deferflow.db',
+      });
       expect(options.scheduler).toBeNull();
       expect(options.triggerer).toMatchObject({ heartbeatIntervalMs: 2_000, blockThresholdMs: 50, capacity: 1000, triggerModules: ['./t.ts'] });
       expect(options.triggerClasses).toEqual([EchoTrigger]);
@@ -63,15 +69,31 @@ describe('deferflow({...}) options', () => {
   it('refuse a mistyped or bad field by its name, before anything is opened or created', async () => {
     const dir = scratch.dir('refused');
     const databaseUrl = `sqlite:${path.join(dir, 'never.db')}`;
-    await expectRefused(() => deferflow({ databaseUrl, worker: { concurency: 4 } as never }), 'DF_INVALID_OPTION', 'worker.concurency: is not an option; the options here are concurrency, pollInterval');
-    await expectRefused(() => deferflow({ databaseUrl, worker: { concurrency: 0 } }), 'DF_INVALID_OPTION', 'worker.concurrency: expected a positive integer, got 0');
-    await expectRefused(() => deferflow({ databaseUrl, scheduler: { pollInterval: '1s' as never } }), 'DF_INVALID_OPTION', 'scheduler.pollInterval: expected a luxon Duration or a number of seconds, got string "1s"');
+    await expectRefused(
+      () => deferflow({ databaseUrl, worker: { concurency: 4 } as never }),
+      'DF_INVALID_OPTION',
+      'worker.concurency: is not an option; the options here are concurrency, pollInterval',
+    );
+    await expectRefused(
+      () => deferflow({ databaseUrl, worker: { concurrency: 0 } }),
+      'DF_INVALID_OPTION',
+      'worker.concurrency: expected a positive integer, got 0',
+    );
+    await expectRefused(
+      () => deferflow({ databaseUrl, scheduler: { pollInterval: '1s' as never } }),
+      'DF_INVALID_OPTION',
+      'scheduler.pollInterval: expected a luxon Duration or a number of seconds, got string "1s"',
+    );
     await expectRefused(
       () => deferflow({ databaseUrl, triggerer: { heartbeatInterval: 10, healthCheckThreshold: 5 } }),
       'DF_INVALID_OPTION',
       'triggerer.healthCheckThreshold: must be longer than heartbeat-interval',
     );
-    await expectRefused(() => deferflow({ databaseUrl, triggerer: { triggerClasses: [class NotATrigger {}] as never } }), 'DF_INVALID_OPTION', 'triggerer.triggerClasses[0]: expected a BaseTrigger subclass');
+    await expectRefused(
+      () => deferflow({ databaseUrl, triggerer: { triggerClasses: [class NotATrigger {}] as never } }),
+      'DF_INVALID_OPTION',
+      'triggerer.triggerClasses[0]: expected a BaseTrigger subclass',
+    );
     await expectRefused(() => deferflow({ databaseUrl, dagsFolder: path.join(dir, 'missing') }), 'DF_INVALID_OPTION', 'does not exist');
     await expectRefused(() => deferflow({ databaseUrl, migrate: false, worker: false }), 'DF_DATABASE_NOT_MIGRATED', 'never.db');
     expect(existsSync(path.join(dir, 'never.db'))).toBe(false);
@@ -131,7 +153,13 @@ describe.each(testDialects)('deferflow embedded on %s', (dialect) => {
 
   it('lets code that runs operators itself create a task instance, defer it onto an embedded triggerer, read it back and resume it', async () => {
     const databaseUrl = await freshDatabaseUrl(dialect);
-    app = await deferflow({ databaseUrl, worker: false, scheduler: false, triggerer: { pollInterval: 0.1, triggerClasses: [EchoTrigger] }, logger: pino({ level: 'silent' }) });
+    app = await deferflow({
+      databaseUrl,
+      worker: false,
+      scheduler: false,
+      triggerer: { pollInterval: 0.1, triggerClasses: [EchoTrigger] },
+      logger: pino({ level: 'silent' }),
+    });
     class Shout extends BaseOperator {
       override execute(): never {
         return this.defer({ trigger: new EchoTrigger({ message: 'hello' }), method: 'heard', kwargs: { loud: true } });
@@ -142,7 +170,14 @@ describe.each(testDialects)('deferflow embedded on %s', (dialect) => {
     }
     const operator = new Shout({ taskId: 'shout' });
     const id = await createTaskInstance(app.database, { dagId: 'my_service', taskId: 'shout', runId: 'job-42' });
-    expect(await readTaskInstance(app.database, id)).toMatchObject({ state: 'running', tryNumber: 1, dagId: 'my_service', runId: 'job-42', mapIndex: 0, nextMethod: null });
+    expect(await readTaskInstance(app.database, id)).toMatchObject({
+      state: 'running',
+      tryNumber: 1,
+      dagId: 'my_service',
+      runId: 'job-42',
+      mapIndex: 0,
+      nextMethod: null,
+    });
     let deferral: TaskDeferred | null = null;
     try {
       operator.execute();
@@ -151,17 +186,32 @@ describe.each(testDialects)('deferflow embedded on %s', (dialect) => {
     }
     await deferTaskInstance(app.database, id, deferral!);
     app.triggerer!.wake();
-    const resumed = await waitFor(async () => {
-      const ti = await readTaskInstance(app!.database, id);
-      return ti?.state === 'scheduled' ? ti : null;
-    }, { what: 'the triggerer to fire the echo' });
+    const resumed = await waitFor(
+      async () => {
+        const ti = await readTaskInstance(app!.database, id);
+        return ti?.state === 'scheduled' ? ti : null;
+      },
+      { what: 'the triggerer to fire the echo' },
+    );
     expect(resumed).toMatchObject({ nextMethod: 'heard', nextKwargs: { loud: true, event: 'hello' }, triggerId: null });
     const context: TaskContext = { taskInstance: { id, dagId: 'my_service', taskId: 'shout', runId: 'job-42', mapIndex: 0, tryNumber: 1 } };
     expect(await resumeTaskInstance(app.database, id, operator, context)).toBe('HELLO');
 
-    await expectRefused(() => createTaskInstance(app!.database, { dagId: 'my_service', taskId: 'shout', runId: 'job-42' }), 'DF_TASK_INSTANCE_STATE', `already exists (id ${id}, scheduled)`);
-    await expectRefused(() => createTaskInstance(app!.database, { dagId: '', taskId: 'x', runId: 'r' }), 'DF_INVALID_TASK_INSTANCE', 'dagId must be a non-empty string');
-    await expectRefused(() => createTaskInstance(app!.database, { dagId: 'd', taskId: 'x', runId: 'r', state: 'paused' as never }), 'DF_INVALID_TASK_INSTANCE', 'state must be one of');
+    await expectRefused(
+      () => createTaskInstance(app!.database, { dagId: 'my_service', taskId: 'shout', runId: 'job-42' }),
+      'DF_TASK_INSTANCE_STATE',
+      `already exists (id ${id}, scheduled)`,
+    );
+    await expectRefused(
+      () => createTaskInstance(app!.database, { dagId: '', taskId: 'x', runId: 'r' }),
+      'DF_INVALID_TASK_INSTANCE',
+      'dagId must be a non-empty string',
+    );
+    await expectRefused(
+      () => createTaskInstance(app!.database, { dagId: 'd', taskId: 'x', runId: 'r', state: 'paused' as never }),
+      'DF_INVALID_TASK_INSTANCE',
+      'state must be one of',
+    );
     expect(await readTaskInstance(app.database, id + 1000)).toBeNull();
   }, 30_000);
 });

@@ -44,7 +44,11 @@ const capture = (operator: WaitForReport): TaskDeferred => {
 };
 
 describe.each(testDialects)('README example on %s', (dialect) => {
-  const open: { databases: TestDatabase[]; triggerers: TestTriggerer[]; servers: { close(): Promise<void> }[] } = { databases: [], triggerers: [], servers: [] };
+  const open: { databases: TestDatabase[]; triggerers: TestTriggerer[]; servers: { close(): Promise<void> }[] } = {
+    databases: [],
+    triggerers: [],
+    servers: [],
+  };
   afterEach(async () => {
     await Promise.all(open.triggerers.splice(0).map((tr) => tr.stop()));
     await Promise.all(open.servers.splice(0).map((server) => server.close()));

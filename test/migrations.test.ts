@@ -58,7 +58,9 @@ async function migrationRows(database: Database): Promise<string[]> {
 afterEach(async () => {
   const left = [...running];
   for (const child of left) child.kill('SIGKILL');
-  await Promise.all(left.map((child) => new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve(null) : child.once('close', resolve)))));
+  await Promise.all(
+    left.map((child) => new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve(null) : child.once('close', resolve)))),
+  );
 });
 afterAll(dropTestDatabases);
 
@@ -106,7 +108,10 @@ describe.each(testDialects)('migrations on %s', (dialect) => {
     const results = await Promise.all(Array.from({ length: 5 }, () => deferflow(['db', 'migrate', '--db', url])));
 
     for (const result of results) expect(result.code, describeRun(result)).toBe(0);
-    expect(results.filter((result) => /\b0001_initial\b/.test(result.stdout)), 'exactly one process applies 0001_initial').toHaveLength(1);
+    expect(
+      results.filter((result) => /\b0001_initial\b/.test(result.stdout)),
+      'exactly one process applies 0001_initial',
+    ).toHaveLength(1);
     const database = opened(url);
     const counted = await sql<{ n: number | string }>`select count(*) as n from deferflow_migration where name = '0001_initial'`.execute(database.db);
     expect(Number(counted.rows[0]?.n)).toBe(1);
@@ -163,7 +168,13 @@ describe.each(testDialects)('migrations on %s', (dialect) => {
     (
       await database.db
         .insertInto('trigger')
-        .values({ classpath: 'test.ImmediateTrigger', kwargs: database.adapter.jsonParam('{}'), created_at: toDbTime(Date.now()), triggerer_id: null, hash: null })
+        .values({
+          classpath: 'test.ImmediateTrigger',
+          kwargs: database.adapter.jsonParam('{}'),
+          created_at: toDbTime(Date.now()),
+          triggerer_id: null,
+          hash: null,
+        })
         .returning('id')
         .executeTakeFirstOrThrow()
     ).id;
@@ -212,9 +223,9 @@ describe.each(testDialects)('migrations on %s', (dialect) => {
 
     // Deferred may; leaving deferred while keeping the trigger may not.
     const deferred = await insertTaskInstance(database, 'deferred', triggerId);
-    await expect(
-      database.db.updateTable('task_instance').set({ state: 'scheduled' }).where('id', '=', deferred).execute(),
-    ).rejects.toThrow(/task_instance_trigger_only_when_deferred/);
+    await expect(database.db.updateTable('task_instance').set({ state: 'scheduled' }).where('id', '=', deferred).execute()).rejects.toThrow(
+      /task_instance_trigger_only_when_deferred/,
+    );
     expect(await database.db.selectFrom('task_instance').select(['state', 'trigger_id']).where('id', '=', deferred).executeTakeFirst()).toEqual({
       state: 'deferred',
       trigger_id: triggerId,

@@ -9,14 +9,23 @@ import type { TriggerEventRecord } from '../src/storage/index.ts';
 import { OutcomeWriter } from '../src/triggerer/outcome-writer.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { createTaskInstance, LogCapture, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
+import {
+  createTaskInstance,
+  LogCapture,
+  migratedDatabase,
+  startTriggerer,
+  taskInstance,
+  waitFor,
+  type TestDatabase,
+  type TestTriggerer,
+} from './support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
 describe.each(testDialects)('outcome writes on %s', (dialect) => {
   const open: { databases: TestDatabase[]; triggerers: TestTriggerer[]; writers: OutcomeWriter[] } = { databases: [], triggerers: [], writers: [] };
   afterEach(async () => {
-    open.writers.splice(0).forEach((writer) => writer.close());
+    for (const writer of open.writers.splice(0)) writer.close();
     await Promise.all(open.triggerers.splice(0).map((tr) => tr.stop()));
     await Promise.all(open.databases.splice(0).map((db) => db.close()));
   });
@@ -30,8 +39,19 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const { triggerId } = await new Storage(db).deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume', deduplicate: false }));
     return { id, triggerId };
   };
-  const writer = (db: TestDatabase, storage: Storage, logs: LogCapture, retry = { retryDelayMs: 1000, maxRetryDelayMs: 30_000 }, onWritten: (ids: number[]) => void = () => {}) => {
-    const w = new OutcomeWriter(storage, pino({ level: 'debug' }, logs), { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, ...retry }, onWritten);
+  const writer = (
+    db: TestDatabase,
+    storage: Storage,
+    logs: LogCapture,
+    retry = { retryDelayMs: 1000, maxRetryDelayMs: 30_000 },
+    onWritten: (ids: number[]) => void = () => {},
+  ) => {
+    const w = new OutcomeWriter(
+      storage,
+      pino({ level: 'debug' }, logs),
+      { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, ...retry },
+      onWritten,
+    );
     open.writers.push(w);
     return w;
   };
@@ -45,11 +65,16 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const tr = await startTriggerer(db);
     open.triggerers.push(tr);
     const all = [nulPayload, surrogatePayload, nulError, ...healthy];
-    await waitFor(async () => (await Promise.all(all.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'every task instance out of deferred' });
+    await waitFor(async () => (await Promise.all(all.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'every task instance out of deferred',
+    });
 
     for (const { id } of healthy) expect((await taskInstance(db, id)).next_method).toBe('resume');
     // A payload the database cannot store is refused where it is made, naming the value.
-    for (const [{ id }, what] of [[nulPayload, 'U+0000'], [surrogatePayload, 'lone surrogate']] as const) {
+    for (const [{ id }, what] of [
+      [nulPayload, 'U+0000'],
+      [surrogatePayload, 'lone surrogate'],
+    ] as const) {
       const ti = await taskInstance(db, id);
       expect(ti.next_method).toBe(TRIGGER_FAILURE_METHOD);
       expect(ti.next_kwargs).toMatchObject({ code: 'DF_NOT_STORABLE', reason: 'trigger_failure' });
@@ -68,7 +93,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const id = await createTaskInstance(db);
     const attempts = [
       () => new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', kwargs: { note: 'a\u0000b' } }),
-      () => new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', kwargs: { ['key\u0000']: 'value' } }),
+      () => new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', kwargs: { 'key\u0000': 'value' } }),
       () => new TaskDeferred({ trigger: new t.NeverTrigger({ tag: 'x\u0000y' }), method: 'resume' }),
     ];
     const errors = attempts.map((attempt) => {
@@ -95,7 +120,9 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     // Malformed JSON stands for any value the database refuses: both dialects refuse it.
     const refused = targets[4]!;
     for (const { triggerId } of targets) w.addEvent(triggerId, triggerId === refused.triggerId ? '{"not json' : JSON.stringify({ n: triggerId }));
-    await waitFor(async () => (await Promise.all(targets.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'every task instance moved' });
+    await waitFor(async () => (await Promise.all(targets.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'every task instance moved',
+    });
 
     for (const target of targets) {
       const ti = await taskInstance(db, target.id);
@@ -120,7 +147,15 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const storage = new Storage(db);
     const attempts: number[] = [];
     // A connection that drops once, then, for the last event, five times running: not a refusal of the values.
-    const failuresPlanned = ['connection reset', null, 'connection reset', 'connection reset', 'connection reset', 'server closed the connection', 'server closed the connection'];
+    const failuresPlanned = [
+      'connection reset',
+      null,
+      'connection reset',
+      'connection reset',
+      'connection reset',
+      'server closed the connection',
+      'server closed the connection',
+    ];
     const failing = withSubmitEvents(storage, async (events) => {
       const failure = failuresPlanned[attempts.length];
       attempts.push(Date.now());
@@ -130,7 +165,9 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const logs = new LogCapture();
     const w = writer(db, failing, logs, { retryDelayMs: 40, maxRetryDelayMs: 160 });
     for (const { triggerId } of first) w.addEvent(triggerId, '"fired"');
-    await waitFor(async () => (await Promise.all(first.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'the first events written' });
+    await waitFor(async () => (await Promise.all(first.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'the first events written',
+    });
     await waitFor(() => logs.matching((l) => typeof l.failed_writes === 'number').length === 1, { what: 'the recovery reported' });
     attempts.splice(0);
     failuresPlanned.splice(0, 2);
@@ -146,7 +183,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     // Each pause is at least the backoff for that failure: 40, 80, 160 ms, then at most 160.
     const pauses = attempts.slice(1).map((at, i) => at - attempts[i]!);
     expect(pauses).toHaveLength(5);
-    [40, 80, 160, 160, 160].forEach((least, i) => expect(pauses[i]).toBeGreaterThanOrEqual(least - 5));
+    for (const [i, least] of [40, 80, 160, 160, 160].entries()) expect(pauses[i]).toBeGreaterThanOrEqual(least - 5);
     await waitFor(() => logs.matching((l) => typeof l.failed_writes === 'number').length === 2, { what: 'the second recovery reported' });
     expect(logs.matching((l) => typeof l.failed_writes === 'number').map((l) => l.failed_writes)).toEqual([1, 5]);
   });
@@ -165,7 +202,9 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const w = writer(db, failing, logs, { retryDelayMs: 20, maxRetryDelayMs: 50 });
     for (const { triggerId } of [stuck, ...batchMates]) w.addEvent(triggerId, '"fired"');
     w.addEvent(later.triggerId, '"later"');
-    await waitFor(async () => (await Promise.all([...batchMates, later].map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'the other outcomes written' });
+    await waitFor(async () => (await Promise.all([...batchMates, later].map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'the other outcomes written',
+    });
     // Not failed either: an error the dialect cannot place is retried, never taken for a refusal.
     expect((await taskInstance(db, stuck.id)).state).toBe('deferred');
     await waitFor(() => w.pending === 1, { what: 'the written ones forgotten, the stuck one still kept' });

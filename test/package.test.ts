@@ -114,13 +114,19 @@ describe('the packed package in a project of its own', () => {
 
     const publint = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/publint/src/cli.js'), '--strict'], REPO_ROOT);
     expect(publint.code, `${publint.stdout}${publint.stderr}`).toBe(0);
-    const attw = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/@arethetypeswrong/cli/dist/index.js'), tarball, '--profile', 'esm-only'], REPO_ROOT);
+    const attw = await exec(
+      process.execPath,
+      [path.join(REPO_ROOT, 'node_modules/@arethetypeswrong/cli/dist/index.js'), tarball, '--profile', 'esm-only'],
+      REPO_ROOT,
+    );
     expect(attw.code, `${attw.stdout}${attw.stderr}`).toBe(0);
 
     const project = path.join(scratch, 'project');
     mkdirSync(path.join(project, 'dags'), { recursive: true });
     mkdirSync(path.join(project, 'triggers'));
-    const nodeTypes = (JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies['@types/node']!;
+    const nodeTypes = (JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies[
+      '@types/node'
+    ]!;
     writeFileSync(
       path.join(project, 'package.json'),
       JSON.stringify({
@@ -155,7 +161,16 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     writeFileSync(
       path.join(project, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { target: 'ES2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, skipLibCheck: false, noEmit: true, allowImportingTsExtensions: true, types: ['node'] },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          strict: true,
+          skipLibCheck: false,
+          noEmit: true,
+          allowImportingTsExtensions: true,
+          types: ['node'],
+        },
         include: ['dags', 'triggers', 'service'],
       }),
     );
@@ -168,7 +183,19 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     expect(versionOut.stdout.trim()).toBe(version);
     const standalone = await exec(
       'npx',
-      ['deferflow', 'standalone', '--dags', './dags', '--trigger-module', './triggers/countdown.ts', '--trigger-dag', 'countdown', '--exit-when-done', '--db', 'sqlite:./project.db'],
+      [
+        'deferflow',
+        'standalone',
+        '--dags',
+        './dags',
+        '--trigger-module',
+        './triggers/countdown.ts',
+        '--trigger-dag',
+        'countdown',
+        '--exit-when-done',
+        '--db',
+        'sqlite:./project.db',
+      ],
       project,
       60_000,
     );

@@ -35,7 +35,10 @@ extract.before(wait).before(load);
 `;
 
 async function finished(proc: TriggererProcess) {
-  return Promise.race([proc.exit, new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), 20_000))]);
+  return Promise.race([
+    proc.exit,
+    new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), 20_000)),
+  ]);
 }
 
 describe.each(testDialects)('task runtime processes on %s', (dialect) => {
@@ -63,7 +66,9 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
 
     const runState = async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'manual__e2e').executeTakeFirstOrThrow()).state;
     await waitFor(async () => (await runState()) === 'success', { what: 'the run to succeed', timeoutMs: 20_000 });
-    const rows = Object.fromEntries((await db.db.selectFrom('task_instance').select(['task_id', 'state', 'return_value', 'try_number']).execute()).map((row) => [row.task_id, row]));
+    const rows = Object.fromEntries(
+      (await db.db.selectFrom('task_instance').select(['task_id', 'state', 'return_value', 'try_number']).execute()).map((row) => [row.task_id, row]),
+    );
     expect(Object.fromEntries(Object.entries(rows).map(([id, row]) => [id, row.state]))).toEqual({ extract: 'success', wait: 'success', load: 'success' });
     expect(JSON.parse(rows.wait!.return_value!)).toEqual({ fired: true, asked: 'politely' });
     expect(rows.wait!.try_number).toBe(1);
@@ -88,7 +93,12 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     return { db, dags, log: path.join(dags, 'runs.log') };
   }
   const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
-  const lines = (file: string) => readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((line) => line.split(' '));
+  const lines = (file: string) =>
+    readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.split(' '));
   const started = async (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
 
   it('two schedulers and two workers: one set of task instances, each run exactly once', async () => {
@@ -108,13 +118,19 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     const workers = [0, 1].map(() => spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '3', ...fast]));
     for (const proc of [...schedulers, ...workers]) await started(proc);
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'fan_out', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
-    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', { what: 'the run', timeoutMs: 30_000 });
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {
+      what: 'the run',
+      timeoutMs: 30_000,
+    });
 
     const runs = lines(log);
     const byTask = new Map<string, string[]>();
     for (const [task, pid] of runs) byTask.set(task!, [...(byTask.get(task!) ?? []), pid!]);
     expect(byTask.size).toBe(30);
-    expect([...byTask].filter(([, pids]) => pids.length !== 1), 'tasks run more than once').toEqual([]);
+    expect(
+      [...byTask].filter(([, pids]) => pids.length !== 1),
+      'tasks run more than once',
+    ).toEqual([]);
     const pids = new Set(runs.map(([, pid]) => Number(pid)));
     expect(pids).toEqual(new Set(workers.map((w) => w.pid)));
     const hosts = await db.db.selectFrom('task_instance').select(['pid', 'try_number']).execute();
@@ -135,7 +151,8 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
     await started(scheduler);
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'waiting_etl', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
-    const states = async () => Object.fromEntries((await db.db.selectFrom('task_instance').select(['task_id', 'state']).execute()).map((row) => [row.task_id, row.state]));
+    const states = async () =>
+      Object.fromEntries((await db.db.selectFrom('task_instance').select(['task_id', 'state']).execute()).map((row) => [row.task_id, row.state]));
     await waitFor(async () => (await states()).extract === 'scheduled', { what: 'extract scheduled', timeoutMs: 20_000 });
     expect(await states()).toEqual({ extract: 'scheduled', wait: null, load: null });
     expect((await db.db.selectFrom('dag_run').select('state').executeTakeFirstOrThrow()).state).toBe('running');
@@ -143,7 +160,7 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     expect(await finished(scheduler)).toEqual({ code: 0, signal: null });
   }, 60_000);
 
-  it("a worker killed with SIGKILL has its running task retried by the scheduler on another worker", async () => {
+  it('a worker killed with SIGKILL has its running task retried by the scheduler on another worker', async () => {
     const { db, dags, log } = await withDag(`
 import { appendFileSync } from 'node:fs';
 import { BaseOperator, Dag, type TaskContext } from ${JSON.stringify(INDEX)};
@@ -161,16 +178,31 @@ dag.add(new SlowFirstTry({ taskId: 'slow' }));
     const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast]);
     for (const proc of [scheduler, victim]) await started(proc);
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
-    await waitFor(() => { try { return lines(log).length === 1; } catch { return false; } }, { what: 'the first try running' });
+    await waitFor(
+      () => {
+        try {
+          return lines(log).length === 1;
+        } catch {
+          return false;
+        }
+      },
+      { what: 'the first try running' },
+    );
     victim.kill('SIGKILL');
     expect(await finished(victim)).toEqual({ code: null, signal: 'SIGKILL' });
     const killedAt = Date.now();
     const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast]);
     await started(survivor);
 
-    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', { what: 'the run', timeoutMs: 20_000 });
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {
+      what: 'the run',
+      timeoutMs: 20_000,
+    });
     expect(Date.now() - killedAt).toBeGreaterThanOrEqual(1500);
-    expect(lines(log)).toEqual([['try1', String(victim.pid)], ['try2', String(survivor.pid)]]);
+    expect(lines(log)).toEqual([
+      ['try1', String(victim.pid)],
+      ['try2', String(survivor.pid)],
+    ]);
     const ti = await db.db.selectFrom('task_instance').select(['state', 'try_number', 'pid', 'return_value']).executeTakeFirstOrThrow();
     expect(ti).toMatchObject({ state: 'success', try_number: 2, pid: survivor.pid });
     expect(JSON.parse(ti.return_value!)).toBe('second try');

@@ -93,7 +93,10 @@ export const interrupted = new Dag({ dagId: 'interrupted' }).add(
 `;
 
 async function finished(proc: TriggererProcess, timeoutMs = 40_000) {
-  return Promise.race([proc.exit, new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), timeoutMs))]);
+  return Promise.race([
+    proc.exit,
+    new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), timeoutMs)),
+  ]);
 }
 
 describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
@@ -107,10 +110,13 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
         .split('\n')
         .map((line) => line.split(' '))
         .map(([task, what, at]) => ({ task: task!, what: what!, at: Number(at) }));
-    const standalone = (dagId: string) => spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--concurrency', '2', '--trigger-dag', dagId, '--exit-when-done', '--log-level', 'info']);
+    const standalone = (dagId: string) =>
+      spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--concurrency', '2', '--trigger-dag', dagId, '--exit-when-done', '--log-level', 'info']);
     const taskInstances = async () =>
       Object.fromEntries(
-        (await db.db.selectFrom('task_instance').select(['task_id', 'state', 'try_number', 'return_value', 'hostname', 'end_date', 'start_date']).execute()).map((row) => [row.task_id, row]),
+        (
+          await db.db.selectFrom('task_instance').select(['task_id', 'state', 'try_number', 'return_value', 'hostname', 'end_date', 'start_date']).execute()
+        ).map((row) => [row.task_id, row]),
       );
     return { db, dags, standalone, events, taskInstances };
   }
@@ -127,7 +133,12 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     expect(proc.text.at(-1)).toMatch(/^happy manual__\S+: success in [\d.]+ s\. 4 tasks took \d+ s in all/);
 
     const tis = await taskInstances();
-    expect(Object.fromEntries(Object.entries(tis).map(([id, ti]) => [id, ti.state]))).toEqual({ wait: 'success', flaky: 'success', report: 'success', sleep_only: 'success' });
+    expect(Object.fromEntries(Object.entries(tis).map(([id, ti]) => [id, ti.state]))).toEqual({
+      wait: 'success',
+      flaky: 'success',
+      report: 'success',
+      sleep_only: 'success',
+    });
     expect(JSON.parse(tis.report!.return_value!)).toEqual({ wait: { fired: true, asked: 'politely' }, flaky: 'second try' });
     expect(tis.flaky!.try_number).toBe(2);
 
@@ -144,7 +155,10 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     expect(workerLines.filter((line) => line.includes('"component":"worker"'))).toEqual([]);
 
     // Task logs: what the task logged and what the worker said about it, per try.
-    const runId = proc.text.find((line) => line.startsWith('triggered happy run '))!.split(' ').at(-1)!;
+    const runId = proc.text
+      .find((line) => line.startsWith('triggered happy run '))!
+      .split(' ')
+      .at(-1)!;
     const logs = async (...more: string[]) => {
       const cli = spawnDeferflow(['tasks', 'logs', '--db', db.url, '--run', runId, ...more]);
       return { exit: (await finished(cli)) as { code: number | null; signal: string | null }, out: cli.text, err: cli.stderr.join('\n') };
@@ -184,7 +198,10 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
   it('without --trigger-dag runs until SIGTERM, running what the CLI triggers meanwhile; stops with exit 0 and its job rows ended', async () => {
     const { db, dags } = await setUp();
     const proc = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--concurrency', '2', '--log-level', 'info']);
-    await waitFor(async () => (await db.db.selectFrom('job').select('id').where('state', '=', 'running').execute()).length === 3, { what: 'three running job rows', timeoutMs: 20_000 });
+    await waitFor(async () => (await db.db.selectFrom('job').select('id').where('state', '=', 'running').execute()).length === 3, {
+      what: 'three running job rows',
+      timeoutMs: 20_000,
+    });
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'out_of_time', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'failed', {
       what: 'the run to end',
@@ -206,18 +223,25 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     await waitFor(async () => (await taskInstances()).until_released?.state === 'running', { what: 'the task running', timeoutMs: 20_000 });
     proc.kill('SIGINT');
     expect(await finished(proc, 15_000)).toEqual({ code: 130, signal: null });
-    expect(proc.text).toContain('SIGINT: stopping; 1 running task instance(s) are handed back with their try (they run again on the next start); send it again to exit at once');
-    expect(proc.text.at(-1)).toMatch(/^run manual__\S+ of interrupted did not finish \(running, 0\/1 task\(s\) done\); it carries on when deferflow runs again/);
+    expect(proc.text).toContain(
+      'SIGINT: stopping; 1 running task instance(s) are handed back with their try (they run again on the next start); send it again to exit at once',
+    );
+    expect(proc.text.at(-1)).toMatch(
+      /^run manual__\S+ of interrupted did not finish \(running, 0\/1 task\(s\) done\); it carries on when deferflow runs again/,
+    );
     // Handed back, not left running for the zombie reaper: no try spent, ready for the next worker.
     expect((await taskInstances()).until_released).toMatchObject({ state: 'scheduled', try_number: 0 });
     expect((await db.db.selectFrom('job').select('state').execute()).map((job) => job.state)).toEqual(['success', 'success', 'success']);
 
     writeFileSync(path.join(dags, 'release'), '');
     const again = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--log-level', 'info']);
-    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('dag_id', '=', 'interrupted').executeTakeFirstOrThrow()).state === 'success', {
-      what: 'the run finished by the next start',
-      timeoutMs: 20_000,
-    });
+    await waitFor(
+      async () => (await db.db.selectFrom('dag_run').select('state').where('dag_id', '=', 'interrupted').executeTakeFirstOrThrow()).state === 'success',
+      {
+        what: 'the run finished by the next start',
+        timeoutMs: 20_000,
+      },
+    );
     expect((await taskInstances()).until_released).toMatchObject({ state: 'success', try_number: 1, return_value: '"released"' });
     again.kill('SIGTERM');
     expect(await finished(again)).toEqual({ code: 0, signal: null });

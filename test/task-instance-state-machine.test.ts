@@ -32,7 +32,9 @@ function taskInstanceWrites(): Statement[] {
       const sets = [...setBlock.matchAll(/(?:^|[\s,{])state: (?:'([a-z_]+)'|(null))/g)].map((match) => match[1] ?? null);
       const leaves = [
         ...[...statement.matchAll(/\.where\('state', '=', '([a-z_]+)'\)/g)].map((match) => match[1]!),
-        ...[...statement.matchAll(/\.where\('state', 'in', \[([^\]]*)\]\)/g)].flatMap((match) => [...match[1]!.matchAll(/'([a-z_]+)'/g)].map((state) => state[1]!)),
+        ...[...statement.matchAll(/\.where\('state', 'in', \[([^\]]*)\]\)/g)].flatMap((match) =>
+          [...match[1]!.matchAll(/'([a-z_]+)'/g)].map((state) => state[1]!),
+        ),
         ...(/\.where\('state', 'is', null\)/.test(statement) ? [null] : []),
       ];
       return [{ where: `src/${file}:${index + 1}`, transition: marker?.[1] ?? null, sets, leaves }];
@@ -65,7 +67,10 @@ describe('the task-instance state machine', () => {
       if (!row) return [];
       const badTargets = write.sets.filter((state) => !row.to.includes(state));
       const badSources = Array.isArray(row.from) ? write.leaves.filter((state) => !(row.from as readonly (string | null)[]).includes(state)) : write.leaves;
-      return [...badTargets.map((state) => `${write.where}: sets ${state}, not among ${write.transition}'s ${JSON.stringify(row.to)}`), ...badSources.map((state) => `${write.where}: leaves ${state}, not among ${write.transition}'s from`)];
+      return [
+        ...badTargets.map((state) => `${write.where}: sets ${state}, not among ${write.transition}'s ${JSON.stringify(row.to)}`),
+        ...badSources.map((state) => `${write.where}: leaves ${state}, not among ${write.transition}'s from`),
+      ];
     });
     expect(wrong).toEqual([]);
   });
@@ -74,7 +79,9 @@ describe('the task-instance state machine', () => {
     const performed = new Set(writes.map((write) => write.transition));
     expect(Object.keys(table).filter((name) => !performed.has(name))).toEqual([]);
     const known = new Set<string | null>([null, ...TASK_INSTANCE_STATES]);
-    const unknown = Object.entries(table).flatMap(([name, row]) => [...(Array.isArray(row.from) ? row.from : []), ...row.to].filter((state) => !known.has(state)).map((state) => `${name}: ${state}`));
+    const unknown = Object.entries(table).flatMap(([name, row]) =>
+      [...(Array.isArray(row.from) ? row.from : []), ...row.to].filter((state) => !known.has(state)).map((state) => `${name}: ${state}`),
+    );
     expect(unknown).toEqual([]);
     // Every state is reachable, and every state but the finished ones can be left.
     const reached = new Set(Object.values(table).flatMap((row) => row.to));

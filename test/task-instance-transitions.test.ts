@@ -53,7 +53,11 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     expect((await storage.startTaskInstance(fresh, me.jobId, null))?.tryNumber).toBe(1);
 
     const resumed = await createTaskInstance(db, { state: 'scheduled' });
-    await db.db.updateTable('task_instance').set({ try_number: 2, next_method: 'afterWait', next_kwargs: '{"event":"fired"}' }).where('id', '=', resumed).execute();
+    await db.db
+      .updateTable('task_instance')
+      .set({ try_number: 2, next_method: 'afterWait', next_kwargs: '{"event":"fired"}' })
+      .where('id', '=', resumed)
+      .execute();
     await storage.claimTaskInstances(me, 1);
     expect(await storage.startTaskInstance(resumed, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: 'afterWait' });
     expect(await storage.handBackTaskInstance(resumed, me.jobId)).toBe(true);
@@ -70,7 +74,12 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     const id = await createTaskInstance(db, { state: 'scheduled' });
     await db.db.updateTable('task_instance').set({ start_date: null }).where('id', '=', id).execute();
     await storage.claimTaskInstances(me, 1, 1_000_000);
-    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({ tryNumber: 1, nextMethod: null, nextKwargsJson: null, executionDeadline: 1_060_000 });
+    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({
+      tryNumber: 1,
+      nextMethod: null,
+      nextKwargsJson: null,
+      executionDeadline: 1_060_000,
+    });
 
     // Deferring for 10 minutes is cut to what is left of the execution timeout, and frees the worker.
     await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }), 1_010_000);

@@ -17,7 +17,7 @@ type LoggingContext = TaskContext & { log: pino.Logger };
 /** Logs a line PostgreSQL cannot store as it is (a NUL, lone surrogates), then an ordinary one, then fails. */
 class LogsOddTextThenFails extends BaseOperator {
   execute(context: LoggingContext): never {
-    context.log.info({ raw: 'a\u0000b', half: '\ud800', ['k\u0000ey']: 1 }, 'nul \u0000 and half \udc00 here');
+    context.log.info({ raw: 'a\u0000b', half: '\ud800', 'k\u0000ey': 1 }, 'nul \u0000 and half \udc00 here');
     context.log.warn('after the odd line');
     throw new Error('disk full');
   }
@@ -75,7 +75,12 @@ describe.each(testDialects)('task logs on %s', (dialect) => {
       }),
     });
     const processLog = new LogCapture();
-    const worker = new Worker(db, { concurrency: 4, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' }, resolve, pino({ level: processLevel }, processLog));
+    const worker = new Worker(
+      db,
+      { concurrency: 4, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' },
+      resolve,
+      pino({ level: processLevel }, processLog),
+    );
     open.workers.push(worker);
     await worker.start();
     const settled = ['failed', 'success', 'up_for_reschedule'];

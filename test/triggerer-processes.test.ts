@@ -87,7 +87,15 @@ async function deferMany(db: TestDatabase, specs: readonly DeferSpec[]): Promise
       const chunk = specs.slice(i, i + 1000);
       const triggers = await trx
         .insertInto('trigger')
-        .values(chunk.map((spec) => ({ classpath: spec.classpath, kwargs: JSON.stringify({ ...spec.kwargs, n: spec.n }), created_at: now, triggerer_id: null, hash: null })))
+        .values(
+          chunk.map((spec) => ({
+            classpath: spec.classpath,
+            kwargs: JSON.stringify({ ...spec.kwargs, n: spec.n }),
+            created_at: now,
+            triggerer_id: null,
+            hash: null,
+          })),
+        )
         .returning(['id', 'kwargs'])
         .execute();
       const nToTrigger = new Map<number, number>();
@@ -132,11 +140,22 @@ async function ownedIds(db: TestDatabase, jobId: number): Promise<number[]> {
 }
 
 async function triggerCount(db: TestDatabase): Promise<number> {
-  return Number((await db.db.selectFrom('trigger').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
+  return Number(
+    (
+      await db.db
+        .selectFrom('trigger')
+        .select((eb) => eb.fn.countAll().as('n'))
+        .executeTakeFirstOrThrow()
+    ).n,
+  );
 }
 
 async function deferredCount(db: TestDatabase): Promise<number> {
-  const row = await db.db.selectFrom('task_instance').select((eb) => eb.fn.countAll().as('n')).where('state', '=', 'deferred').executeTakeFirstOrThrow();
+  const row = await db.db
+    .selectFrom('task_instance')
+    .select((eb) => eb.fn.countAll().as('n'))
+    .where('state', '=', 'deferred')
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -145,7 +164,11 @@ async function job(db: TestDatabase, jobId: number) {
 }
 
 const sum = (lines: LogLine[], key: string) => lines.reduce((total, line) => total + Number(line[key] ?? 0), 0);
-const movedBy = (proc: TriggererProcess) => sum(proc.matching((line) => line.kind === 'event' || line.kind === 'failure'), 'moved_task_instances');
+const movedBy = (proc: TriggererProcess) =>
+  sum(
+    proc.matching((line) => line.kind === 'event' || line.kind === 'failure'),
+    'moved_task_instances',
+  );
 /** Lines where a pass released the triggers of dead peers (the stop line also has released_triggers, but with job_id). */
 const deadPeerReleases = (proc: TriggererProcess) => proc.matching((line) => typeof line.released_triggers === 'number' && line.job_id === undefined);
 
@@ -200,8 +223,18 @@ describe('triggerer processes on postgres (high availability)', () => {
     expect(perPid.get(a!.proc.pid)).toBeGreaterThan(0);
     expect(perPid.get(b!.proc.pid)).toBeGreaterThan(0);
     // What each logged as claimed is what it started.
-    expect(sum(a!.proc.matching((l) => typeof l.claimed === 'number'), 'claimed')).toBe(perPid.get(a!.proc.pid));
-    expect(sum(b!.proc.matching((l) => typeof l.claimed === 'number'), 'claimed')).toBe(perPid.get(b!.proc.pid));
+    expect(
+      sum(
+        a!.proc.matching((l) => typeof l.claimed === 'number'),
+        'claimed',
+      ),
+    ).toBe(perPid.get(a!.proc.pid));
+    expect(
+      sum(
+        b!.proc.matching((l) => typeof l.claimed === 'number'),
+        'claimed',
+      ),
+    ).toBe(perPid.get(b!.proc.pid));
 
     expect(movedBy(a!.proc) + movedBy(b!.proc)).toBe(2000);
     expect([...a!.proc.matching((l) => l.kind === 'failure'), ...b!.proc.matching((l) => l.kind === 'failure')]).toEqual([]);
@@ -217,7 +250,7 @@ describe('triggerer processes on postgres (high availability)', () => {
     }
   }, 45_000);
 
-  it('a SIGKILLed triggerer\'s triggers are taken over after the health-check threshold and each task instance moves once', async () => {
+  it("a SIGKILLed triggerer's triggers are taken over after the health-check threshold and each task instance moves once", async () => {
     const db = await database();
     const file = scratchFile('takeover');
     // Both must own some when one is killed, deterministically: the victim starts alone with
@@ -350,7 +383,12 @@ describe('triggerer processes on postgres (high availability)', () => {
     expect(last.get(ids[1]!)).toBe(300);
     expect(last.get(null)).toBe(400);
     for (const { proc } of started) {
-      expect(sum(proc.matching((l) => typeof l.claimed === 'number'), 'claimed')).toBe(300);
+      expect(
+        sum(
+          proc.matching((l) => typeof l.claimed === 'number'),
+          'claimed',
+        ),
+      ).toBe(300);
       expect(proc.exited).toBeNull();
     }
   }, 30_000);

@@ -26,7 +26,11 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     open.triggerers.push(tr);
     return tr;
   };
-  const deferOnto = async (db: TestDatabase, trigger: InstanceType<typeof t.ImmediateTrigger> | import('../src/index.ts').BaseTrigger, extra: { kwargs?: Record<string, string>; timeout?: number; priorityWeight?: number } = {}) => {
+  const deferOnto = async (
+    db: TestDatabase,
+    trigger: InstanceType<typeof t.ImmediateTrigger> | import('../src/index.ts').BaseTrigger,
+    extra: { kwargs?: Record<string, string>; timeout?: number; priorityWeight?: number } = {},
+  ) => {
     const id = await createTaskInstance(db, { priorityWeight: extra.priorityWeight });
     const result = await new Storage(db).deferTaskInstance(
       id,
@@ -35,7 +39,14 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     return { id, triggerId: result.triggerId };
   };
   const countTriggers = async (db: TestDatabase) =>
-    Number((await db.db.selectFrom('trigger').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
+    Number(
+      (
+        await db.db
+          .selectFrom('trigger')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
 
   it('an event moves every task instance deferred on the trigger to scheduled, once, and deletes the trigger', async () => {
     const db = await database();
@@ -66,15 +77,21 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
 
   it('an end event finishes its task instances itself: success keeps the payload as return value, failed and skipped end there', async () => {
     const db = await database();
-    const succeeded = [await deferOnto(db, new t.EndTaskTrigger({ state: 'success', payload: 'the result', ms: 20 })), await deferOnto(db, new t.EndTaskTrigger({ state: 'success', payload: 'the result', ms: 20 }))];
+    const succeeded = [
+      await deferOnto(db, new t.EndTaskTrigger({ state: 'success', payload: 'the result', ms: 20 })),
+      await deferOnto(db, new t.EndTaskTrigger({ state: 'success', payload: 'the result', ms: 20 })),
+    ];
     const failed = await deferOnto(db, new t.EndTaskTrigger({ state: 'failed', payload: 'remote job failed' }));
     const skipped = await deferOnto(db, new t.EndTaskTrigger({ state: 'skipped' }));
     const invalid = await deferOnto(db, new t.EndTaskTrigger({ state: 'done' }));
     const tr = await triggerer(db);
 
-    await waitFor(async () => (await Promise.all([succeeded[1]!, failed, skipped, invalid].map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state !== 'deferred'), {
-      what: 'every end event written',
-    });
+    await waitFor(
+      async () => (await Promise.all([succeeded[1]!, failed, skipped, invalid].map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state !== 'deferred'),
+      {
+        what: 'every end event written',
+      },
+    );
     for (const { id } of succeeded) {
       const ti = await taskInstance(db, id);
       expect(ti).toMatchObject({ state: 'success', trigger_id: null, next_method: null, next_kwargs: null, trigger_timeout: null });
@@ -102,7 +119,9 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, endedTaskInstances: 0 });
     expect(await taskInstance(db, first.id)).toEqual(before);
     // A late failure for a trigger whose task instance has moved on changes nothing either.
-    await storage.submitFailures([{ triggerId: first.triggerId, failure: { code: 'DF_TRIGGER_FAILED', error: 'late', traceback: null, reason: 'trigger_failure' } }]);
+    await storage.submitFailures([
+      { triggerId: first.triggerId, failure: { code: 'DF_TRIGGER_FAILED', error: 'late', traceback: null, reason: 'trigger_failure' } },
+    ]);
     expect(await taskInstance(db, first.id)).toEqual(before);
   });
 
@@ -115,15 +134,24 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
       notJson: await deferOnto(db, new t.NonJsonEventTrigger({})),
       notAllowed: await deferOnto(db, new t.UnregisteredTrigger({})),
     };
-    await db.db.insertInto('trigger').values({ classpath: 'nowhere.Missing', kwargs: '{}', created_at: new Date().toISOString(), triggerer_id: null, hash: null }).execute();
+    await db.db
+      .insertInto('trigger')
+      .values({ classpath: 'nowhere.Missing', kwargs: '{}', created_at: new Date().toISOString(), triggerer_id: null, hash: null })
+      .execute();
     const unknownTrigger = await db.db.selectFrom('trigger').select('id').where('classpath', '=', 'nowhere.Missing').executeTakeFirstOrThrow();
     const unknownTi = await createTaskInstance(db, { state: 'deferred' });
-    await db.db.updateTable('task_instance').set({ trigger_id: unknownTrigger.id, next_method: 'resume', next_kwargs: '{}' }).where('id', '=', unknownTi).execute();
+    await db.db
+      .updateTable('task_instance')
+      .set({ trigger_id: unknownTrigger.id, next_method: 'resume', next_kwargs: '{}' })
+      .where('id', '=', unknownTi)
+      .execute();
     const good = await deferOnto(db, new t.DelayTrigger({ ms: 300 }));
 
     const tr = await triggerer(db);
     const ids = [...Object.values(bad).map((b) => b.id), unknownTi, good.id];
-    await waitFor(async () => (await Promise.all(ids.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), { what: 'all task instances scheduled' });
+    await waitFor(async () => (await Promise.all(ids.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'all task instances scheduled',
+    });
 
     // Every failure marker carries the stable code of what went wrong, beside the text.
     const error = async (id: number, code: string) => {
@@ -145,10 +173,21 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
 
     const failureLogs = tr.logs.matching((l) => l.level === 50 && typeof l.trigger_id === 'number');
     expect(failureLogs.map((l) => l.classpath).sort()).toEqual(
-      ['nowhere.Missing', 'test.BadConstructorTrigger', 'test.EndsWithoutEventTrigger', 'test.NonJsonEventTrigger', 'test.NotAllowedTrigger', 'test.ThrowingTrigger'].sort(),
+      [
+        'nowhere.Missing',
+        'test.BadConstructorTrigger',
+        'test.EndsWithoutEventTrigger',
+        'test.NonJsonEventTrigger',
+        'test.NotAllowedTrigger',
+        'test.ThrowingTrigger',
+      ].sort(),
     );
     // ...and so does every error log line about them.
-    expect(Object.fromEntries(failureLogs.map((l) => [l.classpath, l.code]))).toMatchObject({ 'nowhere.Missing': 'DF_UNKNOWN_TRIGGER', 'test.ThrowingTrigger': 'DF_TRIGGER_FAILED', 'test.NonJsonEventTrigger': 'DF_NOT_JSON' });
+    expect(Object.fromEntries(failureLogs.map((l) => [l.classpath, l.code]))).toMatchObject({
+      'nowhere.Missing': 'DF_UNKNOWN_TRIGGER',
+      'test.ThrowingTrigger': 'DF_TRIGGER_FAILED',
+      'test.NonJsonEventTrigger': 'DF_NOT_JSON',
+    });
     await waitFor(async () => (await countTriggers(db)) === 0, { what: 'every failed trigger deleted' });
   });
 
@@ -170,7 +209,9 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const timedOut = [...one.logs.lines, ...two.logs.lines].filter((l) => typeof l.timed_out === 'number').reduce((s, l) => s + Number(l.timed_out), 0);
     expect(timedOut).toBe(1);
     expect((await taskInstance(db, untimed.id)).state).toBe('deferred');
-    await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('id', '=', timed.triggerId).execute()).length === 0, { what: 'the timed-out trigger deleted' });
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('id', '=', timed.triggerId).execute()).length === 0, {
+      what: 'the timed-out trigger deleted',
+    });
   });
 
   it('never owns more triggers than its capacity, and claims highest priority first', async () => {
@@ -178,7 +219,15 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     for (let i = 0; i < 12; i++) await deferOnto(db, new t.NeverTrigger({ n: i }), { priorityWeight: i === 7 ? 100 : 1 });
     const tr = await triggerer(db, { capacity: 5, 'claims-per-loop': 2 });
     const owned = async () =>
-      Number((await db.db.selectFrom('trigger').select((eb) => eb.fn.countAll().as('n')).where('triggerer_id', '=', tr.triggerer.jobId).executeTakeFirstOrThrow()).n);
+      Number(
+        (
+          await db.db
+            .selectFrom('trigger')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .where('triggerer_id', '=', tr.triggerer.jobId)
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
     const seen: number[] = [];
     const until = Date.now() + 1500;
     while (Date.now() < until) {
@@ -242,7 +291,10 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     await waitFor(async () => (await taskInstance(db, late.id)).state === 'scheduled' && (await taskInstance(db, early.id)).state === 'scheduled');
     const warnings = tr.logs.matching((l) => l.level === 40 && typeof l.blocked_ms === 'number' && typeof l.trigger_id === 'number');
     expect(warnings.map((w) => [w.trigger_id, w.classpath]).sort()).toEqual(
-      [[late.triggerId, 'test.BlockingTrigger'], [early.triggerId, 'test.BlockingAtStartTrigger']].sort(),
+      [
+        [late.triggerId, 'test.BlockingTrigger'],
+        [early.triggerId, 'test.BlockingAtStartTrigger'],
+      ].sort(),
     );
     for (const w of warnings) expect(Number(w.blocked_ms)).toBeGreaterThanOrEqual(290);
   });
@@ -261,7 +313,10 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(await storage.clearTaskInstances([{ id: cleared.id, retries: 2 }])).toEqual({ cleared: 1, deletedTriggers: 1 });
 
     await waitFor(() => readFileSync(file, 'utf8').includes('cleanup moved') && readFileSync(file, 'utf8').includes('cleanup cleared'), { what: 'cleanups' });
-    const lines = readFileSync(file, 'utf8').trim().split('\n').map((line) => line.split(' ').slice(0, 2).join(' '));
+    const lines = readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => line.split(' ').slice(0, 2).join(' '));
     expect(lines.filter((line) => !line.startsWith('start'))).toEqual(expect.arrayContaining(['kill cleared', 'cleanup cleared', 'cleanup moved']));
     expect(lines).not.toContain('kill moved');
     expect(lines.indexOf('kill cleared')).toBeLessThan(lines.indexOf('cleanup cleared'));

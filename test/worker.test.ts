@@ -8,7 +8,16 @@ import { TASK_LOG_LINE_CAP } from '../src/worker/task-log-writer.ts';
 import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { createTaskInstance, LogCapture, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
+import {
+  createTaskInstance,
+  LogCapture,
+  migratedDatabase,
+  startTriggerer,
+  taskInstance,
+  waitFor,
+  type TestDatabase,
+  type TestTriggerer,
+} from './support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -112,7 +121,11 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     return db;
   };
   /** A worker whose tasks are `operators[task_id]`. */
-  const startWorker = async (db: TestDatabase, operators: Record<string, BaseOperator>, settings: { retry?: RetryPolicy; executionTimeoutMs?: number; concurrency?: number } = {}) => {
+  const startWorker = async (
+    db: TestDatabase,
+    operators: Record<string, BaseOperator>,
+    settings: { retry?: RetryPolicy; executionTimeoutMs?: number; concurrency?: number } = {},
+  ) => {
     const resolve: TaskResolver = async (ti) => {
       const operator = operators[ti.taskId];
       if (!operator) throw new Error(`no task ${ti.taskId}`);
@@ -121,7 +134,14 @@ describe.each(testDialects)('worker on %s', (dialect) => {
         retry: settings.retry ?? NO_RETRIES,
         executionTimeoutMs: settings.executionTimeoutMs ?? null,
         context: (claimed, started, taskLog, signal) => ({
-          taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
+          taskInstance: {
+            id: claimed.id,
+            dagId: claimed.dagId,
+            taskId: claimed.taskId,
+            runId: claimed.runId,
+            mapIndex: claimed.mapIndex,
+            tryNumber: started.tryNumber,
+          },
           log: taskLog,
           signal,
         }),
@@ -147,7 +167,10 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const short = await scheduled(db, 'short');
     const long = await scheduled(db, 'long');
     const { worker, logs } = await startWorker(db, { short: new Chatty(3), long: new Chatty(TASK_LOG_LINE_CAP + 5) });
-    await waitFor(async () => (await stateOf(db, short)) === 'success' && (await stateOf(db, long)) === 'success', { what: 'both to succeed', timeoutMs: 20_000 });
+    await waitFor(async () => (await stateOf(db, short)) === 'success' && (await stateOf(db, long)) === 'success', {
+      what: 'both to succeed',
+      timeoutMs: 20_000,
+    });
 
     const shortLog = await worker.storage.readTaskLog(short, 1);
     expect(shortLog.map((line) => [line.level, line.message])).toEqual([
@@ -176,9 +199,12 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const poked = await scheduled(db, 'poke');
     const huge = await scheduled(db, 'huge');
     const { worker, logs } = await startWorker(db, { skip: new SkipsItself(), poke: new PokesUntil(2), huge: new ReturnsTooMuch() });
-    await waitFor(async () => (await stateOf(db, skipped)) === 'skipped' && (await stateOf(db, huge)) === 'failed' && (await stateOf(db, poked)) === 'up_for_reschedule', {
-      what: 'skip, failure and the first reschedule',
-    });
+    await waitFor(
+      async () => (await stateOf(db, skipped)) === 'skipped' && (await stateOf(db, huge)) === 'failed' && (await stateOf(db, poked)) === 'up_for_reschedule',
+      {
+        what: 'skip, failure and the first reschedule',
+      },
+    );
     expect((await worker.storage.readTaskLog(skipped, 1)).at(-1)?.message).toMatch(/skipped: nothing to do today$/);
     const failure = (await worker.storage.readTaskLog(huge, 1)).at(-1)!;
     expect(failure.level).toBe('error');
@@ -191,10 +217,13 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     expect(rescheduledRow.try_number).toBe(0);
     expect(new Date(rescheduledRow.ready_at!).getTime()).toBeGreaterThan(Date.now() - 1000);
     const storage = worker.storage;
-    await waitFor(async () => {
-      await storage.scheduleReadyTaskInstances();
-      return (await stateOf(db, poked)) === 'success';
-    }, { what: 'the third poke' });
+    await waitFor(
+      async () => {
+        await storage.scheduleReadyTaskInstances();
+        return (await stateOf(db, poked)) === 'success';
+      },
+      { what: 'the third poke' },
+    );
     const done = await taskInstance(db, poked);
     expect(done.try_number).toBe(1);
     expect(JSON.parse(done.return_value!)).toBe(3);
@@ -240,7 +269,9 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const doomedId = await scheduled(db, 'doomed');
     const { logs } = await startWorker(db, { flaky, doomed }, { retry: { retries: 1, retryDelayMs: 200, exponentialBackoff: false, maxRetryDelayMs: null } });
 
-    await waitFor(async () => (await stateOf(db, flakyId)) === 'up_for_retry' && (await stateOf(db, doomedId)) === 'up_for_retry', { what: 'the first failures' });
+    await waitFor(async () => (await stateOf(db, flakyId)) === 'up_for_retry' && (await stateOf(db, doomedId)) === 'up_for_retry', {
+      what: 'the first failures',
+    });
     const waiting = await taskInstance(db, flakyId);
     expect(new Date(waiting.ready_at!).getTime() - new Date(waiting.updated_at!).getTime()).toBe(200);
     const storage = open.workers[0]!.storage;
@@ -269,7 +300,11 @@ describe.each(testDialects)('worker on %s', (dialect) => {
   it('a deferring task frees its slot, and resumes at next_method with the event once the trigger fires', async () => {
     const db = await database();
     const id = await scheduled(db, 'waits');
-    const { worker } = await startWorker(db, { waits: new DeferThenReport(() => new t.DelayTrigger({ ms: 400 })), rows: new ReturnsRows() }, { concurrency: 1 });
+    const { worker } = await startWorker(
+      db,
+      { waits: new DeferThenReport(() => new t.DelayTrigger({ ms: 400 })), rows: new ReturnsRows() },
+      { concurrency: 1 },
+    );
     await waitFor(async () => (await stateOf(db, id)) === 'deferred', { what: 'the deferral' });
     expect(worker.runningCount).toBe(0);
     // The one slot is free while it waits: another task runs to the end meanwhile.

@@ -5,8 +5,7 @@ import { InvalidTriggerArgumentError, BaseTrigger, type SerializedTrigger, TaskS
 export type MomentInput = string | Date | DateTime;
 
 const PASS_INSTEAD =
-  'pass an ISO-8601 string with a UTC offset or Z (e.g. "2030-05-01T12:00:00Z" or "2030-05-01T14:00:00+02:00"), ' +
-  'a valid luxon DateTime, or a valid Date';
+  'pass an ISO-8601 string with a UTC offset or Z (e.g. "2030-05-01T12:00:00Z" or "2030-05-01T14:00:00+02:00"), ' + 'a valid luxon DateTime, or a valid Date';
 
 /**
  * Fires once, at `moment`, with the moment (its ISO string) as the event payload. A moment in the
@@ -141,7 +140,9 @@ export function describeValue(value: unknown): string {
   if (value === null || value === undefined) return String(value);
   if (value instanceof Date) return Number.isFinite(value.getTime()) ? `Date ${value.toISOString()}` : 'Date(Invalid Date)';
   if (DateTime.isDateTime(value)) {
-    return value.isValid ? `DateTime ${value.toISO()}` : `DateTime(invalid: ${value.invalidReason}${value.invalidExplanation ? `, ${value.invalidExplanation}` : ''})`;
+    return value.isValid
+      ? `DateTime ${value.toISO()}`
+      : `DateTime(invalid: ${value.invalidReason}${value.invalidExplanation ? `, ${value.invalidExplanation}` : ''})`;
   }
   if (typeof value === 'function') return 'a function';
   const name = (value as object).constructor?.name;

@@ -77,11 +77,7 @@ export class FileTrigger extends BaseTrigger {
     const glob = hasMagic(this.path);
     for (;;) {
       signal.throwIfAborted();
-      const found = glob
-        ? await findFirstFile(this.path, { recursive: this.recursive })
-        : (await isRegularFile(this.path))
-          ? this.path
-          : undefined;
+      const found = glob ? await findFirstFile(this.path, { recursive: this.recursive }) : (await isRegularFile(this.path)) ? this.path : undefined;
       if (found !== undefined) {
         yield new TriggerEvent({ path: found });
         return;

@@ -68,7 +68,10 @@ export function matchesGlob(pattern: string, filePath: string, options: GlobOpti
  */
 export function splitGlob(pattern: string, options: GlobOptions = {}): { base: string; segments: string[] } {
   const { root } = path.parse(pattern);
-  const parts = pattern.slice(root.length).split(SEPARATORS).filter((part) => part !== '' && part !== '.');
+  const parts = pattern
+    .slice(root.length)
+    .split(SEPARATORS)
+    .filter((part) => part !== '' && part !== '.');
   const firstMagic = parts.findIndex(hasMagic);
   if (firstMagic === -1) return { base: path.join(root, ...parts), segments: [] };
   return { base: path.join(root, ...parts.slice(0, firstMagic)), segments: collapseGlobstars(parts.slice(firstMagic), options) };
@@ -81,13 +84,12 @@ export function splitGlob(pattern: string, options: GlobOptions = {}): { base: s
  * directory.
  */
 export async function findFirstFile(pattern: string, options: GlobOptions = {}): Promise<string | undefined> {
-  if (!path.isAbsolute(pattern)) throw new InvalidTriggerArgumentError('FileTrigger', `findFirstFile needs an absolute pattern, got ${JSON.stringify(pattern)}`);
+  if (!path.isAbsolute(pattern))
+    throw new InvalidTriggerArgumentError('FileTrigger', `findFirstFile needs an absolute pattern, got ${JSON.stringify(pattern)}`);
   const { base, segments } = splitGlob(pattern, options);
   if (segments.length === 0) return (await isRegularFile(base)) ? base : undefined;
   // Compile each wildcard segment once per call (a globstar needs none).
-  const regexps = segments.map((segment) =>
-    (options.recursive && segment === '**') || !hasMagic(segment) ? null : segmentToRegExp(segment),
-  );
+  const regexps = segments.map((segment) => ((options.recursive && segment === '**') || !hasMagic(segment) ? null : segmentToRegExp(segment)));
   return walk(base, segments, regexps, 0, false);
 }
 
@@ -190,7 +192,7 @@ function collapseGlobstars(segments: string[], options: GlobOptions): string[] {
 }
 
 const REGEXP_SPECIAL = /[\\^$.*+?()[\]{}|]/g;
-const CLASS_SPECIAL = /[\\\]\[^]/g;
+const CLASS_SPECIAL = /[\\\][^]/g;
 
 function segmentSource(segment: string): string {
   let source = '';

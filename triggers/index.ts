@@ -7,7 +7,7 @@
  */
 import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
-import { type TriggerClass } from '../src/index.ts';
+import type { TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, type FileTriggerKwargs } from './file-trigger.ts';

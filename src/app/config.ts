@@ -119,7 +119,8 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
   };
   if (typeof shared.db !== 'string') throw new InvalidOptionError('databaseUrl', `expected a URL string, got ${describe(config.databaseUrl)}`);
   const dagsFolder = config.dagsFolder ?? WORKER_OPTIONS.dags.default;
-  if (typeof dagsFolder !== 'string' || dagsFolder === '') throw new InvalidOptionError('dagsFolder', `expected a folder path, got ${describe(config.dagsFolder)}`);
+  if (typeof dagsFolder !== 'string' || dagsFolder === '')
+    throw new InvalidOptionError('dagsFolder', `expected a folder path, got ${describe(config.dagsFolder)}`);
   const migrate = config.migrate ?? true;
   if (typeof migrate !== 'boolean') throw new InvalidOptionError('migrate', `expected true or false, got ${describe(config.migrate)}`);
   if (config.logger !== undefined && (config.logger === null || typeof config.logger.child !== 'function')) {
@@ -210,7 +211,8 @@ function toTableUnit(value: unknown, unit: string, field: string): unknown {
     return unit === 'seconds' ? value.as('seconds') : value.toMillis();
   }
   if (unit === 'milliseconds' && typeof value === 'number') return value * 1000;
-  if (isDurationOption && typeof value !== 'number') throw new InvalidOptionError(field, `expected a luxon Duration or a number of seconds, got ${describe(value)}`);
+  if (isDurationOption && typeof value !== 'number')
+    throw new InvalidOptionError(field, `expected a luxon Duration or a number of seconds, got ${describe(value)}`);
   return value;
 }
 
@@ -254,7 +256,11 @@ function describe(value: unknown): string {
 
 // The config interfaces above must name exactly the flags of the CLI's option tables (less what
 // comes from the top level): a flag added to a table and not here fails the build.
-type CamelCase<S extends string> = S extends 'trigger-module' ? 'triggerModules' : S extends `${infer Head}-${infer Tail}` ? `${Head}${Capitalize<CamelCase<Tail>>}` : S;
+type CamelCase<S extends string> = S extends 'trigger-module'
+  ? 'triggerModules'
+  : S extends `${infer Head}-${infer Tail}`
+    ? `${Head}${Capitalize<CamelCase<Tail>>}`
+    : S;
 type SectionKeys<Table> = Exclude<CamelCase<keyof Table & string>, 'db' | 'dags' | 'logLevel' | 'logFormat'>;
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const inSync: [

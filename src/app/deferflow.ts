@@ -143,7 +143,12 @@ export class Deferflow {
     this.#state = 'running';
     if (this.worker) {
       // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
-      this.#dagProcessing = await keepDagFolderProcessed(this.database, this.options.dagsFolder, this.options.worker!.dagProcessIntervalMs, this.#dagProcessingLog);
+      this.#dagProcessing = await keepDagFolderProcessed(
+        this.database,
+        this.options.dagsFolder,
+        this.options.worker!.dagProcessIntervalMs,
+        this.#dagProcessingLog,
+      );
     }
     await this.triggerer?.start();
     await this.scheduler?.start();

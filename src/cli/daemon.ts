@@ -28,7 +28,9 @@ export async function runUntilSignalled(
 ): Promise<never> {
   const database = app.database;
   const daemon = { ...hooks, stop: () => app.stop({ keepDatabaseOpen: true }) };
-  process.on('uncaughtException', (error) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'));
+  process.on('uncaughtException', (error) =>
+    log.error({ code: 'DF_UNCAUGHT', ...describeThrown(error) }, 'uncaught exception (user code threw outside a task or trigger); continuing'),
+  );
   process.on('unhandledRejection', (reason) => log.error({ code: 'DF_UNCAUGHT', ...describeThrown(reason) }, 'unhandled rejection; continuing'));
   let signals = 0;
   let stopping = false;
@@ -39,13 +41,11 @@ export async function runUntilSignalled(
       log.error('graceful stop took too long; exiting');
       process.exit(1);
     }, deadlineMs).unref();
-    void daemon
-      .stop()
-      .then(async () => {
-        const code = signal !== null && daemon.exitCodeAfterSignal ? await daemon.exitCodeAfterSignal(signal).catch(() => 1) : exitCode;
-        await database.close();
-        process.exit(code);
-      });
+    void daemon.stop().then(async () => {
+      const code = signal !== null && daemon.exitCodeAfterSignal ? await daemon.exitCodeAfterSignal(signal).catch(() => 1) : exitCode;
+      await database.close();
+      process.exit(code);
+    });
   };
   const onSignal = (signal: NodeJS.Signals) => {
     signals++;

@@ -42,8 +42,21 @@ export function registerDagsCommands(cli: Argv): void {
               process.stdout.write(`${JSON.stringify({ dags: dagRows, import_errors: errors })}\n`);
               return;
             }
-            process.stdout.write(dagRows.length === 0 ? 'no DAGs\n' : formatTable(['DAG ID', 'SCHEDULE', 'FILE'], dagRows.map((row) => [row.dag_id, row.schedule ?? 'manual', row.fileloc])));
-            if (errors.length > 0) process.stdout.write(`\n${formatTable(['IMPORT ERROR IN', 'ERROR'], errors.map((error) => [error.fileloc, error.message]))}`);
+            process.stdout.write(
+              dagRows.length === 0
+                ? 'no DAGs\n'
+                : formatTable(
+                    ['DAG ID', 'SCHEDULE', 'FILE'],
+                    dagRows.map((row) => [row.dag_id, row.schedule ?? 'manual', row.fileloc]),
+                  ),
+            );
+            if (errors.length > 0)
+              process.stdout.write(
+                `\n${formatTable(
+                  ['IMPORT ERROR IN', 'ERROR'],
+                  errors.map((error) => [error.fileloc, error.message]),
+                )}`,
+              );
           } finally {
             await database.close();
           }
@@ -125,19 +138,38 @@ export function registerDagsCommands(cli: Argv): void {
         'Process the DAG folder now: write serialized DAGs, mark deleted ones, record import errors',
         (command) =>
           command
-            .option('dags', { type: 'string', describe: `${WORKER_OPTIONS.dags.describe} [env ${WORKER_OPTIONS.dags.env}; default ${WORKER_OPTIONS.dags.default}]` })
+            .option('dags', {
+              type: 'string',
+              describe: `${WORKER_OPTIONS.dags.describe} [env ${WORKER_OPTIONS.dags.env}; default ${WORKER_OPTIONS.dags.default}]`,
+            })
             .option('remove-missing', {
               type: 'boolean',
-              describe: 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
+              describe:
+                'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
           const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });
-            const changes = [...Object.entries(result.written), ...result.deleted.map((dagId) => [dagId, 'deleted'] as const)].sort(([a], [b]) => (a < b ? -1 : 1));
-            process.stdout.write(changes.length === 0 ? 'no DAGs\n' : formatTable(['DAG ID', 'RESULT'], changes.map(([dagId, what]) => [dagId, what])));
-            if (result.errors.length > 0) process.stdout.write(`\n${formatTable(['IMPORT ERROR IN', 'ERROR'], result.errors.map((error) => [error.fileloc, error.message]))}`);
+            const changes = [...Object.entries(result.written), ...result.deleted.map((dagId) => [dagId, 'deleted'] as const)].sort(([a], [b]) =>
+              a < b ? -1 : 1,
+            );
+            process.stdout.write(
+              changes.length === 0
+                ? 'no DAGs\n'
+                : formatTable(
+                    ['DAG ID', 'RESULT'],
+                    changes.map(([dagId, what]) => [dagId, what]),
+                  ),
+            );
+            if (result.errors.length > 0)
+              process.stdout.write(
+                `\n${formatTable(
+                  ['IMPORT ERROR IN', 'ERROR'],
+                  result.errors.map((error) => [error.fileloc, error.message]),
+                )}`,
+              );
             if (result.errors.length > 0) process.exitCode = 1;
           } finally {
             await database.close();

@@ -11,10 +11,13 @@ export function databaseUrlFrom(flag: string | undefined): string {
 }
 
 export function registerDbCommands(cli: Argv): void {
-  cli.command('db <action>', 'Database commands: migrate, schema', (db) =>
-    db
-      .positional('action', { choices: ['migrate', 'schema'] as const, describe: 'migrate: apply new migrations; schema: print the schema' })
-      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
+  cli.command(
+    'db <action>',
+    'Database commands: migrate, schema',
+    (db) =>
+      db
+        .positional('action', { choices: ['migrate', 'schema'] as const, describe: 'migrate: apply new migrations; schema: print the schema' })
+        .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
     async (args) => {
       const url = databaseUrlFrom(args.db);
       // migrate creates what is missing; schema shows a migrated database only.

@@ -10,16 +10,22 @@ export function registerInitCommand(cli: Argv, version: string): void {
     'init [dir]',
     'Create a deferflow project: package.json, tsconfig.json, a DAG that defers, a custom trigger, a README (refuses a folder that is not empty)',
     (command) =>
-      command
-        .positional('dir', { type: 'string', default: '.', describe: 'Where to create it (made if missing; must be empty)' })
-        .option('deferflow', { type: 'string', describe: `The deferflow dependency to install: a version range, a tarball path or a git URL [default ^${version}]` }),
+      command.positional('dir', { type: 'string', default: '.', describe: 'Where to create it (made if missing; must be empty)' }).option('deferflow', {
+        type: 'string',
+        describe: `The deferflow dependency to install: a version range, a tarball path or a git URL [default ^${version}]`,
+      }),
     // async: a refusal then reaches the CLI's error handler (exit 2) like every other command's.
     async (args) => {
       const dir = path.resolve(String(args.dir));
       if (existsSync(dir) && readdirSync(dir).length > 0) {
         throw new InvalidOptionError('dir', `${dir} is not empty; init writes only into a new or empty folder and never overwrites a file`);
       }
-      const name = path.basename(dir).toLowerCase().replace(/[^a-z0-9-_.]/g, '-').replace(/^[._-]+/, '') || 'deferflow-project';
+      const name =
+        path
+          .basename(dir)
+          .toLowerCase()
+          .replace(/[^a-z0-9-_.]/g, '-')
+          .replace(/^[._-]+/, '') || 'deferflow-project';
       const spec = typeof args.deferflow === 'string' && args.deferflow !== '' ? args.deferflow : `^${version}`;
       for (const [file, text] of Object.entries(projectFiles(name, spec, version))) {
         mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
@@ -67,7 +73,15 @@ function projectFiles(name: string, deferflowSpec: string, version: string): Rec
     'package.json': `${JSON.stringify(manifest, null, 2)}\n`,
     'tsconfig.json': `${JSON.stringify(
       {
-        compilerOptions: { target: 'ES2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, allowImportingTsExtensions: true, types: ['node'] },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          strict: true,
+          noEmit: true,
+          allowImportingTsExtensions: true,
+          types: ['node'],
+        },
         include: ['dags', 'triggers'],
       },
       null,

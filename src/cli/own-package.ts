@@ -13,10 +13,16 @@ export function ownPackage(): OwnPackage {
   for (let dir = new URL('.', import.meta.url); ; dir = new URL('..', dir)) {
     try {
       const manifest = JSON.parse(readFileSync(new URL('package.json', dir), 'utf8')) as OwnPackage & { name?: string };
-      if (manifest.name === 'deferflow') return (cached = manifest);
+      if (manifest.name === 'deferflow') {
+        cached = manifest;
+        return cached;
+      }
     } catch {
       // none here: look higher
     }
-    if (dir.pathname === '/') return (cached = { version: 'unknown' });
+    if (dir.pathname === '/') {
+      cached = { version: 'unknown' };
+      return cached;
+    }
   }
 }

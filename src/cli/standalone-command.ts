@@ -86,7 +86,13 @@ export function registerStandaloneCommand(cli: Argv): void {
  * Shows the run's progress until it finishes, then its summary; resolves to whether it
  * succeeded, or to null once interrupted (a signal: the stop says the rest).
  */
-async function showRunProgress(database: Database, app: Deferflow, options: StandaloneOptions, runId: string, progressState: { interrupted: boolean }): Promise<boolean | null> {
+async function showRunProgress(
+  database: Database,
+  app: Deferflow,
+  options: StandaloneOptions,
+  runId: string,
+  progressState: { interrupted: boolean },
+): Promise<boolean | null> {
   const dagId = options.triggerDag!;
   const storage = new Storage(database);
   const startedAt = performance.now();
@@ -113,7 +119,9 @@ async function showRunProgress(database: Database, app: Deferflow, options: Stan
     }
     if (finished) {
       const taskMs = await storage.finishedTaskMs(dagId, runId);
-      process.stdout.write(`${summaryLine({ dagId, runId, state: progress.state }, progress, taskMs, elapsed, options.worker.concurrency, app.worker!.slotMsSpent)}\n`);
+      process.stdout.write(
+        `${summaryLine({ dagId, runId, state: progress.state }, progress, taskMs, elapsed, options.worker.concurrency, app.worker!.slotMsSpent)}\n`,
+      );
       return progress.state === 'success';
     }
     await new Promise((resolve) => setTimeout(resolve, PROGRESS_INTERVAL_MS));

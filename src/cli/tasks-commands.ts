@@ -34,12 +34,18 @@ export function registerTasksCommands(cli: Argv): void {
               end_date: iso(ti.endDate),
               next_method: ti.nextMethod,
             }));
-            if (rows.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
+            if (rows.length === 0)
+              throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
             if (args.json) {
               process.stdout.write(`${JSON.stringify(rows)}\n`);
               return;
             }
-            process.stdout.write(formatTable(['DAG ID', 'TASK ID', 'STATE', 'TRY', 'HOST'], rows.map((row) => [row.dag_id, row.task_id, row.state ?? 'none', String(row.try_number), row.hostname ?? '-'])));
+            process.stdout.write(
+              formatTable(
+                ['DAG ID', 'TASK ID', 'STATE', 'TRY', 'HOST'],
+                rows.map((row) => [row.dag_id, row.task_id, row.state ?? 'none', String(row.try_number), row.hostname ?? '-']),
+              ),
+            );
           } finally {
             await database.close();
           }
@@ -60,8 +66,10 @@ export function registerTasksCommands(cli: Argv): void {
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
             const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
             const dagIds = [...new Set(ofRun.map((ti) => ti.dagId))];
-            if (dagIds.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
-            if (dagIds.length > 1) throw new InvalidOptionError('dag', `${dagIds.length} DAGs have a run ${JSON.stringify(args.run)} (${dagIds.join(', ')}): name one with --dag`);
+            if (dagIds.length === 0)
+              throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
+            if (dagIds.length > 1)
+              throw new InvalidOptionError('dag', `${dagIds.length} DAGs have a run ${JSON.stringify(args.run)} (${dagIds.join(', ')}): name one with --dag`);
             const dagId = dagIds[0]!;
             const dag = await serializedDagSource(database)(dagId);
             if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs`);
@@ -103,7 +111,8 @@ export function registerTasksCommands(cli: Argv): void {
               throw new InvalidOptionError('task', `run ${JSON.stringify(args.run)}${ofDag} has no task ${args.task} (its tasks: ${taskIds.join(', ')})`);
             }
             const where = `task ${args.task} of run ${JSON.stringify(args.run)}${ofDag}`;
-            if (found.length > 1) throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dagId).join(', ')}): name one with --dag`);
+            if (found.length > 1)
+              throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dagId).join(', ')}): name one with --dag`);
             const ti = found[0]!;
             // A rescheduled try gives its number back, but its lines are logged under it.
             const loggedTries = await storage.taskLogTries(ti.id);

@@ -12,7 +12,7 @@ const SHUTDOWN_DEADLINE_MS = 5_000;
 export function registerTriggererCommand(cli: Argv): void {
   cli.command(
     'triggerer',
-    'Run the triggerer: claim deferred tasks\' triggers and run them until they fire',
+    "Run the triggerer: claim deferred tasks' triggers and run them until they fire",
     (command) => declareOptions(command, TRIGGERER_OPTIONS),
     async (args) => {
       const options = resolveTriggererOptions(rawOptionsFrom(TRIGGERER_OPTIONS, args));

@@ -3,7 +3,15 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { DagFolderError, errorFields, InvalidOptionError } from '../errors.ts';
-import { activeDagFilelocs, markMissingDagsDeleted, readSerializedDag, readSerializedDagHash, replaceImportErrors, writeSerializedDag, type SerializedDagWrite } from '../storage/serialized-dags.ts';
+import {
+  activeDagFilelocs,
+  markMissingDagsDeleted,
+  readSerializedDag,
+  readSerializedDagHash,
+  replaceImportErrors,
+  writeSerializedDag,
+  type SerializedDagWrite,
+} from '../storage/serialized-dags.ts';
 import type { DagSource, SchedulerDag } from '../model/scheduler-dag.ts';
 
 import { loadDagFolder, type DagFileError } from './loader.ts';
@@ -52,14 +60,18 @@ export async function processDagFolder(database: Database, folder: string, optio
   const errors: DagFileError[] = [...loaded.errors];
   const written: Record<string, SerializedDagWrite> = {};
   for (const { dag, fileloc } of loaded.dags) {
-    let serialized;
+    let serialized: ReturnType<typeof serializeDag>;
     try {
       serialized = serializeDag(dag, fileloc);
     } catch (error) {
       errors.push({ fileloc, message: (error as Error).message });
       continue;
     }
-    written[dag.dagId] = await writeSerializedDag(context, { dagId: dag.dagId, fileloc, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION }, now);
+    written[dag.dagId] = await writeSerializedDag(
+      context,
+      { dagId: dag.dagId, fileloc, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION },
+      now,
+    );
   }
   const brokenFiles = [...new Set(errors.map((error) => error.fileloc))];
   const deleted = await markMissingDagsDeleted(context, Object.keys(written), brokenFiles, now);
@@ -77,7 +89,8 @@ export async function keepDagFolderProcessed(database: Database, folder: string,
   const processOnce = async () => {
     try {
       const result = await processDagFolder(database, folder);
-      for (const error of result.errors) log.error({ code: 'DF_DAG_IMPORT', fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
+      for (const error of result.errors)
+        log.error({ code: 'DF_DAG_IMPORT', fileloc: error.fileloc, error: error.message }, `DAG file ${error.fileloc}: ${error.message}`);
       for (const { fileloc, message } of result.unreloadable) {
         // Once per file and reason: it is true of every pass until the file changes.
         const key = `${fileloc}\u0000${message}`;
@@ -90,7 +103,10 @@ export async function keepDagFolderProcessed(database: Database, folder: string,
       }
       const changed = Object.entries(result.written).filter(([, write]) => write !== 'unchanged');
       if (changed.length > 0 || result.deleted.length > 0) {
-        log.info({ written: Object.fromEntries(changed), deleted: result.deleted }, `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`);
+        log.info(
+          { written: Object.fromEntries(changed), deleted: result.deleted },
+          `DAGs processed: ${changed.length} written, ${result.deleted.length} deleted`,
+        );
       }
       refusedBefore = '';
     } catch (error) {
@@ -137,6 +153,8 @@ export function serializedDagSource(database: Database): DagSource {
 export async function assertDagFolder(folder: string): Promise<void> {
   const absolute = path.resolve(folder);
   const found = await stat(absolute).catch(() => null);
-  if (found === null) throw new InvalidOptionError('dags', `the DAG folder ${JSON.stringify(folder)} (${absolute}) does not exist; pass --dags or set DEFERFLOW_DAGS_FOLDER`);
-  if (!found.isDirectory()) throw new InvalidOptionError('dags', `${JSON.stringify(folder)} (${absolute}) is not a folder; --dags names the folder that holds the DAG files`);
+  if (found === null)
+    throw new InvalidOptionError('dags', `the DAG folder ${JSON.stringify(folder)} (${absolute}) does not exist; pass --dags or set DEFERFLOW_DAGS_FOLDER`);
+  if (!found.isDirectory())
+    throw new InvalidOptionError('dags', `${JSON.stringify(folder)} (${absolute}) is not a folder; --dags names the folder that holds the DAG files`);
 }

@@ -1,5 +1,5 @@
 import { InvalidDagError } from '../errors.ts';
-import type { BaseOperator, TaskDefaults } from '../operators/base-operator.ts';
+import type { AnyOperator, TaskDefaults } from '../operators/base-operator.ts';
 import { DateTime } from 'luxon';
 import type { JsonObject } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
@@ -49,7 +49,7 @@ export class Dag {
   readonly [DAG_BRAND] = true;
   readonly dagId: string;
   readonly options: DagOptions;
-  readonly #tasks = new Map<string, BaseOperator<any>>();
+  readonly #tasks = new Map<string, AnyOperator>();
 
   constructor(options: DagOptions) {
     if (typeof options?.dagId !== 'string' || !DAG_ID.test(options.dagId)) {
@@ -64,7 +64,7 @@ export class Dag {
   readonly scheduleWindow: ScheduleWindow | null;
 
   /** Adds tasks (operators made with a taskId); returns the DAG. */
-  add(...tasks: BaseOperator<any>[]): this {
+  add(...tasks: AnyOperator[]): this {
     for (const task of tasks) {
       const taskId = task.taskId;
       if (task.dagId !== null && task.dagId !== this.dagId) {
@@ -78,11 +78,11 @@ export class Dag {
     return this;
   }
 
-  get tasks(): readonly BaseOperator<any>[] {
+  get tasks(): readonly AnyOperator[] {
     return [...this.#tasks.values()];
   }
 
-  task(taskId: string): BaseOperator<any> | undefined {
+  task(taskId: string): AnyOperator | undefined {
     return this.#tasks.get(taskId);
   }
 
@@ -92,13 +92,15 @@ export class Dag {
     for (const task of members) {
       for (const upstream of task.upstream) {
         if (!members.has(upstream)) {
-          throw new InvalidDagError(`DAG ${this.dagId}: task ${task.taskId} waits for ${describeTask(upstream)}, which is not a task of this DAG (add it with dag.add)`);
+          throw new InvalidDagError(
+            `DAG ${this.dagId}: task ${task.taskId} waits for ${describeTask(upstream)}, which is not a task of this DAG (add it with dag.add)`,
+          );
         }
       }
     }
     const visiting: string[] = [];
     const done = new Set<string>();
-    const visit = (task: BaseOperator<any>): void => {
+    const visit = (task: AnyOperator): void => {
       const at = visiting.indexOf(task.taskId);
       // The walk goes upstream; the cycle is named the way its tasks run (a.before(b): a -> b).
       if (at !== -1) throw new InvalidDagError(`DAG ${this.dagId} has a cycle: ${[...visiting.slice(at), task.taskId].reverse().join(' -> ')}`);
@@ -119,7 +121,8 @@ function scheduleWindowOf(options: DagOptions): ScheduleWindow | null {
   const startDate = momentMs(options.startDate);
   if (startDate === null) throw bad('startDate', 'must be a valid Date, an ISO-8601 string with an offset or Z, or a luxon DateTime');
   const endDate = options.endDate === undefined || options.endDate === null ? null : momentMs(options.endDate);
-  if (endDate === null && options.endDate !== undefined && options.endDate !== null) throw bad('endDate', 'must be a valid Date, an ISO-8601 string with an offset or Z, or a luxon DateTime');
+  if (endDate === null && options.endDate !== undefined && options.endDate !== null)
+    throw bad('endDate', 'must be a valid Date, an ISO-8601 string with an offset or Z, or a luxon DateTime');
   if (endDate !== null && endDate < startDate) throw bad('endDate', 'is before startDate');
   if (options.catchup !== undefined && typeof options.catchup !== 'boolean') throw bad('catchup', 'must be true or false');
   let schedule: Schedule;
@@ -131,13 +134,14 @@ function scheduleWindowOf(options: DagOptions): ScheduleWindow | null {
     schedule = { kind: 'cron', cron: options.schedule, timezone };
   } else {
     const intervalMs = fixedIntervalMs(options.schedule);
-    if (intervalMs === null) throw bad('schedule', 'must be a cron expression, or a positive interval without calendar units (a luxon Duration in days or smaller, or seconds)');
+    if (intervalMs === null)
+      throw bad('schedule', 'must be a cron expression, or a positive interval without calendar units (a luxon Duration in days or smaller, or seconds)');
     schedule = { kind: 'interval', intervalMs };
   }
   return Object.freeze({ schedule: Object.freeze(schedule), startDate, endDate, catchup: options.catchup ?? false });
 }
 
-function describeTask(task: BaseOperator<any>): string {
+function describeTask(task: AnyOperator): string {
   try {
     return task.taskId;
   } catch {

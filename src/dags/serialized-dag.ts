@@ -1,3 +1,4 @@
+// biome-ignore-all lint/suspicious/noExplicitAny: toSchedulerDag reads stored JSON of unknown shape field by field, checking each as it goes
 import { InvalidDagError, InvalidSerializedDagError } from '../errors.ts';
 import type { SchedulerDag, SchedulerTask } from '../model/scheduler-dag.ts';
 import { TRIGGER_RULES } from '../model/trigger-rules.ts';
@@ -115,7 +116,8 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
   } catch {
     throw bad('data', 'is not JSON');
   }
-  if (data?.__version !== SERIALIZED_DAG_VERSION) throw bad('__version', `is ${JSON.stringify(data?.__version)}; this deferflow reads version ${SERIALIZED_DAG_VERSION}`);
+  if (data?.__version !== SERIALIZED_DAG_VERSION)
+    throw bad('__version', `is ${JSON.stringify(data?.__version)}; this deferflow reads version ${SERIALIZED_DAG_VERSION}`);
   const dag = data.dag;
   if (dag?.dag_id !== dagId) throw bad('dag.dag_id', `is ${JSON.stringify(dag?.dag_id)}`);
   if (!Array.isArray(dag.tasks)) throw bad('dag.tasks', 'is not a list');
@@ -135,10 +137,14 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
       return task[field] as number;
     };
     const upstream = task.upstream_task_ids;
-    if (!Array.isArray(upstream) || !upstream.every((id: unknown) => typeof id === 'string' && ids.has(id))) throw bad(`${at}.upstream_task_ids`, 'names a task the DAG does not have');
+    if (!Array.isArray(upstream) || !upstream.every((id: unknown) => typeof id === 'string' && ids.has(id)))
+      throw bad(`${at}.upstream_task_ids`, 'names a task the DAG does not have');
     if (!TRIGGER_RULES.includes(task.trigger_rule)) throw bad(`${at}.trigger_rule`, `is not one of ${TRIGGER_RULES.join(', ')}`);
     const start = task.start_trigger;
-    if (start !== null && (typeof start?.classpath !== 'string' || typeof start.method !== 'string' || typeof start.kwargs !== 'object' || typeof start.next_kwargs !== 'object')) {
+    if (
+      start !== null &&
+      (typeof start?.classpath !== 'string' || typeof start.method !== 'string' || typeof start.kwargs !== 'object' || typeof start.next_kwargs !== 'object')
+    ) {
       throw bad(`${at}.start_trigger`, 'is neither null nor { classpath, kwargs, method, next_kwargs, timeout_ms }');
     }
     return Object.freeze({
@@ -153,7 +159,16 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
         maxRetryDelayMs: task.max_retry_delay_ms === null ? null : whole('max_retry_delay_ms', 0),
       }),
       priorityWeight: whole('priority_weight', Number.MIN_SAFE_INTEGER),
-      startTrigger: start === null ? null : Object.freeze({ classpath: start.classpath, kwargs: start.kwargs, method: start.method, nextKwargs: start.next_kwargs, timeoutMs: start.timeout_ms ?? null }),
+      startTrigger:
+        start === null
+          ? null
+          : Object.freeze({
+              classpath: start.classpath,
+              kwargs: start.kwargs,
+              method: start.method,
+              nextKwargs: start.next_kwargs,
+              timeoutMs: start.timeout_ms ?? null,
+            }),
     });
   });
   return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks), schedule: readScheduleWindow(dag, bad) });

@@ -1,5 +1,5 @@
 import { InvalidDagError } from '../errors.ts';
-import type { BaseOperator } from '../operators/base-operator.ts';
+import type { AnyOperator } from '../operators/base-operator.ts';
 import { TRIGGER_RULES, type TriggerRule } from '../model/trigger-rules.ts';
 import { durationToMs } from '../time/duration.ts';
 import type { RetryPolicy } from '../model/retry-policy.ts';
@@ -14,7 +14,7 @@ export interface TaskSettings {
 }
 
 /** The task's own option, else the DAG's default arg, else the built-in default; checked. */
-export function taskSettings(dag: Dag, task: BaseOperator<any>): TaskSettings {
+export function taskSettings(dag: Dag, task: AnyOperator): TaskSettings {
   const own = task.taskOptions;
   const defaults = dag.options.defaultArgs ?? {};
   const pick = <K extends keyof typeof defaults>(key: K) => (own[key] !== undefined ? own[key] : defaults[key]);
@@ -24,7 +24,8 @@ export function taskSettings(dag: Dag, task: BaseOperator<any>): TaskSettings {
   const priorityWeight = pick('priorityWeight') ?? 1;
   if (!Number.isInteger(priorityWeight)) throw new InvalidDagError(`${where}: priorityWeight must be a whole number, got ${JSON.stringify(priorityWeight)}`);
   const triggerRule = pick('triggerRule') ?? 'all_success';
-  if (!TRIGGER_RULES.includes(triggerRule)) throw new InvalidDagError(`${where}: triggerRule must be one of ${TRIGGER_RULES.join(', ')}, got ${JSON.stringify(triggerRule)}`);
+  if (!TRIGGER_RULES.includes(triggerRule))
+    throw new InvalidDagError(`${where}: triggerRule must be one of ${TRIGGER_RULES.join(', ')}, got ${JSON.stringify(triggerRule)}`);
   const maxRetryDelay = pick('maxRetryDelay');
   const executionTimeout = pick('executionTimeout');
   try {

@@ -101,7 +101,9 @@ export const sqliteAdapter: DialectAdapter = {
     await sql`create temp table if not exists deferflow_trigger_value (trigger_id integer primary key, json text not null)`.execute(trx);
     await sql`delete from temp.deferflow_trigger_value`.execute(trx);
     for (const rows of chunks(values, Math.floor(sqliteAdapter.maxBindParameters / 2))) {
-      await sql`insert into temp.deferflow_trigger_value (trigger_id, json) values ${sql.join(rows.map((row) => sql`(${row.triggerId}, ${row.json})`))}`.execute(trx);
+      await sql`insert into temp.deferflow_trigger_value (trigger_id, json) values ${sql.join(rows.map((row) => sql`(${row.triggerId}, ${row.json})`))}`.execute(
+        trx,
+      );
     }
     return (triggerId) => sql`json((select json from temp.deferflow_trigger_value where trigger_id = ${triggerId}))`;
   },

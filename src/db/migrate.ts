@@ -45,12 +45,22 @@ export async function assertMigrated(database: Database, url: string): Promise<v
   const shown = redactDatabaseUrl(url);
   const fix = `run \`deferflow db migrate --db ${shown}\``;
   const applied = (await database.adapter.hasTable(database.db, MIGRATION_TABLE))
-    ? (await database.db.selectFrom(MIGRATION_TABLE as never).select('name' as never).execute()).map((row) => (row as { name: string }).name).sort()
+    ? (
+        await database.db
+          .selectFrom(MIGRATION_TABLE as never)
+          .select('name' as never)
+          .execute()
+      )
+        .map((row) => (row as { name: string }).name)
+        .sort()
     : [];
-  if (applied.length === 0) throw new DatabaseNotMigratedError(`database ${shown} is not migrated (it has no deferflow tables); ${fix}, or check --db (or DEFERFLOW_DATABASE_URL)`);
+  if (applied.length === 0)
+    throw new DatabaseNotMigratedError(`database ${shown} is not migrated (it has no deferflow tables); ${fix}, or check --db (or DEFERFLOW_DATABASE_URL)`);
   const unknown = applied.filter((name) => !known.includes(name));
   if (unknown.length > 0) {
-    throw new DatabaseNotMigratedError(`database ${shown} is newer than this deferflow: it has migration(s) ${unknown.join(', ')}, which this version does not know (it knows up to ${known.at(-1)}); upgrade deferflow`);
+    throw new DatabaseNotMigratedError(
+      `database ${shown} is newer than this deferflow: it has migration(s) ${unknown.join(', ')}, which this version does not know (it knows up to ${known.at(-1)}); upgrade deferflow`,
+    );
   }
   const missing = known.filter((name) => !applied.includes(name));
   if (missing.length > 0) {
@@ -62,7 +72,8 @@ async function currentSchema(database: Database): Promise<string> {
   const { db } = database;
   const result = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
   const schema = result.rows[0]?.schema;
-  if (!schema) throw new InvalidDatabaseUrlError(database.target.url, 'its search_path names no existing schema; create the schema, or fix options=-c search_path=…');
+  if (!schema)
+    throw new InvalidDatabaseUrlError(database.target.url, 'its search_path names no existing schema; create the schema, or fix options=-c search_path=…');
   return schema;
 }
 

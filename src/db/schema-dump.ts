@@ -15,11 +15,18 @@ async function dumpSqlite({ db }: Database): Promise<string> {
     select sql from sqlite_master
     where sql is not null and name not like 'sqlite_%' and tbl_name not like 'deferflow_migration%'
     order by tbl_name, case type when 'table' then 0 else 1 end, name`.execute(db);
-  return rows.rows.map((row) => `${normalizeWhitespace(row.sql)};`).join('\n') + '\n';
+  return `${rows.rows.map((row) => `${normalizeWhitespace(row.sql)};`).join('\n')}\n`;
 }
 
 async function dumpPostgres({ db }: Database): Promise<string> {
-  const columns = await sql<{ table_name: string; column_name: string; data_type: string; is_nullable: string; column_default: string | null; is_identity: string }>`
+  const columns = await sql<{
+    table_name: string;
+    column_name: string;
+    data_type: string;
+    is_nullable: string;
+    column_default: string | null;
+    is_identity: string;
+  }>`
     select table_name, column_name, data_type, is_nullable, column_default, is_identity
     from information_schema.columns
     where table_schema = current_schema() and table_name not like 'deferflow_migration%'
@@ -46,7 +53,7 @@ async function dumpPostgres({ db }: Database): Promise<string> {
         c.is_identity === 'YES' ? 'identity' : null,
         c.column_default !== null ? `default ${c.column_default}` : null,
       ].filter(Boolean);
-      lines.push(`  column ${c.column_name} ${c.data_type}${extras.length ? ' ' + extras.join(' ') : ''}`);
+      lines.push(`  column ${c.column_name} ${c.data_type}${extras.length ? ` ${extras.join(' ')}` : ''}`);
     }
     for (const con of constraints.rows.filter((row) => row.table_name === table)) {
       lines.push(`  constraint ${con.name} ${con.definition.replace(schemaPrefix, '')}`);
@@ -55,9 +62,14 @@ async function dumpPostgres({ db }: Database): Promise<string> {
       lines.push(`  index ${index.indexdef.replace(schemaPrefix, '')}`);
     }
   }
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }
 
 function normalizeWhitespace(text: string): string {
-  return text.replace(/--[^\n]*/g, '').replace(/\s+/g, ' ').replace(/\( /g, '(').replace(/ \)/g, ')').trim();
+  return text
+    .replace(/--[^\n]*/g, '')
+    .replace(/\s+/g, ' ')
+    .replace(/\( /g, '(')
+    .replace(/ \)/g, ')')
+    .trim();
 }

@@ -57,7 +57,9 @@ export abstract class Daemon {
     this.#starting = (async () => {
       const { jobType, hostname, capacity, heartbeatIntervalMs } = this.description;
       try {
-        this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () => this.onHeartbeat());
+        this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () =>
+          this.onHeartbeat(),
+        );
       } catch (error) {
         this.#state = 'stopped';
         throw error;
@@ -87,7 +89,10 @@ export abstract class Daemon {
       this.log.info({ job_id: job.id }, `${this.description.kind} ${job.id} stopped`);
     } catch (error) {
       job.stopHeartbeat();
-      this.log.error({ job_id: job.id, ...errorFields(error, 'DF_DATABASE') }, `could not end ${this.description.kind} ${job.id}'s job row; it looks dead to peers once its heartbeat is stale`);
+      this.log.error(
+        { job_id: job.id, ...errorFields(error, 'DF_DATABASE') },
+        `could not end ${this.description.kind} ${job.id}'s job row; it looks dead to peers once its heartbeat is stale`,
+      );
     }
     this.#state = 'stopped';
   }

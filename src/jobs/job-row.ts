@@ -20,7 +20,9 @@ export class JobRow {
     onBeat: () => void,
   ) {
     this.#timer = setInterval(() => {
-      this.storage.heartbeat(this.id).then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
+      this.storage
+        .heartbeat(this.id)
+        .then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
     }, heartbeatIntervalMs);
   }
 

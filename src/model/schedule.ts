@@ -20,9 +20,7 @@ import type { JsonObject } from '../serialization/json.ts';
  * thousands of runs in one pass.
  */
 
-export type Schedule =
-  | { readonly kind: 'cron'; readonly cron: string; readonly timezone: string }
-  | { readonly kind: 'interval'; readonly intervalMs: number };
+export type Schedule = { readonly kind: 'cron'; readonly cron: string; readonly timezone: string } | { readonly kind: 'interval'; readonly intervalMs: number };
 
 export interface ScheduleWindow {
   readonly schedule: Schedule;
@@ -54,7 +52,8 @@ const PRESETS: Readonly<Record<string, string>> = {
 /** Why `cron` is not a five-field cron expression or preset, or null when it is one. */
 export function cronProblem(cron: string, timezone: string): string | null {
   const expression = PRESETS[cron] ?? cron;
-  if (expression.trim().split(/\s+/).length !== 5) return `cron expression ${JSON.stringify(cron)} must have five fields (minute hour day month weekday) or be one of ${Object.keys(PRESETS).join(', ')}`;
+  if (expression.trim().split(/\s+/).length !== 5)
+    return `cron expression ${JSON.stringify(cron)} must have five fields (minute hour day month weekday) or be one of ${Object.keys(PRESETS).join(', ')}`;
   try {
     CronExpressionParser.parse(expression, { tz: timezone, strict: false });
     return null;
@@ -90,7 +89,8 @@ export function dueDataIntervals(window: ScheduleWindow, lastLogicalDate: number
 
 /** When the next interval after the last run (or the first one) ends: the next moment worth checking. */
 export function nextDueAt(window: ScheduleWindow, lastLogicalDate: number | null): number | null {
-  const start = lastLogicalDate === null ? firstStartAtOrAfter(window.schedule, window.startDate) : following(window.schedule, lastLogicalDate, window.startDate);
+  const start =
+    lastLogicalDate === null ? firstStartAtOrAfter(window.schedule, window.startDate) : following(window.schedule, lastLogicalDate, window.startDate);
   if (window.endDate !== null && start > window.endDate) return null;
   return following(window.schedule, start, window.startDate);
 }

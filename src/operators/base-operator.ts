@@ -77,7 +77,14 @@ export interface TaskOptions extends TaskDefaults {
 }
 
 /** What can be chained: one task, or several side by side. */
-export type TaskOrTasks = BaseOperator<any> | readonly BaseOperator<any>[];
+/**
+ * An operator whatever context it takes: what a DAG holds. (`any`, not `unknown`: a context
+ * type is a method parameter, so BaseOperator<RuntimeContext> is not a BaseOperator<TaskContext>.)
+ */
+// biome-ignore lint/suspicious/noExplicitAny: the one place that spells "whatever context", see above
+export type AnyOperator = BaseOperator<any>;
+
+export type TaskOrTasks = AnyOperator | readonly AnyOperator[];
 
 const TASK_ID = /^[A-Za-z0-9_.-]+$/;
 
@@ -92,7 +99,7 @@ const TASK_ID = /^[A-Za-z0-9_.-]+$/;
  */
 export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
   readonly #options: TaskOptions | undefined;
-  readonly #upstream = new Set<BaseOperator<any>>();
+  readonly #upstream = new Set<AnyOperator>();
   /** The DAG that owns this task, once added (its dag_id). */
   dagId: string | null = null;
 
@@ -137,7 +144,7 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
   }
 
   /** The tasks this one waits for. */
-  get upstream(): ReadonlySet<BaseOperator<any>> {
+  get upstream(): ReadonlySet<AnyOperator> {
     return this.#upstream;
   }
 
@@ -148,7 +155,7 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
    * operator would call it.)
    */
   before<Next extends TaskOrTasks>(next: Next): Next {
-    for (const task of Array.isArray(next) ? next : [next as BaseOperator<any>]) task.#upstream.add(this);
+    for (const task of Array.isArray(next) ? next : [next as AnyOperator]) task.#upstream.add(this);
     return next;
   }
 }
@@ -160,6 +167,6 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
 export function chain(...steps: readonly TaskOrTasks[]): void {
   for (let i = 1; i < steps.length; i++) {
     const before = steps[i - 1]!;
-    for (const task of Array.isArray(before) ? before : [before as BaseOperator<any>]) task.before(steps[i]!);
+    for (const task of Array.isArray(before) ? before : [before as AnyOperator]) task.before(steps[i]!);
   }
 }

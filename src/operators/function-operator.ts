@@ -24,7 +24,8 @@ export class FunctionOperator<Context extends RuntimeContext = RuntimeContext> e
     const { fn, resume, ...taskOptions } = options;
     super(taskOptions);
     if (typeof fn !== 'function') throw new InvalidDagError(`task ${options.taskId}: FunctionOperator needs fn, a function (got ${typeof fn})`);
-    if (resume !== undefined && typeof resume !== 'function') throw new InvalidDagError(`task ${options.taskId}: FunctionOperator resume must be a function (got ${typeof resume})`);
+    if (resume !== undefined && typeof resume !== 'function')
+      throw new InvalidDagError(`task ${options.taskId}: FunctionOperator resume must be a function (got ${typeof resume})`);
     this.fn = fn;
     this.#resume = resume;
   }

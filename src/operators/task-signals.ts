@@ -49,5 +49,8 @@ function rescheduleMoment(at: unknown): number {
   if (at instanceof Date && Number.isFinite(at.getTime())) return at.getTime();
   if (DateTime.isDateTime(at) && at.isValid) return at.toMillis();
   if (typeof at === 'string' && /(Z|[+-]\d\d:?\d\d)$/.test(at) && Number.isFinite(Date.parse(at))) return Date.parse(at);
-  throw new InvalidOptionError('reschedule', `expected a moment (Date, ISO-8601 string with an offset, luxon DateTime) or a delay (Duration or seconds), got ${JSON.stringify(at) ?? typeof at}`);
+  throw new InvalidOptionError(
+    'reschedule',
+    `expected a moment (Date, ISO-8601 string with an offset, luxon DateTime) or a delay (Duration or seconds), got ${JSON.stringify(at) ?? typeof at}`,
+  );
 }

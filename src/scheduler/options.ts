@@ -8,8 +8,18 @@ import type { SchedulerOptions } from './scheduler.ts';
 export const SCHEDULER_OPTIONS = {
   db: COMMON_OPTIONS.db,
   'poll-interval': { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
-  'heartbeat-interval': { env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the scheduler records that it is alive' },
-  'zombie-threshold': { env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD', default: 60, unit: 'seconds', describe: "A worker silent this long is dead: its task instances are retried or failed" },
+  'heartbeat-interval': {
+    env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL',
+    default: 5,
+    unit: 'seconds',
+    describe: 'How often the scheduler records that it is alive',
+  },
+  'zombie-threshold': {
+    env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD',
+    default: 60,
+    unit: 'seconds',
+    describe: 'A worker silent this long is dead: its task instances are retried or failed',
+  },
   'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],

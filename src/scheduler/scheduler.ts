@@ -13,7 +13,6 @@ import { decide, FINISHED_STATES } from '../model/trigger-rules.ts';
 import { dueDataIntervals, nextDueAt } from '../model/schedule.ts';
 import { retryDelayMs } from '../model/retry-policy.ts';
 
-
 export interface SchedulerOptions {
   readonly pollIntervalMs: number;
   readonly heartbeatIntervalMs: number;
@@ -53,7 +52,13 @@ export class Scheduler extends Daemon {
     private readonly dags: DagSource,
     log: Logger,
   ) {
-    super(new Storage(database), log, { kind: 'scheduler', jobType: SCHEDULER_JOB_TYPE, hostname: options.hostname, capacity: null, heartbeatIntervalMs: options.heartbeatIntervalMs });
+    super(new Storage(database), log, {
+      kind: 'scheduler',
+      jobType: SCHEDULER_JOB_TYPE,
+      hostname: options.hostname,
+      capacity: null,
+      heartbeatIntervalMs: options.heartbeatIntervalMs,
+    });
   }
 
   /** Runs the next pass now instead of after the poll interval. */
@@ -104,7 +109,10 @@ export class Scheduler extends Daemon {
         const key = `${run.dagId}\u0000${run.runId}`;
         if (!this.#waitingForDag.has(key)) {
           this.#waitingForDag.add(key);
-          this.log.warn({ dag_id: run.dagId, run_id: run.runId }, `DAG ${run.dagId} is not among the serialized DAGs (deleted, or its file not found); run ${run.runId} waits until it is back`);
+          this.log.warn(
+            { dag_id: run.dagId, run_id: run.runId },
+            `DAG ${run.dagId} is not among the serialized DAGs (deleted, or its file not found); run ${run.runId} waits until it is back`,
+          );
         }
         continue;
       }
@@ -132,8 +140,16 @@ export class Scheduler extends Daemon {
         let last = await this.storage.latestScheduledLogicalDate(dagId);
         for (const interval of dueDataIntervals(dag.schedule, last, now)) {
           const runId = `scheduled__${new Date(interval.start).toISOString()}`;
-          const created = await this.storage.createDagRun(dag, { runId, runType: 'scheduled', logicalDate: interval.start, conf: {}, dataInterval: interval }, now);
-          if (created !== null) this.log.info({ dag_id: dagId, run_id: runId }, `created scheduled run ${dagId} ${runId} (data interval to ${new Date(interval.end).toISOString()})`);
+          const created = await this.storage.createDagRun(
+            dag,
+            { runId, runType: 'scheduled', logicalDate: interval.start, conf: {}, dataInterval: interval },
+            now,
+          );
+          if (created !== null)
+            this.log.info(
+              { dag_id: dagId, run_id: runId },
+              `created scheduled run ${dagId} ${runId} (data interval to ${new Date(interval.end).toISOString()})`,
+            );
           last = interval.start;
         }
         this.#nextScheduleCheck.set(dagId, { hash, at: nextDueAt(dag.schedule, last) });
@@ -159,14 +175,20 @@ export class Scheduler extends Daemon {
     for (const ti of instances) {
       const task = tasks.get(ti.taskId);
       if (ti.state !== null || !task) continue;
-      const decision = decide(task.triggerRule, task.upstreamTaskIds.map((id) => stateOf.get(id) ?? null));
+      const decision = decide(
+        task.triggerRule,
+        task.upstreamTaskIds.map((id) => stateOf.get(id) ?? null),
+      );
       if (decision === 'schedule') {
         try {
           if (task.startTrigger) startDeferrals.set(ti.id, startDeferral(run.dagId, task.startTrigger, now));
           decided.scheduled.push(ti.id);
         } catch (error) {
           // Its start trigger cannot be built: it fails alone; the run and other DAGs go on.
-          this.log.error({ dag_id: run.dagId, run_id: run.runId, task_id: ti.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') }, `${run.dagId}.${ti.taskId} cannot start from its trigger; failed`);
+          this.log.error(
+            { dag_id: run.dagId, run_id: run.runId, task_id: ti.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') },
+            `${run.dagId}.${ti.taskId} cannot start from its trigger; failed`,
+          );
           decided.failed.push(ti.id);
         }
       } else if (decision === 'skip') decided.skipped.push(ti.id);

@@ -25,7 +25,7 @@ export const STANDALONE_OPTIONS = {
     env: 'DEFERFLOW_STANDALONE_EXIT_WHEN_DONE',
     default: false,
     unit: 'flag',
-    describe: "With trigger-dag: stop once that run finishes; exit 0 if it succeeded, 1 if it failed",
+    describe: 'With trigger-dag: stop once that run finishes; exit 0 if it succeeded, 1 if it failed',
   },
   'shutdown-grace': {
     env: 'DEFERFLOW_STANDALONE_SHUTDOWN_GRACE',
@@ -33,7 +33,11 @@ export const STANDALONE_OPTIONS = {
     unit: 'seconds',
     describe: 'On Ctrl-C or SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again on the next start)',
   },
-  'log-level': { ...COMMON_OPTIONS['log-level'], default: 'warn', describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)' },
+  'log-level': {
+    ...COMMON_OPTIONS['log-level'],
+    default: 'warn',
+    describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)',
+  },
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
@@ -55,7 +59,10 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
   const shared = { db: pick('db') as string, 'log-level': logLevel, 'log-format': logFormat };
   const triggerDag = String(pick('trigger-dag')).trim();
   return Object.freeze({
-    worker: resolveWorkerOptions({ ...shared, dags: pick('dags') as string, concurrency: pick('concurrency') as number, 'shutdown-grace': pick('shutdown-grace') as number }, env),
+    worker: resolveWorkerOptions(
+      { ...shared, dags: pick('dags') as string, concurrency: pick('concurrency') as number, 'shutdown-grace': pick('shutdown-grace') as number },
+      env,
+    ),
     scheduler: resolveSchedulerOptions(shared, env),
     triggerer: resolveTriggererOptions({ ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] }, env),
     triggerDag: triggerDag === '' ? null : triggerDag,

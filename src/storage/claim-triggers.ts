@@ -42,7 +42,16 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
   const run = <T>(work: (trx: StorageContext['db']) => Promise<T>): Promise<T> => (adapter.supportsRowLocks ? db.transaction().execute(work) : work(db));
   return run(async (trx) => {
     const candidates = await adapter
-      .lockSkippingLocked(trx.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).orderBy('priority_weight', 'desc').orderBy('created_at').orderBy('id').limit(limit))
+      .lockSkippingLocked(
+        trx
+          .selectFrom('trigger')
+          .select('id')
+          .where('triggerer_id', 'is', null)
+          .orderBy('priority_weight', 'desc')
+          .orderBy('created_at')
+          .orderBy('id')
+          .limit(limit),
+      )
       .execute();
     if (candidates.length === 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
     const ids = candidates.map((candidate) => candidate.id);
@@ -51,13 +60,18 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
       .set({ triggerer_id: jobId })
       .where(adapter.idIn('id', ids))
       .where('triggerer_id', 'is', null)
-      .where((eb) => eb(eb.selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id').limit(1), 'is not', null))
+      .where((eb) =>
+        eb(eb.selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id').limit(1), 'is not', null),
+      )
       .returning(['id', 'classpath', 'kwargs'])
       .execute();
     let orphansDeleted = 0;
     if (claimed.length < ids.length) {
       const owned = new Set(claimed.map((row) => row.id));
-      orphansDeleted = await deleteUnusedTriggers({ db: trx, adapter }, ids.filter((id) => !owned.has(id)));
+      orphansDeleted = await deleteUnusedTriggers(
+        { db: trx, adapter },
+        ids.filter((id) => !owned.has(id)),
+      );
     }
     return { claimed, examined: ids.length, orphansDeleted };
   });

@@ -29,7 +29,8 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
     const waitingOn = await trx.selectFrom('task_instance').select('trigger_id').where(adapter.idIn('id', ids)).where('trigger_id', 'is not', null).execute();
     const triggerIds = [...new Set(waitingOn.map((row) => row.trigger_id!))].sort((a, b) => a - b);
     // Trigger rows first, in id order, as event writes and the timeout sweep lock them.
-    if (triggerIds.length > 0) await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
+    if (triggerIds.length > 0)
+      await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
     let cleared = 0;
     const byRetries = new Map<number, TaskInstanceToClear[]>();
     for (const ti of taskInstances) byRetries.set(ti.retries, [...(byRetries.get(ti.retries) ?? []), ti]);
@@ -51,7 +52,12 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
           end_date: null,
           updated_at: toDbTime(now),
         })
-        .where(adapter.idIn('id', group.map((ti) => ti.id)))
+        .where(
+          adapter.idIn(
+            'id',
+            group.map((ti) => ti.id),
+          ),
+        )
         .executeTakeFirst();
       cleared += Number(result.numUpdatedRows);
     }

@@ -35,12 +35,7 @@ export interface DeferResult {
  * The task instance leaves its worker (the slot is free). A task instance that is no longer
  * deferrable (cleared meanwhile) gets a TaskInstanceStateError and no trigger is left behind.
  */
-export async function deferTaskInstance(
-  { db, adapter }: StorageContext,
-  taskInstanceId: number,
-  deferral: Deferral,
-  now: number,
-): Promise<DeferResult> {
+export async function deferTaskInstance({ db, adapter }: StorageContext, taskInstanceId: number, deferral: Deferral, now: number): Promise<DeferResult> {
   return db.transaction().execute(async (trx) => {
     // The task instance's weight, read inside the statements that need it: no round trip of its own.
     const priorityWeight = sql<number>`coalesce((select priority_weight from task_instance where id = ${taskInstanceId}), 1)`;
@@ -69,7 +64,9 @@ export async function deferTaskInstance(
     // Not deferrable (cleared, or never there): the throw rolls the trigger back too.
     const ti = await trx.selectFrom('task_instance').select('state').where('id', '=', taskInstanceId).executeTakeFirst();
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
-    throw new TaskInstanceStateError(`task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`);
+    throw new TaskInstanceStateError(
+      `task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`,
+    );
   });
 }
 

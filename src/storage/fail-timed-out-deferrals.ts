@@ -51,7 +51,12 @@ async function failBatch({ db, adapter }: StorageContext, now: number): Promise<
         next_kwargs: adapter.jsonParam(JSON.stringify(DEFERRAL_TIMEOUT_KWARGS)),
         updated_at: toDbTime(now),
       })
-      .where(adapter.idIn('id', due.map((row) => row.id)))
+      .where(
+        adapter.idIn(
+          'id',
+          due.map((row) => row.id),
+        ),
+      )
       .where('state', '=', 'deferred')
       .where('trigger_timeout', '<=', toDbTime(now))
       .executeTakeFirst();

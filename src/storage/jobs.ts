@@ -32,7 +32,11 @@ export async function registerJob({ db }: StorageContext, fields: JobFields, now
 }
 
 export async function heartbeatJob({ db }: StorageContext, jobId: number, now: number): Promise<void> {
-  await db.updateTable('job').set({ latest_heartbeat: toDbTime(now) }).where('id', '=', jobId).execute();
+  await db
+    .updateTable('job')
+    .set({ latest_heartbeat: toDbTime(now) })
+    .where('id', '=', jobId)
+    .execute();
 }
 
 export async function endJob({ db }: StorageContext, jobId: number, state: Exclude<JobState, 'running'>, now: number): Promise<void> {

@@ -63,7 +63,12 @@ export async function moveDeferredTaskInstances(
             : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome as RawBuilder<string> },
         )
         .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
-        .where(adapter.idIn('trigger_id', resumed.map((outcome) => outcome.triggerId)))
+        .where(
+          adapter.idIn(
+            'trigger_id',
+            resumed.map((outcome) => outcome.triggerId),
+          ),
+        )
         .where('state', '=', 'deferred')
         .executeTakeFirst();
       movedTaskInstances = Number(moved.numUpdatedRows);
@@ -90,7 +95,12 @@ export async function moveDeferredTaskInstances(
           end_date: toDbTime(now),
           updated_at: toDbTime(now),
         })
-        .where(adapter.idIn('trigger_id', ending.map((outcome) => outcome.triggerId)))
+        .where(
+          adapter.idIn(
+            'trigger_id',
+            ending.map((outcome) => outcome.triggerId),
+          ),
+        )
         .where('state', '=', 'deferred')
         .executeTakeFirst();
       endedTaskInstances += Number(ended.numUpdatedRows);

@@ -26,12 +26,7 @@ export async function ownedTriggersDigest({ db }: StorageContext, jobId: number)
 /** The rows of the given triggers that triggerer `jobId` owns (for triggers it owns but does not run). */
 export async function loadOwnedTriggers({ db, adapter }: StorageContext, jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
   if (ids.length === 0) return [];
-  return db
-    .selectFrom('trigger')
-    .select(['id', 'classpath', 'kwargs'])
-    .where('triggerer_id', '=', jobId)
-    .where(adapter.idIn('id', ids))
-    .execute();
+  return db.selectFrom('trigger').select(['id', 'classpath', 'kwargs']).where('triggerer_id', '=', jobId).where(adapter.idIn('id', ids)).execute();
 }
 
 /** Unowns every trigger of `jobId` (a graceful stop hands them to peers at once). */

@@ -11,5 +11,12 @@ export async function readTaskLog({ db }: StorageContext, taskInstanceId: number
     .where('try_number', '=', tryNumber)
     .orderBy('id')
     .execute();
-  return rows.map((row) => ({ taskInstanceId, tryNumber, loggedAt: fromDbTime(row.logged_at), level: row.level, message: row.message, fieldsJson: row.fields }));
+  return rows.map((row) => ({
+    taskInstanceId,
+    tryNumber,
+    loggedAt: fromDbTime(row.logged_at),
+    level: row.level,
+    message: row.message,
+    fieldsJson: row.fields,
+  }));
 }

@@ -11,14 +11,8 @@ export async function releaseTriggersOfDeadTriggerers({ db }: StorageContext, al
     .selectFrom('job')
     .select('id')
     .where('job_type', '=', TRIGGERER_JOB_TYPE)
-    .where((eb) =>
-      eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]),
-    );
-  const result = await db
-    .updateTable('trigger')
-    .set({ triggerer_id: null })
-    .where('triggerer_id', 'in', deadJobs)
-    .executeTakeFirst();
+    .where((eb) => eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]));
+  const result = await db.updateTable('trigger').set({ triggerer_id: null }).where('triggerer_id', 'in', deadJobs).executeTakeFirst();
   return Number(result.numUpdatedRows);
 }
 

@@ -36,8 +36,16 @@ export async function writeSerializedDag(
  * `brokenFiles`: a file that failed to load keeps its DAGs' last good version (and an import
  * error says why). Returns the dag ids marked.
  */
-export async function markMissingDagsDeleted({ db }: StorageContext, present: readonly string[], brokenFiles: readonly string[], now: number): Promise<string[]> {
-  let query = db.updateTable('serialized_dag').set({ deleted_at: toDbTime(now) }).where('deleted_at', 'is', null);
+export async function markMissingDagsDeleted(
+  { db }: StorageContext,
+  present: readonly string[],
+  brokenFiles: readonly string[],
+  now: number,
+): Promise<string[]> {
+  let query = db
+    .updateTable('serialized_dag')
+    .set({ deleted_at: toDbTime(now) })
+    .where('deleted_at', 'is', null);
   if (present.length > 0) query = query.where('dag_id', 'not in', [...present]);
   if (brokenFiles.length > 0) query = query.where('fileloc', 'not in', [...brokenFiles]);
   const rows = await query.returning('dag_id').execute();
@@ -63,7 +71,12 @@ export async function listImportErrors({ db }: StorageContext): Promise<{ filelo
 
 /** The stored JSON and hash of a DAG that is not deleted, or null. */
 export async function readSerializedDag({ db }: StorageContext, dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
-  const row = await db.selectFrom('serialized_dag').select(['data', 'hash', 'fileloc']).where('dag_id', '=', dagId).where('deleted_at', 'is', null).executeTakeFirst();
+  const row = await db
+    .selectFrom('serialized_dag')
+    .select(['data', 'hash', 'fileloc'])
+    .where('dag_id', '=', dagId)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
   return row ?? null;
 }
 
@@ -83,7 +96,12 @@ export async function readSerializedDagHash({ db }: StorageContext, dagId: strin
 export async function replaceImportErrors({ db }: StorageContext, errors: readonly { fileloc: string; message: string }[], now: number): Promise<void> {
   await db.transaction().execute(async (trx) => {
     let stale = trx.deleteFrom('import_error');
-    if (errors.length > 0) stale = stale.where('fileloc', 'not in', errors.map((error) => error.fileloc));
+    if (errors.length > 0)
+      stale = stale.where(
+        'fileloc',
+        'not in',
+        errors.map((error) => error.fileloc),
+      );
     await stale.execute();
     for (const error of errors) {
       await trx

@@ -62,7 +62,12 @@ export const TASK_INSTANCE_TRANSITIONS = {
   start: { from: ['queued'], to: ['running'], by: 'worker', file: 'task-instance-transitions.ts' },
   finish: { from: ['running'], to: ['success', 'failed', 'skipped', 'up_for_retry', 'up_for_reschedule'], by: 'worker', file: 'task-instance-transitions.ts' },
   'hand-back': { from: ['running'], to: ['scheduled'], by: 'worker (stopping)', file: 'task-instance-transitions.ts' },
-  defer: { from: ['scheduled', 'queued', 'running'], to: ['deferred'], by: 'worker, scheduler (start from trigger) or user code (deferTaskInstance)', file: 'defer-task-instance.ts' },
+  defer: {
+    from: ['scheduled', 'queued', 'running'],
+    to: ['deferred'],
+    by: 'worker, scheduler (start from trigger) or user code (deferTaskInstance)',
+    file: 'defer-task-instance.ts',
+  },
   resume: { from: ['deferred'], to: ['scheduled'], by: 'triggerer (event or trigger failure)', file: 'move-deferred-task-instances.ts' },
   'end-from-trigger': { from: ['deferred'], to: ['success', 'failed', 'skipped'], by: 'triggerer (TaskEndEvent)', file: 'move-deferred-task-instances.ts' },
   'time-out': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (timeout sweep)', file: 'fail-timed-out-deferrals.ts' },

@@ -36,12 +36,7 @@ export interface WorkerIdentity {
  * run the locking subquery more than once, each run skipping what the last one locked, and so
  * claim more than `limit` rows.
  */
-export async function claimTaskInstances(
-  { db, adapter }: StorageContext,
-  worker: WorkerIdentity,
-  limit: number,
-  now: number,
-): Promise<ClaimedTaskInstance[]> {
+export async function claimTaskInstances({ db, adapter }: StorageContext, worker: WorkerIdentity, limit: number, now: number): Promise<ClaimedTaskInstance[]> {
   if (limit <= 0) return [];
   const candidates = adapter.lockSkippingLocked(
     db
@@ -51,14 +46,24 @@ export async function claimTaskInstances(
       // A DAG marked deleted (its file was not found by the last DAG processing) may come back:
       // its task instances wait, scheduled, rather than fail for want of code.
       .where(({ not, exists, selectFrom }) =>
-        not(exists(selectFrom('serialized_dag').select('serialized_dag.dag_id').whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id').where('serialized_dag.deleted_at', 'is not', null))),
+        not(
+          exists(
+            selectFrom('serialized_dag')
+              .select('serialized_dag.dag_id')
+              .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
+              .where('serialized_dag.deleted_at', 'is not', null),
+          ),
+        ),
       )
       .orderBy('priority_weight', 'desc')
       .orderBy('id')
       .limit(limit),
   );
   const rows = await db
-    .with((cte) => cte('candidate').materialized(), () => candidates)
+    .with(
+      (cte) => cte('candidate').materialized(),
+      () => candidates,
+    )
     // transition: claim
     .updateTable('task_instance')
     .set({
@@ -78,9 +83,24 @@ export async function claimTaskInstances(
       'task_id',
       'run_id',
       'map_index',
-      eb.selectFrom('serialized_dag').select('fileloc').whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id').where('deleted_at', 'is', null).as('fileloc'),
-      eb.selectFrom('dag_run').select('logical_date').whereRef('dag_run.dag_id', '=', 'task_instance.dag_id').whereRef('dag_run.run_id', '=', 'task_instance.run_id').as('logical_date'),
-      eb.selectFrom('dag_run').select('conf').whereRef('dag_run.dag_id', '=', 'task_instance.dag_id').whereRef('dag_run.run_id', '=', 'task_instance.run_id').as('conf'),
+      eb
+        .selectFrom('serialized_dag')
+        .select('fileloc')
+        .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
+        .where('deleted_at', 'is', null)
+        .as('fileloc'),
+      eb
+        .selectFrom('dag_run')
+        .select('logical_date')
+        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
+        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
+        .as('logical_date'),
+      eb
+        .selectFrom('dag_run')
+        .select('conf')
+        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
+        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
+        .as('conf'),
     ])
     .execute();
   return rows.map((row) => ({
@@ -144,7 +164,7 @@ export async function startTaskInstance(
 
 /** How a run of a task instance ended (a deferral is recorded by deferTaskInstance instead). */
 export type TaskOutcome =
-  | { readonly state: 'success'; /** JSON text of what execute() returned, or null. */ readonly returnValueJson: string | null }
+  | { readonly state: 'success' /** JSON text of what execute() returned, or null. */; readonly returnValueJson: string | null }
   | { readonly state: 'skipped' }
   | { readonly state: 'failed' }
   | { readonly state: 'up_for_retry'; readonly readyAt: number }

@@ -13,6 +13,6 @@ export function durationToMs(value: DurationInput, name: string): number {
 }
 
 function describe(value: unknown): string {
-  if (Duration.isDuration(value)) return value.isValid ? value.toISO() ?? 'a Duration' : `an invalid Duration (${value.invalidReason})`;
+  if (Duration.isDuration(value)) return value.isValid ? (value.toISO() ?? 'a Duration') : `an invalid Duration (${value.invalidReason})`;
   return typeof value === 'number' ? String(value) : typeof value;
 }

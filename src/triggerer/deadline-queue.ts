@@ -55,7 +55,11 @@ export class DeadlineQueue<W extends DeadlineWaiter> {
 
   /** Resolves at `wakeAt` (epoch ms); rejects if `cancel(waiter)` comes first. One wait per waiter. */
   wait(waiter: W, wakeAt: number): Promise<void> {
-    if (waiter.heapIndex !== -1) this.cancel(waiter, new TriggerFailedError('a trigger may sleep in one place at a time: it called sleep()/sleepUntil() again before the first one resolved'));
+    if (waiter.heapIndex !== -1)
+      this.cancel(
+        waiter,
+        new TriggerFailedError('a trigger may sleep in one place at a time: it called sleep()/sleepUntil() again before the first one resolved'),
+      );
     const promise = new Promise<void>((resolve, reject) => {
       waiter.resolveWait = resolve;
       waiter.rejectWait = reject;
@@ -86,15 +90,14 @@ export class DeadlineQueue<W extends DeadlineWaiter> {
 
   #arm(): void {
     const top = this.#heap[0];
-    if (!top) return this.close();
+    if (!top) {
+      this.close();
+      return;
+    }
     const now = Date.now();
     const remaining = top.wakeAt - now;
     const delay =
-      remaining <= 0
-        ? 0
-        : remaining <= EXACT_BELOW_MS
-          ? remaining
-          : Math.min(remaining - Math.min(100, Math.ceil(remaining / 1000)) - 2, MAX_TIMER_MS);
+      remaining <= 0 ? 0 : remaining <= EXACT_BELOW_MS ? remaining : Math.min(remaining - Math.min(100, Math.ceil(remaining / 1000)) - 2, MAX_TIMER_MS);
     const firesAt = now + delay;
     if (this.#timer && firesAt >= this.#timerFiresAt) return;
     if (this.#timer) clearTimeout(this.#timer);

@@ -60,7 +60,6 @@ export const TRIGGERER_OPTIONS = {
 export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
 export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | boolean | readonly string[] | undefined>>;
 
-
 export interface TriggererOptions {
   readonly databaseUrl: string;
   readonly capacity: number;
@@ -101,11 +100,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     claimsPerLoop: positiveInteger(pick('claims-per-loop'), 'claims-per-loop'),
     pollIntervalMs,
     blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
-    triggerModules: Object.freeze(
-      (Array.isArray(modules) ? modules : String(modules).split(','))
-        .map((m: string) => m.trim())
-        .filter((m: string) => m !== ''),
-    ),
+    triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),

@@ -1,7 +1,7 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
-import type { FailureKwargs, MoveResult, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
+import type { FailureKwargs, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 
 export interface OutcomeWriterOptions {
@@ -183,7 +183,9 @@ export class OutcomeWriter {
   async #moveBatch(kind: Kind, batch: Outcome[], failures: number): Promise<void> {
     try {
       const { movedTaskInstances, endedTaskInstances } =
-        kind === 'failure' ? await this.storage.submitFailures(batch as TriggerFailureRecord[]) : await this.storage.submitEvents(batch as TriggerEventRecord[]);
+        kind === 'failure'
+          ? await this.storage.submitFailures(batch as TriggerFailureRecord[])
+          : await this.storage.submitEvents(batch as TriggerEventRecord[]);
       this.onDatabaseCall();
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
       if (movedTaskInstances + endedTaskInstances > 0) this.onMoved();
@@ -246,7 +248,10 @@ export class OutcomeWriter {
     }
     const what = kind === 'event' ? 'event' : 'failure record';
     const message = `the database refused the ${what} of trigger ${triggerId}: ${reason}`;
-    this.log.error({ code: 'DF_OUTCOME_REFUSED', trigger_id: triggerId, kind, error: reason }, `${message}; failing its task instances with DF_OUTCOME_REFUSED`);
+    this.log.error(
+      { code: 'DF_OUTCOME_REFUSED', trigger_id: triggerId, kind, error: reason },
+      `${message}; failing its task instances with DF_OUTCOME_REFUSED`,
+    );
     const replacement: TriggerFailureRecord = {
       triggerId,
       failure: { code: 'DF_OUTCOME_REFUSED', error: `OutcomeRefused: ${message}`, traceback: null, reason: 'trigger_failure' },

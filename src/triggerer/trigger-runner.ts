@@ -69,7 +69,8 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   }
 
   logger(): Logger {
-    return (this.#log ??= this.runner.log.child({ trigger_id: this.id, classpath: this.classpath }));
+    this.#log ??= this.runner.log.child({ trigger_id: this.id, classpath: this.classpath });
+    return this.#log;
   }
 }
 
@@ -219,10 +220,7 @@ export class TriggerRunner {
   async cancelAll(timeoutMs: number): Promise<void> {
     const running = [...this.#runs.values()].filter((run) => run.state === 'running').map((run) => this.cancel(run.id));
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.allSettled(running),
-      new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
-    ]);
+    await Promise.race([Promise.allSettled(running), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
     clearTimeout(timer);
   }
 
@@ -276,7 +274,9 @@ export class TriggerRunner {
       // Checked by shape, not instanceof: a trigger module may carry its own copy of deferflow.
       if ('taskState' in event) {
         if (!TASK_END_STATES.includes(event.taskState as TaskEndState)) {
-          throw new TriggerFailedError(`the trigger yielded an end event with taskState ${JSON.stringify(event.taskState) ?? describe(event.taskState)}; expected one of ${TASK_END_STATES.join(', ')}`);
+          throw new TriggerFailedError(
+            `the trigger yielded an end event with taskState ${JSON.stringify(event.taskState) ?? describe(event.taskState)}; expected one of ${TASK_END_STATES.join(', ')}`,
+          );
         }
         endState = event.taskState as TaskEndState;
       }

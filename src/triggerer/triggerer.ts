@@ -49,7 +49,13 @@ export class Triggerer extends Daemon {
     registry: TriggerRegistry,
     log: Logger,
   ) {
-    super(new Storage(database), log, { kind: 'triggerer', jobType: TRIGGERER_JOB_TYPE, hostname: options.hostname, capacity: options.capacity, heartbeatIntervalMs: options.heartbeatIntervalMs });
+    super(new Storage(database), log, {
+      kind: 'triggerer',
+      jobType: TRIGGERER_JOB_TYPE,
+      hostname: options.hostname,
+      capacity: options.capacity,
+      heartbeatIntervalMs: options.heartbeatIntervalMs,
+    });
     this.#runner = new TriggerRunner(
       registry,
       log,
@@ -62,8 +68,16 @@ export class Triggerer extends Daemon {
     this.#writer = new OutcomeWriter(
       this.storage,
       log,
-      { batchSize: 2000, concurrency: database.adapter.concurrentWrites, retryDelayMs: 1000, maxRetryDelayMs: 30_000, refusesValues: database.adapter.refusesValues },
-      (ids) => ids.forEach((id) => this.#runner.forget(id)),
+      {
+        batchSize: 2000,
+        concurrency: database.adapter.concurrentWrites,
+        retryDelayMs: 1000,
+        maxRetryDelayMs: 30_000,
+        refusesValues: database.adapter.refusesValues,
+      },
+      (ids) => {
+        for (const id of ids) this.#runner.forget(id);
+      },
       () => this.#runner.markLoopEdge(),
       () => this.onWork?.(),
     );
@@ -120,7 +134,10 @@ export class Triggerer extends Daemon {
       const released = await this.storage.releaseOwnedTriggers(job.id);
       this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);
     } catch (error) {
-      this.log.error({ job_id: job.id, ...errorFields(error, 'DF_DATABASE') }, 'could not release triggers on stop; peers take them after the health-check threshold');
+      this.log.error(
+        { job_id: job.id, ...errorFields(error, 'DF_DATABASE') },
+        'could not release triggers on stop; peers take them after the health-check threshold',
+      );
     }
   }
 
@@ -168,17 +185,15 @@ export class Triggerer extends Daemon {
       this.#runner.markLoopEdge();
       for (const row of claimed) this.#runner.startTrigger(row);
       claimedTotal += claimed.length;
-      if (orphansDeleted > 0) this.log.info({ deleted_triggers: orphansDeleted }, `deleted ${orphansDeleted} unowned trigger(s) no task instance waits on instead of claiming them`);
+      if (orphansDeleted > 0)
+        this.log.info({ deleted_triggers: orphansDeleted }, `deleted ${orphansDeleted} unowned trigger(s) no task instance waits on instead of claiming them`);
       // Fewer looked at than asked for: nothing more is waiting. Nothing claimed nor deleted
       // (orphans a peer holds locked): try again next pass rather than spin.
       if (examined < want || claimed.length + orphansDeleted === 0) break;
       await nextTurn();
     }
     if (claimedTotal > 0) {
-      this.log.info(
-        { claimed: claimedTotal, running: this.#runner.runningCount },
-        `claimed ${claimedTotal} trigger(s); running ${this.#runner.runningCount}`,
-      );
+      this.log.info({ claimed: claimedTotal, running: this.#runner.runningCount }, `claimed ${claimedTotal} trigger(s); running ${this.#runner.runningCount}`);
     }
     const claimedFull = room > 0 && claimedTotal === room;
 
@@ -187,7 +202,8 @@ export class Triggerer extends Daemon {
       const deleted = await storage.cleanUnusedTriggers();
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
       const orphaned = await storage.releaseTriggersOfMissingTriggerers();
-      if (orphaned > 0) this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
+      if (orphaned > 0)
+        this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
     }
     return claimedFull;
   }

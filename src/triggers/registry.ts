@@ -24,7 +24,9 @@ export class TriggerRegistry {
     const classpath = classpathOf(cls);
     const existing = this.#classes.get(classpath);
     if (existing && existing !== cls) {
-      throw new TriggerModuleError(`${origin}: classpath ${JSON.stringify(classpath)} is already taken by another class; give one of them a distinct static classpath`);
+      throw new TriggerModuleError(
+        `${origin}: classpath ${JSON.stringify(classpath)} is already taken by another class; give one of them a distinct static classpath`,
+      );
     }
     this.#classes.set(classpath, cls);
   }
@@ -40,9 +42,12 @@ export class TriggerRegistry {
     try {
       exports = isPath ? (await importUserModule(path.resolve(specifier), 'trigger-module')).exports : await importPackage(specifier);
     } catch (error) {
-      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} could not be loaded: ${explainLoadFailure(isPath ? specifier : path.join(process.cwd(), 'package.json'), error)}`, {
-        cause: error,
-      });
+      throw new TriggerModuleError(
+        `trigger module ${JSON.stringify(specifier)} could not be loaded: ${explainLoadFailure(isPath ? specifier : path.join(process.cwd(), 'package.json'), error)}`,
+        {
+          cause: error,
+        },
+      );
     }
     const found = Object.values(exports).filter(isTriggerClass);
     if (found.length === 0) {

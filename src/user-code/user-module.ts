@@ -42,7 +42,8 @@ export async function importUserModule(file: string, version: string): Promise<U
       })
     ).code;
   } catch (error) {
-    if (TOP_LEVEL_AWAIT.test(String((error as Error).message))) return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await' };
+    if (TOP_LEVEL_AWAIT.test(String((error as Error).message)))
+      return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await' };
     throw error;
   }
   const module = new Module(file);
@@ -59,7 +60,10 @@ export async function importUserModule(file: string, version: string): Promise<U
     (module as unknown as { _compile(code: string, file: string): void })._compile(preamble + code, file);
   } catch (error) {
     if (ESM_ONLY_IMPORT.has((error as { code?: unknown }).code as string)) {
-      return { exports: await importAsEsModule(file, version), importedBecause: `what it imports only loads with import() (${(error as Error).message.split('\n')[0]})` };
+      return {
+        exports: await importAsEsModule(file, version),
+        importedBecause: `what it imports only loads with import() (${(error as Error).message.split('\n')[0]})`,
+      };
     }
     throw error;
   }

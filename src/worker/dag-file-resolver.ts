@@ -27,7 +27,14 @@ export function dagFileResolver(database: Database): TaskResolver {
       executionTimeoutMs: settings.executionTimeoutMs,
       context: (claimed, started, taskLog, signal): RuntimeContext => {
         return {
-          taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber },
+          taskInstance: {
+            id: claimed.id,
+            dagId: claimed.dagId,
+            taskId: claimed.taskId,
+            runId: claimed.runId,
+            mapIndex: claimed.mapIndex,
+            tryNumber: started.tryNumber,
+          },
           dagRun: {
             runId: claimed.runId,
             logicalDate: new Date(claimed.logicalDate ?? Date.now()).toISOString(),

@@ -6,12 +6,33 @@ import type { WorkerOptions } from './worker.ts';
 /** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const WORKER_OPTIONS = {
   db: COMMON_OPTIONS.db,
-  dags: { env: 'DEFERFLOW_DAGS_FOLDER', default: './dags', unit: 'path', describe: 'Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs), processed at start and every dag-process-interval' },
+  dags: {
+    env: 'DEFERFLOW_DAGS_FOLDER',
+    default: './dags',
+    unit: 'path',
+    describe: 'Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs), processed at start and every dag-process-interval',
+  },
   concurrency: { env: 'DEFERFLOW_WORKER_CONCURRENCY', default: 16, unit: 'task instances', describe: 'Slots: most task instances run at once' },
-  'poll-interval': { env: 'DEFERFLOW_WORKER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between claims when there is nothing to claim or no free slot' },
+  'poll-interval': {
+    env: 'DEFERFLOW_WORKER_POLL_INTERVAL',
+    default: 1,
+    unit: 'seconds',
+    describe: 'Pause between claims when there is nothing to claim or no free slot',
+  },
   'heartbeat-interval': { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
-  'shutdown-grace': { env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE', default: 30, unit: 'seconds', describe: 'On SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again, no retry spent); 0 hands them back at once' },
-  'dag-process-interval': { env: 'DEFERFLOW_DAG_PROCESS_INTERVAL', default: 30, unit: 'seconds', describe: 'How often the DAG folder is processed into serialized DAGs' },
+  'shutdown-grace': {
+    env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE',
+    default: 30,
+    unit: 'seconds',
+    describe:
+      'On SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again, no retry spent); 0 hands them back at once',
+  },
+  'dag-process-interval': {
+    env: 'DEFERFLOW_DAG_PROCESS_INTERVAL',
+    default: 30,
+    unit: 'seconds',
+    describe: 'How often the DAG folder is processed into serialized DAGs',
+  },
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;

@@ -143,7 +143,10 @@ export class TaskLogWriter {
     try {
       await this.storage.appendTaskLogLines(lines);
     } catch (error) {
-      this.processLog.error({ lines: lines.length, error: describeThrown(error).error }, `writing ${lines.length} task log line(s) failed; they are dropped (the worker's log has them)`);
+      this.processLog.error(
+        { lines: lines.length, error: describeThrown(error).error },
+        `writing ${lines.length} task log line(s) failed; they are dropped (the worker's log has them)`,
+      );
     }
   }
 }

@@ -2,7 +2,15 @@ import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
 import { callNextMethod } from '../deferral.ts';
-import { codeOf, describeThrown, errorFields, WorkerStoppingError, ReturnValueTooLargeError, TaskExecutionTimeoutError, TaskInstanceStateError } from '../errors.ts';
+import {
+  codeOf,
+  describeThrown,
+  errorFields,
+  WorkerStoppingError,
+  ReturnValueTooLargeError,
+  TaskExecutionTimeoutError,
+  TaskInstanceStateError,
+} from '../errors.ts';
 import { isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
@@ -24,8 +32,12 @@ export interface ResolvedTask<Context extends TaskContext = TaskContext> {
   context(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance, taskLog: Logger, signal: AbortSignal): Context | Promise<Context>;
 }
 
+/** A resolved task whatever context its operator takes (see AnyOperator). */
+// biome-ignore lint/suspicious/noExplicitAny: "whatever context", as AnyOperator
+export type AnyResolvedTask = ResolvedTask<any>;
+
 /** Finds the task a claimed task instance runs (by importing its DAG file). Throws, naming the task, when it cannot. */
-export type TaskResolver = (taskInstance: ClaimedTaskInstance) => Promise<ResolvedTask<any>>;
+export type TaskResolver = (taskInstance: ClaimedTaskInstance) => Promise<AnyResolvedTask>;
 
 export interface WorkerOptions {
   /** Task instances run at once (slots). */
@@ -69,7 +81,13 @@ export class Worker extends Daemon {
     private readonly resolve: TaskResolver,
     log: Logger,
   ) {
-    super(new Storage(database), log, { kind: 'worker', jobType: WORKER_JOB_TYPE, hostname: options.hostname, capacity: options.concurrency, heartbeatIntervalMs: options.heartbeatIntervalMs });
+    super(new Storage(database), log, {
+      kind: 'worker',
+      jobType: WORKER_JOB_TYPE,
+      hostname: options.hostname,
+      capacity: options.concurrency,
+      heartbeatIntervalMs: options.heartbeatIntervalMs,
+    });
     this.#taskLogs = new TaskLogWriter(this.storage, log);
   }
 
@@ -110,7 +128,10 @@ export class Worker extends Daemon {
       // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
       const handedBack = await this.storage.handBackTaskInstance(taskInstanceId, jobId);
       if (handedBack) {
-        this.log.warn({ task_instance_id: taskInstanceId }, `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`);
+        this.log.warn(
+          { task_instance_id: taskInstanceId },
+          `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`,
+        );
       }
       this.#cancels.get(taskInstanceId)?.abort(new WorkerStoppingError());
     }
@@ -137,7 +158,10 @@ export class Worker extends Daemon {
           // The database refused the outcome even after retries: the task instance stays running
           // on this worker until the worker stops or dies; then the scheduler retries it.
           .catch((error: unknown) =>
-            this.log.error({ task_instance_id: taskInstance.id, ...errorFields(error, 'DF_DATABASE') }, `recording task instance ${taskInstance.id} failed; it is retried once this worker stops`),
+            this.log.error(
+              { task_instance_id: taskInstance.id, ...errorFields(error, 'DF_DATABASE') },
+              `recording task instance ${taskInstance.id} failed; it is retried once this worker stops`,
+            ),
           )
           .finally(() => {
             this.#slotMs += performance.now() - claimedAt;
@@ -156,7 +180,7 @@ export class Worker extends Daemon {
   async #run(taskInstance: ClaimedTaskInstance): Promise<void> {
     const jobId = this.jobId!;
     const label = `${taskInstance.dagId}.${taskInstance.taskId} (run ${taskInstance.runId}, task instance ${taskInstance.id})`;
-    let task: ResolvedTask<any>;
+    let task: AnyResolvedTask;
     try {
       task = await this.resolve(taskInstance);
     } catch (error) {
@@ -180,9 +204,12 @@ export class Worker extends Daemon {
     }
   }
 
-  async #runStarted(taskInstance: ClaimedTaskInstance, label: string, task: ResolvedTask<any>, started: StartedTaskInstance): Promise<void> {
+  async #runStarted(taskInstance: ClaimedTaskInstance, label: string, task: AnyResolvedTask, started: StartedTaskInstance): Promise<void> {
     const tryLog = this.#openTaskLog(taskInstance, started);
-    tryLog.worker.info(started.nextMethod ? { next_method: started.nextMethod } : {}, `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`);
+    tryLog.worker.info(
+      started.nextMethod ? { next_method: started.nextMethod } : {},
+      `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`,
+    );
     try {
       // Out of time already (its deferral timed out at the deadline): nothing more may run.
       if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
@@ -196,12 +223,14 @@ export class Worker extends Daemon {
         nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
       );
       const returned = await withDeadline(work, started.executionDeadline, label, cancel);
-      const returnValueJson = returned === undefined ? null : toJsonText(returned, 'the task\'s return value');
+      const returnValueJson = returned === undefined ? null : toJsonText(returned, "the task's return value");
       if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
         throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
       }
       await this.#finish(taskInstance, label, tryLog, { state: 'success', returnValueJson });
-    } catch (error) {
+    } catch (thrown) {
+      // What failed the try: what the task threw, or the deferral's write that failed.
+      let error: unknown = thrown;
       if (isTaskDeferred(error)) {
         try {
           await this.storage.deferTaskInstance(taskInstance.id, error);
@@ -210,7 +239,10 @@ export class Worker extends Daemon {
           return;
         } catch (deferError) {
           if (deferError instanceof TaskInstanceStateError) {
-            this.log.warn({ task_instance_id: taskInstance.id, error: deferError.message }, `${label} deferred, but it is no longer this worker's to defer; dropped`);
+            this.log.warn(
+              { task_instance_id: taskInstance.id, error: deferError.message },
+              `${label} deferred, but it is no longer this worker's to defer; dropped`,
+            );
             return;
           }
           // The deferral could not be written: this try failed (and is retried if it may be).
@@ -222,14 +254,20 @@ export class Worker extends Daemon {
         return;
       }
       if (isTaskRescheduled(error)) {
-        await this.#finish(taskInstance, label, tryLog, { state: 'up_for_reschedule', readyAt: error.readyAt }, undefined, Date.now(), `runs again at ${new Date(error.readyAt).toISOString()}`);
+        await this.#finish(
+          taskInstance,
+          label,
+          tryLog,
+          { state: 'up_for_reschedule', readyAt: error.readyAt },
+          undefined,
+          Date.now(),
+          `runs again at ${new Date(error.readyAt).toISOString()}`,
+        );
         return;
       }
       const now = Date.now();
       const outcome: TaskOutcome =
-        started.tryNumber <= task.retry.retries
-          ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) }
-          : { state: 'failed' };
+        started.tryNumber <= task.retry.retries ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
       await this.#finish(taskInstance, label, tryLog, outcome, error, now);
     }
   }
@@ -245,7 +283,15 @@ export class Worker extends Daemon {
   }
 
   /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
-  async #finish(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers, outcome: TaskOutcome, error?: unknown, now = Date.now(), why?: string): Promise<void> {
+  async #finish(
+    taskInstance: ClaimedTaskInstance,
+    label: string,
+    tryLog: TryLoggers,
+    outcome: TaskOutcome,
+    error?: unknown,
+    now = Date.now(),
+    why?: string,
+  ): Promise<void> {
     const fields = { state: outcome.state, ...(error === undefined ? {} : { code: codeOf(error, 'DF_TASK_FAILED'), ...describeThrown(error) }) };
     if (error === undefined) {
       tryLog.worker.info(fields, `${label} ${outcome.state}${why ? `: ${why}` : ''}`);
@@ -255,9 +301,12 @@ export class Worker extends Daemon {
     }
     await this.#taskLogs.flush();
     const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now));
-    if (!recorded) this.log.warn({ task_instance_id: taskInstance.id, state: outcome.state }, `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`);
+    if (!recorded)
+      this.log.warn(
+        { task_instance_id: taskInstance.id, state: outcome.state },
+        `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`,
+      );
   }
-
 }
 
 /** How often an outcome is tried against the database, and the pause between tries: a failover or a dropped connection should not strand a finished task. */
@@ -287,11 +336,14 @@ async function withDeadline<T>(work: Promise<T>, deadline: number | null, label:
   if (deadline === null) return work;
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const timeout = new TaskExecutionTimeoutError(label, deadline);
-      cancel.abort(timeout);
-      reject(timeout);
-    }, Math.max(0, deadline - Date.now()));
+    timer = setTimeout(
+      () => {
+        const timeout = new TaskExecutionTimeoutError(label, deadline);
+        cancel.abort(timeout);
+        reject(timeout);
+      },
+      Math.max(0, deadline - Date.now()),
+    );
   });
   try {
     return await Promise.race([work, expired]);

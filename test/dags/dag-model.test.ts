@@ -54,7 +54,11 @@ describe('DAGs', () => {
 
   it('serializes resolved settings, stably; the hash changes with the DAG; callables are stored by name', () => {
     const build = (retries: number) => {
-      const dag = new Dag({ dagId: 'etl', defaultArgs: { retries: 2, retryDelay: 60, priorityWeight: 5 }, params: { rows: 10, fmt: function toCsv() {} } as never });
+      const dag = new Dag({
+        dagId: 'etl',
+        defaultArgs: { retries: 2, retryDelay: 60, priorityWeight: 5 },
+        params: { rows: 10, fmt: function toCsv() {} } as never,
+      });
       const extract = op('extract', { retries, executionTimeout: 90 });
       const wait = op('wait', { startTrigger: { trigger: new t.DelayTrigger({ ms: 5 }), method: 'done', kwargs: { why: 'x' }, timeout: 30 } });
       const load = op('load', { triggerRule: 'all_done' });
@@ -68,16 +72,40 @@ describe('DAGs', () => {
     const dag = (first.data as any).dag;
     expect(dag.params).toEqual({ rows: 10, fmt: { __callable: 'toCsv' } });
     expect(dag.tasks.map((task: any) => task.task_id)).toEqual(['extract', 'load', 'wait']);
-    expect(dag.tasks[0]).toMatchObject({ operator: 'Noop', retries: 2, retry_delay_ms: 60_000, execution_timeout_ms: 90_000, priority_weight: 5, upstream_task_ids: [] });
+    expect(dag.tasks[0]).toMatchObject({
+      operator: 'Noop',
+      retries: 2,
+      retry_delay_ms: 60_000,
+      execution_timeout_ms: 90_000,
+      priority_weight: 5,
+      upstream_task_ids: [],
+    });
     expect(dag.tasks[1]).toMatchObject({ trigger_rule: 'all_done', upstream_task_ids: ['wait'], execution_timeout_ms: null });
-    expect(dag.tasks[2].start_trigger).toEqual({ classpath: 'test.DelayTrigger', kwargs: { ms: 5 }, method: 'done', next_kwargs: { why: 'x' }, timeout_ms: 30_000 });
+    expect(dag.tasks[2].start_trigger).toEqual({
+      classpath: 'test.DelayTrigger',
+      kwargs: { ms: 5 },
+      method: 'done',
+      next_kwargs: { why: 'x' },
+      timeout_ms: 30_000,
+    });
 
     const forScheduler = toSchedulerDag('etl', JSON.stringify(first.data), first.hash);
     expect(forScheduler.tasks.find((task) => task.taskId === 'load')).toEqual({
-      taskId: 'load', operator: 'Noop', upstreamTaskIds: ['wait'], triggerRule: 'all_done', priorityWeight: 5, startTrigger: null,
+      taskId: 'load',
+      operator: 'Noop',
+      upstreamTaskIds: ['wait'],
+      triggerRule: 'all_done',
+      priorityWeight: 5,
+      startTrigger: null,
       retry: { retries: 2, retryDelayMs: 60_000, exponentialBackoff: false, maxRetryDelayMs: null },
     });
-    expect(forScheduler.tasks.find((task) => task.taskId === 'wait')!.startTrigger).toEqual({ classpath: 'test.DelayTrigger', kwargs: { ms: 5 }, method: 'done', nextKwargs: { why: 'x' }, timeoutMs: 30_000 });
+    expect(forScheduler.tasks.find((task) => task.taskId === 'wait')!.startTrigger).toEqual({
+      classpath: 'test.DelayTrigger',
+      kwargs: { ms: 5 },
+      method: 'done',
+      nextKwargs: { why: 'x' },
+      timeoutMs: 30_000,
+    });
   });
 
   it('refuses a non-JSON param, naming DAG, task and field', () => {

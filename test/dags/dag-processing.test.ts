@@ -41,8 +41,15 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-dags-'));
     open.dirs.push(dir);
     const write = (name: string, text: string) => writeFileSync(path.join(dir, name), text);
-    const rows = async () => Object.fromEntries((await db.db.selectFrom('serialized_dag').select(['dag_id', 'deleted_at', 'hash']).execute()).map((r) => [r.dag_id, r.deleted_at === null ? 'live' : 'deleted']));
-    const importErrors = async () => Object.fromEntries((await db.db.selectFrom('import_error').select(['fileloc', 'message']).execute()).map((r) => [path.basename(r.fileloc), r.message]));
+    const rows = async () =>
+      Object.fromEntries(
+        (await db.db.selectFrom('serialized_dag').select(['dag_id', 'deleted_at', 'hash']).execute()).map((r) => [
+          r.dag_id,
+          r.deleted_at === null ? 'live' : 'deleted',
+        ]),
+      );
+    const importErrors = async () =>
+      Object.fromEntries((await db.db.selectFrom('import_error').select(['fileloc', 'message']).execute()).map((r) => [path.basename(r.fileloc), r.message]));
     return { db, dir, write, rows, importErrors };
   };
 
@@ -92,7 +99,12 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     // The file really goes (and the DAG is marked deleted) while a task instance is scheduled.
     const dags = serializedDagSource(db);
     const log = pino({ level: 'debug' }, new LogCapture());
-    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' },
+      dags,
+      log,
+    );
     await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'while_gone', runType: 'manual', logicalDate: Date.now(), conf: {} });
     await db.db.updateTable('task_instance').set({ state: 'scheduled' }).where('run_id', '=', 'while_gone').where('task_id', '=', 'extract').execute();
     const moved = path.join(empty, 'etl.ts');
@@ -101,13 +113,24 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     expect((await processDagFolder(db, dir)).deleted).toEqual(['etl']);
     const worker = { jobId: 1, hostname: 'test', pid: process.pid };
     expect(await scheduler.storage.claimTaskInstances(worker, 10)).toEqual([]);
-    const extract = async () => db.db.selectFrom('task_instance').select(['state', 'try_number']).where('run_id', '=', 'while_gone').where('task_id', '=', 'extract').executeTakeFirstOrThrow();
+    const extract = async () =>
+      db.db
+        .selectFrom('task_instance')
+        .select(['state', 'try_number'])
+        .where('run_id', '=', 'while_gone')
+        .where('task_id', '=', 'extract')
+        .executeTakeFirstOrThrow();
     expect(await extract()).toEqual({ state: 'scheduled', try_number: 0 });
 
     // The file comes back: the next processing revives the DAG and the task runs.
     writeFileSync(path.join(dir, 'etl.ts'), dagFile('etl'));
     await processDagFolder(db, dir);
-    const runner = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
+    const runner = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' },
+      dagFileResolver(db),
+      log,
+    );
     await runner.start();
     open.stops.push(() => runner.stop());
     await waitFor(async () => (await extract()).state === 'success', { what: 'the task run once its DAG is back' });
@@ -119,8 +142,18 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     await processDagFolder(db, dir);
     const log = pino({ level: 'debug' }, new LogCapture());
     const dags = serializedDagSource(db);
-    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
-    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' },
+      dags,
+      log,
+    );
+    const worker = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' },
+      dagFileResolver(db),
+      log,
+    );
     await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());
@@ -136,12 +169,19 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     await worker.stop();
     rmSync(path.join(dir, 'etl.ts'));
     await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__2', runType: 'manual', logicalDate: Date.now() + 1, conf: {} });
-    await waitFor(async () => (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', 'manual__2').where('task_id', '=', 'extract').executeTakeFirstOrThrow()).state === 'scheduled', { what: 'extract scheduled without the code' });
+    await waitFor(
+      async () =>
+        (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', 'manual__2').where('task_id', '=', 'extract').executeTakeFirstOrThrow())
+          .state === 'scheduled',
+      { what: 'extract scheduled without the code' },
+    );
   });
 
-  it('a task sees its DAG run conf, its params over the DAG\'s, a logger, and upstream return values', async () => {
+  it("a task sees its DAG run conf, its params over the DAG's, a logger, and upstream return values", async () => {
     const { db, dir, write } = await setup();
-    write('report.ts', `
+    write(
+      'report.ts',
+      `
 import { BaseOperator, Dag, type RuntimeContext } from ${JSON.stringify(INDEX)};
 class Extract extends BaseOperator<RuntimeContext> { execute() { return { rows: 42 }; } }
 class Report extends BaseOperator<RuntimeContext> {
@@ -155,21 +195,40 @@ const extract = new Extract({ taskId: 'extract' });
 const report = new Report({ taskId: 'report', params: { format: 'parquet' } });
 dag.add(extract, report);
 extract.before(report);
-`);
+`,
+    );
     await processDagFolder(db, dir);
     const logs = new LogCapture();
     const log = pino({ level: 'debug' }, logs);
     const dags = serializedDagSource(db);
-    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' }, dags, log);
-    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' }, dagFileResolver(db), log);
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' },
+      dags,
+      log,
+    );
+    const worker = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' },
+      dagFileResolver(db),
+      log,
+    );
     await scheduler.storage.createDagRun((await dags('report'))!, { runId: 'daily', runType: 'manual', logicalDate: Date.now(), conf: { day: '2026-11-22' } });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());
     await worker.start();
     open.stops.push(() => worker.stop());
-    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'daily').executeTakeFirstOrThrow()).state === 'success', { what: 'the run' });
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'daily').executeTakeFirstOrThrow()).state === 'success', {
+      what: 'the run',
+    });
     const row = await db.db.selectFrom('task_instance').select('return_value').where('task_id', '=', 'report').executeTakeFirstOrThrow();
-    expect(JSON.parse(row.return_value!)).toEqual({ extracted: { rows: 42 }, missing: null, day: '2026-11-22', params: { region: 'eu', format: 'parquet' }, run: 'daily' });
+    expect(JSON.parse(row.return_value!)).toEqual({
+      extracted: { rows: 42 },
+      missing: null,
+      day: '2026-11-22',
+      params: { region: 'eu', format: 'parquet' },
+      run: 'daily',
+    });
     expect(logs.matching((line) => line.reporting === true)).toMatchObject([{ dag_id: 'report', task_id: 'report', run_id: 'daily', try_number: 1 }]);
   });
 });

@@ -15,7 +15,8 @@ import { LogCapture, migratedDatabase, type TestDatabase } from '../support/fixt
 afterAll(dropTestDatabases);
 
 const at = (iso: string) => Date.parse(iso);
-const shown = (intervals: { start: number; end: number }[]) => intervals.map(({ start, end }) => `${new Date(start).toISOString()} -> ${new Date(end).toISOString()}`);
+const shown = (intervals: { start: number; end: number }[]) =>
+  intervals.map(({ start, end }) => `${new Date(start).toISOString()} -> ${new Date(end).toISOString()}`);
 const cron = (expression: string, timezone = 'UTC', more: Partial<ScheduleWindow> = {}): ScheduleWindow => ({
   schedule: { kind: 'cron', cron: expression, timezone },
   startDate: at('2026-01-01T00:00:00Z'),
@@ -41,7 +42,9 @@ describe('data intervals', () => {
   });
 
   it('catchup false creates only the latest completed interval after a gap; true creates all, at most a bounded number per check', () => {
-    expect(shown(dueDataIntervals(cron('@daily', 'UTC', { catchup: false }), null, at('2026-03-01T12:00:00Z')))).toEqual(['2026-02-28T00:00:00.000Z -> 2026-03-01T00:00:00.000Z']);
+    expect(shown(dueDataIntervals(cron('@daily', 'UTC', { catchup: false }), null, at('2026-03-01T12:00:00Z')))).toEqual([
+      '2026-02-28T00:00:00.000Z -> 2026-03-01T00:00:00.000Z',
+    ]);
     expect(shown(dueDataIntervals(cron('@daily', 'UTC', { catchup: false }), at('2026-02-20T00:00:00Z'), at('2026-03-01T12:00:00Z')))).toEqual([
       '2026-02-28T00:00:00.000Z -> 2026-03-01T00:00:00.000Z',
     ]);
@@ -66,14 +69,21 @@ describe('data intervals', () => {
   });
 
   it('interval: fixed steps from the start date; no interval starts after the end date', () => {
-    const hourly: ScheduleWindow = { schedule: { kind: 'interval', intervalMs: 3600_000 }, startDate: at('2026-01-01T00:15:00Z'), endDate: at('2026-01-01T02:15:00Z'), catchup: true };
+    const hourly: ScheduleWindow = {
+      schedule: { kind: 'interval', intervalMs: 3600_000 },
+      startDate: at('2026-01-01T00:15:00Z'),
+      endDate: at('2026-01-01T02:15:00Z'),
+      catchup: true,
+    };
     expect(shown(dueDataIntervals(hourly, null, at('2026-01-01T10:00:00Z')))).toEqual([
       '2026-01-01T00:15:00.000Z -> 2026-01-01T01:15:00.000Z',
       '2026-01-01T01:15:00.000Z -> 2026-01-01T02:15:00.000Z',
       '2026-01-01T02:15:00.000Z -> 2026-01-01T03:15:00.000Z',
     ]);
     expect(nextDueAt(hourly, at('2026-01-01T02:15:00Z'))).toBeNull();
-    expect(shown(dueDataIntervals({ ...hourly, endDate: null, catchup: false }, null, at('2026-01-01T10:00:00Z')))).toEqual(['2026-01-01T08:15:00.000Z -> 2026-01-01T09:15:00.000Z']);
+    expect(shown(dueDataIntervals({ ...hourly, endDate: null, catchup: false }, null, at('2026-01-01T10:00:00Z')))).toEqual([
+      '2026-01-01T08:15:00.000Z -> 2026-01-01T09:15:00.000Z',
+    ]);
   });
 });
 
@@ -83,9 +93,15 @@ describe('schedule options of a Dag', () => {
     expect(make({ schedule: '@daily' })).toThrow('DAG d: startDate is needed with a schedule');
     expect(make({ schedule: '61 * * * *', startDate: '2026-01-01T00:00:00Z' })).toThrow(/DAG d: schedule cron expression "61 \* \* \* \*" is invalid/);
     expect(make({ schedule: '* * *', startDate: '2026-01-01T00:00:00Z' })).toThrow(/must have five fields/);
-    expect(make({ schedule: '@daily', startDate: '2026-01-01T00:00:00' })).toThrow('DAG d: startDate must be a valid Date, an ISO-8601 string with an offset or Z');
-    expect(make({ schedule: '@daily', startDate: '2026-01-01T00:00:00Z', timezone: 'Mars/Olympus' })).toThrow('DAG d: timezone "Mars/Olympus" is not an IANA time zone');
-    expect(make({ schedule: Duration.fromObject({ months: 1 }), startDate: '2026-01-01T00:00:00Z' })).toThrow(/DAG d: schedule must be a cron expression, or a positive interval without calendar units/);
+    expect(make({ schedule: '@daily', startDate: '2026-01-01T00:00:00' })).toThrow(
+      'DAG d: startDate must be a valid Date, an ISO-8601 string with an offset or Z',
+    );
+    expect(make({ schedule: '@daily', startDate: '2026-01-01T00:00:00Z', timezone: 'Mars/Olympus' })).toThrow(
+      'DAG d: timezone "Mars/Olympus" is not an IANA time zone',
+    );
+    expect(make({ schedule: Duration.fromObject({ months: 1 }), startDate: '2026-01-01T00:00:00Z' })).toThrow(
+      /DAG d: schedule must be a cron expression, or a positive interval without calendar units/,
+    );
     expect(make({ schedule: 0, startDate: '2026-01-01T00:00:00Z' })).toThrow(/DAG d: schedule must be/);
     expect(make({ schedule: '@daily', startDate: '2026-01-02T00:00:00Z', endDate: '2026-01-01T00:00:00Z' })).toThrow('DAG d: endDate is before startDate');
   });
@@ -93,7 +109,12 @@ describe('schedule options of a Dag', () => {
   it("reads a cron in the start date's zone unless a timezone is given", () => {
     const local = new Dag({ dagId: 'd', schedule: '0 9 * * *', startDate: DateTime.fromISO('2026-06-01T00:00:00', { zone: 'America/New_York' }) });
     expect(local.scheduleWindow?.schedule).toEqual({ kind: 'cron', cron: '0 9 * * *', timezone: 'America/New_York' });
-    expect(new Dag({ dagId: 'd', schedule: 3600, startDate: new Date(0) }).scheduleWindow).toEqual({ schedule: { kind: 'interval', intervalMs: 3600_000 }, startDate: 0, endDate: null, catchup: false });
+    expect(new Dag({ dagId: 'd', schedule: 3600, startDate: new Date(0) }).scheduleWindow).toEqual({
+      schedule: { kind: 'interval', intervalMs: 3600_000 },
+      startDate: 0,
+      endDate: null,
+      catchup: false,
+    });
   });
 });
 
@@ -109,13 +130,29 @@ describe.each(testDialects)('scheduled runs on %s', (dialect) => {
     const context = { db: db.db, adapter: db.adapter };
     for (const dag of dags) {
       const serialized = serializeDag(dag, `/dags/${dag.dagId}.ts`);
-      await writeSerializedDag(context, { dagId: dag.dagId, fileloc: `/dags/${dag.dagId}.ts`, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION }, at('2026-01-01T00:00:00Z'));
+      await writeSerializedDag(
+        context,
+        { dagId: dag.dagId, fileloc: `/dags/${dag.dagId}.ts`, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION },
+        at('2026-01-01T00:00:00Z'),
+      );
     }
     const logs = new LogCapture();
     const scheduler = () =>
-      new Scheduler(db, { pollIntervalMs: 1000, heartbeatIntervalMs: 1000, zombieThresholdMs: 60_000, runsPerPass: 100, hostname: 'test' }, serializedDagSource(db), pino(logs));
+      new Scheduler(
+        db,
+        { pollIntervalMs: 1000, heartbeatIntervalMs: 1000, zombieThresholdMs: 60_000, runsPerPass: 100, hostname: 'test' },
+        serializedDagSource(db),
+        pino(logs),
+      );
     const runs = async () =>
-      (await db.db.selectFrom('dag_run').select(['dag_id', 'run_id', 'run_type', 'logical_date', 'data_interval_start', 'data_interval_end']).orderBy('dag_id').orderBy('logical_date').execute()).map((row) => ({
+      (
+        await db.db
+          .selectFrom('dag_run')
+          .select(['dag_id', 'run_id', 'run_type', 'logical_date', 'data_interval_start', 'data_interval_end'])
+          .orderBy('dag_id')
+          .orderBy('logical_date')
+          .execute()
+      ).map((row) => ({
         dag: row.dag_id,
         runId: row.run_id,
         type: row.run_type,
@@ -156,10 +193,18 @@ describe.each(testDialects)('scheduled runs on %s', (dialect) => {
     const row = await db.db.selectFrom('serialized_dag').select('data').where('dag_id', '=', 'a_broken').executeTakeFirstOrThrow();
     const data = JSON.parse(row.data);
     data.dag.schedule = { cron: 'every hour', timezone: 'UTC' };
-    await db.db.updateTable('serialized_dag').set({ data: db.adapter.jsonParam(JSON.stringify(data)), hash: 'edited' }).where('dag_id', '=', 'a_broken').execute();
+    await db.db
+      .updateTable('serialized_dag')
+      .set({ data: db.adapter.jsonParam(JSON.stringify(data)), hash: 'edited' })
+      .where('dag_id', '=', 'a_broken')
+      .execute();
 
     await scheduler().pass(at('2026-01-01T05:30:00Z'));
-    expect(await runs()).toEqual([{ dag: 'b_fine', runId: 'scheduled__2026-01-01T04:00:00.000Z', type: 'scheduled', interval: '2026-01-01T04:00:00.000Z -> 2026-01-01T05:00:00.000Z' }]);
-    expect(logs.matching((line) => line.dag_id === 'a_broken' && line.level === 50)[0]?.error).toContain('dag.schedule.cron cron expression "every hour" must have five fields');
+    expect(await runs()).toEqual([
+      { dag: 'b_fine', runId: 'scheduled__2026-01-01T04:00:00.000Z', type: 'scheduled', interval: '2026-01-01T04:00:00.000Z -> 2026-01-01T05:00:00.000Z' },
+    ]);
+    expect(logs.matching((line) => line.dag_id === 'a_broken' && line.level === 50)[0]?.error).toContain(
+      'dag.schedule.cron cron expression "every hour" must have five fields',
+    );
   });
 });

@@ -71,14 +71,33 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     open.databases.push(db);
     const logs = new LogCapture();
     const log = pino({ level: 'debug' }, logs);
-    const scheduler = new Scheduler(db, { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs, runsPerPass: 100, hostname: 'test' }, async (id) => (id === dag.dagId ? dag : null), log);
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs, runsPerPass: 100, hostname: 'test' },
+      async (id) => (id === dag.dagId ? dag : null),
+      log,
+    );
     const resolve: TaskResolver = async (ti) => ({
       operator: operators[ti.taskId]!,
       retry: NO_RETRIES,
       executionTimeoutMs: null,
-      context: (claimed, started) => ({ taskInstance: { id: claimed.id, dagId: claimed.dagId, taskId: claimed.taskId, runId: claimed.runId, mapIndex: claimed.mapIndex, tryNumber: started.tryNumber } }),
+      context: (claimed, started) => ({
+        taskInstance: {
+          id: claimed.id,
+          dagId: claimed.dagId,
+          taskId: claimed.taskId,
+          runId: claimed.runId,
+          mapIndex: claimed.mapIndex,
+          tryNumber: started.tryNumber,
+        },
+      }),
     });
-    const worker = new Worker(db, { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' }, resolve, log);
+    const worker = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 300, hostname: 'test-worker' },
+      resolve,
+      log,
+    );
     return {
       db,
       logs,
@@ -114,7 +133,8 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   it('a failed task fails its all_success downstream as upstream_failed, lets all_done run, and fails the run', async () => {
     const dag: SchedulerDag = {
       dagId: 'fragile',
-      hash: 'h1', schedule: null,
+      hash: 'h1',
+      schedule: null,
       tasks: [task('extract'), task('load', ['extract']), task('report', ['load']), task('cleanup', ['extract'], { triggerRule: 'all_done' })],
     };
     const rt = await runtime(dag, { extract: new Fails(), load: new Returns(1), report: new Returns(2), cleanup: new Returns('cleaned') });
@@ -127,8 +147,13 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   it('a task that starts from a trigger is deferred by the scheduler, never runs execute(), and resumes at its method', async () => {
     const dag: SchedulerDag = {
       dagId: 'sensor',
-      hash: 'h1', schedule: null,
-      tasks: [task('await_file', [], { startTrigger: { classpath: 'test.DelayTrigger', kwargs: { ms: 200 }, method: 'fired', nextKwargs: { why: 'start' }, timeoutMs: null } })],
+      hash: 'h1',
+      schedule: null,
+      tasks: [
+        task('await_file', [], {
+          startTrigger: { classpath: 'test.DelayTrigger', kwargs: { ms: 200 }, method: 'fired', nextKwargs: { why: 'start' }, timeoutMs: null },
+        }),
+      ],
     };
     const rt = await runtime(dag, { await_file: new StartsFromTrigger() });
     await rt.run('manual__1');
@@ -148,11 +173,28 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   it("a start trigger's relative moment counts from when its task starts; one that cannot be built fails only its task", async () => {
     const dag: SchedulerDag = {
       dagId: 'later',
-      hash: 'h1', schedule: null,
+      hash: 'h1',
+      schedule: null,
       tasks: [
         task('first'),
-        task('wait_a_minute', ['first'], { startTrigger: { classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'PT1M' } }, method: 'fired', nextKwargs: {}, timeoutMs: null } }),
-        task('broken', [], { startTrigger: { classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'one minute' } }, method: 'fired', nextKwargs: {}, timeoutMs: null } }),
+        task('wait_a_minute', ['first'], {
+          startTrigger: {
+            classpath: 'deferflow.triggers.DateTimeTrigger',
+            kwargs: { moment: { $nowPlus: 'PT1M' } },
+            method: 'fired',
+            nextKwargs: {},
+            timeoutMs: null,
+          },
+        }),
+        task('broken', [], {
+          startTrigger: {
+            classpath: 'deferflow.triggers.DateTimeTrigger',
+            kwargs: { moment: { $nowPlus: 'one minute' } },
+            method: 'fired',
+            nextKwargs: {},
+            timeoutMs: null,
+          },
+        }),
       ],
     };
     const rt = await runtime(dag, { first: new Returns(1) });
@@ -169,7 +211,12 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   });
 
   it('task instances of a worker whose heartbeat went stale are retried (or requeued) and finish elsewhere', async () => {
-    const dag: SchedulerDag = { dagId: 'zombies', hash: 'h1', schedule: null, tasks: [task('was_running', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 300 } }), task('was_queued'), task('no_tries_left')] };
+    const dag: SchedulerDag = {
+      dagId: 'zombies',
+      hash: 'h1',
+      schedule: null,
+      tasks: [task('was_running', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 300 } }), task('was_queued'), task('no_tries_left')],
+    };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
     await rt.run('manual__1');
     const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
@@ -182,7 +229,9 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     // One read per check: two could see queued, then running, and pass before the run ends.
     await waitFor(async () => ['success', 'failed'].includes(await rt.runState('manual__1')), { what: 'the run to finish' });
     expect(await rt.states('manual__1')).toEqual({ was_running: 'success', was_queued: 'success', no_tries_left: 'failed' });
-    const tries = Object.fromEntries((await rt.db.db.selectFrom('task_instance').select(['task_id', 'try_number']).execute()).map((r) => [r.task_id, r.try_number]));
+    const tries = Object.fromEntries(
+      (await rt.db.db.selectFrom('task_instance').select(['task_id', 'try_number']).execute()).map((r) => [r.task_id, r.try_number]),
+    );
     expect(tries).toEqual({ was_running: 2, was_queued: 1, no_tries_left: 1 });
     expect(await rt.runState('manual__1')).toBe('failed');
   });
@@ -214,7 +263,9 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, tasks: [task('only')] };
     const rt = await runtime(dag, {});
     const at = Date.now();
-    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(expect.any(Number));
+    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(
+      expect.any(Number),
+    );
     expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at + 1, conf: {} })).toBeNull();
     expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__b', runType: 'scheduled', logicalDate: at, conf: {} })).toBeNull();
     expect(await rt.db.db.selectFrom('task_instance').select('id').execute()).toHaveLength(1);

@@ -9,7 +9,10 @@ import { fileURLToPath } from 'node:url';
 export default function setup(): void {
   const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
   try {
-    execFileSync(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.build.json')], { cwd: root, stdio: 'pipe' });
+    execFileSync(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.build.json')], {
+      cwd: root,
+      stdio: 'pipe',
+    });
   } catch (error) {
     const output = (error as { stdout?: Buffer }).stdout?.toString() ?? '';
     throw new Error(`building the package (tsc -p tsconfig.build.json) failed:\n${output}`);

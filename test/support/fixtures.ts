@@ -70,11 +70,7 @@ export interface TestTriggerer {
  * An in-process triggerer on `database`, allowing the built-ins, test/fixtures/test-triggers.ts
  * and the modules named in `raw['trigger-module']` (loaded as --trigger-module loads them).
  */
-export async function startTriggerer(
-  database: TestDatabase,
-  raw: RawTriggererOptions = {},
-  internal: Partial<TriggererOptions> = {},
-): Promise<TestTriggerer> {
+export async function startTriggerer(database: TestDatabase, raw: RawTriggererOptions = {}, internal: Partial<TriggererOptions> = {}): Promise<TestTriggerer> {
   const options = {
     ...resolveTriggererOptions({ 'poll-interval': 0.1, 'heartbeat-interval': 0.5, 'health-check-threshold': 3, ...raw, db: database.url }, {}),
     ...internal,

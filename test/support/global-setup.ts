@@ -134,7 +134,7 @@ async function startEmbedded(): Promise<StartedServer> {
       logs.push(message);
     },
     onError: (error: unknown) => {
-      logs.push(`[error] ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+      logs.push(`[error] ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
     },
   });
   // If the run ends without our teardown, still send the server SIGINT
@@ -198,8 +198,7 @@ export default async function setup({ provide }: Pick<TestProject, 'provide'>): 
 
   const embedded = await startEmbedded();
   process.stderr.write(
-    `deferflow tests: PostgreSQL ${redact(embedded.url)} (embedded, started because ${redact(defaultUrl)} ` +
-      `did not answer: ${defaultError.message})\n`,
+    `deferflow tests: PostgreSQL ${redact(embedded.url)} (embedded, started because ${redact(defaultUrl)} ` + `did not answer: ${defaultError.message})\n`,
   );
   provide('pgUrl', embedded.url);
   return async () => {

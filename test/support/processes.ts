@@ -45,7 +45,12 @@ export class TriggererProcess {
   readonly #waiters = new Set<() => void>();
 
   /** `cwd`: where the command runs; a user's project, say (the repository's tsconfig.json maps 'deferflow' to its sources for tsx). */
-  constructor(readonly args: readonly string[], env: NodeJS.ProcessEnv = {}, bin = TRIGGERER_BIN, cwd = REPO_ROOT) {
+  constructor(
+    readonly args: readonly string[],
+    env: NodeJS.ProcessEnv = {},
+    bin = TRIGGERER_BIN,
+    cwd = REPO_ROOT,
+  ) {
     this.child = spawn(process.execPath, [bin, ...args], {
       cwd,
       env: { ...process.env, DEFERFLOW_LOG_FORMAT: 'json', ...env },

@@ -144,7 +144,9 @@ describe('DateTimeTrigger construction', () => {
     expect(new DateTimeTrigger(ending.serialize().kwargs as { moment: string; endFromTrigger: boolean }).endFromTrigger).toBe(true);
     expect((await plain.run().next()).value).not.toHaveProperty('taskState');
     expect((await ending.run().next()).value).toMatchObject({ taskState: 'success', payload: '2000-01-01T00:00:00.000Z' });
-    expect(() => new DateTimeTrigger({ moment: '2000-01-01T00:00:00Z', endFromTrigger: 'yes' as unknown as boolean })).toThrow(/endFromTrigger "yes" is not a boolean/);
+    expect(() => new DateTimeTrigger({ moment: '2000-01-01T00:00:00Z', endFromTrigger: 'yes' as unknown as boolean })).toThrow(
+      /endFromTrigger "yes" is not a boolean/,
+    );
   });
 
   it('is registered by BUILTIN_TRIGGERS under its classpath', () => {
@@ -206,11 +208,16 @@ describe('TimeDeltaTrigger', () => {
 
   it('as a start trigger, serializes a delay the scheduler counts from the task start, so the DAG serializes alike every time', async () => {
     const trigger = new TimeDeltaTrigger({ delta: 90, endFromTrigger: true });
-    expect(trigger.serializeAsStartTrigger()).toEqual({ classpath: 'deferflow.triggers.DateTimeTrigger', kwargs: { moment: { $nowPlus: 'PT90S' }, endFromTrigger: true } });
+    expect(trigger.serializeAsStartTrigger()).toEqual({
+      classpath: 'deferflow.triggers.DateTimeTrigger',
+      kwargs: { moment: { $nowPlus: 'PT90S' }, endFromTrigger: true },
+    });
     expect(new TimeDeltaTrigger({ delta: Duration.fromObject({ months: 1 }) }).serializeAsStartTrigger().kwargs).toEqual({ moment: { $nowPlus: 'P1M' } });
     const rendered = renderStartTriggerKwargs(trigger.serializeAsStartTrigger().kwargs, Date.parse('2030-01-31T00:00:00Z'), 'dag');
     expect(rendered).toEqual({ moment: '2030-01-31T00:01:30.000Z', endFromTrigger: true });
-    expect(renderStartTriggerKwargs({ moment: { $nowPlus: 'P1M' } }, Date.parse('2030-01-31T00:00:00Z'), 'dag')).toEqual({ moment: '2030-02-28T00:00:00.000Z' });
+    expect(renderStartTriggerKwargs({ moment: { $nowPlus: 'P1M' } }, Date.parse('2030-01-31T00:00:00Z'), 'dag')).toEqual({
+      moment: '2030-02-28T00:00:00.000Z',
+    });
   });
 
   it('fires at once for a zero delta', async () => {

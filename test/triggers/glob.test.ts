@@ -157,6 +157,9 @@ describe('findFirstFile', () => {
   });
 
   it('refuses a relative pattern', async () => {
-    await expect(findFirstFile('in/*.csv')).rejects.toMatchObject({ code: 'DF_INVALID_TRIGGER_ARGUMENT', message: expect.stringContaining('findFirstFile needs an absolute pattern') });
+    await expect(findFirstFile('in/*.csv')).rejects.toMatchObject({
+      code: 'DF_INVALID_TRIGGER_ARGUMENT',
+      message: expect.stringContaining('findFirstFile needs an absolute pattern'),
+    });
   });
 });
