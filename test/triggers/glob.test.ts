@@ -135,6 +135,19 @@ describe('findFirstFile', () => {
     expect(await findFirstFile(path.join(root, 'deep/**'), { recursive: true })).toBe(path.join(root, 'deep/one/done.flag.tmp'));
   });
 
+  it('finds the first match in name order under **, beyond one batch of folders read at once', async () => {
+    const wide = path.join(root, 'wide');
+    // 70 folders (more than two batches); matches in folder 40 (deep) and 41, 69 (shallow).
+    for (let i = 0; i < 70; i++) await fs.mkdir(path.join(wide, `f${String(i).padStart(2, '0')}`, 'sub'), { recursive: true });
+    await fs.writeFile(path.join(wide, 'f40/sub/x.flag'), '');
+    await fs.writeFile(path.join(wide, 'f41/x.flag'), '');
+    await fs.writeFile(path.join(wide, 'f69/x.flag'), '');
+    expect(await findFirstFile(path.join(wide, '**/x.flag'), { recursive: true })).toBe(path.join(wide, 'f40/sub/x.flag'));
+    await fs.rm(path.join(wide, 'f40/sub/x.flag'));
+    expect(await findFirstFile(path.join(wide, '**/x.flag'), { recursive: true })).toBe(path.join(wide, 'f41/x.flag'));
+    expect(await findFirstFile(path.join(wide, '**/none.flag'), { recursive: true })).toBeUndefined();
+  });
+
   it('treats a missing directory as no match', async () => {
     expect(await findFirstFile(path.join(root, 'missing/**/x'), { recursive: true })).toBeUndefined();
     expect(await findFirstFile(path.join(root, 'in/a.csv/*'))).toBeUndefined();
