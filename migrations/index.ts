@@ -6,6 +6,7 @@ import type { DialectAdapter } from '../src/db/dialect.ts';
 import * as m0001 from './0001_initial.ts';
 import * as m0002 from './0002_task_runtime.ts';
 import * as m0003 from './0003_task_log.ts';
+import * as m0004 from './0004_task_reschedule.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -15,4 +16,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0001_initial': m0001,
   '0002_task_runtime': m0002,
   '0003_task_log': m0003,
+  '0004_task_reschedule': m0004,
 };

@@ -1,9 +1,9 @@
 import type { Database } from './db/connect.ts';
-import { TaskDeferralError, TaskDeferralTimeout, TaskInstanceStateError, UnknownNextMethodError } from './errors.ts';
+import { TaskInstanceStateError } from './errors.ts';
 import type { BaseOperator, TaskContext } from './operators/base-operator.ts';
 import type { TaskDeferred } from './operators/task-deferred.ts';
-import type { JsonObject, JsonValue } from './serialization/json.ts';
-import { Storage, TRIGGER_FAILURE_METHOD, type DeferResult, type FailureKwargs } from './storage/index.ts';
+import type { JsonObject } from './serialization/json.ts';
+import { Storage, type DeferResult } from './storage/index.ts';
 
 /**
  * Records a deferral: in one transaction the trigger row is inserted (or an identical unfired
@@ -48,7 +48,7 @@ export async function resumeTaskInstance<Context extends TaskContext>(
 
 /**
  * The resume itself, given the task instance's next_method and next_kwargs (JSON text) as read
- * with it (a worker has them from starting the task instance).
+ * with it (a worker has them from starting the task instance): the operator's resumeExecution().
  */
 export function callNextMethod<Context extends TaskContext>(
   operator: BaseOperator<Context>,
@@ -57,15 +57,5 @@ export function callNextMethod<Context extends TaskContext>(
   nextKwargsJson: string | null,
 ): unknown {
   const kwargs = (nextKwargsJson === null ? {} : JSON.parse(nextKwargsJson)) as JsonObject;
-  if (nextMethod === TRIGGER_FAILURE_METHOD) {
-    const failure = kwargs as unknown as FailureKwargs;
-    if (failure.reason === 'timeout') throw new TaskDeferralTimeout(failure.error);
-    // Markers written before codes existed carry none.
-    const code = failure.code ?? 'DF_TRIGGER_FAILED';
-    throw new TaskDeferralError(`the trigger failed [${code}]: ${failure.error}`, failure.traceback ?? null, 'DF_TASK_DEFERRAL', code);
-  }
-  const { event, ...rest } = kwargs as JsonObject & { event?: JsonValue };
-  const method = (operator as unknown as Record<string, unknown>)[nextMethod];
-  if (typeof method !== 'function') throw new UnknownNextMethodError(operator.constructor.name, nextMethod);
-  return method.call(operator, context, event ?? null, rest);
+  return operator.resumeExecution(context, nextMethod, kwargs);
 }

@@ -37,6 +37,9 @@ export const ERROR_CODES = [
   'DF_TRIGGER_RUNTIME',
   'DF_DAG_FOLDER',
   'DF_UNCAUGHT',
+  'DF_SENSOR_TIMEOUT',
+  'DF_INVALID_SENSOR',
+  'DF_UNKNOWN_SENSOR',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -299,4 +302,22 @@ function describeRaw(thrown: unknown): { error: string; traceback: string | null
     }
   }
   return { error: String(thrown), traceback: null };
+}
+
+/** A sensor's options or poke context cannot work (named in the message): refused where it is made or deferred. */
+export class InvalidSensorError extends DeferflowError {
+  constructor(sensor: string, message: string) {
+    super('DF_INVALID_SENSOR', `${sensor}: ${message}`);
+  }
+}
+
+/** A consolidated sensor trigger names a sensor class this triggerer does not allow. */
+export class UnknownSensorError extends DeferflowError {
+  constructor(classpath: string, allowed: readonly string[]) {
+    super(
+      'DF_UNKNOWN_SENSOR',
+      `sensor class ${JSON.stringify(classpath)} is not allowed on this triggerer (allowed: ${allowed.length === 0 ? 'none' : allowed.join(', ')}); ` +
+        'load the module that exports it with --trigger-module (DEFERFLOW_TRIGGER_MODULES)',
+    );
+  }
 }

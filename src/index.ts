@@ -20,13 +20,18 @@ export {
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
-export { TaskRescheduled, TaskSkipped, isTaskRescheduled, isTaskSkipped } from './operators/task-signals.ts';
+export { TaskFailedWithoutRetry, TaskRescheduled, TaskSkipped, isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from './operators/task-signals.ts';
+export { BaseSensorOperator, SENSOR_MODES, type SensorMode, type SensorOptions, type SmartSensors } from './sensors/base-sensor.ts';
+export { PokeReturnValue, isPokeReturnValue } from './sensors/poke-result.ts';
+export { isSensorClass, type PokeContext, type SensorClass } from './sensors/sensor-class.ts';
+export { SensorPokeTrigger, type SensorPokeKwargs } from './sensors/sensor-poke-trigger.ts';
+export type { TaskReschedule } from './model/task-reschedule.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';
 export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './db/database-url.ts';
 export { migrateToLatest } from './db/migrate.ts';
-export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './storage/context.ts';
+export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './model/failure-marker.ts';
 export {
   fromDbTime,
   toDbTime,
@@ -41,9 +46,10 @@ export {
   type TaskInstanceState,
   type TaskInstanceTable,
   type TaskLogTable,
+  type TaskRescheduleTable,
   type TriggerTable,
 } from './db/schema.ts';
-export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TriggerTableRow } from './db/rows.ts';
+export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TaskRescheduleRow, TriggerTableRow } from './db/rows.ts';
 export { createLogger, type Logger } from './logging.ts';
 export type { LogFormat, LogLevel } from './config/common-options.ts';
 export type { JsonValue, JsonObject } from './serialization/json.ts';

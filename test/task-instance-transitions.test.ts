@@ -79,6 +79,7 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
       nextMethod: null,
       nextKwargsJson: null,
       executionDeadline: 1_060_000,
+      startedAt: 1_000_000,
     });
 
     // Deferring for 10 minutes is cut to what is left of the execution timeout, and frees the worker.

@@ -3,11 +3,12 @@
  *
  * BUILTIN_TRIGGERS are the classes a triggerer allows by default. TimeDeltaTrigger is exported for
  * operators to defer with, but it serializes as a DateTimeTrigger (as in Airflow), so no trigger
- * row ever names it and it is not in the list.
+ * row ever names it and it is not in the list. SensorPokeTrigger (the consolidated sensor wait)
+ * is in it: every triggerer can run it, for the sensor classes it allows.
  */
 import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
-import type { TriggerClass } from '../src/index.ts';
+import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, type FileTriggerKwargs } from './file-trigger.ts';
@@ -23,4 +24,4 @@ function asTriggerClass<C extends abstract new (...args: never[]) => unknown>(cl
   return cls as unknown as C & TriggerClass;
 }
 
-export const BUILTIN_TRIGGERS = [asTriggerClass(DateTimeTrigger), asTriggerClass(FileTrigger)] as const;
+export const BUILTIN_TRIGGERS = [asTriggerClass(DateTimeTrigger), asTriggerClass(FileTrigger), asTriggerClass(SensorPokeTrigger)] as const;

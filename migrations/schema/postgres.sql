@@ -104,6 +104,17 @@ table task_log
   constraint task_log_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
   index CREATE UNIQUE INDEX task_log_pkey ON task_log USING btree (id)
   index CREATE INDEX task_log_try_idx ON task_log USING btree (task_instance_id, try_number, id)
+table task_reschedule
+  column id bigint not null identity
+  column task_instance_id bigint not null
+  column try_number integer not null
+  column start_date timestamp with time zone not null
+  column end_date timestamp with time zone not null
+  column reschedule_date timestamp with time zone not null
+  constraint task_reschedule_pkey PRIMARY KEY (id)
+  constraint task_reschedule_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
+  index CREATE UNIQUE INDEX task_reschedule_pkey ON task_reschedule USING btree (id)
+  index CREATE INDEX task_reschedule_try_idx ON task_reschedule USING btree (task_instance_id, try_number, id)
 table trigger
   column id bigint not null identity
   column classpath text not null

@@ -12,6 +12,8 @@ CREATE INDEX task_instance_waiting_idx on task_instance (ready_at) where state i
 CREATE INDEX task_instance_worker_idx on task_instance (worker_job_id) where state in ('queued', 'running');
 CREATE TABLE task_log (id integer primary key autoincrement, task_instance_id integer not null references task_instance (id) on delete cascade, try_number integer not null, logged_at text not null, level text not null, message text not null, fields text);
 CREATE INDEX task_log_try_idx on task_log (task_instance_id, try_number, id);
+CREATE TABLE task_reschedule (id integer primary key autoincrement, task_instance_id integer not null references task_instance (id) on delete cascade, try_number integer not null, start_date text not null, end_date text not null, reschedule_date text not null);
+CREATE INDEX task_reschedule_try_idx on task_reschedule (task_instance_id, try_number, id);
 CREATE TABLE trigger (id integer primary key autoincrement, classpath text not null, kwargs text not null, created_at text not null, triggerer_id integer, hash text, priority_weight integer not null default 1);
 CREATE UNIQUE INDEX trigger_hash_idx on trigger (hash);
 CREATE INDEX trigger_triggerer_id_idx on trigger (triggerer_id);

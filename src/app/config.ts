@@ -3,13 +3,13 @@ import type { Logger } from 'pino';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { OptionTable, RawOptions } from '../config/option-table.ts';
 import { InvalidOptionError } from '../errors.ts';
+import type { DurationInput } from '../time/duration.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from '../scheduler/options.ts';
 import { isTriggerClass, type TriggerClass } from '../triggers/base-trigger.ts';
 import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
 
-/** A length of time: a luxon Duration, or a number of seconds. */
-export type DurationInput = Duration | number;
+export type { DurationInput };
 
 /**
  * The worker: runs task instances in slots and processes the DAG folder.
@@ -29,6 +29,12 @@ export interface WorkerConfig {
   readonly shutdownGrace?: DurationInput;
   /** How often the DAG folder is processed into serialized DAGs. @default 30 seconds */
   readonly dagProcessInterval?: DurationInput;
+  /**
+   * Sensor classes (classpath or class name), or 'all', that wait consolidated on the triggerer
+   * whatever mode their DAG gave them (Smart Sensors, switched on without changing DAGs). The
+   * triggerer must allow those classes (triggerModules). @default []
+   */
+  readonly smartSensors?: 'all' | readonly string[];
 }
 
 /** The scheduler: moves DAG runs through their tasks, from serialized DAGs. */

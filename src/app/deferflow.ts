@@ -108,7 +108,9 @@ export class Deferflow {
     this.#dagProcessingLog = child('dag-processor');
     this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer')) : null;
     this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler')) : null;
-    this.worker = options.worker ? new Worker(database, options.worker, dagFileResolver(database), child('worker')) : null;
+    this.worker = options.worker
+      ? new Worker(database, options.worker, dagFileResolver(database, { smartSensors: options.worker.smartSensors }), child('worker'))
+      : null;
     // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
     // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
     // wakes each of them at most once per WAKE_GAP_MS.

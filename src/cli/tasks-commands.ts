@@ -7,9 +7,9 @@ import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { databaseUrlFrom } from './db-commands.ts';
 
-/** `deferflow tasks list | clear | logs`: the task instances of a DAG run. */
+/** `deferflow tasks list | clear | logs | reschedules`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
-  cli.command('tasks', 'Task instance commands: list, clear, logs', (tasks) =>
+  cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules', (tasks) =>
     tasks
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
       .command(
@@ -33,6 +33,7 @@ export function registerTasksCommands(cli: Argv): void {
               start_date: iso(ti.startDate),
               end_date: iso(ti.endDate),
               next_method: ti.nextMethod,
+              reschedules: ti.reschedules,
             }));
             if (rows.length === 0)
               throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
@@ -42,8 +43,8 @@ export function registerTasksCommands(cli: Argv): void {
             }
             process.stdout.write(
               formatTable(
-                ['DAG ID', 'TASK ID', 'STATE', 'TRY', 'HOST'],
-                rows.map((row) => [row.dag_id, row.task_id, row.state ?? 'none', String(row.try_number), row.hostname ?? '-']),
+                ['DAG ID', 'TASK ID', 'STATE', 'TRY', 'RESCHEDULES', 'HOST'],
+                rows.map((row) => [row.dag_id, row.task_id, row.state ?? 'none', String(row.try_number), String(row.reschedules), row.hostname ?? '-']),
               ),
             );
           } finally {
@@ -102,18 +103,7 @@ export function registerTasksCommands(cli: Argv): void {
           const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
           try {
             const storage = new Storage(database);
-            const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
-            const ofDag = args.dag ? ` of DAG ${args.dag}` : '';
-            if (ofRun.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${ofDag}`);
-            const found = ofRun.filter((ti) => ti.taskId === args.task);
-            if (found.length === 0) {
-              const taskIds = [...new Set(ofRun.map((ti) => ti.taskId))];
-              throw new InvalidOptionError('task', `run ${JSON.stringify(args.run)}${ofDag} has no task ${args.task} (its tasks: ${taskIds.join(', ')})`);
-            }
-            const where = `task ${args.task} of run ${JSON.stringify(args.run)}${ofDag}`;
-            if (found.length > 1)
-              throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dagId).join(', ')}): name one with --dag`);
-            const ti = found[0]!;
+            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             // A rescheduled try gives its number back, but its lines are logged under it.
             const loggedTries = await storage.taskLogTries(ti.id);
             const latestTry = Math.max(ti.tryNumber, ...loggedTries);
@@ -151,6 +141,62 @@ export function registerTasksCommands(cli: Argv): void {
           }
         },
       )
+      .command(
+        'reschedules',
+        "Print a task instance's reschedules (a sensor in reschedule mode giving its slot back between pokes), oldest first",
+        (command) =>
+          command
+            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
+            .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
+            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+        async (args) => {
+          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
+          try {
+            const storage = new Storage(database);
+            const { ti } = await oneTaskInstance(storage, args.run, args.task, args.dag);
+            const iso = (ms: number) => new Date(ms).toISOString();
+            const rows = (await storage.taskReschedules(ti.id, null)).map((r) => ({
+              try_number: r.tryNumber,
+              start_date: iso(r.startDate),
+              end_date: iso(r.endDate),
+              reschedule_date: iso(r.rescheduleDate),
+            }));
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(rows)}\n`);
+              return;
+            }
+            process.stdout.write(
+              `${rows.length} reschedule(s) of ${ti.dagId}.${ti.taskId} (run ${args.run}), now ${ti.state ?? 'in no state'}, try ${ti.tryNumber}\n`,
+            );
+            if (rows.length === 0) return;
+            process.stdout.write(
+              formatTable(
+                ['TRY', 'POKE STARTED', 'POKE ENDED', 'NEXT POKE AT'],
+                rows.map((row) => [String(row.try_number), row.start_date, row.end_date, row.reschedule_date]),
+              ),
+            );
+          } finally {
+            await database.close();
+          }
+        },
+      )
       .demandCommand(1, 'name a tasks command'),
   );
+}
+
+/** The one task instance of a run with this task id; refuses, naming the fix, none or several (by DAG). */
+async function oneTaskInstance(storage: Storage, runId: string, taskId: string, dagId: string | undefined) {
+  const ofRun = await storage.taskInstancesOfRunId(runId, dagId);
+  const ofDag = dagId ? ` of DAG ${dagId}` : '';
+  if (ofRun.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(runId)}${ofDag}`);
+  const found = ofRun.filter((ti) => ti.taskId === taskId);
+  if (found.length === 0) {
+    const taskIds = [...new Set(ofRun.map((ti) => ti.taskId))];
+    throw new InvalidOptionError('task', `run ${JSON.stringify(runId)}${ofDag} has no task ${taskId} (its tasks: ${taskIds.join(', ')})`);
+  }
+  const where = `task ${taskId} of run ${JSON.stringify(runId)}${ofDag}`;
+  if (found.length > 1)
+    throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dagId).join(', ')}): name one with --dag`);
+  return { ti: found[0]!, where };
 }

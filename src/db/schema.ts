@@ -127,6 +127,18 @@ export interface TaskLogTable {
   fields: JsonText | null;
 }
 
+export interface TaskRescheduleTable {
+  id: Generated<number>;
+  task_instance_id: number;
+  /** The try the run belonged to (a reschedule gives the try back: the next run has the same number). */
+  try_number: number;
+  /** When the run (a sensor's poke) started and ended. */
+  start_date: DbTime;
+  end_date: DbTime;
+  /** When the task instance may run again. */
+  reschedule_date: DbTime;
+}
+
 export const TRIGGERER_JOB_TYPE = 'TriggererJob';
 export const WORKER_JOB_TYPE = 'WorkerJob';
 export const SCHEDULER_JOB_TYPE = 'SchedulerJob';
@@ -152,6 +164,7 @@ export interface DatabaseSchema {
   serialized_dag: SerializedDagTable;
   import_error: ImportErrorTable;
   task_log: TaskLogTable;
+  task_reschedule: TaskRescheduleTable;
 }
 
 export function toDbTime(epochMs: number): string {

@@ -1,11 +1,13 @@
-import { InvalidDagError } from '../errors.ts';
+import { InvalidDagError, TaskDeferralError, TaskDeferralTimeout, UnknownNextMethodError } from '../errors.ts';
+import { TRIGGER_FAILURE_METHOD, type FailureKwargs } from '../model/failure-marker.ts';
+import type { TaskReschedule } from '../model/task-reschedule.ts';
 import type { TriggerRule } from '../model/trigger-rules.ts';
 import type { Logger } from 'pino';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
 import type { BaseTrigger } from '../triggers/base-trigger.ts';
 import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
-import { TaskRescheduled, TaskSkipped } from './task-signals.ts';
+import { TaskFailedWithoutRetry, TaskRescheduled, TaskSkipped } from './task-signals.ts';
 import type { DateTime } from 'luxon';
 
 /** What a running task sees of itself. */
@@ -37,6 +39,13 @@ export interface RuntimeContext extends TaskContext {
   readonly signal: AbortSignal;
   /** The JSON value task `taskId` of the same DAG run returned, or null. */
   xcomPull(taskId: string): Promise<JsonValue | null>;
+  /** This try's reschedules so far, oldest first (a sensor in reschedule mode counts its timeout from the first). */
+  taskReschedules(): Promise<readonly TaskReschedule[]>;
+  /**
+   * The deployment's `--smart-sensors`: sensor classes (by classpath or class name), or `all`,
+   * that wait consolidated on the triggerer whatever mode their DAG gave them. Undefined: none.
+   */
+  readonly smartSensors?: 'all' | readonly string[];
 }
 
 /** Settings a task takes from its DAG's default args unless it sets its own. */
@@ -123,12 +132,37 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
     throw new TaskSkipped(reason);
   }
 
+  /** Fails this try without a retry, whatever retries the task has left (retrying cannot help). */
+  fail(reason: string): never {
+    throw new TaskFailedWithoutRetry(reason);
+  }
+
   /**
    * Ends this try and runs the task again, afresh, at `at` (a moment, or a delay from now),
    * without spending a retry: a sensor in reschedule mode frees its slot between pokes.
    */
   reschedule(at: Date | string | DateTime | DurationInput): never {
     throw new TaskRescheduled(at);
+  }
+
+  /**
+   * Resumes the task after a deferral: calls `nextMethod` as `method(context, event, kwargs)`.
+   * After a trigger failure or a deferral timeout (the failure marker) it throws
+   * TaskDeferralError or TaskDeferralTimeout instead. Override it to handle those (a sensor with
+   * softFail skips instead); the worker and resumeTaskInstance call it.
+   */
+  resumeExecution(context: Context, nextMethod: string, nextKwargs: JsonObject): unknown {
+    if (nextMethod === TRIGGER_FAILURE_METHOD) {
+      const failure = nextKwargs as unknown as FailureKwargs;
+      if (failure.reason === 'timeout') throw new TaskDeferralTimeout(failure.error);
+      // Markers written before codes existed carry none.
+      const code = failure.code ?? 'DF_TRIGGER_FAILED';
+      throw new TaskDeferralError(`the trigger failed [${code}]: ${failure.error}`, failure.traceback ?? null, 'DF_TASK_DEFERRAL', code);
+    }
+    const { event, ...rest } = nextKwargs as JsonObject & { event?: JsonValue };
+    const method = (this as unknown as Record<string, unknown>)[nextMethod];
+    if (typeof method !== 'function') throw new UnknownNextMethodError(this.constructor.name, nextMethod);
+    return method.call(this, context, event ?? null, rest);
   }
 
   /** The task id, or an error for an operator made without options (it cannot be a task). */

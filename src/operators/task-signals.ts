@@ -1,18 +1,22 @@
 import { DateTime, Duration } from 'luxon';
-import { InvalidOptionError } from '../errors.ts';
+import { InvalidOptionError, type DeferflowErrorCode } from '../errors.ts';
 import { durationToMs, type DurationInput } from '../time/duration.ts';
 
 /*
- * Besides returning, throwing or deferring, a task may end its try two more ways (Airflow's
- * AirflowSkipException and AirflowRescheduleException):
+ * Besides returning, throwing or deferring, a task may end its try three more ways (Airflow's
+ * AirflowSkipException, AirflowRescheduleException and AirflowFailException):
  * - TaskSkipped: the task is skipped (downstream tasks follow their trigger rules);
  * - TaskRescheduled: the task runs again, afresh, at a later moment (a sensor in reschedule
- *   mode); the try does not count against its retries.
- * Operators throw them through `this.skip()` and `this.reschedule()`. Like TaskDeferred they
- * are recognised by a registered symbol: a DAG file loaded as CommonJS throws its own copy.
+ *   mode); the try does not count against its retries;
+ * - TaskFailedWithoutRetry: the task fails at once, whatever retries it has left (retrying
+ *   cannot help: a sensor that timed out).
+ * Operators throw them through `this.skip()`, `this.reschedule()` and `this.fail()`. Like
+ * TaskDeferred they are recognised by a registered symbol: a DAG file loaded as CommonJS throws
+ * its own copy.
  */
 const SKIPPED_BRAND = Symbol.for('deferflow.TaskSkipped');
 const RESCHEDULED_BRAND = Symbol.for('deferflow.TaskRescheduled');
+const FAILED_BRAND = Symbol.for('deferflow.TaskFailedWithoutRetry');
 
 export class TaskSkipped extends Error {
   readonly [SKIPPED_BRAND] = true;
@@ -34,6 +38,22 @@ export class TaskRescheduled extends Error {
     this.name = 'TaskRescheduled';
     this.readyAt = readyAt;
   }
+}
+
+export class TaskFailedWithoutRetry extends Error {
+  readonly [FAILED_BRAND] = true;
+  /** `code`: the stable code the failure is logged with (DF_TASK_FAILED unless said otherwise). */
+  constructor(
+    message: string,
+    readonly code: DeferflowErrorCode = 'DF_TASK_FAILED',
+  ) {
+    super(message);
+    this.name = 'TaskFailedWithoutRetry';
+  }
+}
+
+export function isTaskFailedWithoutRetry(thrown: unknown): thrown is TaskFailedWithoutRetry {
+  return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[FAILED_BRAND] === true;
 }
 
 export function isTaskSkipped(thrown: unknown): thrown is TaskSkipped {

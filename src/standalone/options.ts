@@ -15,6 +15,7 @@ export const STANDALONE_OPTIONS = {
   concurrency: WORKER_OPTIONS.concurrency,
   capacity: TRIGGERER_OPTIONS.capacity,
   'trigger-module': TRIGGERER_OPTIONS['trigger-module'],
+  'smart-sensors': WORKER_OPTIONS['smart-sensors'],
   'trigger-dag': {
     env: 'DEFERFLOW_STANDALONE_TRIGGER_DAG',
     default: '',
@@ -60,7 +61,13 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
   const triggerDag = String(pick('trigger-dag')).trim();
   return Object.freeze({
     worker: resolveWorkerOptions(
-      { ...shared, dags: pick('dags') as string, concurrency: pick('concurrency') as number, 'shutdown-grace': pick('shutdown-grace') as number },
+      {
+        ...shared,
+        dags: pick('dags') as string,
+        concurrency: pick('concurrency') as number,
+        'shutdown-grace': pick('shutdown-grace') as number,
+        'smart-sensors': pick('smart-sensors') as string,
+      },
       env,
     ),
     scheduler: resolveSchedulerOptions(shared, env),

@@ -27,6 +27,8 @@ import { findDagRun, listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
 import { readTaskInstance } from './read-task-instance.ts';
+import type { TaskReschedule } from '../model/task-reschedule.ts';
+import { taskReschedules } from './task-reschedules.ts';
 import { listJobs, type JobListing } from './list-jobs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
@@ -54,6 +56,7 @@ export type { Deferral, DeferResult } from './defer-task-instance.ts';
 export type { JobFields } from './jobs.ts';
 export type { NewDagRun } from './create-dag-run.ts';
 export type { NewTaskInstance } from './create-task-instance.ts';
+export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
@@ -96,6 +99,11 @@ export class Storage {
 
   readTaskInstance(by: Parameters<typeof readTaskInstance>[1]): ReturnType<typeof readTaskInstance> {
     return readTaskInstance(this.#context, by);
+  }
+
+  /** A task instance's reschedules, oldest first: of one try, or (tryNumber null) of all. */
+  taskReschedules(taskInstanceId: number, tryNumber: number | null): Promise<TaskReschedule[]> {
+    return taskReschedules(this.#context, taskInstanceId, tryNumber);
   }
 
   registerJob(fields: JobFields, now = Date.now()): Promise<number> {

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
+import { recordTaskReschedule } from './task-reschedules.ts';
 
 /*
  * The worker's transitions of a task instance: claim, start, finish, hand back. The whole state
@@ -123,6 +124,8 @@ export interface StartedTaskInstance {
   readonly nextKwargsJson: string | null;
   /** When execution_timeout runs out, or null when the task has none. */
   readonly executionDeadline: number | null;
+  /** Epoch ms: when this run started (a resume or a rescheduled run is a run of its own). */
+  readonly startedAt: number;
 }
 
 /**
@@ -159,7 +162,13 @@ export async function startTaskInstance(
     .returning(['try_number', 'next_method', 'next_kwargs', 'execution_deadline'])
     .executeTakeFirst();
   if (!row) return null;
-  return { tryNumber: row.try_number, nextMethod: row.next_method, nextKwargsJson: row.next_kwargs, executionDeadline: fromDbTime(row.execution_deadline) };
+  return {
+    tryNumber: row.try_number,
+    nextMethod: row.next_method,
+    nextKwargsJson: row.next_kwargs,
+    executionDeadline: fromDbTime(row.execution_deadline),
+    startedAt: now,
+  };
 }
 
 /** How a run of a task instance ended (a deferral is recorded by deferTaskInstance instead). */
@@ -168,14 +177,15 @@ export type TaskOutcome =
   | { readonly state: 'skipped' }
   | { readonly state: 'failed' }
   | { readonly state: 'up_for_retry'; readonly readyAt: number }
-  | { readonly state: 'up_for_reschedule'; readonly readyAt: number };
+  /** `startedAt`: when this run (a sensor's poke) started, for the reschedule's history row. */
+  | { readonly state: 'up_for_reschedule'; readonly readyAt: number; readonly startedAt: number };
 
 /**
  * running → the outcome's state, for the worker that runs it. next_method and next_kwargs are
  * cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. A
- * reschedule gives its try back (try_number - 1): the next start takes the same number. False
- * when the task instance is no longer running on this worker: its outcome is dropped, as it
- * must be.
+ * reschedule gives its try back (try_number - 1): the next start takes the same number; it
+ * also writes the reschedule's history row, in the same transaction. False when the task
+ * instance is no longer running on this worker: its outcome is dropped, as it must be.
  */
 export async function finishTaskInstance(
   { db, adapter }: StorageContext,
@@ -185,7 +195,30 @@ export async function finishTaskInstance(
   now: number,
 ): Promise<boolean> {
   const terminal: readonly TaskInstanceState[] = ['success', 'skipped', 'failed'];
-  const result = await db
+  if (outcome.state === 'up_for_reschedule') {
+    return db.transaction().execute(async (trx) => {
+      const finished = await finishRun({ db: trx, adapter }, taskInstanceId, workerJobId, outcome, terminal, now);
+      if (!finished) return false;
+      // The try given back is the one the next run takes again: the number before the decrement.
+      await recordTaskReschedule(
+        { db: trx, adapter },
+        { taskInstanceId, tryNumber: finished.tryNumber + 1, startedAt: outcome.startedAt, endedAt: now, readyAt: outcome.readyAt },
+      );
+      return true;
+    });
+  }
+  return (await finishRun({ db, adapter }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
+}
+
+async function finishRun(
+  { db, adapter }: StorageContext,
+  taskInstanceId: number,
+  workerJobId: number,
+  outcome: TaskOutcome,
+  terminal: readonly TaskInstanceState[],
+  now: number,
+): Promise<{ tryNumber: number } | null> {
+  const row = await db
     // transition: finish
     .updateTable('task_instance')
     .set({
@@ -202,8 +235,9 @@ export async function finishTaskInstance(
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'running')
     .where('worker_job_id', '=', workerJobId)
+    .returning('try_number')
     .executeTakeFirst();
-  return Number(result.numUpdatedRows) === 1;
+  return row ? { tryNumber: row.try_number } : null;
 }
 
 /**

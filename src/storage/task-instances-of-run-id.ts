@@ -12,6 +12,8 @@ export interface TaskInstanceOfRunId {
   readonly startDate: number | null;
   readonly endDate: number | null;
   readonly nextMethod: string | null;
+  /** Times it was rescheduled, every try together (a sensor in reschedule mode). */
+  readonly reschedules: number;
 }
 
 /**
@@ -22,6 +24,13 @@ export async function taskInstancesOfRunId({ db }: StorageContext, runId: string
   let query = db
     .selectFrom('task_instance')
     .select(['id', 'dag_id', 'task_id', 'try_number', 'state', 'hostname', 'start_date', 'end_date', 'next_method'])
+    .select((eb) =>
+      eb
+        .selectFrom('task_reschedule')
+        .select((count) => count.fn.countAll<number>().as('n'))
+        .whereRef('task_reschedule.task_instance_id', '=', 'task_instance.id')
+        .as('reschedules'),
+    )
     .where('run_id', '=', runId)
     .orderBy('dag_id')
     .orderBy('task_id');
@@ -36,5 +45,6 @@ export async function taskInstancesOfRunId({ db }: StorageContext, runId: string
     startDate: fromDbTime(row.start_date),
     endDate: fromDbTime(row.end_date),
     nextMethod: row.next_method,
+    reschedules: Number(row.reschedules ?? 0),
   }));
 }

@@ -3,6 +3,7 @@ import { codeOf, describeThrown, TriggerFailedError } from '../errors.ts';
 import { toJsonText, type JsonObject } from '../serialization/json.ts';
 import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
+import type { SensorClass } from '../sensors/sensor-class.ts';
 import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../triggers/trigger-event.ts';
 import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
@@ -72,6 +73,10 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
     this.#log ??= this.runner.log.child({ trigger_id: this.id, classpath: this.classpath });
     return this.#log;
   }
+
+  sensorClass(classpath: string): SensorClass {
+    return this.runner.resolveSensor(classpath);
+  }
 }
 
 /**
@@ -103,12 +108,15 @@ export class TriggerRunner {
   ) {
     this.#watch = new LoopWatch<TriggerRun>(
       options.blockThresholdMs,
-      ({ subject, blockedMs }) =>
+      ({ subject, blockedMs }) => {
+        // A consolidated sensor names its sensor class and poke context: the classpath alone is every sensor's.
+        const wait = subject.trigger.describeWait();
         this.log.warn(
-          { trigger_id: subject.id, classpath: subject.classpath, blocked_ms: Math.round(blockedMs) },
-          `trigger ${subject.id} (${subject.classpath}) blocked the event loop for ${Math.round(blockedMs)} ms; ` +
+          { trigger_id: subject.id, classpath: subject.classpath, ...(wait === '' ? {} : { wait }), blocked_ms: Math.round(blockedMs) },
+          `trigger ${subject.id} (${subject.classpath}${wait === '' ? '' : `: ${wait}`}) blocked the event loop for ${Math.round(blockedMs)} ms; ` +
             'move blocking work off the loop (await an async API or a worker thread)',
-        ),
+        );
+      },
       (blockedMs, steps) =>
         steps > 0
           ? this.log.debug({ blocked_ms: Math.round(blockedMs), trigger_steps: steps }, 'event loop busy running trigger steps')
@@ -237,6 +245,10 @@ export class TriggerRunner {
   close(): void {
     this.#watch.stop();
     this.#timers.close();
+  }
+
+  resolveSensor(classpath: string): SensorClass {
+    return this.registry.resolveSensor(classpath);
   }
 
   sleepUntil(run: TriggerRun, epochMs: number): Promise<void> {

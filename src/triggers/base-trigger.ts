@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { canonicalJson, sha256Hex, type JsonObject } from '../serialization/json.ts';
 import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
 import type { TriggerEvent } from './trigger-event.ts';
+import type { SensorClass } from '../sensors/sensor-class.ts';
 
 export interface SerializedTrigger {
   /** The name the triggerer's registry knows the class by. */
@@ -21,6 +22,8 @@ export interface TriggerRuntime {
   sleepUntil(epochMs: number): Promise<void>;
   /** The trigger's child logger (trigger id, classpath), created on first use. */
   logger(): Logger;
+  /** A sensor class this triggerer allows (consolidated sensor pokes); throws DF_UNKNOWN_SENSOR for any other. */
+  sensorClass(classpath: string): SensorClass;
 }
 
 const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
@@ -91,6 +94,24 @@ export abstract class BaseTrigger {
   protected sleepUntil(epochMs: number): Promise<void> {
     const runtime = this[RUNTIME];
     return runtime ? runtime.sleepUntil(epochMs) : standaloneSleepUntil(epochMs);
+  }
+
+  /**
+   * A sensor class the triggerer allows, by classpath (a consolidated sensor wait pokes with it);
+   * DF_UNKNOWN_SENSOR for a class not on its allow-list.
+   */
+  protected allowedSensorClass(classpath: string): SensorClass {
+    const runtime = this[RUNTIME];
+    if (!runtime) throw new TriggerRuntimeError('sensor classes are available while the trigger runs on a triggerer');
+    return runtime.sensorClass(classpath);
+  }
+
+  /**
+   * What the blocked-loop warning and other logs add to the classpath to say which wait this is
+   * (a consolidated sensor names its sensor class and poke context); empty by default.
+   */
+  describeWait(): string {
+    return '';
   }
 
   /** A logger bound to this trigger's id and classpath. */

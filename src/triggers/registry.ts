@@ -1,7 +1,8 @@
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
-import { TriggerModuleError, UnknownTriggerError } from '../errors.ts';
+import { TriggerModuleError, UnknownSensorError, UnknownTriggerError } from '../errors.ts';
+import { isSensorClass, sensorClasspathOf, type SensorClass } from '../sensors/sensor-class.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
 import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 import { exportsOf, importUserModule } from '../user-code/user-module.ts';
@@ -15,6 +16,8 @@ import { classpathOf, isTriggerClass, type TriggerClass } from './base-trigger.t
  */
 export class TriggerRegistry {
   readonly #classes = new Map<string, TriggerClass>();
+  /** Sensor classes whose poke a consolidated sensor wait may run here (exported by the same modules). */
+  readonly #sensors = new Map<string, SensorClass>();
 
   constructor(classes: Iterable<TriggerClass> = []) {
     for (const cls of classes) this.register(cls, 'built-in');
@@ -29,6 +32,23 @@ export class TriggerRegistry {
       );
     }
     this.#classes.set(classpath, cls);
+  }
+
+  registerSensor(cls: SensorClass, origin: string): void {
+    const classpath = sensorClasspathOf(cls);
+    const existing = this.#sensors.get(classpath);
+    if (existing && existing !== cls) {
+      throw new TriggerModuleError(
+        `${origin}: sensor classpath ${JSON.stringify(classpath)} is already taken by another class; give one of them a distinct static classpath`,
+      );
+    }
+    this.#sensors.set(classpath, cls);
+  }
+
+  resolveSensor(classpath: string): SensorClass {
+    const cls = this.#sensors.get(classpath);
+    if (!cls) throw new UnknownSensorError(classpath, [...this.#sensors.keys()].sort());
+    return cls;
   }
 
   /**
@@ -50,11 +70,13 @@ export class TriggerRegistry {
       );
     }
     const found = Object.values(exports).filter(isTriggerClass);
-    if (found.length === 0) {
-      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} exports no BaseTrigger subclass`);
+    const sensors = Object.values(exports).filter(isSensorClass);
+    if (found.length === 0 && sensors.length === 0) {
+      throw new TriggerModuleError(`trigger module ${JSON.stringify(specifier)} exports no BaseTrigger subclass and no sensor class`);
     }
     for (const cls of found) this.register(cls, `trigger module ${specifier}`);
-    return found.map(classpathOf);
+    for (const cls of sensors) this.registerSensor(cls, `trigger module ${specifier}`);
+    return [...found.map(classpathOf), ...sensors.map((cls) => `sensor ${sensorClasspathOf(cls)}`)];
   }
 
   resolve(classpath: string): TriggerClass {

@@ -6,13 +6,14 @@ import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import { loadDagFromFile } from '../dags/loader.ts';
 import { taskSettings } from '../dags/task-settings.ts';
 import type { TaskResolver } from './worker.ts';
+import type { SmartSensors } from '../sensors/base-sensor.ts';
 
 /**
  * Finds a task's operator the way a worker should: the DAG's file is where DAG processing last
  * found it (serialized_dag.fileloc, read with the claim), and only that file is imported, as it
  * is now.
  */
-export function dagFileResolver(database: Database): TaskResolver {
+export function dagFileResolver(database: Database, options: { readonly smartSensors?: SmartSensors } = {}): TaskResolver {
   const storage = new Storage(database);
   return async (taskInstance) => {
     const fileloc = taskInstance.fileloc;
@@ -47,6 +48,8 @@ export function dagFileResolver(database: Database): TaskResolver {
             const returned = await storage.readReturnValue(claimed.dagId, claimed.runId, taskId);
             return returned === null ? null : (JSON.parse(returned) as JsonValue);
           },
+          taskReschedules: () => storage.taskReschedules(claimed.id, started.tryNumber),
+          smartSensors: options.smartSensors,
         };
       },
     };

@@ -2,6 +2,8 @@ import os from 'node:os';
 import { nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { WorkerOptions } from './worker.ts';
+import type { SmartSensors } from '../sensors/base-sensor.ts';
+import { InvalidOptionError } from '../errors.ts';
 
 /** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const WORKER_OPTIONS = {
@@ -33,6 +35,12 @@ export const WORKER_OPTIONS = {
     unit: 'seconds',
     describe: 'How often the DAG folder is processed into serialized DAGs',
   },
+  'smart-sensors': {
+    env: 'DEFERFLOW_SMART_SENSORS',
+    default: '',
+    unit: 'sensor classes (comma-separated) or all',
+    describe: 'Sensor classes that wait consolidated on the triggerer whatever mode their DAG gave them (Smart Sensors); all: every sensor that can',
+  },
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
@@ -41,6 +49,8 @@ export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly databaseUrl: string;
   readonly dagsFolder: string;
   readonly dagProcessIntervalMs: number;
+  /** Sensor classes (classpath or class name) switched to the consolidated deferrable mode; 'all'; [] for none. */
+  readonly smartSensors: SmartSensors;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
 }
@@ -55,8 +65,23 @@ export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}
     heartbeatIntervalMs: seconds(pick('heartbeat-interval'), 'heartbeat-interval'),
     shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
     dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
+    smartSensors: smartSensorsOf(pick('smart-sensors')),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     hostname: os.hostname(),
   });
+}
+
+/** `all`, or sensor class names (a list, or comma-separated text), as `--smart-sensors` takes them. */
+function smartSensorsOf(value: unknown): SmartSensors {
+  const names = (Array.isArray(value) ? value.map(String) : String(value ?? '').split(',')).map((name) => name.trim()).filter((name) => name !== '');
+  if (names.includes('all')) {
+    if (names.length > 1)
+      throw new InvalidOptionError('smart-sensors', `"all" already covers every sensor class; give all, or class names, not both (got ${names.join(', ')})`);
+    return 'all';
+  }
+  const bad = names.find((name) => !/^[A-Za-z_$][\w$.-]*$/.test(name));
+  if (bad !== undefined)
+    throw new InvalidOptionError('smart-sensors', `${JSON.stringify(bad)} is not a sensor class name; give class names or classpaths, comma-separated, or all`);
+  return Object.freeze(names);
 }

@@ -11,7 +11,7 @@ import {
   TaskExecutionTimeoutError,
   TaskInstanceStateError,
 } from '../errors.ts';
-import { isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
+import { isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { isTaskDeferred } from '../operators/task-deferred.ts';
 import { toJsonText } from '../serialization/json.ts';
@@ -258,7 +258,7 @@ export class Worker extends Daemon {
           taskInstance,
           label,
           tryLog,
-          { state: 'up_for_reschedule', readyAt: error.readyAt },
+          { state: 'up_for_reschedule', readyAt: error.readyAt, startedAt: started.startedAt },
           undefined,
           Date.now(),
           `runs again at ${new Date(error.readyAt).toISOString()}`,
@@ -266,8 +266,8 @@ export class Worker extends Daemon {
         return;
       }
       const now = Date.now();
-      const outcome: TaskOutcome =
-        started.tryNumber <= task.retry.retries ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
+      const mayRetry = started.tryNumber <= task.retry.retries && !isTaskFailedWithoutRetry(error);
+      const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
       await this.#finish(taskInstance, label, tryLog, outcome, error, now);
     }
   }

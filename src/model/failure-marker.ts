@@ -1,0 +1,18 @@
+import type { DeferflowErrorCode } from '../errors.ts';
+
+/**
+ * next_method of a task instance whose trigger failed or timed out (Airflow's "__fail__"): the
+ * triggerer writes it, the operator's resumeExecution() turns it back into the error.
+ */
+export const TRIGGER_FAILURE_METHOD = '__fail__';
+
+export type FailureReason = 'trigger_failure' | 'timeout';
+
+/** next_kwargs that the failure marker carries. */
+export interface FailureKwargs {
+  /** The stable code of what went wrong (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …): what scripts match on. */
+  readonly code: DeferflowErrorCode;
+  readonly error: string;
+  readonly traceback: string | null;
+  readonly reason: FailureReason;
+}

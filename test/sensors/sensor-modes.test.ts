@@ -1,0 +1,289 @@
+// Sensors end to end: worker, scheduler and triggerer (deferflow embedded, as a user runs it) on
+// both dialects, with a sensor class and DAGs that live in a project of their own.
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { deferflow, fromDbTime, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
+import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
+import { LogCapture, waitFor } from '../support/fixtures.ts';
+import { PACKAGE_ENTRY, spawnDeferflow } from '../support/processes.ts';
+import { processScratch } from '../support/process-scratch.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+const entry = JSON.stringify(PACKAGE_ENTRY);
+
+// A user's sensor: done once a flag file exists; every poke is counted in `${flag}.pokes`, with
+// where it ran (the consolidated poke is made with the task id __consolidated_poke__).
+const SENSORS = `import { appendFileSync, existsSync, readFileSync } from 'node:fs';
+import { BaseSensorOperator, PokeReturnValue } from ${entry};
+export class FlagSensor extends BaseSensorOperator {
+  static classpath = 'project.FlagSensor';
+  static pokeContextFields = ['flag'];
+  constructor({ flag, ...options }) { super(options); this.flag = flag; }
+  poke() {
+    appendFileSync(this.flag + '.pokes', (this.taskId === '__consolidated_poke__' ? 'triggerer' : 'worker') + ' ' + Date.now() + '\\n');
+    if (existsSync(this.flag + '.broken')) throw new Error('flag unreadable');
+    return existsSync(this.flag) ? new PokeReturnValue(true, readFileSync(this.flag, 'utf8')) : false;
+  }
+}
+`;
+
+interface SensorTask {
+  readonly taskId: string;
+  readonly flag: string;
+  readonly options?: Record<string, unknown>;
+}
+
+/** A DAG of FlagSensor tasks, with an `after` task downstream of every one (all_success). */
+function dagSource(dagId: string, sensors: readonly SensorTask[]): string {
+  return `import { Dag, FunctionOperator } from ${entry};
+import { FlagSensor } from '../sensors.mjs';
+const dag = new Dag({ dagId: ${JSON.stringify(dagId)} });
+const after = new FunctionOperator({ taskId: 'after', fn: () => 'after ran' });
+dag.add(after);
+for (const s of ${JSON.stringify(sensors)}) {
+  const sensor = new FlagSensor({ taskId: s.taskId, flag: s.flag, ...s.options });
+  dag.add(sensor);
+  sensor.before(after);
+}
+export { dag };
+`;
+}
+
+interface Project {
+  readonly dir: string;
+  readonly flag: (name: string) => string;
+  pokes(name: string): { worker: number; triggerer: number; times: number[] };
+}
+
+function project(name: string, dags: Record<string, readonly SensorTask[]>): Project {
+  const dir = scratch.dir(name);
+  mkdirSync(path.join(dir, 'dags'));
+  writeFileSync(path.join(dir, 'sensors.mjs'), SENSORS);
+  for (const [dagId, sensors] of Object.entries(dags)) {
+    writeFileSync(
+      path.join(dir, 'dags', `${dagId}.mjs`),
+      dagSource(
+        dagId,
+        sensors.map((sensor) => ({ ...sensor, flag: path.join(dir, sensor.flag) })),
+      ),
+    );
+  }
+  return {
+    dir,
+    flag: (flagName) => path.join(dir, flagName),
+    pokes(flagName) {
+      const file = path.join(dir, `${flagName}.pokes`);
+      const lines = existsSync(file) ? readFileSync(file, 'utf8').trim().split('\n') : [];
+      return {
+        worker: lines.filter((line) => line.startsWith('worker')).length,
+        triggerer: lines.filter((line) => line.startsWith('triggerer')).length,
+        times: lines.map((line) => Number(line.split(' ')[1])),
+      };
+    },
+  };
+}
+
+describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
+  let app: Deferflow | null = null;
+  afterEach(async () => {
+    await app?.stop();
+    app = null;
+  });
+
+  async function start(proj: Project, worker: DeferflowConfig['worker'] = {}): Promise<{ app: Deferflow; logs: LogCapture; url: string }> {
+    const logs = new LogCapture();
+    const url = await freshDatabaseUrl(dialect);
+    app = await deferflow({
+      databaseUrl: url,
+      dagsFolder: path.join(proj.dir, 'dags'),
+      worker: { concurrency: 4, pollInterval: 0.1, shutdownGrace: 0, ...(worker === false ? {} : worker) },
+      scheduler: { pollInterval: 0.1 },
+      triggerer: { pollInterval: 0.1, triggerModules: [path.join(proj.dir, 'sensors.mjs')] },
+      logger: pino({ level: 'info' }, logs),
+    });
+    return { app, logs, url };
+  }
+
+  const states = async (running: Deferflow, runId: string) =>
+    Object.fromEntries(
+      (await running.database.db.selectFrom('task_instance').select(['task_id', 'state']).where('run_id', '=', runId).execute()).map((row) => [
+        row.task_id,
+        row.state,
+      ]),
+    );
+  const row = (running: Deferflow, runId: string, taskId: string) =>
+    running.database.db.selectFrom('task_instance').selectAll().where('run_id', '=', runId).where('task_id', '=', taskId).executeTakeFirstOrThrow();
+
+  it('poke mode holds its slot between pokes; reschedule mode gives it back with a reschedule row per poke; both succeed once the flag appears', async () => {
+    const proj = project(`modes-${dialect}`, {
+      poking: [{ taskId: 'wait', flag: 'poke.flag', options: { mode: 'poke', pokeInterval: 0.2 } }],
+      rescheduling: [{ taskId: 'wait', flag: 'resched.flag', options: { mode: 'reschedule', pokeInterval: 0.2 } }],
+    });
+    const { app, url } = await start(proj);
+    const poking = await app.triggerDagRun('poking');
+    const rescheduling = await app.triggerDagRun('rescheduling');
+    await waitFor(() => proj.pokes('poke.flag').worker >= 3 && proj.pokes('resched.flag').worker >= 3, { what: 'three pokes of each' });
+    expect((await row(app, poking, 'wait')).state).toBe('running');
+    await waitFor(async () => (await row(app, rescheduling, 'wait')).state === 'up_for_reschedule', { what: 'the rescheduling sensor between pokes' });
+    writeFileSync(proj.flag('poke.flag'), 'poked');
+    writeFileSync(proj.flag('resched.flag'), 'rescheduled');
+    expect(await app.waitForDagRun('poking', poking)).toBe('success');
+    expect(await app.waitForDagRun('rescheduling', rescheduling)).toBe('success');
+    for (const [runId, value] of [
+      [poking, 'poked'],
+      [rescheduling, 'rescheduled'],
+    ] as const) {
+      const wait = await row(app, runId, 'wait');
+      expect([wait.state, wait.try_number, JSON.parse(wait.return_value!)]).toEqual(['success', 1, value]);
+    }
+    const reschedules = await app.database.db
+      .selectFrom('task_reschedule')
+      .innerJoin('task_instance', 'task_instance.id', 'task_reschedule.task_instance_id')
+      .select(['task_instance.run_id', 'task_reschedule.try_number'])
+      .execute();
+    expect(reschedules.filter((r) => r.run_id === poking)).toEqual([]);
+    const ofRescheduling = reschedules.filter((r) => r.run_id === rescheduling);
+    expect(ofRescheduling.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(ofRescheduling.map((r) => r.try_number))).toEqual(new Set([1]));
+    // Every poke of the rescheduling sensor but the last ended its run with a reschedule row.
+    expect(ofRescheduling.length).toBe(proj.pokes('resched.flag').worker - 1);
+    // What the CLI shows of it: the count in tasks list, the history in tasks reschedules.
+    const listed = spawnDeferflow(['tasks', 'list', '--db', url, '--run', rescheduling]);
+    expect((await listed.exit).code).toBe(0);
+    expect(listed.text[0]).toMatch(/^DAG ID +TASK ID +STATE +TRY +RESCHEDULES +HOST$/);
+    expect(listed.text.find((line) => / wait /.test(line))).toMatch(new RegExp(`^rescheduling +wait +success +1 +${ofRescheduling.length} `));
+    const history = spawnDeferflow(['tasks', 'reschedules', '--db', url, '--run', rescheduling, '--task', 'wait']);
+    expect((await history.exit).code).toBe(0);
+    expect(history.text[0]).toBe(`${ofRescheduling.length} reschedule(s) of rescheduling.wait (run ${rescheduling}), now success, try 1`);
+    expect(history.text[1]).toMatch(/^TRY +POKE STARTED +POKE ENDED +NEXT POKE AT$/);
+    expect(history.text.slice(2).filter((line) => /^1 +\d{4}-/.test(line))).toHaveLength(ofRescheduling.length);
+    const none = spawnDeferflow(['tasks', 'reschedules', '--db', url, '--run', poking, '--task', 'wait', '--json']);
+    expect((await none.exit).code).toBe(0);
+    expect(JSON.parse(none.text.join(''))).toEqual([]);
+  }, 60_000);
+
+  it('times out counting from the first poke across reschedules and deferrals: failed without a retry, or skipped with softFail (downstream follows its trigger rule)', async () => {
+    const proj = project(`timeouts-${dialect}`, {
+      hard: [
+        { taskId: 'resched', flag: 'never.flag', options: { mode: 'reschedule', pokeInterval: 0.3, timeout: 1.2, retries: 3 } },
+        { taskId: 'deferred', flag: 'never.flag', options: { mode: 'deferrable', pokeInterval: 0.3, timeout: 1.2, retries: 3 } },
+      ],
+      soft: [
+        { taskId: 'resched', flag: 'never.flag', options: { mode: 'reschedule', pokeInterval: 0.3, timeout: 1.2, softFail: true } },
+        { taskId: 'deferred', flag: 'never.flag', options: { mode: 'deferrable', pokeInterval: 0.3, timeout: 1.2, softFail: true } },
+        { taskId: 'poked', flag: 'never.flag', options: { mode: 'poke', pokeInterval: 0.3, timeout: 1.2, softFail: true } },
+      ],
+    });
+    const { app, logs } = await start(proj);
+    const hard = await app.triggerDagRun('hard');
+    const soft = await app.triggerDagRun('soft');
+    const startedAt = Date.now();
+    expect(await app.waitForDagRun('hard', hard)).toBe('failed');
+    expect(await app.waitForDagRun('soft', soft)).toBe('success');
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(1_200);
+    expect(await states(app, hard)).toEqual({ resched: 'failed', deferred: 'failed', after: 'upstream_failed' });
+    expect(await states(app, soft)).toEqual({ resched: 'skipped', deferred: 'skipped', poked: 'skipped', after: 'skipped' });
+    // No retry: retries: 3, yet one try each.
+    for (const taskId of ['resched', 'deferred']) expect((await row(app, hard, taskId)).try_number).toBe(1);
+    const timeouts = logs.matching((line) => line.code === 'DF_SENSOR_TIMEOUT');
+    expect(timeouts.length).toBe(2);
+    // The deferred sensor waited on the triggerer: pokes there too, after its first one on the worker.
+    expect(proj.pokes('never.flag').triggerer).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {
+    const proj = project(`throwing-${dialect}`, {
+      loud: [{ taskId: 'wait', flag: 'loud.flag', options: { mode: 'poke', pokeInterval: 0.1 } }],
+      silent: [{ taskId: 'wait', flag: 'silent.flag', options: { mode: 'reschedule', pokeInterval: 0.1, silentFail: true } }],
+      soft: [{ taskId: 'wait', flag: 'soft.flag', options: { mode: 'poke', pokeInterval: 0.1, softFail: true } }],
+    });
+    for (const name of ['loud', 'silent', 'soft']) writeFileSync(proj.flag(`${name}.flag.broken`), '');
+    const { app } = await start(proj);
+    const [loud, silent, soft] = [await app.triggerDagRun('loud'), await app.triggerDagRun('silent'), await app.triggerDagRun('soft')];
+    expect(await app.waitForDagRun('loud', loud)).toBe('failed');
+    expect(await app.waitForDagRun('soft', soft)).toBe('success');
+    expect(await states(app, soft)).toEqual({ wait: 'skipped', after: 'skipped' });
+    await waitFor(() => proj.pokes('silent.flag').worker >= 3, { what: 'the silent sensor poking on' });
+    expect((await row(app, silent, 'wait')).state).not.toBe('failed');
+    rmSync(proj.flag('silent.flag.broken'));
+    writeFileSync(proj.flag('silent.flag'), 'fine now');
+    expect(await app.waitForDagRun('silent', silent)).toBe('success');
+  }, 60_000);
+
+  it('exponentialBackoff doubles the pause between pokes up to maxWait', async () => {
+    const proj = project(`backoff-${dialect}`, {
+      backoff: [{ taskId: 'wait', flag: 'b.flag', options: { mode: 'reschedule', pokeInterval: 0.1, exponentialBackoff: true, maxWait: 0.5 } }],
+    });
+    const { app } = await start(proj);
+    const runId = await app.triggerDagRun('backoff');
+    await waitFor(() => proj.pokes('b.flag').worker >= 6, { what: 'six pokes', timeoutMs: 20_000 });
+    writeFileSync(proj.flag('b.flag'), 'x');
+    expect(await app.waitForDagRun('backoff', runId)).toBe('success');
+    const rows = await app.database.db.selectFrom('task_reschedule').select(['start_date', 'end_date', 'reschedule_date']).orderBy('id').execute();
+    // The pause runs from the poke's end, which lies between the run's start and end: so it is at
+    // most reschedule - start and at least reschedule - end, whatever the machine's load.
+    const expected = [100, 200, 400, 500, 500];
+    const outside = rows.slice(0, 5).flatMap((r, i) => {
+      const [start, end, again] = [fromDbTime(r.start_date), fromDbTime(r.end_date), fromDbTime(r.reschedule_date)];
+      return again - end <= expected[i]! + 1 && again - start >= expected[i]! - 1
+        ? []
+        : [`pause ${i}: ${again - end}..${again - start} ms, expected ${expected[i]}`];
+    });
+    expect(outside).toEqual([]);
+  }, 60_000);
+
+  it('deferrable sensors waiting on the same flag share one trigger row and one poke per interval; --smart-sensors consolidates an unchanged DAG of poke-mode sensors', async () => {
+    const shared = Array.from({ length: 500 }, (_, i) => ({ taskId: `w${i}`, flag: 'shared.flag', options: { mode: 'deferrable', pokeInterval: 0.5 } }));
+    // Poke mode as written; the deployment switch alone makes them wait on the triggerer.
+    const switched = [
+      ...Array.from({ length: 3 }, (_, i) => ({ taskId: `a${i}`, flag: 'a.flag', options: { mode: 'poke', pokeInterval: 0.2 } })),
+      ...Array.from({ length: 2 }, (_, i) => ({ taskId: `b${i}`, flag: 'b.flag', options: { mode: 'poke', pokeInterval: 0.2 } })),
+    ];
+    const proj = project(`consolidated-${dialect}`, { shared, switched });
+    const { app } = await start(proj, { concurrency: 16, smartSensors: ['FlagSensor'] });
+    const sharedRun = await app.triggerDagRun('shared');
+    const switchedRun = await app.triggerDagRun('switched');
+    const deferredCount = async (runId: string) =>
+      Number(
+        (
+          await app.database.db
+            .selectFrom('task_instance')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .where('run_id', '=', runId)
+            .where('state', '=', 'deferred')
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    await waitFor(async () => (await deferredCount(sharedRun)) === 500 && (await deferredCount(switchedRun)) === 5, {
+      what: 'every sensor deferred',
+      timeoutMs: 60_000,
+    });
+    const triggers = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
+    const flags = triggers.map((t) => JSON.parse(t.kwargs).pokeContext.flag as string).sort();
+    expect(flags).toEqual([proj.flag('a.flag'), proj.flag('b.flag'), proj.flag('shared.flag')].sort());
+    expect(new Set(triggers.map((t) => t.classpath))).toEqual(new Set(['deferflow.SensorPokeTrigger']));
+    // No slot held while they wait.
+    expect(app.worker!.runningCount).toBe(0);
+    // One poke per interval on the triggerer, however many wait: over ~2 s at 0.5 s, a handful.
+    const before = proj.pokes('shared.flag').triggerer;
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const during = proj.pokes('shared.flag').triggerer - before;
+    expect(during).toBeGreaterThanOrEqual(2);
+    expect(during).toBeLessThanOrEqual(6);
+    for (const flag of ['shared.flag', 'a.flag', 'b.flag']) writeFileSync(proj.flag(flag), flag);
+    expect(await app.waitForDagRun('shared', sharedRun)).toBe('success');
+    expect(await app.waitForDagRun('switched', switchedRun)).toBe('success');
+    const values = await app.database.db.selectFrom('task_instance').select(['task_id', 'return_value']).where('run_id', '=', switchedRun).execute();
+    expect(Object.fromEntries(values.map((v) => [v.task_id, JSON.parse(v.return_value!)]))).toEqual({
+      a0: 'a.flag',
+      a1: 'a.flag',
+      a2: 'a.flag',
+      b0: 'b.flag',
+      b1: 'b.flag',
+      after: 'after ran',
+    });
+  }, 120_000);
+});
