@@ -95,6 +95,18 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
     this.silentFail = options.silentFail ?? false;
     this.exponentialBackoff = options.exponentialBackoff ?? false;
     this.maxWaitMs = options.maxWait === undefined || options.maxWait === null ? null : ms(options.maxWait, 'maxWait');
+    if (this.mode === 'deferrable' && !this.#canDefer()) {
+      throw new InvalidSensorError(
+        name,
+        'mode deferrable needs a trigger of its own (override trigger()) or static pokeContextFields (for the consolidated poke); use mode poke or reschedule',
+      );
+    }
+  }
+
+  /** Whether it has something to defer onto: a trigger of its own, or a poke context to consolidate. */
+  #canDefer(): boolean {
+    const cls = this.constructor as SensorClass;
+    return (cls.pokeContextFields ?? []).length > 0 || this.trigger !== BaseSensorOperator.prototype.trigger;
   }
 
   /** Whether the condition holds now. */
@@ -156,26 +168,12 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
   }
 
   #effectiveMode(context: Context): SensorMode {
+    if (this.mode === 'deferrable') return this.mode;
     const cls = this.constructor as SensorClass;
     const smart = context.smartSensors;
     const switched = smart !== undefined && (smart === 'all' || smart.includes(sensorClasspathOf(cls)) || smart.includes(cls.name));
-    if (!switched || this.mode === 'deferrable') {
-      if (this.mode === 'deferrable') this.#assertCanDefer(context);
-      return this.mode;
-    }
-    // The deployment asks for consolidation; a sensor that cannot be consolidated keeps its mode.
-    if ((cls.pokeContextFields ?? []).length === 0 && this.trigger(context) === null) return this.mode;
-    return 'deferrable';
-  }
-
-  #assertCanDefer(context: Context): void {
-    const cls = this.constructor as SensorClass;
-    if ((cls.pokeContextFields ?? []).length === 0 && this.trigger(context) === null) {
-      throw new InvalidSensorError(
-        this.constructor.name,
-        'mode deferrable needs a trigger of its own (override trigger()) or static pokeContextFields (for the consolidated poke); use mode poke or reschedule',
-      );
-    }
+    // The deployment asks for consolidation; a sensor that cannot defer keeps its mode.
+    return switched && this.#canDefer() ? 'deferrable' : this.mode;
   }
 
   #consolidatedTrigger(): SensorPokeTrigger {

@@ -18,6 +18,9 @@ const entry = JSON.stringify(PACKAGE_ENTRY);
 // where it ran (the consolidated poke is made with the task id __consolidated_poke__).
 const SENSORS = `import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { BaseSensorOperator, PokeReturnValue } from ${entry};
+export class PlainSensor extends BaseSensorOperator {
+  poke() { return true; }
+}
 export class FlagSensor extends BaseSensorOperator {
   static classpath = 'project.FlagSensor';
   static pokeContextFields = ['flag'];
@@ -25,6 +28,7 @@ export class FlagSensor extends BaseSensorOperator {
   poke() {
     appendFileSync(this.flag + '.pokes', (this.taskId === '__consolidated_poke__' ? 'triggerer' : 'worker') + ' ' + Date.now() + '\\n');
     if (existsSync(this.flag + '.broken')) throw new Error('flag unreadable');
+    if (existsSync(this.flag + '.slow')) for (const until = Date.now() + 300; Date.now() < until; );
     return existsSync(this.flag) ? new PokeReturnValue(true, readFileSync(this.flag, 'utf8')) : false;
   }
 }
@@ -93,7 +97,11 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     app = null;
   });
 
-  async function start(proj: Project, worker: DeferflowConfig['worker'] = {}): Promise<{ app: Deferflow; logs: LogCapture; url: string }> {
+  async function start(
+    proj: Project,
+    worker: DeferflowConfig['worker'] = {},
+    triggerer: DeferflowConfig['triggerer'] = {},
+  ): Promise<{ app: Deferflow; logs: LogCapture; url: string }> {
     const logs = new LogCapture();
     const url = await freshDatabaseUrl(dialect);
     app = await deferflow({
@@ -101,7 +109,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       dagsFolder: path.join(proj.dir, 'dags'),
       worker: { concurrency: 4, pollInterval: 0.1, shutdownGrace: 0, ...(worker === false ? {} : worker) },
       scheduler: { pollInterval: 0.1 },
-      triggerer: { pollInterval: 0.1, triggerModules: [path.join(proj.dir, 'sensors.mjs')] },
+      triggerer: { pollInterval: 0.1, triggerModules: [path.join(proj.dir, 'sensors.mjs')], ...(triggerer === false ? {} : triggerer) },
       logger: pino({ level: 'info' }, logs),
     });
     return { app, logs, url };
@@ -192,6 +200,33 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     expect(timeouts.length).toBe(2);
     // The deferred sensor waited on the triggerer: pokes there too, after its first one on the worker.
     expect(proj.pokes('never.flag').triggerer).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('a triggerer that does not allow the sensor class fails its task instances (DF_UNKNOWN_SENSOR); a poke blocking the loop is named by class and poke context', async () => {
+    const proj = project(`unknown-${dialect}`, {
+      slow: [{ taskId: 'wait', flag: 'slow.flag', options: { mode: 'deferrable', pokeInterval: 0.2 } }],
+    });
+    writeFileSync(proj.flag('slow.flag.slow'), '');
+    // First a triggerer that allows nothing of the project's.
+    const { app: strict, logs } = await start(proj, {}, { triggerModules: [] });
+    const refused = await strict.triggerDagRun('slow');
+    expect(await strict.waitForDagRun('slow', refused)).toBe('failed');
+    const failures = logs.matching((line) => typeof line.error === 'string' && line.error.includes('DF_UNKNOWN_SENSOR'));
+    expect(failures.length).toBeGreaterThan(0);
+    expect(String(failures[0]!.error)).toContain('sensor class "project.FlagSensor" is not allowed on this triggerer');
+    await strict.stop();
+    app = null;
+    // Then one that allows it, warning at 0.1 s: the slow poke is named.
+    const { app: allowing, logs: allowingLogs } = await start(proj, {}, { blockThreshold: 0.1 });
+    const named = await allowing.triggerDagRun('slow');
+    await waitFor(() => allowingLogs.matching((line) => typeof line.blocked_ms === 'number' && line.wait !== undefined).length > 0, {
+      what: 'the blocked-loop warning',
+    });
+    const warning = allowingLogs.matching((line) => typeof line.blocked_ms === 'number' && line.wait !== undefined)[0]!;
+    expect(warning.wait).toBe(`sensor project.FlagSensor {"flag":${JSON.stringify(proj.flag('slow.flag'))}}`);
+    expect(String(warning.msg)).toContain('(deferflow.SensorPokeTrigger: sensor project.FlagSensor');
+    writeFileSync(proj.flag('slow.flag'), 'done');
+    expect(await allowing.waitForDagRun('slow', named)).toBe('success');
   }, 60_000);
 
   it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {
@@ -286,4 +321,26 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       after: 'after ran',
     });
   }, 120_000);
+});
+
+describe('sensor options', () => {
+  it('are refused when the DAG file loads, naming the sensor class and the field', async () => {
+    const proj = project('bad-options', {
+      sideways: [{ taskId: 'wait', flag: 'x.flag', options: { mode: 'sideways' } }],
+      negative: [{ taskId: 'wait', flag: 'x.flag', options: { pokeInterval: -5 } }],
+    });
+    writeFileSync(
+      path.join(proj.dir, 'dags', 'plain.mjs'),
+      `import { Dag } from ${entry};\nimport { PlainSensor } from '../sensors.mjs';\nexport const dag = new Dag({ dagId: 'plain' }).add(new PlainSensor({ taskId: 'wait', mode: 'deferrable' }));\n`,
+    );
+    const db = await scratch.database('sqlite');
+    const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', path.join(proj.dir, 'dags')]);
+    expect((await reserialize.exit).code).toBe(1);
+    const printed = reserialize.text.join('\n');
+    expect(printed).toContain('FlagSensor: mode: expected one of poke, reschedule, deferrable, got "sideways"');
+    expect(printed).toContain('FlagSensor: pokeInterval: expected a luxon Duration or a number of seconds >= 0, got -5');
+    expect(printed).toContain('PlainSensor: mode deferrable needs a trigger of its own (override trigger()) or static pokeContextFields');
+    const imported = await db.db.selectFrom('serialized_dag').select('dag_id').execute();
+    expect(imported).toEqual([]);
+  }, 60_000);
 });
