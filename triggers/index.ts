@@ -11,7 +11,8 @@ import { FileTrigger } from './file-trigger.ts';
 import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
-export { FileTrigger, type FileTriggerKwargs } from './file-trigger.ts';
+export { FileTrigger, readyFile, type FileTriggerKwargs } from './file-trigger.ts';
+export { FileSensor, type FileSensorOptions } from './file-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 
 /**

@@ -1,13 +1,13 @@
 // Sensors end to end: worker, scheduler and triggerer (deferflow embedded, as a user runs it) on
 // both dialects, with a sensor class and DAGs that live in a project of their own.
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { deferflow, fromDbTime, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
 import { LogCapture, waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, spawnDeferflow } from '../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
 afterAll(dropTestDatabases);
@@ -227,6 +227,46 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     expect(String(warning.msg)).toContain('(deferflow.SensorPokeTrigger: sensor project.FlagSensor');
     writeFileSync(proj.flag('slow.flag'), 'done');
     expect(await allowing.waitForDagRun('slow', named)).toBe('success');
+  }, 60_000);
+
+  it('FileSensor in every mode waits out a file being written slowly: done once it is big enough and unchanged for unchangedFor', async () => {
+    const proj = project(`files-${dialect}`, {});
+    const file = path.join(proj.dir, 'landing', 'report.csv');
+    mkdirSync(path.dirname(file));
+    writeFileSync(
+      path.join(proj.dir, 'dags', 'files.mjs'),
+      `import { Dag } from ${entry};\nimport { FileSensor } from ${JSON.stringify(PACKAGE_TRIGGERS)};\n` +
+        `export const dag = new Dag({ dagId: 'files' }).add(...['poke', 'reschedule', 'deferrable'].map((mode) => ` +
+        `new FileSensor({ taskId: mode, mode, filepath: ${JSON.stringify(file)}, pokeInterval: 0.1, minSize: 20, unchangedFor: 0.5 })));\n`,
+    );
+    const { app } = await start(proj);
+    const runId = await app.triggerDagRun('files');
+    // 4 bytes every 100 ms: past minSize after 0.5 s, still changing until about 1 s.
+    for (let i = 0; i < 10; i++) {
+      appendFileSync(file, 'xxxx');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const lastWrite = statSync(file).mtimeMs;
+    expect(await app.waitForDagRun('files', runId)).toBe('success');
+    const rows = await app.database.db
+      .selectFrom('task_instance')
+      .select(['task_id', 'state', 'end_date', 'return_value'])
+      .where('run_id', '=', runId)
+      .execute();
+    for (const ti of rows) {
+      expect([ti.task_id, ti.state, JSON.parse(ti.return_value!)]).toEqual([ti.task_id, 'success', { path: file }]);
+      // Not before the file had rested 0.5 s (the database keeps milliseconds).
+      expect(fromDbTime(ti.end_date!)).toBeGreaterThanOrEqual(Math.floor(lastWrite) + 500);
+    }
+    // The deferrable one waited on the triggerer (its task log says it deferred), the others on the worker.
+    const deferredLines = await app.database.db
+      .selectFrom('task_log')
+      .innerJoin('task_instance', 'task_instance.id', 'task_log.task_instance_id')
+      .select(['task_instance.task_id', 'task_log.message'])
+      .where('task_instance.run_id', '=', runId)
+      .where('task_log.message', 'like', '%deferred; resumes at sensorDone%')
+      .execute();
+    expect(deferredLines.map((line) => line.task_id)).toEqual(['deferrable']);
   }, 60_000);
 
   it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {

@@ -110,7 +110,7 @@ describe('FileTrigger', () => {
     });
     expect(new FileTrigger(serialized.kwargs as { path: string }).serialize()).toEqual(serialized);
     expect(new FileTrigger({ path: path.join(dir, 'in/*.csv'), pollInterval: 5, recursive: false }).serialize()).toEqual(serialized);
-    expect(Object.keys(trigger)).toEqual(['path', 'pollInterval', 'recursive']);
+    expect(Object.keys(trigger)).toEqual(['path', 'pollInterval', 'recursive', 'minSize', 'unchangedFor']);
   });
 
   it('refuses bad kwargs, naming the value', () => {
@@ -140,5 +140,36 @@ describe('FileTrigger', () => {
       expect((thrown as Error).message).toContain('FileTrigger');
       expect((thrown as Error).message).toContain(named);
     }
+  });
+});
+
+describe('FileTrigger minSize and unchangedFor', () => {
+  it('fires only once the file is big enough and has stopped changing', async () => {
+    const file = path.join(dir, 'growing.csv');
+    await fs.writeFile(file, 'abc');
+    const small = new FileTrigger({ path: file, pollInterval: 0.05, minSize: 10 });
+    expect(await eventWithin(small, 300)).toBe('timeout');
+    await fs.appendFile(file, 'defghijkl');
+    expect(await eventWithin(small, 2_000)).toMatchObject({ payload: { path: file } });
+
+    const settling = new FileTrigger({ path: file, pollInterval: 0.05, unchangedFor: 1 });
+    await fs.appendFile(file, 'more'); // modified just now
+    expect(await eventWithin(settling, 300)).toBe('timeout');
+    const longAgo = new Date(Date.now() - 2_000);
+    await fs.utimes(file, longAgo, longAgo);
+    expect(await eventWithin(settling, 2_000)).toMatchObject({ payload: { path: file } });
+  });
+
+  it('serializes the checks only when set, so a plain wait keeps its kwargs (and its dedup hash)', () => {
+    const plain = new FileTrigger({ path: path.join(dir, 'x') });
+    expect(plain.serialize().kwargs).toEqual({ path: path.join(dir, 'x'), pollInterval: 5, recursive: false });
+    const checked = new FileTrigger({ path: path.join(dir, 'x'), minSize: 1, unchangedFor: 2.5 });
+    expect(new FileTrigger(checked.serialize().kwargs as never).serialize()).toEqual(checked.serialize());
+  });
+
+  it('refuses a bad minSize or unchangedFor, naming it', () => {
+    expect(() => new FileTrigger({ path: path.join(dir, 'x'), minSize: -1 })).toThrow(/minSize number -1 is not a number of bytes/);
+    expect(() => new FileTrigger({ path: path.join(dir, 'x'), minSize: 1.5 })).toThrow(InvalidTriggerArgumentError);
+    expect(() => new FileTrigger({ path: path.join(dir, 'x'), unchangedFor: Number.NaN })).toThrow(/unchangedFor number NaN is not a number of seconds/);
   });
 });
