@@ -13,6 +13,7 @@ import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, readyFile, type FileTriggerKwargs } from './file-trigger.ts';
 export { FileSensor, type FileSensorOptions } from './file-sensor.ts';
+export { DateTimeSensor, TimeDeltaSensor, TimeSensor, type RunDates } from './time-sensors.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 
 /**

@@ -26,7 +26,15 @@ export interface TaskContext {
 
 /** What a task run by a worker sees: its DAG run, params, a logger, and upstream return values. */
 export interface RuntimeContext extends TaskContext {
-  readonly dagRun: { readonly runId: string; readonly logicalDate: string; readonly conf: JsonObject };
+  readonly dagRun: {
+    readonly runId: string;
+    /** ISO-8601 (UTC). */
+    readonly logicalDate: string;
+    readonly conf: JsonObject;
+    /** The data interval a scheduled run covers (ISO-8601, UTC); null for a manual run. */
+    readonly dataIntervalStart: string | null;
+    readonly dataIntervalEnd: string | null;
+  };
   /** The DAG's params with the task's own laid over them. */
   readonly params: JsonObject;
   /** A pino logger bound to the task instance (dag_id, task_id, run_id, try); its lines make up the task log. */

@@ -135,7 +135,7 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
       if (done) return value;
       const now = Date.now();
       if (now >= deadline) return this.#timedOut(firstPokeAt, now);
-      const pause = Math.min(this.#pauseAfter(pokes), deadline - now);
+      const pause = Math.min(this.nextPokeIn(this.#pauseAfter(pokes), context), deadline - now);
       if (mode === 'reschedule') return this.reschedule(new Date(now + pause));
       if (mode === 'deferrable') {
         return this.defer({
@@ -147,6 +147,14 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
       }
       await sleepUnlessAborted(pause, context.signal);
     }
+  }
+
+  /**
+   * How long to wait before the next poke (poke and reschedule modes), given the pause the
+   * options ask for: a sensor that knows when its condition will hold (a moment) pokes then.
+   */
+  protected nextPokeIn(pauseMs: number, _context: Context): number {
+    return pauseMs;
   }
 
   /** Where a deferred sensor resumes once its wait fired: the consolidated poke's value, if any. */

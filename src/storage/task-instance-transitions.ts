@@ -21,6 +21,9 @@ export interface ClaimedTaskInstance {
   /** The DAG run's logical date (epoch ms) and conf (JSON text); null if the run is gone. */
   readonly logicalDate: number | null;
   readonly confJson: string | null;
+  /** The DAG run's data interval (epoch ms); null for a run that has none (manual runs). */
+  readonly dataIntervalStart: number | null;
+  readonly dataIntervalEnd: number | null;
 }
 
 export interface WorkerIdentity {
@@ -102,6 +105,18 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
         .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
         .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
         .as('conf'),
+      eb
+        .selectFrom('dag_run')
+        .select('data_interval_start')
+        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
+        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
+        .as('data_interval_start'),
+      eb
+        .selectFrom('dag_run')
+        .select('data_interval_end')
+        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
+        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
+        .as('data_interval_end'),
     ])
     .execute();
   return rows.map((row) => ({
@@ -113,6 +128,8 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
     fileloc: row.fileloc ?? null,
     logicalDate: row.logical_date == null ? null : fromDbTime(row.logical_date),
     confJson: row.conf ?? null,
+    dataIntervalStart: row.data_interval_start == null ? null : fromDbTime(row.data_interval_start),
+    dataIntervalEnd: row.data_interval_end == null ? null : fromDbTime(row.data_interval_end),
   }));
 }
 

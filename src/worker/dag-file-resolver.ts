@@ -40,6 +40,8 @@ export function dagFileResolver(database: Database, options: { readonly smartSen
             runId: claimed.runId,
             logicalDate: new Date(claimed.logicalDate ?? Date.now()).toISOString(),
             conf: claimed.confJson === null ? {} : (JSON.parse(claimed.confJson) as JsonObject),
+            dataIntervalStart: claimed.dataIntervalStart === null ? null : new Date(claimed.dataIntervalStart).toISOString(),
+            dataIntervalEnd: claimed.dataIntervalEnd === null ? null : new Date(claimed.dataIntervalEnd).toISOString(),
           },
           params: { ...(dag.options.params ?? {}), ...(operator.taskOptions.params ?? {}) },
           log: taskLog,

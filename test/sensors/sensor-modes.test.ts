@@ -2,6 +2,7 @@
 // both dialects, with a sensor class and DAGs that live in a project of their own.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { DateTime } from 'luxon';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { deferflow, fromDbTime, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
@@ -267,6 +268,42 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       .where('task_log.message', 'like', '%deferred; resumes at sensorDone%')
       .execute();
     expect(deferredLines.map((line) => line.task_id)).toEqual(['deferrable']);
+  }, 60_000);
+
+  it('TimeDeltaSensor, DateTimeSensor and TimeSensor wait for a moment worked out from the run, in every mode', async () => {
+    const proj = project(`times-${dialect}`, {});
+    // A time of day 2 s from now in Kolkata, on the day the (manual) run's interval ends there.
+    let now = DateTime.now().setZone('Asia/Kolkata');
+    if (now.plus({ seconds: 3 }).day !== now.day) {
+      await new Promise((resolve) => setTimeout(resolve, 4_000)); // do not straddle midnight
+      now = DateTime.now().setZone('Asia/Kolkata');
+    }
+    const timeOfDay = now.plus({ seconds: 2 }).toFormat('HH:mm:ss');
+    writeFileSync(
+      path.join(proj.dir, 'dags', 'times.mjs'),
+      `import { Dag } from ${entry};\nimport { DateTimeSensor, TimeDeltaSensor, TimeSensor } from ${JSON.stringify(PACKAGE_TRIGGERS)};\n` +
+        `const dag = new Dag({ dagId: 'times' });\n` +
+        `for (const mode of ['poke', 'reschedule', 'deferrable']) {\n` +
+        `  dag.add(new TimeDeltaSensor({ taskId: 'delta_' + mode, mode, delta: 1, pokeInterval: 30 }));\n` +
+        `  dag.add(new DateTimeSensor({ taskId: 'moment_' + mode, mode, targetTime: (run) => run.logicalDate.plus({ seconds: 1.5 }), pokeInterval: 30 }));\n` +
+        `  dag.add(new TimeSensor({ taskId: 'clock_' + mode, mode, targetTime: ${JSON.stringify(timeOfDay)}, timezone: 'Asia/Kolkata', pokeInterval: 30 }));\n` +
+        `}\nexport { dag };\n`,
+    );
+    const { app } = await start(proj, { concurrency: 9 });
+    const runId = await app.triggerDagRun('times');
+    expect(await app.waitForDagRun('times', runId)).toBe('success');
+    const run = await app.database.db.selectFrom('dag_run').select('logical_date').where('run_id', '=', runId).executeTakeFirstOrThrow();
+    const logical = fromDbTime(run.logical_date);
+    const clock = DateTime.fromFormat(timeOfDay, 'HH:mm:ss', { zone: 'Asia/Kolkata' }).set({ year: now.year, month: now.month, day: now.day }).toMillis();
+    const rows = await app.database.db.selectFrom('task_instance').select(['task_id', 'state', 'end_date']).where('run_id', '=', runId).execute();
+    expect(rows).toHaveLength(9);
+    for (const ti of rows) {
+      const target = ti.task_id.startsWith('delta') ? logical + 1_000 : ti.task_id.startsWith('moment') ? logical + 1_500 : clock;
+      expect([ti.task_id, ti.state]).toEqual([ti.task_id, 'success']);
+      expect(fromDbTime(ti.end_date!), ti.task_id).toBeGreaterThanOrEqual(target);
+      // pokeInterval is 30 s, yet each is done within a few seconds of its moment: the next poke (or the trigger) is at the moment.
+      expect(fromDbTime(ti.end_date!) - target, ti.task_id).toBeLessThan(5_000);
+    }
   }, 60_000);
 
   it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {
