@@ -52,7 +52,7 @@ export {
 export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TaskRescheduleRow, TriggerTableRow } from './db/rows.ts';
 export { createLogger, type Logger } from './logging.ts';
 export type { LogFormat, LogLevel } from './config/common-options.ts';
-export type { JsonValue, JsonObject } from './serialization/json.ts';
+export { canonicalJson, type JsonValue, type JsonObject } from './serialization/json.ts';
 export * from './errors.ts';
 export { Triggerer } from './triggerer/triggerer.ts';
 export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './triggerer/options.ts';

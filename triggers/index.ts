@@ -8,12 +8,15 @@
  */
 import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
+import { HttpTrigger } from './http-trigger.ts';
 import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, readyFile, type FileTriggerKwargs } from './file-trigger.ts';
 export { FileSensor, type FileSensorOptions } from './file-sensor.ts';
 export { DateTimeSensor, TimeDeltaSensor, TimeSensor, type RunDates } from './time-sensors.ts';
+export { HttpTrigger, type HttpAnswer, type HttpCheck, type HttpTriggerKwargs } from './http-trigger.ts';
+export { HttpSensor } from './http-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 
 /**
@@ -26,4 +29,9 @@ function asTriggerClass<C extends abstract new (...args: never[]) => unknown>(cl
   return cls as unknown as C & TriggerClass;
 }
 
-export const BUILTIN_TRIGGERS = [asTriggerClass(DateTimeTrigger), asTriggerClass(FileTrigger), asTriggerClass(SensorPokeTrigger)] as const;
+export const BUILTIN_TRIGGERS = [
+  asTriggerClass(DateTimeTrigger),
+  asTriggerClass(FileTrigger),
+  asTriggerClass(HttpTrigger),
+  asTriggerClass(SensorPokeTrigger),
+] as const;

@@ -1,6 +1,8 @@
 // Sensors end to end: worker, scheduler and triggerer (deferflow embedded, as a user runs it) on
 // both dialects, with a sensor class and DAGs that live in a project of their own.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { DateTime } from 'luxon';
 import pino from 'pino';
@@ -303,6 +305,37 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       expect(fromDbTime(ti.end_date!), ti.task_id).toBeGreaterThanOrEqual(target);
       // pokeInterval is 30 s, yet each is done within a few seconds of its moment: the next poke (or the trigger) is at the moment.
       expect(fromDbTime(ti.end_date!) - target, ti.task_id).toBeLessThan(5_000);
+    }
+  }, 60_000);
+
+  it('HttpSensor in every mode waits for a local server to answer with the JSON field asked for', async () => {
+    let ready = false;
+    const server = http.createServer((_request, response) => {
+      response.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify({ state: ready ? 'done' : 'running' }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/job`;
+      const proj = project(`http-${dialect}`, {});
+      writeFileSync(
+        path.join(proj.dir, 'dags', 'http.mjs'),
+        `import { Dag } from ${entry};\nimport { HttpSensor } from ${JSON.stringify(PACKAGE_TRIGGERS)};\n` +
+          `export const dag = new Dag({ dagId: 'http' }).add(...['poke', 'reschedule', 'deferrable'].map((mode) => ` +
+          `new HttpSensor({ taskId: mode, mode, url: ${JSON.stringify(url)}, jsonPath: 'state', jsonEquals: 'done', pokeInterval: 0.2 })));\n`,
+      );
+      const { app } = await start(proj);
+      const runId = await app.triggerDagRun('http');
+      await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
+      ready = true;
+      expect(await app.waitForDagRun('http', runId)).toBe('success');
+      const rows = await app.database.db.selectFrom('task_instance').select(['task_id', 'return_value']).where('run_id', '=', runId).execute();
+      expect(Object.fromEntries(rows.map((ti) => [ti.task_id, JSON.parse(ti.return_value!)]))).toEqual({
+        poke: { url, status: 200 },
+        reschedule: { url, status: 200 },
+        deferrable: { url, status: 200 },
+      });
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   }, 60_000);
 

@@ -1,0 +1,49 @@
+import {
+  BaseSensorOperator,
+  InvalidSensorError,
+  InvalidTriggerArgumentError,
+  PokeReturnValue,
+  type JsonValue,
+  type PokeContext,
+  type SensorOptions,
+} from '../src/index.ts';
+import { checkHttp, HttpTrigger, resolveHttpCheck, type HttpCheck } from './http-trigger.ts';
+
+/**
+ * Waits until a URL answers as asked (Airflow's HttpSensor): one of `expectedStatus`, and, if
+ * given, a JSON field (`jsonPath`) equal to `jsonEquals` or a body containing `bodyContains`.
+ * Its return value is `{ url, status }`. Deferrable, it waits on an HttpTrigger with the same
+ * check, so sensors watching the same URL the same way share one trigger row.
+ */
+export class HttpSensor extends BaseSensorOperator {
+  static readonly classpath = 'deferflow.sensors.HttpSensor';
+  readonly check: ReturnType<typeof resolveHttpCheck>;
+
+  constructor({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts, ...options }: SensorOptions & HttpCheck) {
+    super(options);
+    const given = Object.fromEntries(
+      Object.entries({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts }).filter(
+        ([, value]) => value !== undefined,
+      ),
+    ) as unknown as HttpCheck;
+    try {
+      this.check = resolveHttpCheck(given, 'HttpSensor');
+    } catch (error) {
+      if (error instanceof InvalidTriggerArgumentError) throw new InvalidSensorError('HttpSensor', error.message.replace(/^HttpSensor: /, ''));
+      throw error;
+    }
+  }
+
+  async poke(context: PokeContext): Promise<boolean | PokeReturnValue> {
+    const answer = await checkHttp(this.check, context.signal, (ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+    return answer === null ? false : new PokeReturnValue(true, { ...answer });
+  }
+
+  override trigger(): HttpTrigger {
+    return new HttpTrigger({ ...this.check, pollInterval: this.pokeIntervalMs / 1000 });
+  }
+
+  override sensorDone(_context: unknown, event: JsonValue): JsonValue | undefined {
+    return event ?? undefined;
+  }
+}
