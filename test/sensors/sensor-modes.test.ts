@@ -433,6 +433,48 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
   }, 120_000);
 });
 
+describe('deferflow standalone --smart-sensors', () => {
+  it('runs an unchanged DAG of poke-mode sensors consolidated on the triggerer (a real process, the flag as a user gives it)', async () => {
+    const proj = project('smart-cli', {
+      unchanged: Array.from({ length: 4 }, (_, i) => ({ taskId: `w${i}`, flag: 'cli.flag', options: { mode: 'poke', pokeInterval: 0.2 } })),
+    });
+    const db = await scratch.database('sqlite');
+    const standalone = spawnDeferflow(
+      [
+        'standalone',
+        '--db',
+        db.url,
+        '--dags',
+        './dags',
+        '--trigger-module',
+        './sensors.mjs',
+        '--smart-sensors',
+        'FlagSensor',
+        '--trigger-dag',
+        'unchanged',
+        '--exit-when-done',
+      ],
+      {},
+      proj.dir,
+    );
+    // While they wait: one consolidated trigger row, every sensor deferred (none holds a slot).
+    await waitFor(
+      async () => {
+        const deferred = await db.db.selectFrom('task_instance').select('task_id').where('state', '=', 'deferred').execute();
+        return deferred.length === 4;
+      },
+      { what: 'the four sensors deferred', timeoutMs: 30_000 },
+    );
+    const triggers = await db.db.selectFrom('trigger').select('classpath').execute();
+    expect(triggers).toEqual([{ classpath: 'deferflow.SensorPokeTrigger' }]);
+    writeFileSync(proj.flag('cli.flag'), 'go');
+    const exit = await standalone.exit;
+    expect(exit.code, `${standalone.text.join('\n')}\n${standalone.stderr.join('\n')}`).toBe(0);
+    expect(standalone.text.join('\n')).toMatch(/unchanged manual__\S+: success in /);
+    expect(proj.pokes('cli.flag').triggerer).toBeGreaterThan(0);
+  }, 60_000);
+});
+
 describe('sensor options', () => {
   it('are refused when the DAG file loads, naming the sensor class and the field', async () => {
     const proj = project('bad-options', {
