@@ -339,6 +339,49 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     }
   }, 60_000);
 
+  it('sensors sharing one consolidated wait keep their own timeout and softFail; one cleared or joining late does not disturb the others', async () => {
+    const proj = project(`shared-${dialect}`, {
+      shared: [
+        { taskId: 'patient', flag: 'one.flag', options: { mode: 'deferrable', pokeInterval: 0.2, timeout: 3600 } },
+        { taskId: 'hasty', flag: 'one.flag', options: { mode: 'deferrable', pokeInterval: 0.2, timeout: 1, softFail: true } },
+        { taskId: 'strict', flag: 'one.flag', options: { mode: 'deferrable', pokeInterval: 0.2, timeout: 1 } },
+        { taskId: 'cleared', flag: 'one.flag', options: { mode: 'deferrable', pokeInterval: 0.2, timeout: 3600 } },
+      ],
+      late: [{ taskId: 'latecomer', flag: 'one.flag', options: { mode: 'deferrable', pokeInterval: 0.2, timeout: 3600 } }],
+    });
+    const { app, url } = await start(proj);
+    const runId = await app.triggerDagRun('shared');
+    await waitFor(async () => (await states(app, runId)).cleared === 'deferred' && (await states(app, runId)).patient === 'deferred', {
+      what: 'the sensors deferred',
+    });
+    const rows = await app.database.db.selectFrom('trigger').select('id').execute();
+    expect(rows).toHaveLength(1);
+    // One is cleared while the others wait on the same row.
+    const cleared = spawnDeferflow(['tasks', 'clear', '--db', url, '--run', runId, '--task', 'cleared']);
+    expect((await cleared.exit).code).toBe(0);
+    // The hasty and strict ones time out on their own (1 s); the row stays for the others.
+    await waitFor(
+      async () => {
+        const now = await states(app, runId);
+        return now.hasty === 'skipped' && now.strict === 'failed';
+      },
+      { what: 'the two short timeouts' },
+    );
+    expect((await states(app, runId)).patient).toBe('deferred');
+    expect(await app.database.db.selectFrom('trigger').select('id').execute()).toEqual(rows);
+    // A sensor of another run joins the same wait late.
+    const lateRun = await app.triggerDagRun('late');
+    await waitFor(async () => (await states(app, lateRun)).latecomer === 'deferred', { what: 'the latecomer deferred' });
+    expect(await app.database.db.selectFrom('trigger').select('id').execute()).toEqual(rows);
+    writeFileSync(proj.flag('one.flag'), 'here');
+    expect(await app.waitForDagRun('late', lateRun)).toBe('success');
+    // The run ends either way: its leaf `after` (all_success) is skipped or upstream_failed,
+    // whichever of hasty's skip and strict's failure the scheduler saw first, as in Airflow.
+    await app.waitForDagRun('shared', runId);
+    const final = await states(app, runId);
+    expect([final.patient, final.hasty, final.strict, final.cleared]).toEqual(['success', 'skipped', 'failed', 'success']);
+  }, 60_000);
+
   it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {
     const proj = project(`throwing-${dialect}`, {
       loud: [{ taskId: 'wait', flag: 'loud.flag', options: { mode: 'poke', pokeInterval: 0.1 } }],
