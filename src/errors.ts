@@ -40,6 +40,7 @@ export const ERROR_CODES = [
   'DF_SENSOR_TIMEOUT',
   'DF_INVALID_SENSOR',
   'DF_UNKNOWN_SENSOR',
+  'DF_UNKNOWN_CONNECTION',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -319,5 +320,12 @@ export class UnknownSensorError extends DeferflowError {
       `sensor class ${JSON.stringify(classpath)} is not allowed on this triggerer (allowed: ${allowed.length === 0 ? 'none' : allowed.join(', ')}); ` +
         'load the module that exports it with --trigger-module (DEFERFLOW_TRIGGER_MODULES)',
     );
+  }
+}
+
+/** A named connection is not defined (DEFERFLOW_CONN_<NAME>), or its name is not one. */
+export class UnknownConnectionError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_UNKNOWN_CONNECTION', message);
   }
 }

@@ -26,6 +26,8 @@ export { PokeReturnValue, isPokeReturnValue } from './sensors/poke-result.ts';
 export { isSensorClass, type PokeContext, type SensorClass } from './sensors/sensor-class.ts';
 export { SensorPokeTrigger, type SensorPokeKwargs } from './sensors/sensor-poke-trigger.ts';
 export type { TaskReschedule } from './model/task-reschedule.ts';
+export { CONNECTION_ENV_PREFIX, connectionFromEnv, listConnections, maskConnectionUrl, type Connection } from './connections/connections.ts';
+export { isTruthyCell, queryFirstCell } from './connections/sql-connection.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';

@@ -9,6 +9,7 @@
 import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
+import { SqlTrigger } from './sql-trigger.ts';
 import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
@@ -17,6 +18,8 @@ export { FileSensor, type FileSensorOptions } from './file-sensor.ts';
 export { DateTimeSensor, TimeDeltaSensor, TimeSensor, type RunDates } from './time-sensors.ts';
 export { HttpTrigger, type HttpAnswer, type HttpCheck, type HttpTriggerKwargs } from './http-trigger.ts';
 export { HttpSensor } from './http-sensor.ts';
+export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
+export { SqlSensor } from './sql-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 
 /**
@@ -33,5 +36,6 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(DateTimeTrigger),
   asTriggerClass(FileTrigger),
   asTriggerClass(HttpTrigger),
+  asTriggerClass(SqlTrigger),
   asTriggerClass(SensorPokeTrigger),
 ] as const;

@@ -1,5 +1,6 @@
 import yargs, { type Argv } from 'yargs';
 import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
+import { registerConnectionsCommands } from './connections-commands.ts';
 import { registerDbCommands } from './db-commands.ts';
 import { registerInitCommand } from './init-command.ts';
 import { ownPackage } from './own-package.ts';
@@ -39,5 +40,6 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerDagsCommands(cli);
   registerTasksCommands(cli);
   registerJobsCommands(cli);
+  registerConnectionsCommands(cli);
   await cli.parseAsync();
 }

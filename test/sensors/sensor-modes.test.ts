@@ -7,7 +7,8 @@ import path from 'node:path';
 import { DateTime } from 'luxon';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { deferflow, fromDbTime, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
+import { sql } from 'kysely';
+import { deferflow, fromDbTime, openDatabase, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
 import { LogCapture, waitFor } from '../support/fixtures.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../support/processes.ts';
@@ -380,6 +381,37 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     await app.waitForDagRun('shared', runId);
     const final = await states(app, runId);
     expect([final.patient, final.hasty, final.strict, final.cleared]).toEqual(['success', 'skipped', 'failed', 'success']);
+  }, 60_000);
+
+  it('SqlSensor in every mode waits for a query on a named connection to return a truthy first cell; the trigger row names the connection, never its URL', async () => {
+    const targetUrl = await freshDatabaseUrl(dialect);
+    const target = openDatabase(targetUrl);
+    await sql`create table ready (n integer)`.execute(target.db);
+    process.env.DEFERFLOW_CONN_TARGET = targetUrl;
+    try {
+      const proj = project(`sql-${dialect}`, {});
+      writeFileSync(
+        path.join(proj.dir, 'dags', 'sql.mjs'),
+        `import { Dag } from ${entry};\nimport { SqlSensor } from ${JSON.stringify(PACKAGE_TRIGGERS)};\n` +
+          `export const dag = new Dag({ dagId: 'sql' }).add(...['poke', 'reschedule', 'deferrable'].map((mode) => ` +
+          `new SqlSensor({ taskId: mode, mode, connection: 'target', sql: 'select count(*) from ready', pokeInterval: 0.2 })));\n`,
+      );
+      const { app } = await start(proj);
+      const runId = await app.triggerDagRun('sql');
+      await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
+      const [row] = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
+      expect(row!.classpath).toBe('deferflow.triggers.SqlTrigger');
+      expect(JSON.parse(row!.kwargs)).toMatchObject({ connection: 'target', sql: 'select count(*) from ready' });
+      expect(row!.kwargs).not.toContain(targetUrl);
+      await sql`insert into ready (n) values (1)`.execute(target.db);
+      expect(await app.waitForDagRun('sql', runId)).toBe('success');
+      const rows = await app.database.db.selectFrom('task_instance').select(['task_id', 'return_value']).where('run_id', '=', runId).execute();
+      // count(*) is a number on SQLite, a bigint (as text) on PostgreSQL.
+      for (const ti of rows) expect([ti.task_id, String(JSON.parse(ti.return_value!).value)]).toEqual([ti.task_id, '1']);
+    } finally {
+      delete process.env.DEFERFLOW_CONN_TARGET;
+      await target.close();
+    }
   }, 60_000);
 
   it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {

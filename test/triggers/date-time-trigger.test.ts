@@ -152,7 +152,13 @@ describe('DateTimeTrigger construction', () => {
   it('is registered by BUILTIN_TRIGGERS under its classpath', () => {
     expect(classpathOf(BUILTIN_TRIGGERS[0])).toBe('deferflow.triggers.DateTimeTrigger');
     expect(new TriggerRegistry(BUILTIN_TRIGGERS).classpaths).toEqual(
-      [DateTimeTrigger.classpath, FileTrigger.classpath, 'deferflow.triggers.HttpTrigger', 'deferflow.SensorPokeTrigger'].sort(),
+      [
+        DateTimeTrigger.classpath,
+        FileTrigger.classpath,
+        'deferflow.triggers.HttpTrigger',
+        'deferflow.triggers.SqlTrigger',
+        'deferflow.SensorPokeTrigger',
+      ].sort(),
     );
   });
 });
