@@ -414,6 +414,21 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     }
   }, 60_000);
 
+  it('a sensor naming a connection the environment does not define fails its try, naming the variable to set', async () => {
+    const proj = project(`no-connection-${dialect}`, {});
+    writeFileSync(
+      path.join(proj.dir, 'dags', 'nowhere.mjs'),
+      `import { Dag } from ${entry};\nimport { SqlSensor } from ${JSON.stringify(PACKAGE_TRIGGERS)};\n` +
+        `export const dag = new Dag({ dagId: 'nowhere' }).add(new SqlSensor({ taskId: 'wait', mode: 'deferrable', connection: 'nowhere', sql: 'select 1' }));\n`,
+    );
+    const { app, logs } = await start(proj);
+    const runId = await app.triggerDagRun('nowhere');
+    expect(await app.waitForDagRun('nowhere', runId)).toBe('failed');
+    const failure = logs.matching((line) => line.code === 'DF_UNKNOWN_CONNECTION');
+    expect(failure.length).toBeGreaterThan(0);
+    expect(String(failure[0]!.error)).toContain('no connection "nowhere": set DEFERFLOW_CONN_NOWHERE to its URL');
+  }, 60_000);
+
   it('a poke that throws fails the try, counts as "not yet" with silentFail, and skips with softFail', async () => {
     const proj = project(`throwing-${dialect}`, {
       loud: [{ taskId: 'wait', flag: 'loud.flag', options: { mode: 'poke', pokeInterval: 0.1 } }],
