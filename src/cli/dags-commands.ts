@@ -1,13 +1,12 @@
 import type { Argv } from 'yargs';
 import { processDagFolder } from '../dags/dag-processor.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
-import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { WORKER_OPTIONS } from '../worker/options.ts';
-import { databaseUrlFrom } from './db-commands.ts';
+import { withMigratedDatabase } from './db-commands.ts';
 import { positiveInteger } from '../config/option-table.ts';
 import { DAG_RUN_STATES, type DagRunState } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
@@ -29,8 +28,7 @@ export function registerDagsCommands(cli: Argv): void {
         'List the serialized DAGs and the DAG files that failed to load',
         (command) => command.option('json', { type: 'boolean', describe: 'One JSON object instead of a table' }),
         async (args) => {
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const dagRows = (await storage.listSerializedDags()).map((row) => ({
               dag_id: row.dagId,
@@ -57,9 +55,7 @@ export function registerDagsCommands(cli: Argv): void {
                   errors.map((error) => [error.fileloc, error.message]),
                 )}`,
               );
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .command(
@@ -80,13 +76,10 @@ export function registerDagsCommands(cli: Argv): void {
             }
             assertJsonObject(conf, 'conf');
           }
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId });
             process.stdout.write(`${runId}\n`);
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .command(
@@ -101,8 +94,7 @@ export function registerDagsCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const runs = await new Storage(database).listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
             const rows = runs.map((run) => ({
@@ -128,9 +120,7 @@ export function registerDagsCommands(cli: Argv): void {
                 rows.map((row) => [row.dag_id, row.run_id, row.run_type, row.state, row.logical_date ?? '-', row.start_date ?? '-', row.end_date ?? '-']),
               ),
             );
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .command(
@@ -148,8 +138,7 @@ export function registerDagsCommands(cli: Argv): void {
                 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });
             const changes = [...Object.entries(result.written), ...result.deleted.map((dagId) => [dagId, 'deleted'] as const)].sort(([a], [b]) =>
@@ -171,9 +160,7 @@ export function registerDagsCommands(cli: Argv): void {
                 )}`,
               );
             if (result.errors.length > 0) process.exitCode = 1;
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .demandCommand(1, 'name a dags command'),

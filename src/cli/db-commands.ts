@@ -1,5 +1,5 @@
 import type { Argv } from 'yargs';
-import { openDatabase } from '../db/connect.ts';
+import { openDatabase, type Database } from '../db/connect.ts';
 import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { migrateToLatest } from '../db/migrate.ts';
@@ -8,6 +8,19 @@ import { COMMON_OPTIONS } from '../config/common-options.ts';
 
 export function databaseUrlFrom(flag: string | undefined): string {
   return flag ?? process.env[COMMON_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
+}
+
+/**
+ * Runs `work` on the database --db (or its environment variable) names, which must exist and be
+ * migrated (see openMigratedDatabase), and closes it however `work` ends.
+ */
+export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: Database) => Promise<T>): Promise<T> {
+  const database = await openMigratedDatabase(databaseUrlFrom(dbFlag as string | undefined));
+  try {
+    return await work(database);
+  } finally {
+    await database.close();
+  }
 }
 
 export function registerDbCommands(cli: Argv): void {

@@ -5,8 +5,7 @@ import { resolveSchedulerOptions } from '../scheduler/options.ts';
 import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { resolveTriggererOptions } from '../triggerer/options.ts';
-import { databaseUrlFrom } from './db-commands.ts';
-import { openMigratedDatabase } from '../db/open-migrated-database.ts';
+import { withMigratedDatabase } from './db-commands.ts';
 import { formatTable } from './table.ts';
 
 /** `deferflow jobs list`: the triggerers, workers and schedulers a database has seen, alive or not. */
@@ -26,8 +25,7 @@ export function registerJobsCommands(cli: Argv): void {
           const limit = positiveInteger(args.limit, 'limit');
           // The same thresholds the daemons judge each other by, from the same environment variables.
           const thresholds = { triggererMs: resolveTriggererOptions({}).healthCheckThresholdMs, workerMs: resolveSchedulerOptions({}).zombieThresholdMs };
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
             const rows = (await new Storage(database).listJobs({ jobType, limit })).map((job) => ({
@@ -66,9 +64,7 @@ export function registerJobsCommands(cli: Argv): void {
                 ]),
               ),
             );
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .demandCommand(1, 'name a jobs command'),

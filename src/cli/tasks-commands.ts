@@ -1,11 +1,10 @@
 import type { Argv } from 'yargs';
 import { serializedDagSource } from '../dags/dag-processor.ts';
-import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
-import { databaseUrlFrom } from './db-commands.ts';
+import { withMigratedDatabase } from './db-commands.ts';
 
 /** `deferflow tasks list | clear | logs | reschedules`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
@@ -21,8 +20,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
             const rows = (await new Storage(database).taskInstancesOfRunId(args.run, args.dag)).map((ti) => ({
               dag_id: ti.dagId,
@@ -47,9 +45,7 @@ export function registerTasksCommands(cli: Argv): void {
                 rows.map((row) => [row.dag_id, row.task_id, row.state ?? 'none', String(row.try_number), String(row.reschedules), row.hostname ?? '-']),
               ),
             );
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .command(
@@ -61,8 +57,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
         async (args) => {
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
             const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
@@ -84,9 +79,7 @@ export function registerTasksCommands(cli: Argv): void {
             const run = await storage.findDagRun(dagId, args.run);
             if (run && (run.state === 'success' || run.state === 'failed')) await storage.setDagRunState(run.id, run.state, 'queued');
             process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .command(
@@ -100,8 +93,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('try', { type: 'string', describe: 'The try number (default: the latest)' })
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             // A rescheduled try gives its number back, but its lines are logged under it.
@@ -136,9 +128,7 @@ export function registerTasksCommands(cli: Argv): void {
               process.stdout.write(`${at} ${line.level.toUpperCase().padEnd(5)} ${line.message}${extra}\n`);
               if (typeof traceback === 'string') process.stdout.write(`${traceback.replace(/^/gm, '    ')}\n`);
             }
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .command(
@@ -151,8 +141,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
-          const database = await openMigratedDatabase(databaseUrlFrom(args.db as string | undefined));
-          try {
+          await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const { ti } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             const iso = (ms: number) => new Date(ms).toISOString();
@@ -176,9 +165,7 @@ export function registerTasksCommands(cli: Argv): void {
                 rows.map((row) => [String(row.try_number), row.start_date, row.end_date, row.reschedule_date]),
               ),
             );
-          } finally {
-            await database.close();
-          }
+          });
         },
       )
       .demandCommand(1, 'name a tasks command'),
