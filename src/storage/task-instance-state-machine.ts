@@ -1,4 +1,4 @@
-import type { TaskInstanceState } from '../db/schema.ts';
+import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../db/schema.ts';
 
 /*
  * A task instance's life (Airflow's states), every transition there is:
@@ -40,19 +40,7 @@ export interface TaskInstanceTransition {
   readonly file: string;
 }
 
-const ALL_STATES: readonly (TaskInstanceState | null)[] = [
-  null,
-  'scheduled',
-  'queued',
-  'running',
-  'deferred',
-  'success',
-  'failed',
-  'up_for_retry',
-  'up_for_reschedule',
-  'skipped',
-  'upstream_failed',
-];
+const ALL_STATES: readonly (TaskInstanceState | null)[] = [null, ...TASK_INSTANCE_STATES];
 
 export const TASK_INSTANCE_TRANSITIONS = {
   'create-run': { from: 'new', to: [null], by: 'scheduler or CLI (a DAG run is created)', file: 'create-dag-run.ts' },

@@ -1,5 +1,5 @@
-import { sql } from 'kysely';
-import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
+import { sql, type ExpressionBuilder } from 'kysely';
+import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
 
@@ -93,30 +93,10 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
         .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
         .where('deleted_at', 'is', null)
         .as('fileloc'),
-      eb
-        .selectFrom('dag_run')
-        .select('logical_date')
-        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
-        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
-        .as('logical_date'),
-      eb
-        .selectFrom('dag_run')
-        .select('conf')
-        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
-        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
-        .as('conf'),
-      eb
-        .selectFrom('dag_run')
-        .select('data_interval_start')
-        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
-        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
-        .as('data_interval_start'),
-      eb
-        .selectFrom('dag_run')
-        .select('data_interval_end')
-        .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
-        .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
-        .as('data_interval_end'),
+      runColumn(eb, 'logical_date'),
+      runColumn(eb, 'conf'),
+      runColumn(eb, 'data_interval_start'),
+      runColumn(eb, 'data_interval_end'),
     ])
     .execute();
   return rows.map((row) => ({
@@ -131,6 +111,19 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
     dataIntervalStart: row.data_interval_start == null ? null : fromDbTime(row.data_interval_start),
     dataIntervalEnd: row.data_interval_end == null ? null : fromDbTime(row.data_interval_end),
   }));
+}
+
+/** A column of the task instance's DAG run, as a correlated subquery (null without a run: a task instance made by createTaskInstance has none). */
+function runColumn<Column extends 'logical_date' | 'conf' | 'data_interval_start' | 'data_interval_end'>(
+  eb: ExpressionBuilder<DatabaseSchema, 'task_instance'>,
+  column: Column,
+) {
+  return eb
+    .selectFrom('dag_run')
+    .select(column)
+    .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
+    .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
+    .as(column);
 }
 
 export interface StartedTaskInstance {
