@@ -1,6 +1,7 @@
 import path from 'node:path';
-import { BaseSensorOperator, InvalidSensorError, PokeReturnValue, type JsonValue, type SensorOptions } from '../src/index.ts';
+import { BaseSensorOperator, PokeReturnValue, type JsonValue, type SensorOptions } from '../src/index.ts';
 import { FileTrigger, readyFile } from './file-trigger.ts';
+import { checkSensorOptions } from './sensor-option-error.ts';
 
 export interface FileSensorOptions extends SensorOptions {
   /** A file path or a glob (FileTrigger's rules); relative paths resolve against the working directory when the DAG loads. */
@@ -30,11 +31,7 @@ export class FileSensor extends BaseSensorOperator {
   constructor({ filepath, recursive = false, minSize = 0, unchangedFor = 0, ...options }: FileSensorOptions) {
     super(options);
     // The trigger checks every kwarg, naming it: build one now so a bad one fails the DAG's load.
-    try {
-      new FileTrigger({ path: filepath, recursive, minSize, unchangedFor });
-    } catch (error) {
-      throw new InvalidSensorError('FileSensor', (error as Error).message);
-    }
+    checkSensorOptions('FileSensor', () => new FileTrigger({ path: filepath, recursive, minSize, unchangedFor }));
     this.filepath = path.resolve(filepath);
     this.recursive = recursive;
     this.minSize = minSize;

@@ -1,12 +1,5 @@
-import {
-  BaseSensorOperator,
-  InvalidSensorError,
-  InvalidTriggerArgumentError,
-  PokeReturnValue,
-  type JsonValue,
-  type PokeContext,
-  type SensorOptions,
-} from '../src/index.ts';
+import { BaseSensorOperator, PokeReturnValue, type JsonValue, type PokeContext, type SensorOptions } from '../src/index.ts';
+import { checkSensorOptions } from './sensor-option-error.ts';
 import { checkHttp, HttpTrigger, resolveHttpCheck, type HttpCheck } from './http-trigger.ts';
 
 /**
@@ -21,17 +14,9 @@ export class HttpSensor extends BaseSensorOperator {
 
   constructor({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts, ...options }: SensorOptions & HttpCheck) {
     super(options);
-    const given = Object.fromEntries(
-      Object.entries({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts }).filter(
-        ([, value]) => value !== undefined,
-      ),
-    ) as unknown as HttpCheck;
-    try {
-      this.check = resolveHttpCheck(given, 'HttpSensor');
-    } catch (error) {
-      if (error instanceof InvalidTriggerArgumentError) throw new InvalidSensorError('HttpSensor', error.message.replace(/^HttpSensor: /, ''));
-      throw error;
-    }
+    this.check = checkSensorOptions('HttpSensor', () =>
+      resolveHttpCheck({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts }, 'HttpSensor'),
+    );
   }
 
   async poke(context: PokeContext): Promise<boolean | PokeReturnValue> {

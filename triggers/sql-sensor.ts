@@ -1,13 +1,5 @@
-import {
-  BaseSensorOperator,
-  InvalidSensorError,
-  InvalidTriggerArgumentError,
-  isTruthyCell,
-  PokeReturnValue,
-  queryFirstCell,
-  type JsonValue,
-  type SensorOptions,
-} from '../src/index.ts';
+import { BaseSensorOperator, isTruthyCell, PokeReturnValue, queryFirstCell, type JsonValue, type SensorOptions } from '../src/index.ts';
+import { checkSensorOptions } from './sensor-option-error.ts';
 import { jsonCell, resolveSqlCheck, SqlTrigger, type SqlCheck } from './sql-trigger.ts';
 
 /**
@@ -22,12 +14,7 @@ export class SqlSensor extends BaseSensorOperator {
 
   constructor({ connection, sql, parameters, ...options }: SensorOptions & SqlCheck) {
     super(options);
-    try {
-      this.check = resolveSqlCheck({ connection, sql, ...(parameters === undefined ? {} : { parameters }) }, 'SqlSensor');
-    } catch (error) {
-      if (error instanceof InvalidTriggerArgumentError) throw new InvalidSensorError('SqlSensor', error.message.replace(/^SqlSensor: /, ''));
-      throw error;
-    }
+    this.check = checkSensorOptions('SqlSensor', () => resolveSqlCheck({ connection, sql, parameters }, 'SqlSensor'));
   }
 
   async poke(): Promise<boolean | PokeReturnValue> {
