@@ -1,6 +1,7 @@
 import { InvalidDagError, TaskDeferralError, TaskDeferralTimeout, UnknownNextMethodError } from '../errors.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs } from '../model/failure-marker.ts';
 import type { TaskReschedule } from '../model/task-reschedule.ts';
+import type { DagRunStates, DagRunStatesQuery } from '../model/dag-run-states.ts';
 import type { TriggerRule } from '../model/trigger-rules.ts';
 import type { Logger } from 'pino';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
@@ -49,6 +50,12 @@ export interface RuntimeContext extends TaskContext {
   xcomPull(taskId: string): Promise<JsonValue | null>;
   /** This try's reschedules so far, oldest first (a sensor in reschedule mode counts its timeout from the first). */
   taskReschedules(): Promise<readonly TaskReschedule[]>;
+  /**
+   * A DAG run's states (by DAG and logical date) and those of some of its task instances, from
+   * deferflow's own database; null while the run does not exist. Read-only; the reads of every
+   * task on a worker are batched into at most one query a second.
+   */
+  dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
   /**
    * The deployment's `--smart-sensors`: sensor classes (by classpath or class name), or `all`,
    * that wait consolidated on the triggerer whatever mode their DAG gave them. Undefined: none.

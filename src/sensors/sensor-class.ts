@@ -1,4 +1,5 @@
 import type { JsonObject } from '../serialization/json.ts';
+import type { DagRunStates, DagRunStatesQuery } from '../model/dag-run-states.ts';
 
 /**
  * What the triggerer needs of a sensor class to run its poke in a consolidated wait: a name to
@@ -13,6 +14,11 @@ export interface PokeContext {
   readonly log: import('pino').Logger;
   /** Aborted when the wait is abandoned (the execution timeout, a stopping worker, a cancelled trigger). */
   readonly signal: AbortSignal;
+  /**
+   * A DAG run's states from deferflow's own database (read-only; reads of many sensors are
+   * batched into one query a second); null while the run does not exist.
+   */
+  dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
 }
 
 export interface SensorInstance {

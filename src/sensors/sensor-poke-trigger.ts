@@ -3,6 +3,7 @@ import { canonicalJson, type JsonObject, type JsonValue } from '../serialization
 import { BaseTrigger, type SerializedTrigger } from '../triggers/base-trigger.ts';
 import { TriggerEvent } from '../triggers/trigger-event.ts';
 import { pokeResult } from './poke-result.ts';
+import type { DagRunStatesQuery } from '../model/dag-run-states.ts';
 import { sensorFromPokeContext } from './sensor-class.ts';
 
 export interface SensorPokeKwargs extends JsonObject {
@@ -50,7 +51,7 @@ export class SensorPokeTrigger extends BaseTrigger {
 
   async *run(): AsyncGenerator<TriggerEvent<{ xcomValue: JsonValue }>> {
     const sensor = sensorFromPokeContext(this.allowedSensorClass(this.kwargs.sensor), this.kwargs.pokeContext);
-    const context = { log: this.log, signal: this.signal };
+    const context = { log: this.log, signal: this.signal, dagRunStates: (query: DagRunStatesQuery) => this.dagRunStates(query) };
     for (;;) {
       let done = false;
       let value: JsonValue | undefined;

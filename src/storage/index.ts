@@ -29,6 +29,8 @@ import { createTaskInstance, type NewTaskInstance } from './create-task-instance
 import { readTaskInstance } from './read-task-instance.ts';
 import type { TaskReschedule } from '../model/task-reschedule.ts';
 import { taskReschedules } from './task-reschedules.ts';
+import { readDagRunStates } from './read-dag-run-states.ts';
+import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import { listJobs, type JobListing } from './list-jobs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
@@ -104,6 +106,11 @@ export class Storage {
   /** A task instance's reschedules, oldest first: of one try, or (tryNumber null) of all. */
   taskReschedules(taskInstanceId: number, tryNumber: number | null): Promise<TaskReschedule[]> {
     return taskReschedules(this.#context, taskInstanceId, tryNumber);
+  }
+
+  /** DAG runs' states and some of their task instances' (what ExternalTaskSensor waits on); missing runs left out. */
+  readDagRunStates(keys: readonly DagRunStatesKey[]): Promise<DagRunStates[]> {
+    return readDagRunStates(this.#context, keys);
   }
 
   registerJob(fields: JobFields, now = Date.now()): Promise<number> {

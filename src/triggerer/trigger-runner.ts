@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { codeOf, describeThrown, TriggerFailedError } from '../errors.ts';
+import { codeOf, describeThrown, TriggerFailedError, TriggerRuntimeError } from '../errors.ts';
 import { toJsonText, type JsonObject } from '../serialization/json.ts';
 import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
@@ -8,6 +8,7 @@ import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../trigge
 import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
+import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../model/dag-run-states.ts';
 
 /** Where a runner sends what its triggers produced; the triggerer batches them into the database. */
 export interface RunnerOutcomes {
@@ -19,6 +20,8 @@ export interface RunnerOutcomes {
 export interface TriggerRunnerOptions {
   /** A trigger step that keeps the event loop longer than this is logged by name. */
   readonly blockThresholdMs: number;
+  /** Where triggers' this.dagRunStates() reads go (the triggerer's batched reader); none: such reads fail. */
+  readonly dagRunStates?: DagRunStatesReader;
 }
 
 /*
@@ -45,6 +48,8 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   // hundred bytes a trigger that most triggers (a sleep in the shared timer queue) never need.
   #controller: AbortController | undefined;
   #log: Logger | undefined;
+  // Rejecters of this trigger's reads in flight, so a cancel stops a trigger awaiting one at once.
+  #reads: Set<(reason: unknown) => void> | undefined;
 
   constructor(
     readonly id: number,
@@ -77,6 +82,31 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   sensorClass(classpath: string): SensorClass {
     return this.runner.resolveSensor(classpath);
   }
+
+  dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
+    if (this.cleanupStarted) return Promise.reject(CANCELLED);
+    return new Promise((resolve, reject) => {
+      this.#reads ??= new Set();
+      this.#reads.add(reject);
+      this.runner.readDagRunStates(query).then(
+        (states) => {
+          this.#reads?.delete(reject);
+          resolve(states);
+        },
+        (error: unknown) => {
+          this.#reads?.delete(reject);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Rejects the reads in flight (the trigger is stopping). */
+  abortReads(): void {
+    if (!this.#reads) return;
+    for (const reject of this.#reads) reject(CANCELLED);
+    this.#reads.clear();
+  }
 }
 
 /**
@@ -99,6 +129,7 @@ export class TriggerRunner {
   #heldIdSum = 0;
   readonly #timers: DeadlineQueue<TriggerRun>;
   readonly #watch: LoopWatch<TriggerRun>;
+  readonly #dagRunStates: DagRunStatesReader | undefined;
 
   constructor(
     private readonly registry: TriggerRegistry,
@@ -106,6 +137,7 @@ export class TriggerRunner {
     private readonly outcomes: RunnerOutcomes,
     options: TriggerRunnerOptions,
   ) {
+    this.#dagRunStates = options.dagRunStates;
     this.#watch = new LoopWatch<TriggerRun>(
       options.blockThresholdMs,
       ({ subject, blockedMs }) => {
@@ -251,6 +283,11 @@ export class TriggerRunner {
     return this.registry.resolveSensor(classpath);
   }
 
+  readDagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
+    if (!this.#dagRunStates) return Promise.reject(new TriggerRuntimeError('this trigger runner reads no database: DAG run states are not available'));
+    return this.#dagRunStates(query);
+  }
+
   sleepUntil(run: TriggerRun, epochMs: number): Promise<void> {
     this.#watch.checkpoint(run);
     if (run.state !== 'running') return Promise.reject(CANCELLED);
@@ -323,6 +360,7 @@ export class TriggerRunner {
     if (run.cleanupStarted) return;
     run.cleanupStarted = true;
     this.#timers.cancel(run, CANCELLED);
+    run.abortReads();
     run.abort();
     run.generator?.return(undefined).catch(() => {});
     if (killed) {

@@ -2,7 +2,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import { errorFields } from '../errors.ts';
+import { errorFields, TriggerRuntimeError } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
@@ -12,6 +12,7 @@ import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
+import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
 
 /** Most rows one claim statement takes (see #pass). */
 const CLAIM_STATEMENT_ROWS = 1000;
@@ -36,6 +37,8 @@ const FULL_RECONCILE_MS = 60_000;
 export class Triggerer extends Daemon {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
+  /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
+  readonly #dagRunStates: DagRunStateBatcher;
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   #sweepTimer: NodeJS.Timeout | null = null;
@@ -63,8 +66,9 @@ export class Triggerer extends Daemon {
         event: (triggerId, payloadJson, endState) => this.#writer.addEvent(triggerId, payloadJson, endState),
         failure: (triggerId, failure) => this.#writer.addFailure(triggerId, failure),
       },
-      { blockThresholdMs: options.blockThresholdMs },
+      { blockThresholdMs: options.blockThresholdMs, dagRunStates: (query) => this.#dagRunStates.read(query) },
     );
+    this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
     this.#writer = new OutcomeWriter(
       this.storage,
       log,
@@ -130,6 +134,7 @@ export class Triggerer extends Daemon {
     await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
     this.#writer.close();
     this.#runner.close();
+    this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
     try {
       const released = await this.storage.releaseOwnedTriggers(job.id);
       this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);

@@ -4,6 +4,7 @@ import { canonicalJson, sha256Hex, type JsonObject } from '../serialization/json
 import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
 import type { TriggerEvent } from './trigger-event.ts';
 import type { SensorClass } from '../sensors/sensor-class.ts';
+import type { DagRunStates, DagRunStatesQuery } from '../model/dag-run-states.ts';
 
 export interface SerializedTrigger {
   /** The name the triggerer's registry knows the class by. */
@@ -24,6 +25,8 @@ export interface TriggerRuntime {
   logger(): Logger;
   /** A sensor class this triggerer allows (consolidated sensor pokes); throws DF_UNKNOWN_SENSOR for any other. */
   sensorClass(classpath: string): SensorClass;
+  /** A DAG run's states from deferflow's database, read-only and batched with every other trigger's reads. */
+  dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
 }
 
 const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
@@ -104,6 +107,21 @@ export abstract class BaseTrigger {
     const runtime = this[RUNTIME];
     if (!runtime) throw new TriggerRuntimeError('sensor classes are available while the trigger runs on a triggerer');
     return runtime.sensorClass(classpath);
+  }
+
+  /**
+   * The states of a DAG run of deferflow's own database (by DAG and logical date) and of the task
+   * instances of `taskIds` in it; null while the run does not exist. Read-only, and cheap to call
+   * from many triggers: the triggerer gathers the reads of all its triggers into one query a
+   * second. Cancelling the trigger rejects a read in flight with an AbortError.
+   */
+  protected dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
+    const runtime = this[RUNTIME];
+    if (!runtime)
+      return Promise.reject(
+        new TriggerRuntimeError("this.dagRunStates() reads the triggerer's database: it is available while the trigger runs on a triggerer"),
+      );
+    return runtime.dagRunStates(query);
   }
 
   /**

@@ -7,6 +7,7 @@ import { loadDagFromFile } from '../dags/loader.ts';
 import { taskSettings } from '../dags/task-settings.ts';
 import type { TaskResolver } from './worker.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
+import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
 
 /**
  * Finds a task's operator the way a worker should: the DAG's file is where DAG processing last
@@ -15,6 +16,8 @@ import type { SmartSensors } from '../sensors/base-sensor.ts';
  */
 export function dagFileResolver(database: Database, options: { readonly smartSensors?: SmartSensors } = {}): TaskResolver {
   const storage = new Storage(database);
+  // One per worker: every task's dagRunStates() reads (ExternalTaskSensors poking) share its rounds.
+  const dagRunStates = new DagRunStateBatcher((keys) => storage.readDagRunStates(keys));
   return async (taskInstance) => {
     const fileloc = taskInstance.fileloc;
     if (fileloc === null) throw new TaskNotFoundError(`DAG ${taskInstance.dagId} is not among the serialized DAGs (deleted, or never processed)`);
@@ -51,6 +54,7 @@ export function dagFileResolver(database: Database, options: { readonly smartSen
             return returned === null ? null : (JSON.parse(returned) as JsonValue);
           },
           taskReschedules: () => storage.taskReschedules(claimed.id, started.tryNumber),
+          dagRunStates: (query) => dagRunStates.read(query),
           smartSensors: options.smartSensors,
         };
       },

@@ -1,0 +1,37 @@
+import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
+
+/**
+ * One question a trigger or a sensor may ask of deferflow's own database: what state a DAG run
+ * (by its DAG and logical date) and some of its task instances are in. Read-only by construction:
+ * this is the whole vocabulary, so a trigger cannot reach any other table or write anything.
+ */
+export interface DagRunStatesQuery {
+  readonly dagId: string;
+  /** The run's logical date: ISO-8601 with an offset or Z. */
+  readonly logicalDate: string;
+  /** The tasks whose instances are wanted; none (or null): only the run's own state. */
+  readonly taskIds?: readonly string[] | null;
+}
+
+export interface DagRunStates {
+  readonly dagId: string;
+  /** ISO-8601, UTC. */
+  readonly logicalDate: string;
+  readonly runId: string;
+  readonly state: DagRunState;
+  /**
+   * The states of the asked tasks' instances, by task id (a list: a mapped task has one instance
+   * per map index). A task id the run has no instance of is absent.
+   */
+  readonly taskStates: Readonly<Record<string, readonly (TaskInstanceState | null)[]>>;
+}
+
+/** A run to read, by DAG and logical date (epoch ms), with the task ids whose instances are wanted. */
+export interface DagRunStatesKey {
+  readonly dagId: string;
+  readonly logicalDate: number;
+  readonly taskIds: readonly string[];
+}
+
+/** Reads DAG runs' states: answers null for a run that does not exist (yet). */
+export type DagRunStatesReader = (query: DagRunStatesQuery) => Promise<DagRunStates | null>;
