@@ -65,6 +65,15 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(arrayConf.exit.code).toBe(2);
     expect(arrayConf.err).toContain('error [DF_NOT_JSON]: conf: expected a JSON object ({"key": value, ...}), got an array');
     expect(arrayConf.err).not.toContain('arrays');
+    // A run at a given logical date (what an ExternalTaskSensor matches on), once per date.
+    const dated = await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--logical-date', '2026-03-01T11:00:00+01:00']));
+    expect(dated.out).toEqual(['manual__2026-03-01T10:00:00.000Z']);
+    const again = await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--logical-date', '2026-03-01T10:00:00Z']));
+    expect(again.exit.code).toBe(2);
+    expect(again.err).toContain('logical-date: DAG adhoc already has a run manual__2026-03-01T10:00:00.000Z or a run at 2026-03-01T10:00:00.000Z');
+    const naive = await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--logical-date', '2026-03-01 10:00']));
+    expect(naive.exit.code).toBe(2);
+    expect(naive.err).toContain('logical-date: "2026-03-01 10:00" is not an ISO-8601 moment with an offset or Z');
     const unknownDag = await run(spawnDeferflow(['dags', 'trigger', 'nope', '--db', db.url]));
     expect(unknownDag.exit.code).toBe(2);
     expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { assertDagFolder, keepDagFolderProcessed, serializedDagSource } from '../dags/dag-processor.ts';
-import { triggerDagRun } from '../dags/manual-run.ts';
+import { triggerDagRun, type ManualRunOptions } from '../dags/manual-run.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
 import { migrateToLatest } from '../db/migrate.ts';
 import { openMigratedDatabase } from '../db/open-migrated-database.ts';
@@ -9,7 +9,6 @@ import { InvalidOptionError, LifecycleError } from '../errors.ts';
 import { createLogger } from '../logging.ts';
 import type { DagRunState } from '../db/schema.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
-import type { JsonObject } from '../serialization/json.ts';
 import { Storage } from '../storage/index.ts';
 import { TriggerRegistry } from '../triggers/registry.ts';
 import { Triggerer } from '../triggerer/triggerer.ts';
@@ -186,7 +185,7 @@ export class Deferflow {
    * folder at start) and returns its run id. DF_INVALID_OPTION for an unknown DAG or a run id
    * it already has.
    */
-  triggerDagRun(dagId: string, options: { conf?: JsonObject; runId?: string } = {}): Promise<string> {
+  triggerDagRun(dagId: string, options: ManualRunOptions = {}): Promise<string> {
     return triggerDagRun(this.database, dagId, options);
   }
 

@@ -65,7 +65,8 @@ export function registerDagsCommands(cli: Argv): void {
           command
             .positional('dag-id', { type: 'string', demandOption: true })
             .option('conf', { type: 'string', describe: 'The run conf, a JSON object' })
-            .option('run-id', { type: 'string', describe: 'Default: manual__<logical date>' }),
+            .option('run-id', { type: 'string', describe: 'Default: manual__<logical date>' })
+            .option('logical-date', { type: 'string', describe: "The run's logical date, ISO-8601 with an offset or Z. Default: now" }),
         async (args) => {
           let conf: JsonObject = {};
           if (args.conf !== undefined) {
@@ -77,7 +78,7 @@ export function registerDagsCommands(cli: Argv): void {
             assertJsonObject(conf, 'conf');
           }
           await withMigratedDatabase(args.db, async (database) => {
-            const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId });
+            const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId, logicalDate: args.logicalDate });
             process.stdout.write(`${runId}\n`);
           });
         },
