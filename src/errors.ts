@@ -41,6 +41,7 @@ export const ERROR_CODES = [
   'DF_INVALID_SENSOR',
   'DF_UNKNOWN_SENSOR',
   'DF_UNKNOWN_CONNECTION',
+  'DF_EXTERNAL_TASK_FAILED',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];

@@ -26,6 +26,7 @@ export { PokeReturnValue, isPokeReturnValue } from './sensors/poke-result.ts';
 export { isSensorClass, type PokeContext, type SensorClass } from './sensors/sensor-class.ts';
 export { SensorPokeTrigger, type SensorPokeKwargs } from './sensors/sensor-poke-trigger.ts';
 export type { TaskReschedule } from './model/task-reschedule.ts';
+export type { DagRunStates, DagRunStatesQuery } from './model/dag-run-states.ts';
 export { CONNECTION_ENV_PREFIX, connectionFromEnv, listConnections, maskConnectionUrl, type Connection } from './connections/connections.ts';
 export { isTruthyCell, queryFirstCell } from './connections/sql-connection.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
@@ -65,7 +66,7 @@ export { Scheduler, type SchedulerOptions } from './scheduler/scheduler.ts';
 export { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from './scheduler/options.ts';
 export { serializedDagSource, processDagFolder } from './dags/dag-processor.ts';
 export type { DagSource, SchedulerDag } from './model/scheduler-dag.ts';
-export { triggerDagRun } from './dags/manual-run.ts';
+export { triggerDagRun, type ManualRunOptions } from './dags/manual-run.ts';
 // Last: it loads the built-in triggers, which import the exports above.
 export { deferflow, Deferflow } from './app/deferflow.ts';
 export {

@@ -145,6 +145,10 @@ export function describeValue(value: unknown): string {
       : `DateTime(invalid: ${value.invalidReason}${value.invalidExplanation ? `, ${value.invalidExplanation}` : ''})`;
   }
   if (typeof value === 'function') return 'a function';
+  if (Array.isArray(value)) {
+    const json = JSON.stringify(value) ?? '[…]';
+    return json.length <= 80 ? json : `${json.slice(0, 77)}…]`;
+  }
   const name = (value as object).constructor?.name;
   return name && name !== 'Object' ? `an instance of ${name}` : 'an object';
 }

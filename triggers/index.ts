@@ -10,6 +10,7 @@ import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
+import { TaskStateTrigger } from './task-state-trigger.ts';
 import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
@@ -21,6 +22,8 @@ export { HttpSensor } from './http-sensor.ts';
 export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
 export { SqlSensor } from './sql-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
+export { TaskStateTrigger, type TaskStateCheck, type TaskStateEvent, type TaskStateTriggerKwargs } from './task-state-trigger.ts';
+export { ExternalTaskSensor, type ExternalTaskSensorOptions, type LogicalDateFn } from './external-task-sensor.ts';
 
 /**
  * The registry's view of a trigger class: constructible from the JSON kwargs it stored. The
@@ -37,5 +40,6 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(FileTrigger),
   asTriggerClass(HttpTrigger),
   asTriggerClass(SqlTrigger),
+  asTriggerClass(TaskStateTrigger),
   asTriggerClass(SensorPokeTrigger),
 ] as const;

@@ -157,6 +157,7 @@ describe('DateTimeTrigger construction', () => {
         FileTrigger.classpath,
         'deferflow.triggers.HttpTrigger',
         'deferflow.triggers.SqlTrigger',
+        'deferflow.triggers.TaskStateTrigger',
         'deferflow.SensorPokeTrigger',
       ].sort(),
     );
