@@ -17,6 +17,7 @@ describe('connections', () => {
     ['postgres://user:s3cret@host:5432/db', 'postgres://user:***@host:5432/db'],
     ['https://bot:t0ken@api.example.test/x', 'https://bot:***@api.example.test/x'],
     ['postgres://host/db?user=u&password=s3cret&sslmode=require', 'postgres://host/db?user=u&password=***&sslmode=require'],
+    ['https://api.example.test/v1?region=eu&__extra__=%7B%22Authorization%22%3A%22Bearer%20t0ken%22%7D', 'https://api.example.test/v1?region=eu&__extra__=***'],
     ['sqlite:./local.db', 'sqlite:./local.db'],
     ['postgres://user@host/db', 'postgres://user@host/db'],
   ])('mask %s', (url, masked) => {

@@ -6,16 +6,29 @@ import { checkHttp, HttpTrigger, resolveHttpCheck, type HttpCheck } from './http
  * Waits until a URL answers as asked (Airflow's HttpSensor): one of `expectedStatus`, and, if
  * given, a JSON field (`jsonPath`) equal to `jsonEquals` or a body containing `bodyContains`.
  * Its return value is `{ url, status }`. Deferrable, it waits on an HttpTrigger with the same
- * check, so sensors watching the same URL the same way share one trigger row.
+ * check, so sensors watching the same URL the same way share one trigger row. Secrets (a token,
+ * a password) come from a named `connection`, read where the request is made; no row holds them.
  */
 export class HttpSensor extends BaseSensorOperator {
   static readonly classpath = 'deferflow.sensors.HttpSensor';
   readonly check: ReturnType<typeof resolveHttpCheck>;
 
-  constructor({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts, ...options }: SensorOptions & HttpCheck) {
+  constructor({
+    url,
+    connection,
+    headers,
+    method,
+    expectedStatus,
+    jsonPath,
+    jsonEquals,
+    bodyContains,
+    requestTimeout,
+    connectAttempts,
+    ...options
+  }: SensorOptions & HttpCheck) {
     super(options);
     this.check = checkSensorOptions('HttpSensor', () =>
-      resolveHttpCheck({ url, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts }, 'HttpSensor'),
+      resolveHttpCheck({ url, connection, headers, method, expectedStatus, jsonPath, jsonEquals, bodyContains, requestTimeout, connectAttempts }, 'HttpSensor'),
     );
   }
 

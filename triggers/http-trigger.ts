@@ -1,6 +1,8 @@
 import {
   BaseTrigger,
   canonicalJson,
+  connectionFromEnv,
+  InvalidOptionError,
   InvalidTriggerArgumentError,
   TriggerEvent,
   type JsonObject,
@@ -11,8 +13,17 @@ import { describeValue } from './date-time-trigger.ts';
 
 /** What an HTTP check asks of a response (HttpTrigger's kwargs, HttpSensor's options). */
 export interface HttpCheck {
-  /** An http(s) URL. */
+  /** An http(s) URL; with `connection`, it may be a path resolved against the connection's URL (Airflow's endpoint). */
   readonly url: string;
+  /**
+   * A named connection (DEFERFLOW_CONN_<NAME>, an http(s) URL) whose secrets go with every
+   * request and never into the trigger row: its user and password as Basic auth, and the
+   * headers of its `__extra__` parameter (a JSON object, Airflow's connection extras), e.g.
+   * `https://api.example.com/?__extra__={"Authorization":"Bearer …"}` (URL-encoded).
+   */
+  readonly connection?: string;
+  /** Headers sent with every request (stored in the row: put secrets in a connection). They win over the connection's. */
+  readonly headers?: Readonly<Record<string, string>>;
   /** GET or HEAD. @default 'GET' */
   readonly method?: 'GET' | 'HEAD';
   /** The statuses that count as an answer. @default [200] */
@@ -41,9 +52,23 @@ export type HttpAnswer = {
 };
 
 type ResolvedCheck = Required<Pick<HttpCheck, 'url' | 'method' | 'expectedStatus' | 'requestTimeout' | 'connectAttempts'>> &
-  Pick<HttpCheck, 'jsonPath' | 'jsonEquals' | 'bodyContains'>;
+  Pick<HttpCheck, 'jsonPath' | 'jsonEquals' | 'bodyContains' | 'connection' | 'headers'>;
 
-const CHECK_FIELDS = ['url', 'method', 'expectedStatus', 'jsonPath', 'jsonEquals', 'bodyContains', 'requestTimeout', 'connectAttempts'];
+const CHECK_FIELDS = [
+  'url',
+  'connection',
+  'headers',
+  'method',
+  'expectedStatus',
+  'jsonPath',
+  'jsonEquals',
+  'bodyContains',
+  'requestTimeout',
+  'connectAttempts',
+];
+const CONNECTION_NAME = /^[A-Za-z][A-Za-z0-9_]*$/;
+// RFC 9110's token: what a header name may be.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /** The check with its defaults, every field validated: InvalidTriggerArgumentError naming `owner` and the field. */
 export function resolveHttpCheck(given: HttpCheck, owner: string, extraFields: readonly string[] = []): ResolvedCheck {
@@ -53,14 +78,46 @@ export function resolveHttpCheck(given: HttpCheck, owner: string, extraFields: r
     if (!CHECK_FIELDS.includes(key) && !extraFields.includes(key))
       throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${[...CHECK_FIELDS, ...extraFields].join(', ')})`);
   }
-  const { url, method = 'GET', expectedStatus = [200], jsonPath, jsonEquals, bodyContains, requestTimeout = 10, connectAttempts = 3 } = given;
+  const {
+    url,
+    connection,
+    headers,
+    method = 'GET',
+    expectedStatus = [200],
+    jsonPath,
+    jsonEquals,
+    bodyContains,
+    requestTimeout = 10,
+    connectAttempts = 3,
+  } = given;
+  if (connection !== undefined && (typeof connection !== 'string' || !CONNECTION_NAME.test(connection))) {
+    throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+  }
   let parsed: URL | null = null;
   try {
-    parsed = typeof url === 'string' ? new URL(url) : null;
+    // With a connection, a path stands for itself until the connection's URL is known (at request time).
+    parsed = typeof url === 'string' ? new URL(url, connection === undefined ? undefined : 'http://connection.invalid/') : null;
   } catch {
     parsed = null;
   }
-  if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) throw invalid(`url ${describeValue(url)} is not an http(s) URL`);
+  if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) {
+    throw invalid(
+      `url ${describeValue(url)} is not an http(s) URL${connection === undefined ? ' (a path needs a connection to resolve it against)' : ' or a path'}`,
+    );
+  }
+  if (typeof url === 'string' && /^[a-z][a-z0-9+.-]*:\/\/[^/]*@/i.test(url)) {
+    throw invalid(
+      `url ${describeValue(url.replace(/\/\/[^/]*@/, '//***@'))} holds credentials, which would be stored in the trigger row; put them in a connection`,
+    );
+  }
+  if (headers !== undefined) {
+    if (headers === null || typeof headers !== 'object' || Array.isArray(headers))
+      throw invalid(`headers ${describeValue(headers)} is not an object of header names to text`);
+    for (const [name, value] of Object.entries(headers)) {
+      if (!HEADER_NAME.test(name) || typeof value !== 'string')
+        throw invalid(`headers: ${JSON.stringify(name)}: ${describeValue(value)} is not a header name with a text value`);
+    }
+  }
   if (method !== 'GET' && method !== 'HEAD') throw invalid(`method ${describeValue(method)} is not GET or HEAD`);
   if (!Array.isArray(expectedStatus) || expectedStatus.length === 0 || !expectedStatus.every((code) => Number.isInteger(code) && code >= 100 && code <= 599)) {
     throw invalid(`expectedStatus ${describeValue(expectedStatus)} is not a list of HTTP statuses, e.g. [200, 204]`);
@@ -81,9 +138,54 @@ export function resolveHttpCheck(given: HttpCheck, owner: string, extraFields: r
     expectedStatus: [...expectedStatus].sort((a, b) => a - b),
     requestTimeout,
     connectAttempts,
+    ...(connection === undefined ? {} : { connection }),
+    ...(headers === undefined ? {} : { headers: { ...headers } }),
     ...(jsonPath === undefined ? {} : { jsonPath, jsonEquals }),
     ...(bodyContains === undefined ? {} : { bodyContains }),
   };
+}
+
+/**
+ * Where a check's request goes and with which headers: its url (resolved against the
+ * connection's, if it names one) and its headers laid over the connection's Basic auth and
+ * `__extra__` headers. Read from the environment at each request, so a rotated secret is used
+ * at the next one; a connection that is not an http(s) URL, or whose __extra__ is not a JSON
+ * object of text, is refused naming the connection and what to fix.
+ */
+export function httpRequestOf(check: ResolvedCheck): { url: string; headers: Record<string, string> } {
+  if (check.connection === undefined) return { url: check.url, headers: { ...check.headers } };
+  const name = check.connection;
+  const refuse = (why: string) => new InvalidOptionError('connection', `connection ${JSON.stringify(name)} ${why}`);
+  let base: URL;
+  try {
+    base = new URL(connectionFromEnv(name).url);
+  } catch (error) {
+    if ((error as { code?: string }).code === 'DF_UNKNOWN_CONNECTION') throw error;
+    throw refuse('is not a URL; an HTTP check needs an http(s) URL');
+  }
+  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw refuse(`is a ${base.protocol} URL; an HTTP check needs an http(s) URL`);
+  const headers: Record<string, string> = {};
+  if (base.username !== '' || base.password !== '') {
+    const credentials = `${decodeURIComponent(base.username)}:${decodeURIComponent(base.password)}`;
+    headers.authorization = `Basic ${Buffer.from(credentials).toString('base64')}`;
+  }
+  const extra = base.searchParams.get('__extra__');
+  if (extra !== null) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(extra);
+    } catch {
+      throw refuse('has an __extra__ that is not JSON; give a URL-encoded JSON object of header names to text');
+    }
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed) || !Object.values(parsed).every((value) => typeof value === 'string')) {
+      throw refuse('has an __extra__ that is not a JSON object of header names to text');
+    }
+    Object.assign(headers, parsed);
+  }
+  base.username = '';
+  base.password = '';
+  base.searchParams.delete('__extra__');
+  return { url: new URL(check.url, base).toString(), headers: { ...headers, ...check.headers } };
 }
 
 /**
@@ -92,10 +194,11 @@ export function resolveHttpCheck(given: HttpCheck, owner: string, extraFields: r
  * attempts (the triggerer's shared timer on a triggerer).
  */
 export async function checkHttp(check: ResolvedCheck, signal: AbortSignal, sleep: (ms: number) => Promise<void>): Promise<HttpAnswer | null> {
+  const { url, headers } = httpRequestOf(check);
   for (let attempt = 1; ; attempt++) {
     let response: Response;
     try {
-      response = await fetch(check.url, { method: check.method, signal: AbortSignal.any([signal, AbortSignal.timeout(check.requestTimeout * 1000)]) });
+      response = await fetch(url, { method: check.method, headers, signal: AbortSignal.any([signal, AbortSignal.timeout(check.requestTimeout * 1000)]) });
     } catch (error) {
       if (signal.aborted) throw error;
       if (attempt >= check.connectAttempts) return null; // unreachable for now: the next check tries again
@@ -108,7 +211,7 @@ export async function checkHttp(check: ResolvedCheck, signal: AbortSignal, sleep
     }
     if (check.jsonPath === undefined && check.bodyContains === undefined) {
       await response.body?.cancel();
-      return { url: check.url, status: response.status };
+      return { url, status: response.status };
     }
     const body = await response.text();
     if (check.bodyContains !== undefined && !body.includes(check.bodyContains)) return null;
@@ -123,7 +226,7 @@ export async function checkHttp(check: ResolvedCheck, signal: AbortSignal, sleep
       }
       if (value === undefined || canonicalJson(value as JsonValue) !== canonicalJson(check.jsonEquals as JsonValue)) return null;
     }
-    return { url: check.url, status: response.status };
+    return { url, status: response.status };
   }
 }
 

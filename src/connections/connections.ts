@@ -2,7 +2,7 @@ import { UnknownConnectionError } from '../errors.ts';
 
 /**
  * Named connections, as Airflow's AIRFLOW_CONN_* are: the URL of an outside system (a database a
- * SqlSensor queries) in an environment variable, DEFERFLOW_CONN_<NAME>. A trigger row stores the
+ * SqlSensor queries, an API an HttpSensor calls) in an environment variable, DEFERFLOW_CONN_<NAME>. A trigger row stores the
  * name only, never the URL: its secrets stay in the environment of the processes that use it.
  */
 export const CONNECTION_ENV_PREFIX = 'DEFERFLOW_CONN_';
@@ -38,7 +38,13 @@ export function listConnections(env: NodeJS.ProcessEnv = process.env): Connectio
     .sort((a, b) => (a.name < b.name ? -1 : 1));
 }
 
-/** The URL with its password (and any `password=` parameter) masked: what may be printed or logged. */
+/**
+ * The URL with its password, any `password=` parameter and any `__extra__` (an HTTP
+ * connection's headers, tokens among them) masked: what may be printed or logged.
+ */
 export function maskConnectionUrl(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@?#]+:)[^@/?#]*@/i, '$1***@').replace(/([?&]password=)[^&#]*/gi, '$1***');
+  return url
+    .replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@?#]+:)[^@/?#]*@/i, '$1***@')
+    .replace(/([?&]password=)[^&#]*/gi, '$1***')
+    .replace(/([?&]__extra__=)[^&#]*/gi, '$1***');
 }

@@ -309,24 +309,31 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     }
   }, 60_000);
 
-  it('HttpSensor in every mode waits for a local server to answer with the JSON field asked for', async () => {
+  it('HttpSensor in every mode waits for a local server to answer with the JSON field asked for, its token from a named connection that no row stores', async () => {
     let ready = false;
-    const server = http.createServer((_request, response) => {
+    const server = http.createServer((request, response) => {
+      if (request.headers.authorization !== 'Bearer s3cret-token') return void response.writeHead(401).end();
       response.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify({ state: ready ? 'done' : 'running' }));
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    process.env.DEFERFLOW_CONN_JOBS = `${base}/?__extra__=${encodeURIComponent(JSON.stringify({ Authorization: 'Bearer s3cret-token' }))}`;
     try {
-      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/job`;
+      const url = `${base}/job`;
       const proj = project(`http-${dialect}`, {});
       writeFileSync(
         path.join(proj.dir, 'dags', 'http.mjs'),
         `import { Dag } from ${entry};\nimport { HttpSensor } from ${JSON.stringify(PACKAGE_TRIGGERS)};\n` +
           `export const dag = new Dag({ dagId: 'http' }).add(...['poke', 'reschedule', 'deferrable'].map((mode) => ` +
-          `new HttpSensor({ taskId: mode, mode, url: ${JSON.stringify(url)}, jsonPath: 'state', jsonEquals: 'done', pokeInterval: 0.2 })));\n`,
+          `new HttpSensor({ taskId: mode, mode, connection: 'jobs', url: '/job', jsonPath: 'state', jsonEquals: 'done', pokeInterval: 0.2 })));\n`,
       );
       const { app } = await start(proj);
       const runId = await app.triggerDagRun('http');
       await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
+      const [row] = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
+      expect(row!.classpath).toBe('deferflow.triggers.HttpTrigger');
+      expect(JSON.parse(row!.kwargs)).toMatchObject({ connection: 'jobs', url: '/job' });
+      expect(row!.kwargs).not.toContain('s3cret');
       ready = true;
       expect(await app.waitForDagRun('http', runId)).toBe('success');
       const rows = await app.database.db.selectFrom('task_instance').select(['task_id', 'return_value']).where('run_id', '=', runId).execute();
@@ -336,6 +343,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
         deferrable: { url, status: 200 },
       });
     } finally {
+      delete process.env.DEFERFLOW_CONN_JOBS;
       await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   }, 60_000);

@@ -78,6 +78,40 @@ describe('HttpTrigger', () => {
     await pending.catch(() => undefined);
   });
 
+  it('sends a named connection’s Basic auth and __extra__ headers, resolving a path against its URL, and stores only its name', async () => {
+    const seen: http.IncomingHttpHeaders[] = [];
+    const paths: string[] = [];
+    const srv = http.createServer((request, response) => {
+      seen.push(request.headers);
+      paths.push(request.url!);
+      response.writeHead(request.headers['x-api-key'] === 'k3y' ? 200 : 401).end();
+    });
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    open.push({ close: () => new Promise<void>((resolve) => srv.close(() => resolve())) });
+    const base = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+    process.env.DEFERFLOW_CONN_JOBS_API = `http://robot:p%40ss@${base.slice(7)}/v1/?__extra__=${encodeURIComponent(JSON.stringify({ 'X-Api-Key': 'k3y', 'X-Trace': 'conn' }))}`;
+    try {
+      const trigger = new HttpTrigger({ url: 'jobs/7', connection: 'jobs_api', headers: { 'X-Trace': 'kwarg' }, pollInterval: 0.05 });
+      expect(await eventWithin(trigger, 2_000)).toMatchObject({ payload: { url: `${base}/v1/jobs/7`, status: 200 } });
+      expect(paths).toEqual(['/v1/jobs/7']);
+      expect(seen[0]).toMatchObject({ authorization: `Basic ${Buffer.from('robot:p@ss').toString('base64')}`, 'x-api-key': 'k3y', 'x-trace': 'kwarg' });
+      const row = JSON.stringify(trigger.serialize());
+      for (const secret of ['robot', 'p%40ss', 'k3y', '127.0.0.1']) expect(row).not.toContain(secret);
+      expect(trigger.serialize().kwargs).toMatchObject({ url: 'jobs/7', connection: 'jobs_api', headers: { 'X-Trace': 'kwarg' } });
+      // A connection that is no HTTP URL, or whose extras are not headers, fails the check naming it.
+      process.env.DEFERFLOW_CONN_JOBS_API = 'sqlite:./x.db';
+      await expect(new HttpTrigger({ url: '/x', connection: 'jobs_api' }).run(new AbortController().signal).next()).rejects.toThrow(
+        'connection: connection "jobs_api" is a sqlite: URL; an HTTP check needs an http(s) URL',
+      );
+      process.env.DEFERFLOW_CONN_JOBS_API = `${base}/?__extra__=[1]`;
+      await expect(new HttpTrigger({ url: '/x', connection: 'jobs_api' }).run(new AbortController().signal).next()).rejects.toThrow(
+        'has an __extra__ that is not a JSON object of header names to text',
+      );
+    } finally {
+      delete process.env.DEFERFLOW_CONN_JOBS_API;
+    }
+  });
+
   it('serializes to JSON and back to an equal trigger, defaults filled in', () => {
     const trigger = new HttpTrigger({ url: 'https://example.test/x', expectedStatus: [204, 200] });
     expect(trigger.serialize()).toEqual({
@@ -93,7 +127,15 @@ describe('HttpTrigger', () => {
     [{ url: 'http://x', expectedStatus: [700] }, 'expectedStatus'],
     [{ url: 'http://x', jsonPath: 'a' }, 'jsonPath and jsonEquals go together'],
     [{ url: 'http://x', pollInterval: 0 }, 'pollInterval number 0 is not a number of seconds above 0'],
-    [{ url: 'http://x', headers: {} }, 'unknown field "headers"'],
+    [{ url: 'http://x', header: {} }, 'unknown field "header"'],
+    [{ url: 'http://x', headers: { 'bad name': 'x' } }, 'headers: "bad name": "x" is not a header name with a text value'],
+    [{ url: 'http://x', headers: { Accept: 1 } }, 'headers: "Accept": number 1 is not a header name with a text value'],
+    [
+      { url: 'https://bot:t0ken@api.test/x' },
+      'url "https://***@api.test/x" holds credentials, which would be stored in the trigger row; put them in a connection',
+    ],
+    [{ url: '/status' }, 'url "/status" is not an http(s) URL (a path needs a connection to resolve it against)'],
+    [{ url: '/status', connection: 'postgres://x' }, 'connection "postgres://x" is not a connection name'],
   ])('refuses %j, naming the field', (kwargs, message) => {
     expect(() => new HttpTrigger(kwargs as never)).toThrow(message);
   });
@@ -106,6 +148,6 @@ describe('HttpTrigger', () => {
       thrown = error;
     }
     expect((thrown as { code?: string }).code).toBe('DF_INVALID_SENSOR');
-    expect((thrown as Error).message).toBe('HttpSensor: url "not a url" is not an http(s) URL');
+    expect((thrown as Error).message).toBe('HttpSensor: url "not a url" is not an http(s) URL (a path needs a connection to resolve it against)');
   });
 });
