@@ -7,7 +7,7 @@ import { isTaskDeferred } from '../operators/task-deferred.ts';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import { durationToMs, type DurationInput } from '../time/duration.ts';
 import type { BaseTrigger } from '../triggers/base-trigger.ts';
-import { pokeResult, type PokeResult, type PokeReturnValue } from './poke-result.ts';
+import { backoffPause, pokeResult, type PokeResult, type PokeReturnValue } from './poke-result.ts';
 import { SENSOR_BRAND, sensorClasspathOf, type PokeContext, type SensorClass } from './sensor-class.ts';
 import { SensorPokeTrigger } from './sensor-poke-trigger.ts';
 
@@ -35,7 +35,11 @@ export interface SensorOptions extends TaskOptions {
   readonly softFail?: boolean;
   /** A poke that throws counts as "not yet" (logged) instead of failing the try. @default false */
   readonly silentFail?: boolean;
-  /** Double the pause after each poke that finds nothing (poke and reschedule modes). @default false */
+  /**
+   * Double the pause after each poke that finds nothing, in every mode (deferrable: the
+   * consolidated poke backs off on the triggerer; a sensor's own trigger polls as it does).
+   * @default false
+   */
   readonly exponentialBackoff?: boolean;
   /** With exponentialBackoff, the longest pause. @default none */
   readonly maxWait?: DurationInput | null;
@@ -190,6 +194,8 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
       pokeContext: this.pokeContext(),
       pokeInterval: this.pokeIntervalMs / 1000,
       silentFail: this.silentFail,
+      ...(this.exponentialBackoff ? { exponentialBackoff: true } : {}),
+      ...(this.exponentialBackoff && this.maxWaitMs !== null ? { maxWait: this.maxWaitMs / 1000 } : {}),
     });
   }
 
@@ -210,9 +216,7 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
 
   /** The pause after the `pokes`-th poke of the try found nothing. */
   #pauseAfter(pokes: number): number {
-    if (!this.exponentialBackoff) return this.pokeIntervalMs;
-    const pause = this.pokeIntervalMs * 2 ** Math.min(pokes - 1, 40);
-    return this.maxWaitMs === null ? pause : Math.min(pause, this.maxWaitMs);
+    return this.exponentialBackoff ? backoffPause(this.pokeIntervalMs, pokes, this.maxWaitMs) : this.pokeIntervalMs;
   }
 
   #timedOut(firstPokeAt: number, now: number): never {

@@ -31,3 +31,13 @@ export function pokeResult(answer: unknown, sensor: string): PokeResult {
   if (isPokeReturnValue(answer)) return { done: answer.isDone, value: answer.isDone ? answer.xcomValue : undefined };
   throw new InvalidSensorError(sensor, `poke() returned ${answer === null ? 'null' : typeof answer}; return true/false or a PokeReturnValue`);
 }
+
+/**
+ * The pause after the `pokes`-th poke that found nothing, with exponential backoff: the interval
+ * doubled each time, capped at `maxWaitMs` (null: no cap). What a sensor waits between pokes on
+ * a worker and what its consolidated wait waits on the triggerer.
+ */
+export function backoffPause(intervalMs: number, pokes: number, maxWaitMs: number | null): number {
+  const pause = intervalMs * 2 ** Math.min(Math.max(pokes, 1) - 1, 40);
+  return maxWaitMs === null ? pause : Math.min(pause, maxWaitMs);
+}

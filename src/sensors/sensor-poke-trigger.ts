@@ -2,11 +2,11 @@ import { InvalidTriggerArgumentError } from '../errors.ts';
 import { canonicalJson, type JsonObject, type JsonValue } from '../serialization/json.ts';
 import { BaseTrigger, type SerializedTrigger } from '../triggers/base-trigger.ts';
 import { TriggerEvent } from '../triggers/trigger-event.ts';
-import { pokeResult } from './poke-result.ts';
+import { backoffPause, pokeResult } from './poke-result.ts';
 import type { DagRunStatesQuery } from '../model/dag-run-states.ts';
 import { sensorFromPokeContext } from './sensor-class.ts';
 
-export interface SensorPokeKwargs extends JsonObject {
+export interface SensorPokeKwargs {
   /** The sensor class's classpath, on the triggerer's allow-list. */
   readonly sensor: string;
   /** The sensor's poke context: the values of its pokeContextFields. */
@@ -15,6 +15,10 @@ export interface SensorPokeKwargs extends JsonObject {
   readonly pokeInterval: number;
   /** A poke that throws counts as "not yet" (logged) instead of failing the wait. */
   readonly silentFail: boolean;
+  /** Double the pause after each poke that found nothing; written only when set, so plain waits keep their rows. */
+  readonly exponentialBackoff?: true;
+  /** With exponentialBackoff, the longest pause in seconds; absent: none. */
+  readonly maxWait?: number;
 }
 
 /**
@@ -38,11 +42,23 @@ export class SensorPokeTrigger extends BaseTrigger {
       throw invalid(`pokeContext must be an object, got ${JSON.stringify(pokeContext)}`);
     if (typeof kwargs.pokeInterval !== 'number' || !(kwargs.pokeInterval > 0))
       throw invalid(`pokeInterval must be a number of seconds above 0, got ${JSON.stringify(kwargs.pokeInterval)}`);
-    this.kwargs = { sensor: kwargs.sensor, pokeContext, pokeInterval: kwargs.pokeInterval, silentFail: kwargs.silentFail === true };
+    if (kwargs.exponentialBackoff !== undefined && kwargs.exponentialBackoff !== true && kwargs.exponentialBackoff !== false)
+      throw invalid(`exponentialBackoff must be true or false, got ${JSON.stringify(kwargs.exponentialBackoff)}`);
+    const backoff = kwargs.exponentialBackoff === true;
+    if (kwargs.maxWait !== undefined && (!backoff || typeof kwargs.maxWait !== 'number' || !(kwargs.maxWait > 0)))
+      throw invalid(`maxWait must be a number of seconds above 0, with exponentialBackoff: true; got ${JSON.stringify(kwargs.maxWait)}`);
+    this.kwargs = {
+      sensor: kwargs.sensor,
+      pokeContext,
+      pokeInterval: kwargs.pokeInterval,
+      silentFail: kwargs.silentFail === true,
+      ...(backoff ? { exponentialBackoff: true as const } : {}),
+      ...(backoff && kwargs.maxWait !== undefined ? { maxWait: kwargs.maxWait as number } : {}),
+    };
   }
 
   serialize(): SerializedTrigger {
-    return { classpath: SensorPokeTrigger.classpath, kwargs: this.kwargs };
+    return { classpath: SensorPokeTrigger.classpath, kwargs: this.kwargs as unknown as JsonObject };
   }
 
   override describeWait(): string {
@@ -52,7 +68,8 @@ export class SensorPokeTrigger extends BaseTrigger {
   async *run(): AsyncGenerator<TriggerEvent<{ xcomValue: JsonValue }>> {
     const sensor = sensorFromPokeContext(this.allowedSensorClass(this.kwargs.sensor), this.kwargs.pokeContext);
     const context = { log: this.log, signal: this.signal, dagRunStates: (query: DagRunStatesQuery) => this.dagRunStates(query) };
-    for (;;) {
+    const { pokeInterval, exponentialBackoff, maxWait } = this.kwargs;
+    for (let pokes = 1; ; pokes++) {
       let done = false;
       let value: JsonValue | undefined;
       try {
@@ -65,7 +82,7 @@ export class SensorPokeTrigger extends BaseTrigger {
         yield new TriggerEvent({ xcomValue: value ?? null });
         return;
       }
-      await this.sleep(this.kwargs.pokeInterval * 1000);
+      await this.sleep(exponentialBackoff ? backoffPause(pokeInterval * 1000, pokes, maxWait === undefined ? null : maxWait * 1000) : pokeInterval * 1000);
     }
   }
 }

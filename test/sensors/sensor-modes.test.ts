@@ -11,6 +11,7 @@ import { sql } from 'kysely';
 import { deferflow, fromDbTime, openDatabase, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
 import { LogCapture, waitFor } from '../support/fixtures.ts';
+import { backoffPause } from '../../src/sensors/poke-result.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
@@ -63,7 +64,7 @@ export { dag };
 interface Project {
   readonly dir: string;
   readonly flag: (name: string) => string;
-  pokes(name: string): { worker: number; triggerer: number; times: number[] };
+  pokes(name: string): { worker: number; triggerer: number; times: number[]; triggererTimes: number[] };
 }
 
 function project(name: string, dags: Record<string, readonly SensorTask[]>): Project {
@@ -89,6 +90,7 @@ function project(name: string, dags: Record<string, readonly SensorTask[]>): Pro
         worker: lines.filter((line) => line.startsWith('worker')).length,
         triggerer: lines.filter((line) => line.startsWith('triggerer')).length,
         times: lines.map((line) => Number(line.split(' ')[1])),
+        triggererTimes: lines.filter((line) => line.startsWith('triggerer')).map((line) => Number(line.split(' ')[1])),
       };
     },
   };
@@ -456,15 +458,29 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     expect(await app.waitForDagRun('silent', silent)).toBe('success');
   }, 60_000);
 
-  it('exponentialBackoff doubles the pause between pokes up to maxWait', async () => {
+  it('exponentialBackoff doubles the pause between pokes up to maxWait, on the worker and in the consolidated wait on the triggerer', async () => {
     const proj = project(`backoff-${dialect}`, {
       backoff: [{ taskId: 'wait', flag: 'b.flag', options: { mode: 'reschedule', pokeInterval: 0.1, exponentialBackoff: true, maxWait: 0.5 } }],
+      backoff_deferred: [{ taskId: 'wait', flag: 'd.flag', options: { mode: 'deferrable', pokeInterval: 0.1, exponentialBackoff: true, maxWait: 0.4 } }],
     });
     const { app } = await start(proj);
     const runId = await app.triggerDagRun('backoff');
-    await waitFor(() => proj.pokes('b.flag').worker >= 6, { what: 'six pokes', timeoutMs: 20_000 });
+    const deferredRunId = await app.triggerDagRun('backoff_deferred');
+    await waitFor(() => proj.pokes('b.flag').worker >= 6 && proj.pokes('d.flag').triggerer >= 5, {
+      what: 'six pokes on the worker, five on the triggerer',
+      timeoutMs: 20_000,
+    });
+    // The consolidated wait carries the backoff in its kwargs.
+    const triggerRows = await app.database.db.selectFrom('trigger').select('kwargs').execute();
+    expect(triggerRows.map((row) => JSON.parse(row.kwargs))).toEqual([expect.objectContaining({ exponentialBackoff: true, maxWait: 0.4 })]);
     writeFileSync(proj.flag('b.flag'), 'x');
+    writeFileSync(proj.flag('d.flag'), 'x');
     expect(await app.waitForDagRun('backoff', runId)).toBe('success');
+    expect(await app.waitForDagRun('backoff_deferred', deferredRunId)).toBe('success');
+    // Sleeps never end early: each pause on the triggerer is at least the doubled interval (capped at maxWait).
+    const times = proj.pokes('d.flag').triggererTimes;
+    const gaps = times.slice(1, 5).map((t, i) => t - times[i]!);
+    expect(gaps.map((gap, i) => gap >= [100, 200, 400, 400][i]! - 1)).toEqual([true, true, true, true]);
     const rows = await app.database.db.selectFrom('task_reschedule').select(['start_date', 'end_date', 'reschedule_date']).orderBy('id').execute();
     // The pause runs from the poke's end, which lies between the run's start and end: so it is at
     // most reschedule - start and at least reschedule - end, whatever the machine's load.
@@ -574,6 +590,12 @@ describe('deferflow standalone --smart-sensors', () => {
 });
 
 describe('sensor options', () => {
+  it('backoffPause doubles the interval after each empty poke, capped at maxWait', () => {
+    expect([1, 2, 3, 4, 5].map((pokes) => backoffPause(100, pokes, null))).toEqual([100, 200, 400, 800, 1600]);
+    expect([1, 2, 3, 4, 5].map((pokes) => backoffPause(100, pokes, 400))).toEqual([100, 200, 400, 400, 400]);
+    expect(Number.isFinite(backoffPause(100, 10_000, null))).toBe(true);
+  });
+
   it('are refused when the DAG file loads, naming the sensor class and the field', async () => {
     const proj = project('bad-options', {
       sideways: [{ taskId: 'wait', flag: 'x.flag', options: { mode: 'sideways' } }],
