@@ -7,6 +7,7 @@ import * as m0001 from './0001_initial.ts';
 import * as m0002 from './0002_task_runtime.ts';
 import * as m0003 from './0003_task_log.ts';
 import * as m0004 from './0004_task_reschedule.ts';
+import * as m0005 from './0005_signals.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -17,4 +18,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0002_task_runtime': m0002,
   '0003_task_log': m0003,
   '0004_task_reschedule': m0004,
+  '0005_signals': m0005,
 };

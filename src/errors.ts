@@ -42,6 +42,7 @@ export const ERROR_CODES = [
   'DF_UNKNOWN_SENSOR',
   'DF_UNKNOWN_CONNECTION',
   'DF_EXTERNAL_TASK_FAILED',
+  'DF_INVALID_SIGNAL',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -328,5 +329,12 @@ export class UnknownSensorError extends DeferflowError {
 export class UnknownConnectionError extends DeferflowError {
   constructor(message: string) {
     super('DF_UNKNOWN_CONNECTION', message);
+  }
+}
+
+/** A signal's key is not one, or its value is not JSON or too large (named in the message). */
+export class InvalidSignalError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_SIGNAL', message);
   }
 }

@@ -29,6 +29,17 @@ export type { TaskReschedule } from './model/task-reschedule.ts';
 export type { DagRunStates, DagRunStatesQuery } from './model/dag-run-states.ts';
 export { CONNECTION_ENV_PREFIX, connectionFromEnv, listConnections, maskConnectionUrl, type Connection } from './connections/connections.ts';
 export { isTruthyCell, queryFirstCell } from './connections/sql-connection.ts';
+export { MAX_SIGNAL_KEY_LENGTH, MAX_SIGNAL_VALUE_BYTES, checkSignalKey, type Signal } from './signals/signal.ts';
+export {
+  SignalService,
+  latestSignalVersion,
+  listSignals,
+  listenSignal,
+  sendSignal,
+  type SignalListener,
+  type SignalServiceOptions,
+  type SignalSubscription,
+} from './signals/signal-service.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';

@@ -55,6 +55,22 @@ table serialized_dag
   column deleted_at timestamp with time zone
   constraint serialized_dag_pkey PRIMARY KEY (dag_id)
   index CREATE UNIQUE INDEX serialized_dag_pkey ON serialized_dag USING btree (dag_id)
+table signal
+  column key text not null
+  column version bigint not null
+  column value jsonb not null
+  column sent_at timestamp with time zone not null
+  constraint signal_pkey PRIMARY KEY (key, version)
+  constraint signal_version_check CHECK ((version >= 1))
+  index CREATE UNIQUE INDEX signal_pkey ON signal USING btree (key, version)
+  index CREATE INDEX signal_sent_at_idx ON signal USING btree (sent_at)
+table signal_key
+  column key text not null
+  column version bigint not null
+  column updated_at timestamp with time zone not null
+  constraint signal_key_pkey PRIMARY KEY (key)
+  constraint signal_key_version_check CHECK ((version >= 1))
+  index CREATE UNIQUE INDEX signal_key_pkey ON signal_key USING btree (key)
 table task_instance
   column id bigint not null identity
   column dag_id text not null

@@ -10,6 +10,9 @@ import { createLogger } from '../logging.ts';
 import type { DagRunState } from '../db/schema.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
 import { Storage } from '../storage/index.ts';
+import { SignalService, type SignalListener, type SignalSubscription } from '../signals/signal-service.ts';
+import type { Signal } from '../signals/signal.ts';
+import type { JsonValue } from '../serialization/json.ts';
 import { TriggerRegistry } from '../triggers/registry.ts';
 import { Triggerer } from '../triggerer/triggerer.ts';
 import { dagFileResolver } from '../worker/dag-file-resolver.ts';
@@ -64,6 +67,7 @@ export class Deferflow {
   /** Wakes every waitForDagRun now (a scheduler pass changed runs, or a stop). */
   readonly #runWatchers = new Set<() => void>();
   readonly #dagProcessingLog: Logger;
+  readonly #log: Logger;
 
   /**
    * Opens the database (migrating it, unless `options.migrate` is false: then it must be
@@ -102,6 +106,7 @@ export class Deferflow {
     /** The migrations open() applied (none when the database was up to date, or with migrate: false). */
     readonly appliedMigrations: readonly string[],
   ) {
+    this.#log = log;
     const several = [options.worker, options.scheduler, options.triggerer].filter(Boolean).length > 1;
     const child = (component: string) => (several ? log.child({ component }) : log);
     this.#dagProcessingLog = child('dag-processor');
@@ -187,6 +192,21 @@ export class Deferflow {
    */
   triggerDagRun(dagId: string, options: ManualRunOptions = {}): Promise<string> {
     return triggerDagRun(this.database, dagId, options);
+  }
+
+  /** Sends a signal on `key` (AIP-35); resolves with its version. See sendSignal. */
+  sendSignal(key: string, value: JsonValue = null): Promise<number> {
+    return SignalService.of(this.database, this.#log).send(key, value);
+  }
+
+  /** The key's signals after `sinceVersion` (default 0), oldest first. See listSignals. */
+  listSignals(key: string, options: { sinceVersion?: number; limit?: number } = {}): Promise<Signal[]> {
+    return SignalService.of(this.database, this.#log).list(key, options);
+  }
+
+  /** Calls `listener` with each new signal of `key` (after `sinceVersion`, default the latest), in order, once each. */
+  listenSignal(key: string, listener: SignalListener, options: { sinceVersion?: number } = {}): Promise<SignalSubscription> {
+    return SignalService.of(this.database, this.#log).listen(key, listener, options);
   }
 
   /** The run's state now: queued, running, success or failed; null when there is no such run. */

@@ -1,6 +1,7 @@
 import yargs, { type Argv } from 'yargs';
 import { DEFERFLOW_ERROR_EXIT, formatCliError } from './cli-errors.ts';
 import { registerConnectionsCommands } from './connections-commands.ts';
+import { registerSignalCommands } from './signal-commands.ts';
 import { registerDbCommands } from './db-commands.ts';
 import { registerInitCommand } from './init-command.ts';
 import { ownPackage } from './own-package.ts';
@@ -41,5 +42,6 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerTasksCommands(cli);
   registerJobsCommands(cli);
   registerConnectionsCommands(cli);
+  registerSignalCommands(cli);
   await cli.parseAsync();
 }

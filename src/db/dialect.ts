@@ -46,6 +46,12 @@ export interface DialectAdapter {
   refusesValues(error: unknown): boolean;
   /** Whether a table of that name exists where unqualified names resolve (PostgreSQL: the search_path). */
   hasTable(db: Kysely<any>, table: string): Promise<boolean>;
+  /**
+   * LISTEN/NOTIFY exists: `notify` pushes `payload` on `channel` to every listening session
+   * when `trx` commits. Without it (SQLite) notify does nothing and listeners poll.
+   */
+  readonly supportsNotify: boolean;
+  notify(trx: Kysely<any> | Transaction<any>, channel: string, payload: string): Promise<void>;
 }
 
 export interface TriggerValue {
@@ -83,6 +89,10 @@ export const postgresAdapter: DialectAdapter = {
     return code !== null && (code.startsWith('22') || code === '54000');
   },
   hasTable: async (db, table) => (await sql<{ present: boolean }>`select to_regclass(${table}) is not null as present`.execute(db)).rows[0]?.present === true,
+  supportsNotify: true,
+  notify: async (trx, channel, payload) => {
+    await sql`select pg_notify(${channel}, ${payload})`.execute(trx);
+  },
 };
 
 export const sqliteAdapter: DialectAdapter = {
@@ -110,6 +120,8 @@ export const sqliteAdapter: DialectAdapter = {
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} in (${sql.join([...ids])})`,
   jsonParam: (jsonText) => sql<string>`${jsonText}`,
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
+  supportsNotify: false,
+  notify: async () => {},
   refusesValues: (error) => {
     const code = errorCode(error);
     if (code === 'SQLITE_TOOBIG' || code === 'SQLITE_MISMATCH') return true;

@@ -139,6 +139,20 @@ export interface TaskRescheduleTable {
   reschedule_date: DbTime;
 }
 
+export interface SignalKeyTable {
+  key: string;
+  /** The latest version sent on the key (the first send is 1). */
+  version: ColumnType<number | string, number, number>;
+  updated_at: DbTime;
+}
+
+export interface SignalTable {
+  key: string;
+  version: ColumnType<number | string, number, number>;
+  value: JsonText;
+  sent_at: DbTime;
+}
+
 export const TRIGGERER_JOB_TYPE = 'TriggererJob';
 export const WORKER_JOB_TYPE = 'WorkerJob';
 export const SCHEDULER_JOB_TYPE = 'SchedulerJob';
@@ -165,6 +179,8 @@ export interface DatabaseSchema {
   import_error: ImportErrorTable;
   task_log: TaskLogTable;
   task_reschedule: TaskRescheduleTable;
+  signal_key: SignalKeyTable;
+  signal: SignalTable;
 }
 
 export function toDbTime(epochMs: number): string {

@@ -30,6 +30,8 @@ import { readTaskInstance } from './read-task-instance.ts';
 import type { TaskReschedule } from '../model/task-reschedule.ts';
 import { taskReschedules } from './task-reschedules.ts';
 import { readDagRunStates } from './read-dag-run-states.ts';
+import { latestSignalVersions, notifySignalProbe, pruneSignals, sendSignal, signalsAfter } from './signals.ts';
+import type { Signal } from '../signals/signal.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import { listJobs, type JobListing } from './list-jobs.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
@@ -69,6 +71,7 @@ export type { TaskLogLine } from './append-task-log-lines.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
+export { SIGNAL_CHANNEL } from './signals.ts';
 
 export interface TriggerEventRecord {
   readonly triggerId: number;
@@ -111,6 +114,27 @@ export class Storage {
   /** DAG runs' states and some of their task instances' (what ExternalTaskSensor waits on); missing runs left out. */
   readDagRunStates(keys: readonly DagRunStatesKey[]): Promise<DagRunStates[]> {
     return readDagRunStates(this.#context, keys);
+  }
+
+  /** Sends a signal (value as JSON text): returns its version. */
+  sendSignal(key: string, valueJson: string, now = Date.now()): Promise<number> {
+    return sendSignal(this.#context, key, valueJson, now);
+  }
+
+  latestSignalVersions(keys: readonly string[]): Promise<Map<string, number>> {
+    return latestSignalVersions(this.#context, keys);
+  }
+
+  signalsAfter(after: ReadonlyMap<string, number>, limit: number): Promise<Signal[]> {
+    return signalsAfter(this.#context, after, limit);
+  }
+
+  notifySignalProbe(payload: string): Promise<void> {
+    return notifySignalProbe(this.#context, payload);
+  }
+
+  pruneSignals(before: number): Promise<number> {
+    return pruneSignals(this.#context, before);
   }
 
   registerJob(fields: JobFields, now = Date.now()): Promise<number> {

@@ -1,0 +1,83 @@
+import type { Argv } from 'yargs';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { positiveInteger } from '../config/option-table.ts';
+import { NotJsonError } from '../errors.ts';
+import type { JsonValue } from '../serialization/json.ts';
+import { listSignals, sendSignal } from '../signals/signal-service.ts';
+import { withMigratedDatabase } from './db-commands.ts';
+import { formatTable } from './table.ts';
+
+/** `deferflow signal send | list`: the notification service from a shell. */
+export function registerSignalCommands(cli: Argv): void {
+  cli.command('signal', 'Signals (AIP-35): send, list', (signal) =>
+    signal
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .command(
+        'send <key> [value]',
+        'Send a signal on KEY with a JSON VALUE (default null); prints the version it got',
+        (command) =>
+          command
+            .positional('key', { type: 'string', demandOption: true })
+            .positional('value', { type: 'string', describe: 'JSON, e.g. \'{"rows": 120}\' or \'"done"\'' })
+            .option('text', { type: 'boolean', describe: 'Send VALUE as text (a JSON string) instead of parsing it as JSON' }),
+        async (args) => {
+          const value = signalValue(args.value, args.text === true);
+          await withMigratedDatabase(args.db, async (database) => {
+            process.stdout.write(`${await sendSignal(database, args.key!, value)}\n`);
+          });
+        },
+      )
+      .command(
+        'list <key>',
+        "List a key's signals, oldest first",
+        (command) =>
+          command
+            .positional('key', { type: 'string', demandOption: true })
+            // Strings, checked by the parsers: yargs would turn `--since ten` into NaN.
+            .option('since', { type: 'string', describe: 'Only versions after this one' })
+            .option('limit', { type: 'string', default: '1000', describe: 'Most signals listed' })
+            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+        async (args) => {
+          const since = args.since === undefined ? 0 : args.since === '0' ? 0 : positiveInteger(args.since, 'since');
+          const limit = positiveInteger(args.limit, 'limit');
+          await withMigratedDatabase(args.db, async (database) => {
+            const rows = (await listSignals(database, args.key!, { sinceVersion: since, limit })).map((s) => ({
+              key: s.key,
+              version: s.version,
+              sent_at: new Date(s.sentAt).toISOString(),
+              value: s.value,
+            }));
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(rows)}\n`);
+              return;
+            }
+            if (rows.length === 0) {
+              process.stdout.write(`no signals on ${args.key}${since > 0 ? ` after version ${since}` : ''}\n`);
+              return;
+            }
+            process.stdout.write(
+              formatTable(
+                ['VERSION', 'SENT AT', 'VALUE'],
+                rows.map((row) => [String(row.version), row.sent_at, JSON.stringify(row.value)]),
+              ),
+            );
+          });
+        },
+      )
+      .demandCommand(1, 'name a signal command'),
+  );
+}
+
+function signalValue(text: string | undefined, asText: boolean): JsonValue {
+  if (text === undefined) return null;
+  if (asText) return text;
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch {
+    throw new NotJsonError(
+      'value',
+      `${JSON.stringify(text)} is not JSON; quote text as a JSON string ('"${text.replace(/'/g, '')}"') or pass --text to send it as text`,
+      false,
+    );
+  }
+}

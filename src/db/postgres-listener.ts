@@ -1,0 +1,109 @@
+import pg from 'pg';
+import { DatabaseError, InvalidOptionError } from '../errors.ts';
+
+export interface PostgresListenerEvents {
+  /** A notification on the channel arrived (its payload). */
+  notification(payload: string): void;
+  /** LISTEN is in place (first time, or after a reconnect): what was sent meanwhile must be looked up. */
+  listening(): void;
+  /** The connection failed or was lost; a reconnect follows after `retryInMs`. */
+  lost(error: unknown, retryInMs: number): void;
+}
+
+export interface PostgresListenerOptions {
+  /** First pause before reconnecting, ms; doubled after each failure. @default 500 */
+  readonly minBackoffMs?: number;
+  /** Longest pause before reconnecting, ms. @default 30000 */
+  readonly maxBackoffMs?: number;
+  /** What pg_stat_activity shows for the session. @default `deferflow <channel> <pid>` */
+  readonly applicationName?: string;
+}
+
+/**
+ * One PostgreSQL session that LISTENs on a channel for as long as it is open, reconnecting with
+ * backoff whenever the connection is lost (a server restart, pg_terminate_backend, a network cut).
+ * Notifications are only a hint that something changed: whoever uses this still reads the tables
+ * after `listening()`, since anything sent while the session was down was not heard.
+ */
+export class PostgresListener {
+  readonly #url: string;
+  readonly #channel: string;
+  readonly #events: PostgresListenerEvents;
+  readonly #minBackoffMs: number;
+  readonly #maxBackoffMs: number;
+  readonly #applicationName: string;
+  #client: pg.Client | null = null;
+  #retryTimer: NodeJS.Timeout | null = null;
+  #failures = 0;
+  #closed = false;
+  #listening = false;
+
+  constructor(url: string, channel: string, events: PostgresListenerEvents, options: PostgresListenerOptions = {}) {
+    if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new InvalidOptionError('channel', `${JSON.stringify(channel)} is not a plain identifier`);
+    this.#url = url;
+    this.#channel = channel;
+    this.#events = events;
+    this.#minBackoffMs = options.minBackoffMs ?? 500;
+    this.#maxBackoffMs = options.maxBackoffMs ?? 30_000;
+    this.#applicationName = options.applicationName ?? `deferflow ${channel} ${process.pid}`;
+  }
+
+  /** Whether the session is connected and LISTENing now. */
+  get isListening(): boolean {
+    return this.#listening;
+  }
+
+  start(): void {
+    void this.#connect();
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+    this.#listening = false;
+    const client = this.#client;
+    this.#client = null;
+    await client?.end().catch(() => {});
+  }
+
+  async #connect(): Promise<void> {
+    if (this.#closed) return;
+    const client = new pg.Client({ connectionString: this.#url, application_name: this.#applicationName });
+    this.#client = client;
+    let failed = false;
+    const fail = (error: unknown) => {
+      if (failed || this.#closed || this.#client !== client) return;
+      failed = true;
+      this.#listening = false;
+      this.#client = null;
+      client.end().catch(() => {});
+      const retryInMs = Math.min(this.#maxBackoffMs, this.#minBackoffMs * 2 ** Math.min(this.#failures, 20));
+      this.#failures++;
+      this.#events.lost(error, retryInMs);
+      this.#retryTimer = setTimeout(() => {
+        this.#retryTimer = null;
+        void this.#connect();
+      }, retryInMs);
+    };
+    client.on('error', fail);
+    client.on('end', () => fail(new DatabaseError('the LISTEN connection ended')));
+    client.on('notification', (message) => {
+      if (message.channel === this.#channel) this.#events.notification(message.payload ?? '');
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${this.#channel}`);
+    } catch (error) {
+      fail(error);
+      return;
+    }
+    if (this.#closed || this.#client !== client) {
+      await client.end().catch(() => {});
+      return;
+    }
+    this.#failures = 0;
+    this.#listening = true;
+    this.#events.listening();
+  }
+}

@@ -1,0 +1,74 @@
+import { sql } from 'kysely';
+import { fromDbTime, toDbTime } from '../db/schema.ts';
+import type { JsonValue } from '../serialization/json.ts';
+import type { Signal } from '../signals/signal.ts';
+import type { StorageContext } from './context.ts';
+
+/** The channel PostgreSQL pushes signal sends on (NOTIFY, delivered at commit): payload `<version> <key>`. */
+export const SIGNAL_CHANNEL = 'deferflow_signal';
+
+/**
+ * Sends a signal: the key's next version (1 for its first send) and the value, in one transaction.
+ * The upsert on signal_key holds the key's row until commit, so versions of one key commit in
+ * order: a reader that saw version n never later finds a version below n appear.
+ */
+export async function sendSignal({ db, adapter }: StorageContext, key: string, valueJson: string, now: number): Promise<number> {
+  return db.transaction().execute(async (trx) => {
+    const row = await trx
+      .insertInto('signal_key')
+      .values({ key, version: 1, updated_at: toDbTime(now) })
+      .onConflict((conflict) => conflict.column('key').doUpdateSet({ version: sql`signal_key.version + 1`, updated_at: toDbTime(now) }))
+      .returning('version')
+      .executeTakeFirstOrThrow();
+    const version = Number(row.version);
+    await trx
+      .insertInto('signal')
+      .values({ key, version, value: adapter.jsonParam(valueJson), sent_at: toDbTime(now) })
+      .execute();
+    await adapter.notify(trx, SIGNAL_CHANNEL, `${version} ${key}`);
+    return version;
+  });
+}
+
+/** Each key's latest version; a key never sent is absent. */
+export async function latestSignalVersions({ db }: StorageContext, keys: readonly string[]): Promise<Map<string, number>> {
+  if (keys.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('signal_key')
+    .select(['key', 'version'])
+    .where('key', 'in', [...keys])
+    .execute();
+  return new Map(rows.map((row) => [row.key, Number(row.version)]));
+}
+
+/**
+ * The signals of each key after its version, oldest first per key, at most `limit` in all (the
+ * caller asks again from where it got to). What a listener catching up, or a poll, reads.
+ */
+export async function signalsAfter({ db }: StorageContext, after: ReadonlyMap<string, number>, limit: number): Promise<Signal[]> {
+  if (after.size === 0) return [];
+  const rows = await db
+    .selectFrom('signal')
+    .select(['key', 'version', 'value', 'sent_at'])
+    .where((eb) => eb.or([...after].map(([key, version]) => eb.and([eb('key', '=', key), eb('version', '>', version)]))))
+    .orderBy('key')
+    .orderBy('version')
+    .limit(limit)
+    .execute();
+  return rows.map((row) => ({ key: row.key, version: Number(row.version), value: JSON.parse(row.value) as JsonValue, sentAt: fromDbTime(row.sent_at) }));
+}
+
+/** Deletes signals sent before `before` (epoch ms), keeping each key's latest; returns how many went. */
+export async function pruneSignals({ db }: StorageContext, before: number): Promise<number> {
+  const result = await db
+    .deleteFrom('signal')
+    .where('sent_at', '<', toDbTime(before))
+    .where((eb) => eb('version', '<', eb.selectFrom('signal_key').select('signal_key.version').whereRef('signal_key.key', '=', 'signal.key')))
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
+}
+
+/** Pushes `payload` on the signal channel from a pooled session (a LISTEN session checks that it hears it). */
+export async function notifySignalProbe({ db, adapter }: StorageContext, payload: string): Promise<void> {
+  await adapter.notify(db, SIGNAL_CHANNEL, payload);
+}
