@@ -40,6 +40,7 @@ export {
   type SignalServiceOptions,
   type SignalSubscription,
 } from './signals/signal-service.ts';
+export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from './signals/signal-trigger.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';

@@ -11,7 +11,7 @@ import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
 import { TaskStateTrigger } from './task-state-trigger.ts';
-import { SensorPokeTrigger, type TriggerClass } from '../src/index.ts';
+import { SensorPokeTrigger, SignalTrigger, type TriggerClass } from '../src/index.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, readyFile, type FileTriggerKwargs } from './file-trigger.ts';
@@ -22,6 +22,7 @@ export { HttpSensor } from './http-sensor.ts';
 export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
 export { SqlSensor } from './sql-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
+export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from '../src/index.ts';
 export { TaskStateTrigger, type TaskStateCheck, type TaskStateEvent, type TaskStateTriggerKwargs } from './task-state-trigger.ts';
 export { ExternalTaskSensor, type ExternalTaskSensorOptions, type LogicalDateFn } from './external-task-sensor.ts';
 
@@ -42,4 +43,5 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(SqlTrigger),
   asTriggerClass(TaskStateTrigger),
   asTriggerClass(SensorPokeTrigger),
+  asTriggerClass(SignalTrigger),
 ] as const;

@@ -63,6 +63,8 @@ export interface TriggererConfig {
   readonly pollInterval?: DurationInput;
   /** A trigger step holding the event loop longer than this is logged as a warning naming it. @default 0.2 seconds */
   readonly blockThreshold?: DurationInput;
+  /** Signals older than this are pruned (each key's latest kept). @default 7 days */
+  readonly signalRetention?: DurationInput;
   /**
    * Modules (paths, or package names resolved from the working directory) whose exported
    * BaseTrigger classes this triggerer may run. The built-in triggers are always allowed.

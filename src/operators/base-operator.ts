@@ -8,6 +8,7 @@ import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
 import type { BaseTrigger } from '../triggers/base-trigger.ts';
 import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
+import { SignalTrigger } from '../signals/signal-trigger.ts';
 import { TaskFailedWithoutRetry, TaskRescheduled, TaskSkipped } from './task-signals.ts';
 import type { DateTime } from 'luxon';
 
@@ -56,6 +57,10 @@ export interface RuntimeContext extends TaskContext {
    * task on a worker are batched into at most one query a second.
    */
   dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
+  /** Sends a signal (AIP-35) on `key` with a JSON value; resolves with its version. */
+  sendSignal(key: string, value?: JsonValue): Promise<number>;
+  /** The key's latest signal version (0: none yet): what waitForSignal waits after. */
+  latestSignalVersion(key: string): Promise<number>;
   /**
    * The deployment's `--smart-sensors`: sensor classes (by classpath or class name), or `all`,
    * that wait consolidated on the triggerer whatever mode their DAG gave them. Undefined: none.
@@ -140,6 +145,29 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
 
   defer(request: DeferralRequest): never {
     throw new TaskDeferred(request);
+  }
+
+  /**
+   * Defers until a signal on `key` newer than the key's latest version now (optionally one whose
+   * value matches `match`, see SignalTrigger) and resumes at `method` as
+   * `method(context, signal, kwargs)`, the signal being `{ key, version, value, sentAt }`.
+   * The version is read before the task defers, so a signal sent right after this call is never
+   * missed and one sent before it never wakes the task. Use it as `return this.waitForSignal(…)`
+   * in an async execute(); `timeout` fails the task cleanly (TaskDeferralTimeout) if no signal
+   * came. Task instances waiting on the same key from the same version share one trigger.
+   */
+  async waitForSignal(
+    context: Pick<RuntimeContext, 'latestSignalVersion'>,
+    key: string,
+    options: { readonly method: string; readonly match?: JsonValue; readonly kwargs?: JsonObject; readonly timeout?: DurationInput | null },
+  ): Promise<never> {
+    const sinceVersion = await context.latestSignalVersion(key);
+    return this.defer({
+      trigger: new SignalTrigger({ key, sinceVersion, ...(options.match === undefined ? {} : { match: options.match }) }),
+      method: options.method,
+      ...(options.kwargs === undefined ? {} : { kwargs: options.kwargs }),
+      ...(options.timeout === undefined ? {} : { timeout: options.timeout }),
+    });
   }
 
   /** Ends this try as skipped (downstream tasks follow their trigger rules). */

@@ -47,6 +47,12 @@ export const TRIGGERER_OPTIONS = {
     unit: 'milliseconds',
     describe: 'A trigger step holding the event loop longer than this is logged as a warning naming it',
   },
+  'signal-retention': {
+    env: 'DEFERFLOW_SIGNAL_RETENTION',
+    default: 7 * 24 * 3600,
+    unit: 'seconds',
+    describe: "Signals older than this are pruned (each key's latest is kept, and versions keep rising)",
+  },
   'trigger-module': {
     env: 'DEFERFLOW_TRIGGER_MODULES',
     default: [] as string[],
@@ -69,6 +75,8 @@ export interface TriggererOptions {
   readonly pollIntervalMs: number;
   readonly blockThresholdMs: number;
   readonly triggerModules: readonly string[];
+  /** Signals sent longer ago than this are pruned at cleanup, each key's latest kept. */
+  readonly signalRetentionMs: number;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
   /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
@@ -101,6 +109,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     pollIntervalMs,
     blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
     triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
+    signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),

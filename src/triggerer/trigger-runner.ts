@@ -9,6 +9,8 @@ import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../model/dag-run-states.ts';
+import type { Signal } from '../signals/signal.ts';
+import type { SignalListener, SignalSubscription } from '../signals/signal-service.ts';
 
 /** Where a runner sends what its triggers produced; the triggerer batches them into the database. */
 export interface RunnerOutcomes {
@@ -22,6 +24,8 @@ export interface TriggerRunnerOptions {
   readonly blockThresholdMs: number;
   /** Where triggers' this.dagRunStates() reads go (the triggerer's batched reader); none: such reads fail. */
   readonly dagRunStates?: DagRunStatesReader;
+  /** Where triggers' this.nextSignal() listens (the triggerer's signal service); none: such waits fail. */
+  readonly listenSignal?: (key: string, listener: SignalListener, options: { sinceVersion: number }) => Promise<SignalSubscription>;
 }
 
 /*
@@ -101,6 +105,39 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
     });
   }
 
+  nextSignal(key: string, afterVersion: number, accept: (signal: Signal) => boolean = () => true): Promise<Signal> {
+    if (this.cleanupStarted) return Promise.reject(CANCELLED);
+    return new Promise<Signal>((resolve, reject) => {
+      let subscription: SignalSubscription | null = null;
+      let settled = false;
+      const settle = (finish: () => void) => {
+        if (settled) return;
+        settled = true;
+        this.#reads?.delete(cancel);
+        subscription?.close();
+        finish();
+      };
+      const cancel = (reason: unknown) => settle(() => reject(reason));
+      this.#reads ??= new Set();
+      this.#reads.add(cancel);
+      this.runner
+        .listenSignal(
+          key,
+          (signal) => {
+            if (accept(signal)) settle(() => resolve(signal));
+          },
+          { sinceVersion: afterVersion },
+        )
+        .then(
+          (made) => {
+            subscription = made;
+            if (settled) made.close();
+          },
+          (error: unknown) => settle(() => reject(error)),
+        );
+    });
+  }
+
   /** Rejects the reads in flight (the trigger is stopping). */
   abortReads(): void {
     if (!this.#reads) return;
@@ -130,6 +167,7 @@ export class TriggerRunner {
   readonly #timers: DeadlineQueue<TriggerRun>;
   readonly #watch: LoopWatch<TriggerRun>;
   readonly #dagRunStates: DagRunStatesReader | undefined;
+  readonly #listenSignal: TriggerRunnerOptions['listenSignal'];
 
   constructor(
     private readonly registry: TriggerRegistry,
@@ -138,6 +176,7 @@ export class TriggerRunner {
     options: TriggerRunnerOptions,
   ) {
     this.#dagRunStates = options.dagRunStates;
+    this.#listenSignal = options.listenSignal;
     this.#watch = new LoopWatch<TriggerRun>(
       options.blockThresholdMs,
       ({ subject, blockedMs }) => {
@@ -286,6 +325,11 @@ export class TriggerRunner {
   readDagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
     if (!this.#dagRunStates) return Promise.reject(new TriggerRuntimeError('this trigger runner reads no database: DAG run states are not available'));
     return this.#dagRunStates(query);
+  }
+
+  listenSignal(key: string, listener: SignalListener, options: { sinceVersion: number }): Promise<SignalSubscription> {
+    if (!this.#listenSignal) return Promise.reject(new TriggerRuntimeError('this trigger runner reads no database: signals are not available'));
+    return this.#listenSignal(key, listener, options);
   }
 
   sleepUntil(run: TriggerRun, epochMs: number): Promise<void> {

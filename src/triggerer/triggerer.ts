@@ -13,6 +13,7 @@ import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
 import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
+import { SignalService } from '../signals/signal-service.ts';
 
 /** Most rows one claim statement takes (see #pass). */
 const CLAIM_STATEMENT_ROWS = 1000;
@@ -66,7 +67,11 @@ export class Triggerer extends Daemon {
         event: (triggerId, payloadJson, endState) => this.#writer.addEvent(triggerId, payloadJson, endState),
         failure: (triggerId, failure) => this.#writer.addFailure(triggerId, failure),
       },
-      { blockThresholdMs: options.blockThresholdMs, dagRunStates: (query) => this.#dagRunStates.read(query) },
+      {
+        blockThresholdMs: options.blockThresholdMs,
+        dagRunStates: (query) => this.#dagRunStates.read(query),
+        listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
+      },
     );
     this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
     this.#writer = new OutcomeWriter(
@@ -206,6 +211,8 @@ export class Triggerer extends Daemon {
       this.#lastCleanupAt = Date.now();
       const deleted = await storage.cleanUnusedTriggers();
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
+      const pruned = await storage.pruneSignals(Date.now() - options.signalRetentionMs);
+      if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
       const orphaned = await storage.releaseTriggersOfMissingTriggerers();
       if (orphaned > 0)
         this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);

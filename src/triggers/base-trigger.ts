@@ -5,6 +5,7 @@ import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
 import type { TriggerEvent } from './trigger-event.ts';
 import type { SensorClass } from '../sensors/sensor-class.ts';
 import type { DagRunStates, DagRunStatesQuery } from '../model/dag-run-states.ts';
+import type { Signal } from '../signals/signal.ts';
 
 export interface SerializedTrigger {
   /** The name the triggerer's registry knows the class by. */
@@ -27,6 +28,8 @@ export interface TriggerRuntime {
   sensorClass(classpath: string): SensorClass;
   /** A DAG run's states from deferflow's database, read-only and batched with every other trigger's reads. */
   dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
+  /** The first signal on `key` after `afterVersion` that `accept` takes (default: any). */
+  nextSignal(key: string, afterVersion: number, accept?: (signal: Signal) => boolean): Promise<Signal>;
 }
 
 const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
@@ -122,6 +125,19 @@ export abstract class BaseTrigger {
         new TriggerRuntimeError("this.dagRunStates() reads the triggerer's database: it is available while the trigger runs on a triggerer"),
       );
     return runtime.dagRunStates(query);
+  }
+
+  /**
+   * The first signal on `key` newer than `afterVersion` that `accept` takes (default: any): one
+   * already sent, or the next to come. The triggerer's signal service listens for every trigger
+   * at once (one query a round; pushed at once on PostgreSQL). Cancelling the trigger rejects it
+   * with an AbortError and stops listening.
+   */
+  protected nextSignal(key: string, afterVersion: number, accept?: (signal: Signal) => boolean): Promise<Signal> {
+    const runtime = this[RUNTIME];
+    if (!runtime)
+      return Promise.reject(new TriggerRuntimeError('this.nextSignal() listens through the triggerer: it is available while the trigger runs on a triggerer'));
+    return runtime.nextSignal(key, afterVersion, accept);
   }
 
   /**

@@ -8,6 +8,7 @@ import { taskSettings } from '../dags/task-settings.ts';
 import type { TaskResolver } from './worker.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
 import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
+import { SignalService } from '../signals/signal-service.ts';
 
 /**
  * Finds a task's operator the way a worker should: the DAG's file is where DAG processing last
@@ -55,6 +56,8 @@ export function dagFileResolver(database: Database, options: { readonly smartSen
           },
           taskReschedules: () => storage.taskReschedules(claimed.id, started.tryNumber),
           dagRunStates: (query) => dagRunStates.read(query),
+          sendSignal: (key, value) => SignalService.of(database).send(key, value ?? null),
+          latestSignalVersion: (key) => SignalService.of(database).latestVersion(key),
           smartSensors: options.smartSensors,
         };
       },

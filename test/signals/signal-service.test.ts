@@ -8,7 +8,7 @@ import { openDatabase, sendSignal, SignalService, type Database, type Signal } f
 import { migrateToLatest } from '../../src/db/migrate.ts';
 import { Storage } from '../../src/storage/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
-import { LogCapture, waitFor } from '../support/fixtures.ts';
+import { LogCapture, migratedDatabase, startTriggerer, waitFor } from '../support/fixtures.ts';
 import { spawnDeferflow } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
@@ -120,6 +120,21 @@ describe.each(testDialects)('signals on %s', (dialect: TestDialect) => {
     expect((await signals.list('old')).map((s) => s.version)).toEqual([3]);
     expect((await signals.list('other')).map((s) => s.version)).toEqual([1]);
     expect(await signals.send('old')).toBe(4);
+  });
+
+  it('a triggerer prunes signals past --signal-retention at its cleanup, keeping each key’s latest', async () => {
+    const database = await migratedDatabase(dialect);
+    open.push(database);
+    const signals = service(database);
+    for (let i = 0; i < 3; i++) await signals.send('pruned', i);
+    const triggerer = await startTriggerer(database, { 'signal-retention': 0.001 }, { cleanupIntervalMs: 50 });
+    try {
+      await waitFor(async () => (await signals.list('pruned')).length === 1, { what: 'the old signals pruned' });
+      expect((await signals.list('pruned')).map((s) => s.version)).toEqual([3]);
+      expect(triggerer.logs.matching((line) => typeof line.pruned_signals === 'number').length).toBeGreaterThan(0);
+    } finally {
+      await triggerer.stop();
+    }
   });
 
   it('refuses a bad key, a value that is not JSON and one too large, naming what is wrong', async () => {

@@ -158,6 +158,7 @@ describe('DateTimeTrigger construction', () => {
         'deferflow.triggers.HttpTrigger',
         'deferflow.triggers.SqlTrigger',
         'deferflow.triggers.TaskStateTrigger',
+        'deferflow.triggers.SignalTrigger',
         'deferflow.SensorPokeTrigger',
       ].sort(),
     );
