@@ -11,9 +11,10 @@ import { positiveInteger } from '../config/option-table.ts';
 import { DAG_RUN_STATES, type DagRunState } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 
-/** A stored schedule as people write it: the cron (with its zone) or the interval; null for none. */
-function describeSchedule(schedule: { cron?: string; timezone?: string; interval_ms?: number } | null | undefined): string | null {
+/** A stored schedule as people write it: the cron (with its zone), the interval or the signal; null for none. */
+function describeSchedule(schedule: { cron?: string; timezone?: string; interval_ms?: number; signal?: string } | null | undefined): string | null {
   if (!schedule) return null;
+  if (typeof schedule.signal === 'string') return `on signal ${schedule.signal}`;
   if (typeof schedule.cron === 'string') return `${schedule.cron} (${schedule.timezone})`;
   return typeof schedule.interval_ms === 'number' ? `every ${schedule.interval_ms / 1000} s` : null;
 }

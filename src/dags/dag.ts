@@ -1,9 +1,11 @@
 import { InvalidDagError } from '../errors.ts';
 import type { AnyOperator, TaskDefaults } from '../operators/base-operator.ts';
-import { DateTime } from 'luxon';
+import { DateTime, Duration } from 'luxon';
 import type { JsonObject } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
 import { cronProblem, fixedIntervalMs, isTimeZone, momentMs, type Schedule, type ScheduleWindow } from '../model/schedule.ts';
+import type { SignalSchedule } from '../model/scheduler-dag.ts';
+import { checkSignalKey } from '../signals/signal.ts';
 
 export interface DagOptions {
   /** Letters, digits, `_`, `-` and `.`. */
@@ -16,11 +18,16 @@ export interface DagOptions {
   readonly tags?: readonly string[];
   /**
    * When it runs by itself: a five-field cron expression or preset (`@hourly`, `@daily`,
-   * `@weekly`, `@monthly`, `@yearly`), or a fixed interval (a luxon Duration or seconds).
-   * Default none: runs only when triggered. See src/dags/schedule.ts for data intervals.
+   * `@weekly`, `@monthly`, `@yearly`), a fixed interval (a luxon Duration or seconds), or a
+   * signal key, `{ signal: 'orders.loaded' }`: one run per new version of the key (see
+   * SignalSchedule). Default none: runs only when triggered. See src/model/schedule.ts for data
+   * intervals.
    */
-  readonly schedule?: string | DurationInput | null;
-  /** Needed with a schedule: no interval starts before it (Date, ISO string with offset, or luxon DateTime). */
+  readonly schedule?: string | DurationInput | { readonly signal: string } | null;
+  /**
+   * Needed with a cron or interval schedule: no interval starts before it (Date, ISO string with
+   * offset, or luxon DateTime). With a signal schedule, optional: versions sent since then run.
+   */
   readonly startDate?: Date | string | DateTime;
   /** No interval starts after it. Default none. */
   readonly endDate?: Date | string | DateTime | null;
@@ -57,11 +64,14 @@ export class Dag {
     }
     this.dagId = options.dagId;
     this.options = Object.freeze({ ...options });
-    this.scheduleWindow = scheduleWindowOf(options);
+    this.signalSchedule = signalScheduleOf(options);
+    this.scheduleWindow = this.signalSchedule ? null : scheduleWindowOf(options);
   }
 
-  /** The schedule with its start and end, validated; null for a DAG that runs only when triggered. */
+  /** The schedule with its start and end, validated; null for a DAG that runs only when triggered (or on a signal). */
   readonly scheduleWindow: ScheduleWindow | null;
+  /** The signal it is scheduled on, validated; null when it is not. */
+  readonly signalSchedule: SignalSchedule | null;
 
   /** Adds tasks (operators made with a taskId); returns the DAG. */
   add(...tasks: AnyOperator[]): this {
@@ -114,6 +124,27 @@ export class Dag {
   }
 }
 
+function signalScheduleOf(options: DagOptions): SignalSchedule | null {
+  const schedule = options.schedule;
+  if (schedule === null || typeof schedule !== 'object' || Duration.isDuration(schedule) || !('signal' in schedule)) return null;
+  const bad = (field: string, why: string) => new InvalidDagError(`DAG ${options.dagId}: ${field} ${why}`);
+  const extra = Object.keys(schedule).filter((key) => key !== 'signal');
+  if (extra.length > 0) throw bad('schedule', `has ${extra.map((key) => JSON.stringify(key)).join(', ')}; a signal schedule is { signal: KEY } alone`);
+  let key: string;
+  try {
+    key = checkSignalKey(schedule.signal);
+  } catch (error) {
+    throw bad('schedule.signal', (error as Error).message.replace(/^signal key /, ''));
+  }
+  const startDate = options.startDate === undefined ? null : momentMs(options.startDate);
+  if (startDate === null && options.startDate !== undefined)
+    throw bad('startDate', 'must be a valid Date, an ISO-8601 string with an offset or Z, or a luxon DateTime');
+  for (const field of ['endDate', 'catchup', 'timezone'] as const) {
+    if (options[field] !== undefined && options[field] !== null) throw bad(field, 'has no meaning with a signal schedule: every new version of the key runs');
+  }
+  return Object.freeze({ key, startDate });
+}
+
 function scheduleWindowOf(options: DagOptions): ScheduleWindow | null {
   const bad = (field: string, why: string) => new InvalidDagError(`DAG ${options.dagId}: ${field} ${why}`);
   if (options.schedule === undefined || options.schedule === null) return null;
@@ -133,7 +164,7 @@ function scheduleWindowOf(options: DagOptions): ScheduleWindow | null {
     if (problem) throw bad('schedule', problem);
     schedule = { kind: 'cron', cron: options.schedule, timezone };
   } else {
-    const intervalMs = fixedIntervalMs(options.schedule);
+    const intervalMs = fixedIntervalMs(options.schedule as DurationInput);
     if (intervalMs === null)
       throw bad('schedule', 'must be a cron expression, or a positive interval without calendar units (a luxon Duration in days or smaller, or seconds)');
     schedule = { kind: 'interval', intervalMs };

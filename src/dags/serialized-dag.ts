@@ -1,6 +1,6 @@
 // biome-ignore-all lint/suspicious/noExplicitAny: toSchedulerDag reads stored JSON of unknown shape field by field, checking each as it goes
 import { InvalidDagError, InvalidSerializedDagError } from '../errors.ts';
-import type { SchedulerDag, SchedulerTask } from '../model/scheduler-dag.ts';
+import type { SchedulerDag, SchedulerTask, SignalSchedule } from '../model/scheduler-dag.ts';
 import { TRIGGER_RULES } from '../model/trigger-rules.ts';
 import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../serialization/json.ts';
 import { durationToMs } from '../time/duration.ts';
@@ -17,7 +17,7 @@ export const SERIALIZED_DAG_VERSION = 1;
  *
  *   { "__version": 1,
  *     "dag": { "dag_id", "fileloc", "description", "tags", "params",
- *              "schedule": null | { "cron", "timezone" } | { "interval_ms" },
+ *              "schedule": null | { "cron", "timezone" } | { "interval_ms" } | { "signal" },
  *              "start_date", "end_date" (ISO-8601 or null), "catchup",
  *              "tasks": [ { "task_id", "operator", "upstream_task_ids" (sorted), "trigger_rule",
  *                           "retries", "retry_delay_ms", "retry_exponential_backoff",
@@ -77,8 +77,12 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
       description: dag.options.description ?? null,
       tags: [...(dag.options.tags ?? [])],
       params: jsonOf(dag.options.params ?? {}, `DAG ${dag.dagId}: params`),
-      schedule: window ? scheduleToJson(window.schedule) : null,
-      start_date: window ? new Date(window.startDate).toISOString() : null,
+      schedule: dag.signalSchedule ? { signal: dag.signalSchedule.key } : window ? scheduleToJson(window.schedule) : null,
+      start_date: window
+        ? new Date(window.startDate).toISOString()
+        : dag.signalSchedule?.startDate != null
+          ? new Date(dag.signalSchedule.startDate).toISOString()
+          : null,
       end_date: window?.endDate != null ? new Date(window.endDate).toISOString() : null,
       catchup: window?.catchup ?? false,
       tasks,
@@ -171,7 +175,18 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
             }),
     });
   });
-  return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks), schedule: readScheduleWindow(dag, bad) });
+  const signalSchedule = readSignalSchedule(dag, bad);
+  return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks), schedule: signalSchedule ? null : readScheduleWindow(dag, bad), signalSchedule });
+}
+
+/** A signal schedule of a stored DAG, checked; null for any other schedule. */
+function readSignalSchedule(dag: any, bad: (field: string, why: string) => Error): SignalSchedule | null {
+  const schedule = dag.schedule;
+  if (schedule === null || typeof schedule !== 'object' || !('signal' in schedule)) return null;
+  if (typeof schedule.signal !== 'string' || schedule.signal === '') throw bad('dag.schedule.signal', 'is not a signal key');
+  const startDate = dag.start_date === null || dag.start_date === undefined ? null : Date.parse(dag.start_date);
+  if (startDate !== null && !Number.isFinite(startDate)) throw bad('dag.start_date', 'is neither null nor an ISO-8601 moment');
+  return Object.freeze({ key: schedule.signal, startDate });
 }
 
 /** The schedule part of a stored DAG, checked as the DAG constructor checks it. */

@@ -13,8 +13,23 @@ export interface SchedulerDag {
   /** The serialized version's hash, recorded on the runs it creates. */
   readonly hash: string;
   readonly tasks: readonly SchedulerTask[];
-  /** When it runs by itself; null when only triggered. */
+  /** When it runs by itself on a clock; null when only triggered (or scheduled on a signal). */
   readonly schedule: ScheduleWindow | null;
+  /** The signal each new version of which creates a run; null when not scheduled on a signal. */
+  readonly signalSchedule: SignalSchedule | null;
+}
+
+/**
+ * A DAG scheduled on a signal key (AIP-35): each new version of the key creates one run
+ * (run id `signal__<version>`, conf `{ signal: { key, version, value, sentAt } }`, logical date
+ * the signal's send time). Versions sent while no scheduler ran are caught up from the DAG's last
+ * signal run; before its first, from `startDate` (versions sent since then) or, without one,
+ * from the versions sent after a scheduler first saw the DAG.
+ */
+export interface SignalSchedule {
+  readonly key: string;
+  /** Epoch ms, or null. */
+  readonly startDate: number | null;
 }
 
 export interface SchedulerTask {

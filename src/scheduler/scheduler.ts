@@ -5,13 +5,18 @@ import { describeThrown, errorFields } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Daemon } from '../jobs/daemon.ts';
 import type { JobRow } from '../jobs/job-row.ts';
-import { Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
+import { signalRunId, Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
 import type { DagSource, SchedulerDag, StartTrigger } from '../model/scheduler-dag.ts';
 import { decide, FINISHED_STATES } from '../model/trigger-rules.ts';
-import { dueDataIntervals, nextDueAt } from '../model/schedule.ts';
+import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt } from '../model/schedule.ts';
+import type { SignalSchedule } from '../model/scheduler-dag.ts';
+import { SignalService, type SignalSubscription } from '../signals/signal-service.ts';
 import { retryDelayMs } from '../model/retry-policy.ts';
+
+/** Longest between two looks for new versions of a DAG's signal key when no push woke the scheduler. */
+const SIGNAL_SAFETY_CHECK_MS = 5_000;
 
 export interface SchedulerOptions {
   readonly pollIntervalMs: number;
@@ -45,9 +50,13 @@ export class Scheduler extends Daemon {
   readonly #waitingForDag = new Set<string>();
   /** Called after a pass scheduled task instances (standalone wires it to the worker's wake()). */
   onWork: (() => void) | null = null;
+  /** DAGs scheduled on a signal, by key, and the subscription that wakes the scheduler on each send. */
+  readonly #signalKeys = new Map<string, { dagIds: Set<string>; subscription: Promise<SignalSubscription> | null }>();
+  /** Per signal-scheduled DAG with no signal run yet and no startDate: the version it runs after. */
+  readonly #signalStart = new Map<string, number>();
 
   constructor(
-    database: Database,
+    private readonly database: Database,
     readonly options: SchedulerOptions,
     private readonly dags: DagSource,
     log: Logger,
@@ -74,6 +83,8 @@ export class Scheduler extends Daemon {
   protected async shutdown(): Promise<void> {
     this.#pause.wake();
     await this.#loop;
+    for (const { subscription } of this.#signalKeys.values()) (await subscription?.catch(() => null))?.close();
+    this.#signalKeys.clear();
   }
 
   async #passes(): Promise<void> {
@@ -133,6 +144,12 @@ export class Scheduler extends Daemon {
       if (known?.hash === hash && (known.at === null || now < known.at)) continue;
       try {
         const dag = await this.dags(dagId);
+        if (dag?.signalSchedule) {
+          const more = await this.#createSignalRuns(dag, dag.signalSchedule, now);
+          // A send wakes the scheduler (see #listenFor); this look is the safety net.
+          this.#nextScheduleCheck.set(dagId, { hash, at: more ? now : now + SIGNAL_SAFETY_CHECK_MS });
+          continue;
+        }
         if (!dag?.schedule) {
           this.#nextScheduleCheck.set(dagId, { hash, at: null });
           continue;
@@ -159,6 +176,61 @@ export class Scheduler extends Daemon {
         this.#nextScheduleCheck.set(dagId, { hash, at: now + 60_000 });
       }
     }
+  }
+
+  /**
+   * One run per version of the DAG's signal key after the last it has a run for (see
+   * SignalSchedule). Returns whether more versions wait than one look creates.
+   */
+  async #createSignalRuns(dag: SchedulerDag, schedule: SignalSchedule, now: number): Promise<boolean> {
+    this.#listenFor(schedule.key, dag.dagId);
+    let after = await this.storage.latestSignalRunVersion(dag.dagId);
+    if (after === null) {
+      if (schedule.startDate !== null) after = 0;
+      else {
+        after = this.#signalStart.get(dag.dagId) ?? (await this.storage.latestSignalVersions([schedule.key])).get(schedule.key) ?? 0;
+        this.#signalStart.set(dag.dagId, after);
+      }
+    }
+    const signals = await this.storage.signalsAfter(new Map([[schedule.key, after]]), MAX_RUNS_PER_CHECK);
+    for (const signal of signals) {
+      if (schedule.startDate !== null && signal.sentAt < schedule.startDate) continue;
+      const runId = signalRunId(signal.version);
+      const conf = { signal: { key: signal.key, version: signal.version, value: signal.value, sentAt: new Date(signal.sentAt).toISOString() } };
+      // The logical date is the send time; two sends in one millisecond take the next free one.
+      for (let offset = 0; ; offset++) {
+        const created = await this.storage.createDagRun(dag, { runId, runType: 'scheduled', logicalDate: signal.sentAt + offset, conf }, now);
+        if (created !== null) {
+          this.log.info(
+            { dag_id: dag.dagId, run_id: runId, signal_key: signal.key, signal_version: signal.version },
+            `created run ${dag.dagId} ${runId} for signal ${signal.key} version ${signal.version}`,
+          );
+          break;
+        }
+        // Another scheduler made it, or the moment is taken by another run.
+        if ((await this.storage.findDagRun(dag.dagId, runId)) !== null || offset >= 1000) break;
+      }
+    }
+    return signals.length === MAX_RUNS_PER_CHECK;
+  }
+
+  /** Wakes the scheduler on each send on `key`, so a signal-scheduled run starts within the push latency. */
+  #listenFor(key: string, dagId: string): void {
+    let entry = this.#signalKeys.get(key);
+    if (!entry) {
+      entry = { dagIds: new Set(), subscription: null };
+      this.#signalKeys.set(key, entry);
+      const dagIds = entry.dagIds;
+      entry.subscription = SignalService.of(this.database, this.log).listen(key, () => {
+        for (const id of dagIds) this.#nextScheduleCheck.delete(id);
+        this.wake();
+      });
+      entry.subscription.catch((error: unknown) => {
+        this.#signalKeys.delete(key);
+        this.log.warn({ signal_key: key, ...errorFields(error, 'DF_DATABASE') }, `listening for signal ${key} failed; its runs start at the next look`);
+      });
+    }
+    entry.dagIds.add(dagId);
   }
 
   /** Returns whether task instances were scheduled (work for workers). */

@@ -22,7 +22,7 @@ import {
 } from './dag-run-progress.ts';
 import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts';
-import { latestScheduledLogicalDate } from './latest-scheduled-run.ts';
+import { latestScheduledLogicalDate, latestSignalRunVersion } from './latest-scheduled-run.ts';
 import { findDagRun, listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
@@ -72,6 +72,7 @@ export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 export { SIGNAL_CHANNEL } from './signals.ts';
+export { signalRunId } from './latest-scheduled-run.ts';
 
 export interface TriggerEventRecord {
   readonly triggerId: number;
@@ -258,6 +259,10 @@ export class Storage {
 
   latestScheduledLogicalDate(dagId: string): Promise<number | null> {
     return latestScheduledLogicalDate(this.#context, dagId);
+  }
+
+  latestSignalRunVersion(dagId: string): Promise<number | null> {
+    return latestSignalRunVersion(this.#context, dagId);
   }
 
   appendTaskLogLines(lines: readonly TaskLogLine[]): Promise<void> {

@@ -13,3 +13,30 @@ export async function latestScheduledLogicalDate({ db }: StorageContext, dagId: 
     .executeTakeFirst();
   return row ? fromDbTime(row.logical_date) : null;
 }
+
+/** The run id of a DAG's run for a signal version (a DAG scheduled on a signal key). */
+export function signalRunId(version: number): string {
+  return `signal__${version}`;
+}
+
+/**
+ * The highest signal version a DAG scheduled on a signal has a run for; null if it has none.
+ * Read from its latest runs by logical date (a signal run's is its send time, which rises with
+ * the version).
+ */
+export async function latestSignalRunVersion({ db }: StorageContext, dagId: string): Promise<number | null> {
+  const rows = await db
+    .selectFrom('dag_run')
+    .select('run_id')
+    .where('dag_id', '=', dagId)
+    .where('run_type', '=', 'scheduled')
+    .where('run_id', 'like', 'signal__%')
+    .orderBy('logical_date', 'desc')
+    .limit(20)
+    .execute();
+  const versions = rows.flatMap((row) => {
+    const match = /^signal__(\d+)$/.exec(row.run_id);
+    return match ? [Number(match[1])] : [];
+  });
+  return versions.length === 0 ? null : Math.max(...versions);
+}

@@ -117,7 +117,13 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   }
 
   it('runs a DAG run through its dependencies, a deferral in the middle, to success', async () => {
-    const dag: SchedulerDag = { dagId: 'etl', hash: 'h1', schedule: null, tasks: [task('extract'), task('wait', ['extract']), task('load', ['wait'])] };
+    const dag: SchedulerDag = {
+      dagId: 'etl',
+      hash: 'h1',
+      schedule: null,
+      signalSchedule: null,
+      tasks: [task('extract'), task('wait', ['extract']), task('load', ['wait'])],
+    };
     const rt = await runtime(dag, { extract: new Returns(1), wait: new WaitsThenReturns(), load: new Returns('loaded') });
     await rt.run('manual__1');
     await rt.start();
@@ -135,6 +141,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       dagId: 'fragile',
       hash: 'h1',
       schedule: null,
+      signalSchedule: null,
       tasks: [task('extract'), task('load', ['extract']), task('report', ['load']), task('cleanup', ['extract'], { triggerRule: 'all_done' })],
     };
     const rt = await runtime(dag, { extract: new Fails(), load: new Returns(1), report: new Returns(2), cleanup: new Returns('cleaned') });
@@ -149,6 +156,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       dagId: 'sensor',
       hash: 'h1',
       schedule: null,
+      signalSchedule: null,
       tasks: [
         task('await_file', [], {
           startTrigger: { classpath: 'test.DelayTrigger', kwargs: { ms: 200 }, method: 'fired', nextKwargs: { why: 'start' }, timeoutMs: null },
@@ -175,6 +183,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       dagId: 'later',
       hash: 'h1',
       schedule: null,
+      signalSchedule: null,
       tasks: [
         task('first'),
         task('wait_a_minute', ['first'], {
@@ -215,6 +224,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       dagId: 'zombies',
       hash: 'h1',
       schedule: null,
+      signalSchedule: null,
       tasks: [task('was_running', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 300 } }), task('was_queued'), task('no_tries_left')],
     };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
@@ -241,6 +251,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       dagId: 'patient',
       hash: 'h1',
       schedule: null,
+      signalSchedule: null,
       tasks: [task('slow', [], { retry: { retries: 3, retryDelayMs: 1000, exponentialBackoff: true, maxRetryDelayMs: null } })],
     };
     const rt = await runtime(dag, {}, { zombieThresholdMs: 1000 });
@@ -260,7 +271,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   });
 
   it('the same run id or logical date is never created twice', async () => {
-    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, tasks: [task('only')] };
+    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, signalSchedule: null, tasks: [task('only')] };
     const rt = await runtime(dag, {});
     const at = Date.now();
     expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(
