@@ -18,7 +18,7 @@ describe('README', () => {
     expect(row, `a configuration table row for --${name}`).toBeDefined();
     const cells = row!.split('|').map((cell) => cell.trim());
     expect(cells[2]).toBe(`\`${spec.env}\``);
-    const documentedDefault = Array.isArray(spec.default) ? 'none' : `\`${spec.default}\``;
+    const documentedDefault = Array.isArray(spec.default) || spec.default === '' ? 'none' : `\`${spec.default}\``;
     expect(cells[3]).toBe(documentedDefault);
   });
 

@@ -65,6 +65,12 @@ export interface TriggererConfig {
   readonly blockThreshold?: DurationInput;
   /** Signals older than this are pruned (each key's latest kept). @default 7 days */
   readonly signalRetention?: DurationInput;
+  /** Serve POST /signals/:key, refusing requests without this bearer token (16+ characters). @default none: not served */
+  readonly signalHttpToken?: string;
+  /** Where the signal endpoint listens. @default '127.0.0.1' */
+  readonly signalHttpHost?: string;
+  /** The signal endpoint's port; 0: any free one (see Deferflow.triggerer.signalHttpAddress). @default 8795 */
+  readonly signalHttpPort?: number;
   /**
    * Modules (paths, or package names resolved from the working directory) whose exported
    * BaseTrigger classes this triggerer may run. The built-in triggers are always allowed.

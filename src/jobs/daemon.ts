@@ -57,11 +57,18 @@ export abstract class Daemon {
     this.#starting = (async () => {
       const { jobType, hostname, capacity, heartbeatIntervalMs } = this.description;
       try {
+        await this.beforeStart();
+      } catch (error) {
+        this.#state = 'stopped';
+        throw error;
+      }
+      try {
         this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () =>
           this.onHeartbeat(),
         );
       } catch (error) {
         this.#state = 'stopped';
+        await this.startAborted().catch(() => {});
         throw error;
       }
       this.#state = 'running';
@@ -96,6 +103,14 @@ export abstract class Daemon {
     }
     this.#state = 'stopped';
   }
+
+  /**
+   * What must work before the daemon counts as started (binding a port): a throw fails start()
+   * before any job row is written. startAborted() undoes it if registering the job row fails.
+   */
+  protected async beforeStart(): Promise<void> {}
+
+  protected async startAborted(): Promise<void> {}
 
   /** Starts the daemon's loops (not awaited): the job row is registered and heartbeating. */
   protected abstract run(job: JobRow): void;

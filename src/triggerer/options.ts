@@ -2,6 +2,7 @@ import os from 'node:os';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
+import type { SignalHttpOptions } from '../signals/signal-http.ts';
 
 /**
  * Every triggerer option, in one place: its flag, environment variable, default and unit.
@@ -53,6 +54,24 @@ export const TRIGGERER_OPTIONS = {
     unit: 'seconds',
     describe: "Signals older than this are pruned (each key's latest is kept, and versions keep rising)",
   },
+  'signal-http-token': {
+    env: 'DEFERFLOW_SIGNAL_HTTP_TOKEN',
+    default: '',
+    unit: 'text, 16 characters or more',
+    describe: 'Serve POST /signals/:key, refusing requests without this bearer token (off when unset; prefer the env var: a flag shows in ps)',
+  },
+  'signal-http-host': {
+    env: 'DEFERFLOW_SIGNAL_HTTP_HOST',
+    default: '127.0.0.1',
+    unit: 'host or address',
+    describe: 'Where the signal endpoint listens',
+  },
+  'signal-http-port': {
+    env: 'DEFERFLOW_SIGNAL_HTTP_PORT',
+    default: 8795,
+    unit: 'port (0: any free one)',
+    describe: 'The signal endpoint port',
+  },
   'trigger-module': {
     env: 'DEFERFLOW_TRIGGER_MODULES',
     default: [] as string[],
@@ -77,6 +96,8 @@ export interface TriggererOptions {
   readonly triggerModules: readonly string[];
   /** Signals sent longer ago than this are pruned at cleanup, each key's latest kept. */
   readonly signalRetentionMs: number;
+  /** The signal endpoint (POST /signals/:key); null (no token set): not served. */
+  readonly signalHttp: SignalHttpOptions | null;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
   /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
@@ -110,6 +131,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
     triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
     signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
+    signalHttp: signalHttpOptions(pick('signal-http-token'), pick('signal-http-host'), pick('signal-http-port')),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),
@@ -118,4 +140,20 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     hostname: os.hostname(),
   };
   return Object.freeze(options);
+}
+
+function signalHttpOptions(token: unknown, host: unknown, port: unknown): SignalHttpOptions | null {
+  const text = String(token ?? '');
+  if (text === '') return null;
+  if (text.length < 16 || /\s/.test(text)) {
+    throw new InvalidOptionError(
+      'signal-http-token',
+      'must be 16 characters or more, without spaces (e.g. `openssl rand -hex 24`); the endpoint is off without one',
+    );
+  }
+  const portNumber = port === 0 || port === '0' ? 0 : positiveInteger(port, 'signal-http-port');
+  if (portNumber > 65535) throw new InvalidOptionError('signal-http-port', `expected a port (1-65535, or 0 for any free one), got ${portNumber}`);
+  const hostText = String(host ?? '').trim();
+  if (hostText === '') throw new InvalidOptionError('signal-http-host', 'is empty: give a host or address, e.g. 127.0.0.1');
+  return Object.freeze({ token: text, host: hostText, port: portNumber });
 }

@@ -2,7 +2,9 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import { errorFields, TriggerRuntimeError } from '../errors.ts';
+import type { AddressInfo } from 'node:net';
+import { describeThrown, errorFields, InvalidOptionError, TriggerRuntimeError } from '../errors.ts';
+import { SignalHttpServer } from '../signals/signal-http.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
@@ -40,6 +42,7 @@ export class Triggerer extends Daemon {
   readonly #writer: OutcomeWriter;
   /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
   readonly #dagRunStates: DagRunStateBatcher;
+  #signalHttp: SignalHttpServer | null = null;
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   #sweepTimer: NodeJS.Timeout | null = null;
@@ -112,11 +115,39 @@ export class Triggerer extends Daemon {
     this.#runner.markLoopEdge();
   }
 
+  protected override async beforeStart(): Promise<void> {
+    const http = this.options.signalHttp;
+    if (!http) return;
+    this.#signalHttp = new SignalHttpServer(http, (key, value) => SignalService.of(this.database, this.log).send(key, value), this.log);
+    try {
+      await this.#signalHttp.start();
+    } catch (error) {
+      this.#signalHttp = null;
+      throw new InvalidOptionError(
+        'signal-http-port',
+        `the signal endpoint cannot listen on ${http.host}:${http.port}: ${describeThrown(error).error}; choose another --signal-http-port (0: any free one)`,
+      );
+    }
+  }
+
+  protected override async startAborted(): Promise<void> {
+    await this.#signalHttp?.stop();
+  }
+
+  /** Where the signal endpoint listens, once started with a token; null otherwise. */
+  get signalHttpAddress(): AddressInfo | null {
+    return this.#signalHttp?.address ?? null;
+  }
+
   protected run(job: JobRow): void {
     this.log.info(
       {
         job_id: job.id,
-        config: { ...this.options, databaseUrl: redactDatabaseUrl(this.options.databaseUrl) },
+        config: {
+          ...this.options,
+          databaseUrl: redactDatabaseUrl(this.options.databaseUrl),
+          signalHttp: this.options.signalHttp && { ...this.options.signalHttp, token: '***' },
+        },
       },
       `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
@@ -140,6 +171,7 @@ export class Triggerer extends Daemon {
     this.#writer.close();
     this.#runner.close();
     this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
+    await this.#signalHttp?.stop();
     try {
       const released = await this.storage.releaseOwnedTriggers(job.id);
       this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);
