@@ -19,6 +19,7 @@ import { parseDatabaseUrl, redactDatabaseUrl, type DatabaseTarget } from './data
 import { postgresAdapter, sqliteAdapter, type DialectAdapter } from './dialect.ts';
 import { CurrentSchemaIntrospector } from './postgres-introspector.ts';
 import type { DatabaseSchema } from './schema.ts';
+import { NotificationHub } from './notification-hub.ts';
 
 export interface Database {
   readonly db: Kysely<DatabaseSchema>;
@@ -49,7 +50,15 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
       ? new Kysely<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(openSqlite(target.file)) })
       : new Kysely<DatabaseSchema>({ dialect: new CurrentSchemaPostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
   const adapter = target.dialect === 'sqlite' ? sqliteAdapter : postgresAdapter;
-  return { db, adapter, target, close: () => db.destroy() };
+  return {
+    db,
+    adapter,
+    target,
+    close: async () => {
+      await NotificationHub.closeFor(db);
+      await db.destroy();
+    },
+  };
 }
 
 /** How long a statement or transaction waits for another process's write lock before failing. */

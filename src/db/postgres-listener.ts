@@ -2,8 +2,8 @@ import pg from 'pg';
 import { DatabaseError, InvalidOptionError } from '../errors.ts';
 
 export interface PostgresListenerEvents {
-  /** A notification on the channel arrived (its payload). */
-  notification(payload: string): void;
+  /** A notification on one of the channels arrived. */
+  notification(channel: string, payload: string): void;
   /** LISTEN is in place (first time, or after a reconnect): what was sent meanwhile must be looked up. */
   listening(): void;
   /** The connection failed or was lost; a reconnect follows after `retryInMs`. */
@@ -15,19 +15,19 @@ export interface PostgresListenerOptions {
   readonly minBackoffMs?: number;
   /** Longest pause before reconnecting, ms. @default 30000 */
   readonly maxBackoffMs?: number;
-  /** What pg_stat_activity shows for the session. @default `deferflow <channel> <pid>` */
+  /** What pg_stat_activity shows for the session. @default `deferflow listen <pid>` */
   readonly applicationName?: string;
 }
 
 /**
- * One PostgreSQL session that LISTENs on a channel for as long as it is open, reconnecting with
+ * One PostgreSQL session that LISTENs on some channels for as long as it is open, reconnecting with
  * backoff whenever the connection is lost (a server restart, pg_terminate_backend, a network cut).
  * Notifications are only a hint that something changed: whoever uses this still reads the tables
  * after `listening()`, since anything sent while the session was down was not heard.
  */
 export class PostgresListener {
   readonly #url: string;
-  readonly #channel: string;
+  readonly #channels: readonly string[];
   readonly #events: PostgresListenerEvents;
   readonly #minBackoffMs: number;
   readonly #maxBackoffMs: number;
@@ -38,14 +38,16 @@ export class PostgresListener {
   #closed = false;
   #listening = false;
 
-  constructor(url: string, channel: string, events: PostgresListenerEvents, options: PostgresListenerOptions = {}) {
-    if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new InvalidOptionError('channel', `${JSON.stringify(channel)} is not a plain identifier`);
+  constructor(url: string, channels: readonly string[], events: PostgresListenerEvents, options: PostgresListenerOptions = {}) {
+    for (const channel of channels) {
+      if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new InvalidOptionError('channel', `${JSON.stringify(channel)} is not a plain identifier`);
+    }
     this.#url = url;
-    this.#channel = channel;
+    this.#channels = [...channels];
     this.#events = events;
     this.#minBackoffMs = options.minBackoffMs ?? 500;
     this.#maxBackoffMs = options.maxBackoffMs ?? 30_000;
-    this.#applicationName = options.applicationName ?? `deferflow ${channel} ${process.pid}`;
+    this.#applicationName = options.applicationName ?? `deferflow listen ${process.pid}`;
   }
 
   /** Whether the session is connected and LISTENing now. */
@@ -89,11 +91,11 @@ export class PostgresListener {
     client.on('error', fail);
     client.on('end', () => fail(new DatabaseError('the LISTEN connection ended')));
     client.on('notification', (message) => {
-      if (message.channel === this.#channel) this.#events.notification(message.payload ?? '');
+      if (this.#channels.includes(message.channel)) this.#events.notification(message.channel, message.payload ?? '');
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${this.#channel}`);
+      for (const channel of this.#channels) await client.query(`LISTEN ${channel}`);
     } catch (error) {
       fail(error);
       return;

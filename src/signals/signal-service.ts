@@ -1,10 +1,10 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
-import { PostgresListener } from '../db/postgres-listener.ts';
+import { NotificationHub, SIGNAL_CHANNEL, type NotificationHubOptions } from '../db/notification-hub.ts';
 import { describeThrown, InvalidSignalError } from '../errors.ts';
 import { createLogger } from '../logging.ts';
 import type { JsonValue } from '../serialization/json.ts';
-import { SIGNAL_CHANNEL, Storage } from '../storage/index.ts';
+import { Storage } from '../storage/index.ts';
 import { checkSignalKey, checkSignalVersion, signalValueText, type Signal } from './signal.ts';
 
 /** Called with each signal of its key, in version order, once each. */
@@ -18,15 +18,11 @@ export interface SignalSubscription {
   close(): void;
 }
 
-export interface SignalServiceOptions {
+export interface SignalServiceOptions extends NotificationHubOptions {
   /** Between two looks at the database while no push is known to work, ms. @default 1000 */
   readonly pollIntervalMs?: number;
   /** Between two looks while PostgreSQL's push is known to work (the safety net), ms. @default 10000 */
   readonly pushedPollIntervalMs?: number;
-  /** How long a LISTEN connection waits for its own probe before push is judged not to work, ms. @default 5000 */
-  readonly probeTimeoutMs?: number;
-  /** LISTEN connections stay this long after the last listener closes, for the next one, ms. @default 30000 */
-  readonly lingerMs?: number;
 }
 
 interface Listening {
@@ -49,10 +45,11 @@ const KEYS_PER_QUERY = 500;
  * - every listening process looks at the versions of the keys it listens to once a poll interval
  *   (one query for all its listeners), and reads what is new (one more);
  * - a send from this process wakes its listeners at once (in-process push, both dialects);
- * - on PostgreSQL a LISTEN session hears every send at its commit and wakes the listeners. It is
- *   registered before the first read, so a send between the two is never lost; it reconnects
- *   with backoff, catching up by reading; and a probe checks that a NOTIFY really arrives (behind
- *   a transaction-mode pooler it does not), with a warning and polling at the full rate when not.
+ * - on PostgreSQL the process's LISTEN session (NotificationHub) hears every send at its commit
+ *   and wakes the listeners. It is subscribed before the first read, so a send between the two
+ *   is never lost; it reconnects with backoff, and each reconnect makes a round (catching up);
+ *   while its probe says pushes do not arrive (a transaction-mode pooler), polling stays at the
+ *   full rate.
  * Many listeners on a process share it: SignalService.of(database) gives the one for a handle.
  */
 export class SignalService {
@@ -77,17 +74,13 @@ export class SignalService {
   #logGiven: boolean;
   readonly #pollIntervalMs: number;
   readonly #pushedPollIntervalMs: number;
-  readonly #probeTimeoutMs: number;
-  readonly #lingerMs: number;
   readonly #listening = new Map<string, Set<Listening>>();
   #timer: NodeJS.Timeout | null = null;
   #round: Promise<void> | null = null;
   #again = false;
-  #push: PostgresListener | null = null;
-  #pushWorks = false;
-  #probe: { token: string; timer: NodeJS.Timeout } | null = null;
-  #warnedNoPush = false;
-  #lingerTimer: NodeJS.Timeout | null = null;
+  readonly #hubOptions: NotificationHubOptions;
+  /** Ends the subscription to pushes; set while anyone listens. */
+  #unsubscribe: (() => void) | null = null;
   /** Rounds run so far (what a test or a metric counts). */
   rounds = 0;
 
@@ -98,13 +91,12 @@ export class SignalService {
     this.#logGiven = log !== undefined;
     this.#pollIntervalMs = options.pollIntervalMs ?? 1000;
     this.#pushedPollIntervalMs = options.pushedPollIntervalMs ?? 10_000;
-    this.#probeTimeoutMs = options.probeTimeoutMs ?? 5000;
-    this.#lingerMs = options.lingerMs ?? 30_000;
+    this.#hubOptions = options;
   }
 
   /** Whether PostgreSQL's push is known to work now (LISTEN connected and its probe heard). */
   get pushWorks(): boolean {
-    return this.#pushWorks && (this.#push?.isListening ?? false);
+    return this.#unsubscribe !== null && NotificationHub.of(this.#database, this.#log, this.#hubOptions).pushWorks;
   }
 
   /** Sends `value` (JSON, null by default) on `key`; resolves with the version it got. */
@@ -167,9 +159,15 @@ export class SignalService {
       this.#listening.set(entry.key, set);
     }
     set.add(entry);
-    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
-    this.#lingerTimer = null;
-    if (this.#database.adapter.supportsNotify && !this.#push) this.#startPush();
+    // Subscribed before anything is read: a send in between is heard.
+    this.#unsubscribe ??= NotificationHub.of(this.#database, this.#log, this.#hubOptions).subscribe(
+      SIGNAL_CHANNEL,
+      (payload) => {
+        if (this.#listening.has(payload.slice(payload.indexOf(' ') + 1))) this.#wakeSoon();
+      },
+      // (Re)connected: what was sent while the session was down is read now.
+      () => this.#wakeSoon(),
+    );
     this.#schedule();
   }
 
@@ -181,14 +179,8 @@ export class SignalService {
     if (this.#listening.size > 0) return;
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
-    // Nothing listens: the LISTEN session goes after a while (the next listener may come soon).
-    if (this.#push && !this.#lingerTimer) {
-      this.#lingerTimer = setTimeout(() => {
-        this.#lingerTimer = null;
-        if (this.#listening.size === 0) void this.#stopPush();
-      }, this.#lingerMs);
-      this.#lingerTimer.unref();
-    }
+    this.#unsubscribe?.();
+    this.#unsubscribe = null;
   }
 
   /** Stops listening altogether (every subscription ends); what was handed over finishes. */
@@ -196,10 +188,9 @@ export class SignalService {
     for (const set of this.#listening.values()) for (const entry of set) entry.closed = true;
     this.#listening.clear();
     if (this.#timer) clearTimeout(this.#timer);
-    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
     this.#timer = null;
-    this.#lingerTimer = null;
-    await this.#stopPush();
+    this.#unsubscribe?.();
+    this.#unsubscribe = null;
     await this.#round;
   }
 
@@ -285,73 +276,6 @@ export class SignalService {
           );
         }
       });
-    }
-  }
-
-  #startPush(): void {
-    const url = this.#database.target.dialect === 'postgres' ? this.#database.target.url : null;
-    if (url === null) return;
-    this.#push = new PostgresListener(url, SIGNAL_CHANNEL, {
-      notification: (payload) => this.#heard(payload),
-      listening: () => {
-        this.#wakeSoon();
-        void this.#sendProbe();
-      },
-      lost: (error, retryInMs) => {
-        this.#pushWorks = false;
-        this.#log.warn(
-          { code: 'DF_DATABASE', error: describeThrown(error).error, retry_in_ms: retryInMs },
-          `the LISTEN connection for signals was lost (${describeThrown(error).error}); reconnecting in ${retryInMs} ms, polling every ${this.#pollIntervalMs} ms meanwhile`,
-        );
-      },
-    });
-    this.#push.start();
-  }
-
-  async #stopPush(): Promise<void> {
-    const push = this.#push;
-    this.#push = null;
-    this.#pushWorks = false;
-    if (this.#probe) clearTimeout(this.#probe.timer);
-    this.#probe = null;
-    await push?.close();
-  }
-
-  #heard(payload: string): void {
-    if (payload.startsWith('probe ')) {
-      if (this.#probe && payload === `probe ${this.#probe.token}`) {
-        clearTimeout(this.#probe.timer);
-        this.#probe = null;
-        this.#pushWorks = true;
-      }
-      return;
-    }
-    const key = payload.slice(payload.indexOf(' ') + 1);
-    if (this.#listening.has(key)) this.#wakeSoon();
-  }
-
-  /** NOTIFY through the pool (another session): heard on the LISTEN session only where push really works. */
-  async #sendProbe(): Promise<void> {
-    if (this.#probe) clearTimeout(this.#probe.timer);
-    const token = `${process.pid}-${Math.random().toString(36).slice(2)}`;
-    const timer = setTimeout(() => {
-      if (this.#probe?.token !== token) return;
-      this.#probe = null;
-      this.#pushWorks = false;
-      if (!this.#warnedNoPush) {
-        this.#warnedNoPush = true;
-        this.#log.warn(
-          { code: 'DF_DATABASE' },
-          `PostgreSQL LISTEN/NOTIFY does not reach this process (behind a transaction-mode pooler such as PgBouncer, LISTEN cannot work); signals are found by polling every ${this.#pollIntervalMs} ms`,
-        );
-      }
-    }, this.#probeTimeoutMs);
-    timer.unref();
-    this.#probe = { token, timer };
-    try {
-      await this.#storage.notifySignalProbe(`probe ${token}`);
-    } catch {
-      // The database is down: the LISTEN connection is lost too, and reconnecting probes again.
     }
   }
 }

@@ -30,7 +30,7 @@ import { readTaskInstance } from './read-task-instance.ts';
 import type { TaskReschedule } from '../model/task-reschedule.ts';
 import { taskReschedules } from './task-reschedules.ts';
 import { readDagRunStates } from './read-dag-run-states.ts';
-import { latestSignalVersions, notifySignalProbe, pruneSignals, sendSignal, signalsAfter } from './signals.ts';
+import { latestSignalVersions, pruneSignals, sendSignal, signalsAfter } from './signals.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import { listJobs, type JobListing } from './list-jobs.ts';
@@ -71,7 +71,6 @@ export type { TaskLogLine } from './append-task-log-lines.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
-export { SIGNAL_CHANNEL } from './signals.ts';
 export { signalRunId } from './latest-scheduled-run.ts';
 
 export interface TriggerEventRecord {
@@ -128,10 +127,6 @@ export class Storage {
 
   signalsAfter(after: ReadonlyMap<string, number>, limit: number): Promise<Signal[]> {
     return signalsAfter(this.#context, after, limit);
-  }
-
-  notifySignalProbe(payload: string): Promise<void> {
-    return notifySignalProbe(this.#context, payload);
   }
 
   pruneSignals(before: number): Promise<number> {

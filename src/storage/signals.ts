@@ -3,9 +3,7 @@ import { fromDbTime, toDbTime } from '../db/schema.ts';
 import type { JsonValue } from '../serialization/json.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { StorageContext } from './context.ts';
-
-/** The channel PostgreSQL pushes signal sends on (NOTIFY, delivered at commit): payload `<version> <key>`. */
-export const SIGNAL_CHANNEL = 'deferflow_signal';
+import { SIGNAL_CHANNEL } from '../db/notification-hub.ts';
 
 /**
  * Sends a signal: the key's next version (1 for its first send) and the value, in one transaction.
@@ -66,9 +64,4 @@ export async function pruneSignals({ db }: StorageContext, before: number): Prom
     .where((eb) => eb('version', '<', eb.selectFrom('signal_key').select('signal_key.version').whereRef('signal_key.key', '=', 'signal.key')))
     .executeTakeFirst();
   return Number(result.numDeletedRows);
-}
-
-/** Pushes `payload` on the signal channel from a pooled session (a LISTEN session checks that it hears it). */
-export async function notifySignalProbe({ db, adapter }: StorageContext, payload: string): Promise<void> {
-  await adapter.notify(db, SIGNAL_CHANNEL, payload);
 }

@@ -199,13 +199,13 @@ describe.each(testDialects)('signals on %s', (dialect: TestDialect) => {
 
       const killed = await sql<{ killed: boolean }>`
         select pg_terminate_backend(pid) as killed from pg_stat_activity
-        where application_name = ${`deferflow deferflow_signal ${process.pid}`} and pid <> pg_backend_pid()`.execute(sender.db);
+        where application_name = ${`deferflow listen ${process.pid}`} and pid <> pg_backend_pid()`.execute(sender.db);
       expect(killed.rows.length).toBeGreaterThanOrEqual(1);
       // Sent while the session is down or coming back: read on reconnect, in order, once each.
       for (let i = 2; i <= 4; i++) await sendSignal(sender, 'pushed', i);
       await waitFor(() => heard.length === 4, { what: 'the signals sent during the outage', timeoutMs: 15_000 });
       expect(heard).toEqual([1, 2, 3, 4]);
-      expect(logs.matching((line) => String(line.msg).includes('the LISTEN connection for signals was lost')).length).toBeGreaterThanOrEqual(1);
+      expect(logs.matching((line) => String(line.msg).includes('the LISTEN connection was lost')).length).toBeGreaterThanOrEqual(1);
       await waitFor(() => signals.pushWorks, { what: 'push working again' });
       await sendSignal(sender, 'pushed', 5);
       await waitFor(() => heard.length === 5, { what: 'pushed again', timeoutMs: 5000 });

@@ -1,0 +1,186 @@
+import type { Logger } from 'pino';
+import type { Database } from './connect.ts';
+import { describeThrown } from '../errors.ts';
+import { PostgresListener } from './postgres-listener.ts';
+
+/** Channels deferflow NOTIFYs on: signal sends (`<version> <key>`) and daemon wake-ups (`triggerer`, `worker`, `scheduler`). */
+export const SIGNAL_CHANNEL = 'deferflow_signal';
+export const WAKE_CHANNEL = 'deferflow_wake';
+const CHANNELS = [SIGNAL_CHANNEL, WAKE_CHANNEL] as const;
+export type NotificationChannel = (typeof CHANNELS)[number];
+
+export interface NotificationHubOptions {
+  /** How long a LISTEN session waits for its own probe before push is judged not to work, ms. @default 5000 */
+  readonly probeTimeoutMs?: number;
+  /** The LISTEN session stays this long after the last subscriber leaves, ms. @default 30000 */
+  readonly lingerMs?: number;
+}
+
+type Handler = (payload: string) => void;
+
+/**
+ * The one PostgreSQL LISTEN session of a database handle, shared by everything in the process
+ * that wants pushes (the signal service, the daemons' wake-ups). Pushes are hints: whoever
+ * subscribes still reads the tables, and after `listening` (a first connect or a reconnect) must
+ * read what it may have missed. A NOTIFY probe sent through the pool checks that the pushes
+ * really arrive (behind a transaction-mode pooler they do not): `pushWorks` says so, and a
+ * warning is logged once when they do not. On SQLite there is nothing to listen to: subscribers
+ * are kept, `pushWorks` is false, and they poll.
+ */
+export class NotificationHub {
+  static readonly #hubs = new WeakMap<object, NotificationHub>();
+
+  static of(database: Database, log: Logger, options: NotificationHubOptions = {}): NotificationHub {
+    let hub = NotificationHub.#hubs.get(database.db);
+    if (!hub) {
+      hub = new NotificationHub(database, log, options);
+      NotificationHub.#hubs.set(database.db, hub);
+    }
+    return hub;
+  }
+
+  /** Closes the LISTEN session of `db`'s hub, if it has one (the database is closing). */
+  static async closeFor(db: object): Promise<void> {
+    const hub = NotificationHub.#hubs.get(db);
+    NotificationHub.#hubs.delete(db);
+    await hub?.close();
+  }
+
+  readonly #database: Database;
+  readonly #log: Logger;
+  readonly #probeTimeoutMs: number;
+  readonly #lingerMs: number;
+  readonly #handlers = new Map<NotificationChannel, Set<Handler>>();
+  readonly #onListening = new Set<() => void>();
+  #listener: PostgresListener | null = null;
+  #pushWorks = false;
+  #probe: { token: string; timer: NodeJS.Timeout } | null = null;
+  #warnedNoPush = false;
+  #lingerTimer: NodeJS.Timeout | null = null;
+
+  private constructor(database: Database, log: Logger, options: NotificationHubOptions) {
+    this.#database = database;
+    this.#log = log;
+    this.#probeTimeoutMs = options.probeTimeoutMs ?? 5000;
+    this.#lingerMs = options.lingerMs ?? 30_000;
+  }
+
+  /** Whether pushes are known to arrive now (LISTEN connected and its probe heard). */
+  get pushWorks(): boolean {
+    return this.#pushWorks && (this.#listener?.isListening ?? false);
+  }
+
+  /**
+   * Calls `handler` with each payload NOTIFYed on `channel`, and `onListening` whenever the
+   * session (re)connects, until the returned function is called.
+   */
+  subscribe(channel: NotificationChannel, handler: Handler, onListening?: () => void): () => void {
+    let set = this.#handlers.get(channel);
+    if (!set) {
+      set = new Set();
+      this.#handlers.set(channel, set);
+    }
+    const entry: Handler = (payload) => handler(payload);
+    set.add(entry);
+    if (onListening) this.#onListening.add(onListening);
+    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
+    this.#lingerTimer = null;
+    this.#start();
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      set.delete(entry);
+      if (onListening) this.#onListening.delete(onListening);
+      this.#maybeStop();
+    };
+  }
+
+  /** Closes the LISTEN session now (subscribers stay, and poll). */
+  async close(): Promise<void> {
+    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
+    this.#lingerTimer = null;
+    await this.#stop();
+  }
+
+  #subscribers(): number {
+    let count = 0;
+    for (const set of this.#handlers.values()) count += set.size;
+    return count;
+  }
+
+  #start(): void {
+    if (this.#listener || !this.#database.adapter.supportsNotify || this.#database.target.dialect !== 'postgres') return;
+    this.#listener = new PostgresListener(this.#database.target.url, CHANNELS, {
+      notification: (channel, payload) => this.#heard(channel as NotificationChannel, payload),
+      listening: () => {
+        for (const callback of [...this.#onListening]) callback();
+        void this.#sendProbe();
+      },
+      lost: (error, retryInMs) => {
+        this.#pushWorks = false;
+        this.#log.warn(
+          { code: 'DF_DATABASE', error: describeThrown(error).error, retry_in_ms: retryInMs },
+          `the LISTEN connection was lost (${describeThrown(error).error}); reconnecting in ${retryInMs} ms, polling meanwhile`,
+        );
+      },
+    });
+    this.#listener.start();
+  }
+
+  #maybeStop(): void {
+    if (this.#subscribers() > 0 || !this.#listener || this.#lingerTimer) return;
+    // Nothing listens: the session goes after a while (the next subscriber may come soon).
+    this.#lingerTimer = setTimeout(() => {
+      this.#lingerTimer = null;
+      if (this.#subscribers() === 0) void this.#stop();
+    }, this.#lingerMs);
+    this.#lingerTimer.unref();
+  }
+
+  async #stop(): Promise<void> {
+    const listener = this.#listener;
+    this.#listener = null;
+    this.#pushWorks = false;
+    if (this.#probe) clearTimeout(this.#probe.timer);
+    this.#probe = null;
+    await listener?.close();
+  }
+
+  #heard(channel: NotificationChannel, payload: string): void {
+    if (payload.startsWith('probe ')) {
+      if (this.#probe && payload === `probe ${this.#probe.token}`) {
+        clearTimeout(this.#probe.timer);
+        this.#probe = null;
+        this.#pushWorks = true;
+      }
+      return;
+    }
+    for (const handler of [...(this.#handlers.get(channel) ?? [])]) handler(payload);
+  }
+
+  /** NOTIFY through the pool (another session): heard on the LISTEN session only where push really works. */
+  async #sendProbe(): Promise<void> {
+    if (this.#probe) clearTimeout(this.#probe.timer);
+    const token = `${process.pid}-${Math.random().toString(36).slice(2)}`;
+    const timer = setTimeout(() => {
+      if (this.#probe?.token !== token) return;
+      this.#probe = null;
+      this.#pushWorks = false;
+      if (!this.#warnedNoPush) {
+        this.#warnedNoPush = true;
+        this.#log.warn(
+          { code: 'DF_DATABASE' },
+          'PostgreSQL LISTEN/NOTIFY does not reach this process (behind a transaction-mode pooler such as PgBouncer, LISTEN cannot work); signals and wake-ups are found by polling',
+        );
+      }
+    }, this.#probeTimeoutMs);
+    timer.unref();
+    this.#probe = { token, timer };
+    try {
+      await this.#database.adapter.notify(this.#database.db, SIGNAL_CHANNEL, `probe ${token}`);
+    } catch {
+      // The database is down: the LISTEN connection is lost too, and reconnecting probes again.
+    }
+  }
+}
