@@ -2,6 +2,9 @@ import type { Logger } from 'pino';
 import { errorFields, LifecycleError } from '../errors.ts';
 import type { Storage } from '../storage/index.ts';
 import { JobRow } from './job-row.ts';
+import type { Database } from '../db/connect.ts';
+import { NotificationHub, WAKE_CHANNEL } from '../db/notification-hub.ts';
+import type { WakeTopic } from '../storage/wake.ts';
 
 export type DaemonState = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
@@ -47,6 +50,8 @@ export abstract class Daemon {
   }
 
   /** True from the start until stop() is called: the daemon's loops run while it holds. */
+  #stopWakeups: (() => void) | null = null;
+
   protected get isRunning(): boolean {
     return this.#state === 'running';
   }
@@ -89,6 +94,8 @@ export abstract class Daemon {
       return;
     }
     this.#state = 'stopping';
+    this.#stopWakeups?.();
+    this.#stopWakeups = null;
     const job = this.#job!;
     await this.shutdown(job);
     try {
@@ -102,6 +109,21 @@ export abstract class Daemon {
       );
     }
     this.#state = 'stopped';
+  }
+
+  /**
+   * Wakes the daemon (`wake`) whenever a write elsewhere NOTIFYs work for `topic`, and whenever
+   * the LISTEN session (re)connects; PostgreSQL only (SQLite daemons poll; standalone wakes its
+   * components in-process). Call it from run(); it ends when the daemon stops.
+   */
+  protected subscribeWakeups(database: Database, topic: WakeTopic, wake: () => void): void {
+    this.#stopWakeups?.();
+    this.#stopWakeups = NotificationHub.of(database, this.log).subscribe(WAKE_CHANNEL, (payload) => payload === topic && wake(), wake);
+  }
+
+  /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */
+  protected wakeupsPushed(database: Database): boolean {
+    return this.#stopWakeups !== null && NotificationHub.of(database, this.log).pushWorks;
   }
 
   /**

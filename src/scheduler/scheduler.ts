@@ -77,6 +77,7 @@ export class Scheduler extends Daemon {
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id }, `scheduler ${job.id} started`);
+    this.subscribeWakeups(this.database, 'scheduler', () => this.wake());
     this.#loop = this.#passes();
   }
 

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { toDbTime } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { wake } from './wake.ts';
 
 export interface TaskInstanceToClear {
   readonly id: number;
@@ -62,6 +63,7 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
       cleared += Number(result.numUpdatedRows);
     }
     const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter }, triggerIds);
+    if (cleared > 0) await wake(trx, adapter, 'scheduler');
     return { cleared, deletedTriggers };
   });
 }

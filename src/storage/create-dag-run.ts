@@ -2,6 +2,7 @@ import { toDbTime, type DagRunType } from '../db/schema.ts';
 import type { SchedulerDag } from '../model/scheduler-dag.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
+import { wake } from './wake.ts';
 
 export interface NewDagRun {
   readonly runId: string;
@@ -55,6 +56,7 @@ export async function createDagRun({ db, adapter }: StorageContext, dag: Schedul
         )
         .execute();
     }
+    await wake(trx, adapter, 'scheduler');
     return inserted.id;
   });
 }

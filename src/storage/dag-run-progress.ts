@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../db/schema.ts';
 import type { JsonObject } from '../serialization/json.ts';
+import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 export interface UnfinishedDagRun {
@@ -84,6 +85,7 @@ export async function decideTaskInstances(
     .where('state', 'is', null)
     .returning('id')
     .execute();
+  if (!finished && rows.length > 0) await wake(db, adapter, 'worker');
   return rows.map((row) => row.id);
 }
 

@@ -4,6 +4,7 @@ import type { DialectAdapter } from '../db/dialect.ts';
 import { DatabaseError, TaskInstanceStateError } from '../errors.ts';
 import type { SerializedTrigger } from '../triggers/base-trigger.ts';
 import type { JsonObject } from '../serialization/json.ts';
+import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 /** States a task instance may defer from: running (an operator), or scheduled/queued (started from a trigger). */
@@ -60,7 +61,11 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
       .where('id', '=', taskInstanceId)
       .where('state', 'in', DEFERRABLE_STATES)
       .executeTakeFirst();
-    if (Number(deferred.numUpdatedRows) === 1) return trigger;
+    if (Number(deferred.numUpdatedRows) === 1) {
+      // A new trigger row: a triggerer has something to claim.
+      if (!trigger.reusedTrigger) await wake(trx, adapter, 'triggerer');
+      return trigger;
+    }
     // Not deferrable (cleared, or never there): the throw rolls the trigger back too.
     const ti = await trx.selectFrom('task_instance').select('state').where('id', '=', taskInstanceId).executeTakeFirst();
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);

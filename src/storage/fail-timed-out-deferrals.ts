@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { fromDbTime, toDbTime } from '../db/schema.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs, type StorageContext } from './context.ts';
+import { wake } from './wake.ts';
 
 export const DEFERRAL_TIMEOUT_KWARGS: FailureKwargs = Object.freeze({
   code: 'DF_TASK_DEFERRAL_TIMEOUT',
@@ -69,6 +70,7 @@ async function failBatch({ db, adapter }: StorageContext, now: number): Promise<
         )
         .execute();
     }
+    if (Number(result.numUpdatedRows) > 0) await wake(trx, adapter, 'worker');
     return { selected: due.length, failed: Number(result.numUpdatedRows) };
   });
 }

@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { toDbTime } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
+import { wake } from './wake.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';
 
 export interface TriggerOutcome {
@@ -105,6 +106,7 @@ export async function moveDeferredTaskInstances(
         .executeTakeFirst();
       endedTaskInstances += Number(ended.numUpdatedRows);
     }
+    await wake(trx, adapter, ...(movedTaskInstances > 0 ? (['worker'] as const) : []), ...(endedTaskInstances > 0 ? (['scheduler'] as const) : []));
     return { movedTaskInstances, endedTaskInstances };
   });
 }

@@ -1,4 +1,5 @@
 import { toDbTime } from '../db/schema.ts';
+import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 /**
@@ -6,7 +7,7 @@ import type { StorageContext } from './context.ts';
  * scheduled, for a worker to claim (a transition of the state machine in
  * task-instance-state-machine.ts). Conditional on the state, so several schedulers may run it.
  */
-export async function scheduleReadyTaskInstances({ db }: StorageContext, now: number): Promise<number> {
+export async function scheduleReadyTaskInstances({ db, adapter }: StorageContext, now: number): Promise<number> {
   const result = await db
     // transition: ready-again
     .updateTable('task_instance')
@@ -14,5 +15,6 @@ export async function scheduleReadyTaskInstances({ db }: StorageContext, now: nu
     .where('state', 'in', ['up_for_retry', 'up_for_reschedule'])
     .where('ready_at', '<=', toDbTime(now))
     .executeTakeFirst();
+  if (Number(result.numUpdatedRows) > 0) await wake(db, adapter, 'worker');
   return Number(result.numUpdatedRows);
 }

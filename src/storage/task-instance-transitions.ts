@@ -2,6 +2,7 @@ import { sql, type ExpressionBuilder } from 'kysely';
 import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
+import { wake } from './wake.ts';
 
 /*
  * The worker's transitions of a task instance: claim, start, finish, hand back. The whole state
@@ -217,7 +218,10 @@ export async function finishTaskInstance(
       return true;
     });
   }
-  return (await finishRun({ db, adapter }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
+  const finished = (await finishRun({ db, adapter }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
+  // Its downstream tasks may be ready now.
+  if (finished && terminal.includes(outcome.state)) await wake(db, adapter, 'scheduler');
+  return finished;
 }
 
 async function finishRun(

@@ -76,7 +76,7 @@ export class Worker extends Daemon {
   onWork: (() => void) | null = null;
 
   constructor(
-    database: Database,
+    private readonly database: Database,
     readonly options: WorkerOptions,
     private readonly resolve: TaskResolver,
     log: Logger,
@@ -108,6 +108,7 @@ export class Worker extends Daemon {
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
+    this.subscribeWakeups(this.database, 'worker', () => this.wake());
     this.#loop = this.#claimLoop();
   }
 

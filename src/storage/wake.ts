@@ -1,0 +1,16 @@
+import type { Kysely, Transaction } from 'kysely';
+import { WAKE_CHANNEL } from '../db/notification-hub.ts';
+import type { DialectAdapter } from '../db/dialect.ts';
+
+/** Which daemons a write gives work to: a new trigger to claim, a task instance to run, a state to decide on. */
+export type WakeTopic = 'triggerer' | 'worker' | 'scheduler';
+
+/**
+ * Pushes a wake-up to the daemons of `topics` when `db`'s transaction commits (PostgreSQL NOTIFY;
+ * nothing on SQLite, where they poll, and standalone wakes its own components in-process). A
+ * hint only: each daemon still finds its work by querying.
+ */
+export async function wake(db: Kysely<any> | Transaction<any>, adapter: DialectAdapter, ...topics: WakeTopic[]): Promise<void> {
+  if (!adapter.supportsNotify) return;
+  for (const topic of new Set(topics)) await adapter.notify(db, WAKE_CHANNEL, topic);
+}
