@@ -35,6 +35,11 @@ export interface WorkerConfig {
    * triggerer must allow those classes (triggerModules). @default []
    */
   readonly smartSensors?: 'all' | readonly string[];
+  /**
+   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
+   * (behind a transaction-mode pooler). @default true
+   */
+  readonly push?: boolean;
 }
 
 /** The scheduler: moves DAG runs through their tasks, from serialized DAGs. */
@@ -47,6 +52,11 @@ export interface SchedulerConfig {
   readonly zombieThreshold?: DurationInput;
   /** Most unfinished DAG runs looked at in one pass. @default 100 */
   readonly runsPerPass?: number;
+  /**
+   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
+   * (behind a transaction-mode pooler). @default true
+   */
+  readonly push?: boolean;
 }
 
 /** The triggerer: runs deferred task instances' triggers until they fire. */
@@ -79,6 +89,11 @@ export interface TriggererConfig {
   readonly triggerModules?: readonly string[];
   /** Trigger classes this triggerer may run, given directly (no module to load). @default [] */
   readonly triggerClasses?: readonly TriggerClass[];
+  /**
+   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
+   * (behind a transaction-mode pooler). @default true
+   */
+  readonly push?: boolean;
 }
 
 /**

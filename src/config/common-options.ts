@@ -25,6 +25,13 @@ export const COMMON_OPTIONS = {
     unit: 'json|pretty',
     describe: 'json: one pino JSON object per line; pretty: coloured lines for humans',
   },
+  push: {
+    env: 'DEFERFLOW_PUSH',
+    default: true,
+    unit: 'flag',
+    describe:
+      'Hear wake-ups and signals pushed by PostgreSQL (LISTEN/NOTIFY) instead of waiting for the next poll; false (--no-push): poll only, e.g. behind a transaction-mode pooler',
+  },
 } as const;
 
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;

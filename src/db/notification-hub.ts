@@ -57,6 +57,7 @@ export class NotificationHub {
   #probe: { token: string; timer: NodeJS.Timeout } | null = null;
   #warnedNoPush = false;
   #lingerTimer: NodeJS.Timeout | null = null;
+  #disabled = false;
 
   private constructor(database: Database, log: Logger, options: NotificationHubOptions) {
     this.#database = database;
@@ -96,6 +97,12 @@ export class NotificationHub {
     };
   }
 
+  /** Never LISTENs on this handle again (--no-push): subscribers stay, and poll. */
+  disable(): void {
+    this.#disabled = true;
+    void this.#stop();
+  }
+
   /** Closes the LISTEN session now (subscribers stay, and poll). */
   async close(): Promise<void> {
     if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
@@ -110,7 +117,7 @@ export class NotificationHub {
   }
 
   #start(): void {
-    if (this.#listener || !this.#database.adapter.supportsNotify || this.#database.target.dialect !== 'postgres') return;
+    if (this.#disabled || this.#listener || !this.#database.adapter.supportsNotify || this.#database.target.dialect !== 'postgres') return;
     this.#listener = new PostgresListener(this.#database.target.url, CHANNELS, {
       notification: (channel, payload) => this.#heard(channel as NotificationChannel, payload),
       listening: () => {

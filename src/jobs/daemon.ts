@@ -116,9 +116,13 @@ export abstract class Daemon {
    * the LISTEN session (re)connects; PostgreSQL only (SQLite daemons poll; standalone wakes its
    * components in-process). Call it from run(); it ends when the daemon stops.
    */
-  protected subscribeWakeups(database: Database, topic: WakeTopic, wake: () => void): void {
+  protected subscribeWakeups(database: Database, topic: WakeTopic, wake: () => void, push = true): void {
     this.#stopWakeups?.();
-    this.#stopWakeups = NotificationHub.of(database, this.log).subscribe(WAKE_CHANNEL, (payload) => payload === topic && wake(), wake);
+    this.#stopWakeups = null;
+    const hub = NotificationHub.of(database, this.log);
+    // --no-push: this handle never LISTENs (signal listeners on it poll too).
+    if (!push) return hub.disable();
+    this.#stopWakeups = hub.subscribe(WAKE_CHANNEL, (payload) => payload === topic && wake(), wake);
   }
 
   /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */

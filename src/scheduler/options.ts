@@ -1,6 +1,6 @@
 import os from 'node:os';
 import { InvalidOptionError } from '../errors.ts';
-import { optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 
@@ -21,6 +21,7 @@ export const SCHEDULER_OPTIONS = {
     describe: 'A worker silent this long is dead: its task instances are retried or failed',
   },
   'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
+  push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
@@ -44,6 +45,7 @@ export function resolveSchedulerOptions(raw: RawOptions<typeof SCHEDULER_OPTIONS
     heartbeatIntervalMs,
     zombieThresholdMs,
     runsPerPass: positiveInteger(pick('runs-per-pass'), 'runs-per-pass'),
+    push: flag(pick('push'), 'push'),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     hostname: os.hostname(),

@@ -26,6 +26,8 @@ export interface SchedulerOptions {
   /** Most unfinished DAG runs looked at in one pass. */
   readonly runsPerPass: number;
   readonly hostname: string;
+  /** Wake on pushed work (PostgreSQL LISTEN/NOTIFY) as well as every pass. @default true */
+  readonly push?: boolean;
 }
 
 /*
@@ -77,7 +79,7 @@ export class Scheduler extends Daemon {
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id }, `scheduler ${job.id} started`);
-    this.subscribeWakeups(this.database, 'scheduler', () => this.wake());
+    this.subscribeWakeups(this.database, 'scheduler', () => this.wake(), this.options.push ?? true);
     this.#loop = this.#passes();
   }
 

@@ -1,7 +1,7 @@
 import os from 'node:os';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
+import { flag, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 import type { SignalHttpOptions } from '../signals/signal-http.ts';
 
 /**
@@ -78,6 +78,7 @@ export const TRIGGERER_OPTIONS = {
     unit: 'paths or packages (env: comma-separated)',
     describe: 'Module whose exported BaseTrigger classes this triggerer may run (repeatable; built-ins always allowed)',
   },
+  push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
@@ -96,6 +97,8 @@ export interface TriggererOptions {
   readonly triggerModules: readonly string[];
   /** Signals sent longer ago than this are pruned at cleanup, each key's latest kept. */
   readonly signalRetentionMs: number;
+  /** Listen for pushed wake-ups and signals (PostgreSQL LISTEN/NOTIFY); false: poll only. */
+  readonly push: boolean;
   /** The signal endpoint (POST /signals/:key); null (no token set): not served. */
   readonly signalHttp: SignalHttpOptions | null;
   readonly logLevel: LogLevel;
@@ -131,6 +134,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
     triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
     signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
+    push: flag(pick('push'), 'push'),
     signalHttp: signalHttpOptions(pick('signal-http-token'), pick('signal-http-host'), pick('signal-http-port')),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),

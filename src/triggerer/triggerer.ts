@@ -152,7 +152,7 @@ export class Triggerer extends Daemon {
       `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
-    this.subscribeWakeups(this.database, 'triggerer', () => this.wake());
+    this.subscribeWakeups(this.database, 'triggerer', () => this.wake(), this.options.push);
     this.#scheduleSweep(0);
     this.#passLoop = this.#runPasses();
   }

@@ -1,5 +1,5 @@
 import os from 'node:os';
-import { nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { flag, nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
@@ -41,6 +41,7 @@ export const WORKER_OPTIONS = {
     unit: 'sensor classes (comma-separated) or all',
     describe: 'Sensor classes that wait consolidated on the triggerer whatever mode their DAG gave them (Smart Sensors); all: every sensor that can',
   },
+  push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
@@ -66,6 +67,7 @@ export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}
     shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
     dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
     smartSensors: smartSensorsOf(pick('smart-sensors')),
+    push: flag(pick('push'), 'push'),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     hostname: os.hostname(),

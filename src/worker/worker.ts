@@ -48,6 +48,8 @@ export interface WorkerOptions {
   /** How long a stop waits for running tasks before handing them back for a retry. */
   readonly shutdownGraceMs: number;
   readonly hostname: string;
+  /** Wake on pushed work (PostgreSQL LISTEN/NOTIFY) as well as every poll. @default true */
+  readonly push?: boolean;
 }
 
 /*
@@ -108,7 +110,7 @@ export class Worker extends Daemon {
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
-    this.subscribeWakeups(this.database, 'worker', () => this.wake());
+    this.subscribeWakeups(this.database, 'worker', () => this.wake(), this.options.push ?? true);
     this.#loop = this.#claimLoop();
   }
 

@@ -3,6 +3,7 @@
 // about a second, because each write NOTIFYs the daemons it gives work to.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../../src/dags/dag-processor.ts';
 import { triggerDagRun } from '../../src/dags/manual-run.ts';
@@ -55,7 +56,15 @@ describe('push wake-ups on postgres', () => {
     // Seven hops (run created, three tasks scheduled and run, a deferral, its event, the run's end),
     // each a 30 s poll away without pushes.
     expect(Date.now() - startedAt).toBeLessThan(15_000);
-    for (const proc of procs) proc.kill('SIGTERM');
-    for (const proc of procs) expect((await proc.exit).code).toBe(0);
+    // One LISTEN session per process; none for a triggerer told --no-push.
+    const quiet = spawnTriggerer(['--db', db.url, '--no-push', ...slow]);
+    await started(quiet);
+    const sessions = async (pid: number) =>
+      (await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where application_name = ${`deferflow listen ${pid}`}`.execute(db.db)).rows[0]!
+        .n;
+    for (const proc of procs) expect(await sessions(proc.pid)).toBe(1);
+    expect(await sessions(quiet.pid)).toBe(0);
+    for (const proc of [...procs, quiet]) proc.kill('SIGTERM');
+    for (const proc of [...procs, quiet]) expect((await proc.exit).code).toBe(0);
   }, 60_000);
 });
