@@ -121,7 +121,10 @@ export abstract class Daemon {
     this.#stopWakeups = null;
     const hub = NotificationHub.of(database, this.log);
     // --no-push: this handle never LISTENs (signal listeners on it poll too).
-    if (!push) return hub.disable();
+    if (!push) {
+      hub.disable();
+      return;
+    }
     this.#stopWakeups = hub.subscribe(WAKE_CHANNEL, (payload) => payload === topic && wake(), wake);
   }
 

@@ -1,4 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
+import type { DatabaseSchema } from '../db/schema.ts';
 import { WAKE_CHANNEL } from '../db/notification-hub.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 
@@ -10,7 +11,7 @@ export type WakeTopic = 'triggerer' | 'worker' | 'scheduler';
  * nothing on SQLite, where they poll, and standalone wakes its own components in-process). A
  * hint only: each daemon still finds its work by querying.
  */
-export async function wake(db: Kysely<any> | Transaction<any>, adapter: DialectAdapter, ...topics: WakeTopic[]): Promise<void> {
+export async function wake(db: Kysely<DatabaseSchema> | Transaction<DatabaseSchema>, adapter: DialectAdapter, ...topics: WakeTopic[]): Promise<void> {
   if (!adapter.supportsNotify) return;
   for (const topic of new Set(topics)) await adapter.notify(db, WAKE_CHANNEL, topic);
 }
