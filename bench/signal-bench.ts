@@ -1,0 +1,198 @@
+/**
+ * Push wake-up and signal latency benchmark, on PostgreSQL: a worker, a scheduler and a triggerer
+ * in one process but each on its own database handle (so nothing reaches another except through
+ * the database: NOTIFY, or its next poll), all polling every second, run once with pushes on and
+ * once with --no-push. Each case is timed from the moment recorded by the code that caused it to
+ * the moment recorded by the code it woke.
+ *
+ *   npm run bench:signals [-- --db postgres://…] [--samples N]
+ *
+ * Prints one JSON line per case and mode, with p50, p99 and max in ms:
+ *   defer_to_trigger_running       a task's defer() → its trigger's run() starts on the triggerer
+ *   event_to_resumed               the trigger yields its event → the task's resumed method starts
+ *   upstream_to_downstream         an upstream task returns → its downstream task's execute starts
+ *   signal_to_resumed              sendSignal → a task waiting for it resumes
+ *   signal_to_scheduled_run        sendSignal → the first task of the DAG scheduled on it starts
+ * and one line per mode with idle_transactions_per_s: the three daemons doing nothing, counted on
+ * the server (pg_stat_database) over 20 s.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import pino from 'pino';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import {
+  dagFileResolver,
+  migrateToLatest,
+  openDatabase,
+  processDagFolder,
+  resolveSchedulerOptions,
+  resolveTriggererOptions,
+  resolveWorkerOptions,
+  Scheduler,
+  sendSignal,
+  serializedDagSource,
+  Triggerer,
+  triggerDagRun,
+  TriggerRegistry,
+  Worker,
+} from '../src/index.ts';
+import { BUILTIN_TRIGGERS } from '../triggers/index.ts';
+import { createScratchSchema } from '../test/support/pg-schemas.ts';
+
+const args = await yargs(hideBin(process.argv))
+  .option('db', { type: 'string', default: process.env.DEFERFLOW_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test' })
+  .option('samples', { type: 'number', default: 40, describe: 'samples per case' })
+  .strict()
+  .parse();
+
+type Marks = Map<string, number>;
+/** Wall-clock ms with sub-ms resolution, the same clock the marks below use. */
+const now = () => performance.timeOrigin + performance.now();
+const marks: Marks = new Map();
+(globalThis as Record<string, unknown>).__deferflowBenchMarks = marks;
+
+const root = mkdtempSync(path.join(os.tmpdir(), 'deferflow-signal-bench-'));
+const dags = path.join(root, 'dags');
+mkdirSync(dags);
+const triggerModule = path.join(root, 'bench-triggers.mjs');
+const entry = JSON.stringify(path.resolve(import.meta.dirname, '../src/index.ts'));
+writeFileSync(
+  triggerModule,
+  `import { BaseTrigger, TriggerEvent } from ${entry};
+const marks = globalThis.__deferflowBenchMarks;
+export class MarkTrigger extends BaseTrigger {
+  static classpath = 'bench.MarkTrigger';
+  constructor({ id }) { super(); this.id = id; }
+  serialize() { return { classpath: MarkTrigger.classpath, kwargs: { id: this.id } }; }
+  async *run() {
+    marks.set('trigger_running:' + this.id, performance.timeOrigin + performance.now());
+    marks.set('event:' + this.id, performance.timeOrigin + performance.now());
+    yield new TriggerEvent(this.id);
+  }
+}
+`,
+);
+writeFileSync(
+  path.join(dags, 'bench.mjs'),
+  `import { BaseOperator, Dag } from ${entry};
+import { MarkTrigger } from ${JSON.stringify(triggerModule)};
+const marks = globalThis.__deferflowBenchMarks;
+const now = () => performance.timeOrigin + performance.now();
+class Defer extends BaseOperator {
+  execute(context) {
+    const id = context.dagRun.runId;
+    marks.set('defer:' + id, now());
+    return this.defer({ trigger: new MarkTrigger({ id }), method: 'resumed' });
+  }
+  resumed(context) { marks.set('resumed:' + context.dagRun.runId, now()); marks.set('upstream_done:' + context.dagRun.runId, now()); }
+}
+class Downstream extends BaseOperator { execute(context) { marks.set('downstream:' + context.dagRun.runId, now()); } }
+class WaitSignal extends BaseOperator {
+  async execute(context) { return this.waitForSignal(context, 'bench.' + context.dagRun.runId, { method: 'resumed' }); }
+  resumed(context) { marks.set('signal_resumed:' + context.dagRun.runId, now()); }
+}
+class First extends BaseOperator { execute(context) { marks.set('scheduled_first:' + context.dagRun.conf.signal.version, now()); } }
+const hop = new Dag({ dagId: 'hop' });
+const defer = new Defer({ taskId: 'defer' });
+const downstream = new Downstream({ taskId: 'downstream' });
+hop.add(defer, downstream);
+defer.before(downstream);
+export const wait = new Dag({ dagId: 'wait' }).add(new WaitSignal({ taskId: 'wait' }));
+export const onSignal = new Dag({ dagId: 'on_signal', schedule: { signal: 'bench.scheduled' }, startDate: '2020-01-01T00:00:00Z' }).add(new First({ taskId: 'first' }));
+export { hop };
+`,
+);
+
+const server = new pg.Client({ connectionString: args.db });
+await server.connect();
+try {
+  for (const push of [true, false]) await runMode(push);
+} finally {
+  await server.end();
+  rmSync(root, { recursive: true, force: true });
+}
+
+async function runMode(push: boolean): Promise<void> {
+  marks.clear();
+  const { name: schema, url } = await createScratchSchema(args.db, 'sigbench');
+  const setup = openDatabase(url);
+  await migrateToLatest(setup);
+  await processDagFolder(setup, dags);
+  const log = pino({ level: 'warn' }, pino.destination(2));
+  const raw = { db: url, 'poll-interval': 1, push };
+  const handles = [openDatabase(url), openDatabase(url), openDatabase(url)];
+  const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
+  await registry.loadModule(triggerModule);
+  const triggerer = new Triggerer(handles[0]!, resolveTriggererOptions({ ...raw }, {}), registry, log);
+  const worker = new Worker(handles[1]!, resolveWorkerOptions({ ...raw, dags, concurrency: 16 }, {}), dagFileResolver(handles[1]!), log);
+  const scheduler = new Scheduler(handles[2]!, resolveSchedulerOptions({ ...raw }, {}), serializedDagSource(handles[2]!), log);
+  await Promise.all([triggerer.start(), worker.start(), scheduler.start()]);
+  try {
+    // Let LISTEN connect and its probe come back.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const cases: Record<string, number[]> = {
+      defer_to_trigger_running: [],
+      event_to_resumed: [],
+      upstream_to_downstream: [],
+      signal_to_resumed: [],
+      signal_to_scheduled_run: [],
+    };
+    for (let i = 0; i < args.samples; i++) {
+      const hop = await triggerDagRun(setup, 'hop', { runId: `hop_${i}` });
+      await until(() => marks.has(`downstream:${hop}`));
+      cases.defer_to_trigger_running!.push(marks.get(`trigger_running:${hop}`)! - marks.get(`defer:${hop}`)!);
+      cases.event_to_resumed!.push(marks.get(`resumed:${hop}`)! - marks.get(`event:${hop}`)!);
+      cases.upstream_to_downstream!.push(marks.get(`downstream:${hop}`)! - marks.get(`upstream_done:${hop}`)!);
+
+      const wait = await triggerDagRun(setup, 'wait', { runId: `wait_${i}` });
+      await until(async () => (await setup.db.selectFrom('task_instance').select('state').where('run_id', '=', wait).executeTakeFirst())?.state === 'deferred');
+      // The trigger must be running (listening) on the triggerer: its row owned.
+      await until(async () => (await setup.db.selectFrom('trigger').select('triggerer_id').executeTakeFirst())?.triggerer_id != null);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const sentAt = now();
+      await sendSignal(setup, `bench.${wait}`, i);
+      await until(() => marks.has(`signal_resumed:${wait}`));
+      cases.signal_to_resumed!.push(marks.get(`signal_resumed:${wait}`)! - sentAt);
+
+      const scheduledAt = now();
+      const version = await sendSignal(setup, 'bench.scheduled', i);
+      await until(() => marks.has(`scheduled_first:${version}`));
+      cases.signal_to_scheduled_run!.push(marks.get(`scheduled_first:${version}`)! - scheduledAt);
+    }
+    for (const [name, samples] of Object.entries(cases)) console.log(JSON.stringify({ case: name, push, samples: samples.length, ...percentiles(samples) }));
+    console.log(JSON.stringify({ case: 'idle', push, idle_transactions_per_s: await idleRate() }));
+  } finally {
+    await Promise.all([worker.stop(), scheduler.stop(), triggerer.stop()]);
+    await Promise.all([...handles, setup].map((handle) => handle.close()));
+    await server.query(`drop schema if exists ${schema} cascade`);
+  }
+}
+
+async function idleRate(): Promise<number> {
+  const count = async () =>
+    Number((await server.query('select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()')).rows[0].n);
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  const before = await count();
+  const started = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, 20_000));
+  const after = await count();
+  // Less this probe's own transaction.
+  return Number(((after - before - 1) / ((Date.now() - started) / 1000)).toFixed(2));
+}
+
+function percentiles(samples: number[]) {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => Number(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!.toFixed(1));
+  return { p50_ms: at(0.5), p99_ms: at(0.99), max_ms: Number(sorted[sorted.length - 1]!.toFixed(1)) };
+}
+
+async function until(condition: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('the benchmark waited 30 s for a step; see the log above');
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
