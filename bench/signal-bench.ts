@@ -14,7 +14,7 @@
  *   signal_to_resumed              sendSignal → a task waiting for it resumes
  *   signal_to_scheduled_run        sendSignal → the first task of the DAG scheduled on it starts
  * and one line per mode with idle_transactions_per_s: the three daemons doing nothing, counted on
- * the server (pg_stat_database) over 20 s.
+ * the server (pg_stat_database) over 30 s, after 15 s for the counts of the busy cases to land.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -174,10 +174,12 @@ async function runMode(push: boolean): Promise<void> {
 async function idleRate(): Promise<number> {
   const count = async () =>
     Number((await server.query('select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()')).rows[0].n);
-  await new Promise((resolve) => setTimeout(resolve, 3000));
+  // Backends report their counts to the statistics lazily (up to ~10 s late): let the busy
+  // cases' counts land first, then count over 30 s.
+  await new Promise((resolve) => setTimeout(resolve, 15_000));
   const before = await count();
   const started = Date.now();
-  await new Promise((resolve) => setTimeout(resolve, 20_000));
+  await new Promise((resolve) => setTimeout(resolve, 30_000));
   const after = await count();
   // Less this probe's own transaction.
   return Number(((after - before - 1) / ((Date.now() - started) / 1000)).toFixed(2));

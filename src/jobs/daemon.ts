@@ -6,6 +6,10 @@ import type { Database } from '../db/connect.ts';
 import { NotificationHub, WAKE_CHANNEL } from '../db/notification-hub.ts';
 import type { WakeTopic } from '../storage/wake.ts';
 
+/** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
+const PUSHED_POLL_FACTOR = 10;
+const PUSHED_POLL_MAX_MS = 10_000;
+
 export type DaemonState = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
 export interface DaemonJob {
@@ -131,6 +135,15 @@ export abstract class Daemon {
   /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */
   protected wakeupsPushed(database: Database): boolean {
     return this.#stopWakeups !== null && NotificationHub.of(database, this.log).pushWorks;
+  }
+
+  /**
+   * The pause between two polls: `pollMs` while work is found only by polling; while pushes are
+   * known to arrive, the poll is a safety net and waits ten times longer, at most 10 s (at least
+   * the poll itself), so an idle daemon asks the database about once in that time.
+   */
+  protected safetyNetPause(database: Database, pollMs: number): number {
+    return this.wakeupsPushed(database) ? Math.max(pollMs, Math.min(pollMs * PUSHED_POLL_FACTOR, PUSHED_POLL_MAX_MS)) : pollMs;
   }
 
   /**

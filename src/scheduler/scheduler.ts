@@ -97,8 +97,25 @@ export class Scheduler extends Daemon {
       } catch (error) {
         this.log.error(errorFields(error, 'DF_DATABASE'), 'scheduler pass failed; retrying next pass');
       }
-      await this.#pause.sleep(this.options.pollIntervalMs);
+      await this.#pause.sleep(await this.#pauseAfterPass());
     }
+  }
+
+  /**
+   * The poll interval; while pushes work, the safety net's longer pause, cut short at the next
+   * moment something comes due by time alone (a retry or reschedule, a scheduled interval).
+   */
+  async #pauseAfterPass(): Promise<number> {
+    const pause = this.safetyNetPause(this.database, this.options.pollIntervalMs);
+    if (pause === this.options.pollIntervalMs) return pause;
+    let due = Number.POSITIVE_INFINITY;
+    try {
+      due = (await this.storage.nextReadyAt()) ?? due;
+    } catch {
+      return this.options.pollIntervalMs;
+    }
+    for (const { at } of this.#nextScheduleCheck.values()) if (at !== null && at < due) due = at;
+    return Math.max(this.options.pollIntervalMs, Math.min(pause, due - Date.now()));
   }
 
   /** One pass (see the top of this file). Public so a standalone process can drive it too. */

@@ -63,7 +63,7 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
       cleared += Number(result.numUpdatedRows);
     }
     const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter }, triggerIds);
-    if (cleared > 0) await wake(trx, adapter, 'scheduler');
+    if (cleared > 0) await wake(trx, adapter, 'scheduler', ...(deletedTriggers > 0 ? (['triggerer'] as const) : []));
     return { cleared, deletedTriggers };
   });
 }

@@ -62,8 +62,8 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
       .where('state', 'in', DEFERRABLE_STATES)
       .executeTakeFirst();
     if (Number(deferred.numUpdatedRows) === 1) {
-      // A new trigger row: a triggerer has something to claim.
-      if (!trigger.reusedTrigger) await wake(trx, adapter, 'triggerer');
+      // A new trigger row to claim, or a timeout that may be the next deadline to sweep at.
+      await wake(trx, adapter, 'triggerer');
       return trigger;
     }
     // Not deferrable (cleared, or never there): the throw rolls the trigger back too.

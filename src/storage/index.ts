@@ -8,7 +8,7 @@ import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task
 import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
-import { scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
+import { nextReadyAt, scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import { createDagRun, type NewDagRun } from './create-dag-run.ts';
 import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
 import {
@@ -318,6 +318,11 @@ export class Storage {
 
   reapZombieTaskInstances(aliveSince: number, now: number, retryReadyAt: (zombie: ZombieTry) => Promise<number>): Promise<ReapResult> {
     return reapZombieTaskInstances(this.#context, aliveSince, now, retryReadyAt);
+  }
+
+  /** The earliest moment a waiting (retry, reschedule) task instance becomes ready; null when none waits. */
+  nextReadyAt(): Promise<number | null> {
+    return nextReadyAt(this.#context);
   }
 
   scheduleReadyTaskInstances(now = Date.now()): Promise<number> {

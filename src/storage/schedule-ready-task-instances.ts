@@ -1,4 +1,5 @@
-import { toDbTime } from '../db/schema.ts';
+import { sql } from 'kysely';
+import { fromDbTime, toDbTime } from '../db/schema.ts';
 import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
@@ -17,4 +18,14 @@ export async function scheduleReadyTaskInstances({ db, adapter }: StorageContext
     .executeTakeFirst();
   if (Number(result.numUpdatedRows) > 0) await wake(db, adapter, 'worker');
   return Number(result.numUpdatedRows);
+}
+
+/** The earliest ready_at of an up_for_retry or up_for_reschedule task instance (epoch ms); null when none waits. */
+export async function nextReadyAt({ db }: StorageContext): Promise<number | null> {
+  const row = await db
+    .selectFrom('task_instance')
+    .select(sql<Date | string | null>`min(ready_at)`.as('ready_at'))
+    .where('state', 'in', ['up_for_retry', 'up_for_reschedule'])
+    .executeTakeFirst();
+  return row?.ready_at ? fromDbTime(row.ready_at) : null;
 }

@@ -47,6 +47,8 @@ export class Triggerer extends Daemon {
   readonly #pause = new InterruptibleSleep();
   #sweepTimer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
+  /** When the next timeout sweep is due (epoch ms). */
+  #sweepAt = 0;
   #lastCleanupAt = 0;
   #lastFullReconcileAt = 0;
 
@@ -106,6 +108,17 @@ export class Triggerer extends Daemon {
     if (this.isRunning) this.#pause.wake();
   }
 
+  /** A pushed wake-up: a new deferral (its timeout may be the next deadline) or a trigger to claim. */
+  #pushedWake(): void {
+    this.wake();
+    // The sweep re-reads the next deadline within timeoutSweepMs, as it does without pushes (not
+    // at once: a burst of deferrals would make a sweep each).
+    if (this.isRunning && this.#sweeping === null && this.#sweepAt - Date.now() > this.options.timeoutSweepMs) {
+      clearTimeout(this.#sweepTimer!);
+      this.#scheduleSweep(this.options.timeoutSweepMs);
+    }
+  }
+
   /** Triggers held now: running, or fired with the outcome not yet written. */
   get heldTriggerIds(): number[] {
     return this.#runner.heldIds();
@@ -152,7 +165,7 @@ export class Triggerer extends Daemon {
       `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
-    this.subscribeWakeups(this.database, 'triggerer', () => this.wake(), this.options.push);
+    this.subscribeWakeups(this.database, 'triggerer', () => this.#pushedWake(), this.options.push);
     this.#scheduleSweep(0);
     this.#passLoop = this.#runPasses();
   }
@@ -194,7 +207,7 @@ export class Triggerer extends Daemon {
       }
       this.#runner.markLoopEdge();
       if (!this.isRunning) break;
-      await this.#pause.sleep(again ? 0 : this.options.pollIntervalMs);
+      await this.#pause.sleep(again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs));
     }
   }
 
@@ -282,14 +295,18 @@ export class Triggerer extends Daemon {
 
   #scheduleSweep(delayMs: number): void {
     if (!this.isRunning) return;
+    this.#sweepAt = Date.now() + delayMs;
     this.#sweepTimer = setTimeout(() => {
       this.#sweeping = this.#sweepTimeouts().finally(() => (this.#sweeping = null));
     }, delayMs);
   }
 
-  /** Fails deferrals past their timeout, then sleeps until the next deadline (at most timeoutSweepMs). */
+  /**
+   * Fails deferrals past their timeout, then sleeps until the next deadline (at most
+   * timeoutSweepMs; while pushes work, a deferral wakes it early, so the safety net is longer).
+   */
   async #sweepTimeouts(): Promise<void> {
-    let nextInMs = this.options.timeoutSweepMs;
+    let nextInMs = this.safetyNetPause(this.database, this.options.timeoutSweepMs);
     try {
       const failed = await this.storage.failTimedOutDeferrals();
       if (failed > 0) {

@@ -176,7 +176,7 @@ export class Worker extends Daemon {
       }
       // Claim again at once while there is work and room; else wait for a slot or the poll.
       if (claimed.length > 0 && claimed.length === free) continue;
-      await this.#pause.sleep(this.options.pollIntervalMs);
+      await this.#pause.sleep(this.safetyNetPause(this.database, this.options.pollIntervalMs));
     }
   }
 

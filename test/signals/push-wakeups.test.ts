@@ -6,6 +6,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../../src/dags/dag-processor.ts';
+import { fromDbTime } from '../../src/index.ts';
 import { triggerDagRun } from '../../src/dags/manual-run.ts';
 import { dropTestDatabases } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
@@ -32,7 +33,51 @@ export { dag };
 
 const started = (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
 
+const TIMED = `import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { DateTimeTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+class FailsOnce extends BaseOperator {
+  execute(context) { if (context.taskInstance.tryNumber === 1) throw new Error('first try fails'); return 'second try'; }
+}
+class NeverFires extends BaseOperator {
+  execute() { return this.defer({ trigger: new DateTimeTrigger({ moment: '2100-01-01T00:00:00Z' }), method: 'done', timeout: 1 }); }
+  done() { return 'fired'; }
+}
+export const dag = new Dag({ dagId: 'timed' }).add(new FailsOnce({ taskId: 'retried', retries: 1, retryDelay: 1 }), new NeverFires({ taskId: 'timed_out' }));
+`;
+
 describe('push wake-ups on postgres', () => {
+  it('with pushes working, polls slow down, yet retries and deferral timeouts still come due on time', async () => {
+    const db = await scratch.database('postgres');
+    const dags = scratch.dir('push-timed');
+    writeFileSync(path.join(dags, 'timed.mjs'), TIMED);
+    await processDagFolder(db, dags);
+    // A 1 s poll: 10 s apart while pushes work.
+    const procs = [
+      spawnDeferflow(['scheduler', '--db', db.url, '--poll-interval', '1']),
+      spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--poll-interval', '1']),
+      spawnTriggerer(['--db', db.url, '--poll-interval', '1']),
+    ];
+    for (const proc of procs) await started(proc);
+    // Past the LISTEN probe (it takes milliseconds), so the daemons poll every 10 s.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const runId = await triggerDagRun(db, 'timed');
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', runId).executeTakeFirstOrThrow()).state === 'failed', {
+      what: 'the run done',
+      timeoutMs: 25_000,
+    });
+    const tis = await db.db.selectFrom('task_instance').select(['task_id', 'state', 'try_number', 'start_date', 'end_date', 'return_value']).execute();
+    const retried = tis.find((ti) => ti.task_id === 'retried')!;
+    const timedOut = tis.find((ti) => ti.task_id === 'timed_out')!;
+    expect([retried.state, retried.try_number, JSON.parse(retried.return_value!)]).toEqual(['success', 2, 'second try']);
+    expect(timedOut.state).toBe('failed');
+    // Each came due by time alone, a second after it began; far inside the 10 s safety-net polls.
+    const runStart = fromDbTime((await db.db.selectFrom('dag_run').select('start_date').where('run_id', '=', runId).executeTakeFirstOrThrow()).start_date!);
+    expect(fromDbTime(retried.end_date!) - runStart).toBeLessThan(7_000);
+    expect(fromDbTime(timedOut.end_date!) - runStart).toBeLessThan(7_000);
+    for (const proc of procs) proc.kill('SIGTERM');
+    for (const proc of procs) expect((await proc.exit).code).toBe(0);
+  }, 60_000);
+
   it('carry a run through every daemon far faster than their 30 s polls', async () => {
     const db = await scratch.database('postgres');
     const dags = scratch.dir('push-wakeups');
