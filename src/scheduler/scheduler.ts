@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
-import { describeThrown, errorFields } from '../errors.ts';
+import { describeThrown, errorFields, TaskInstanceStateError } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Daemon } from '../jobs/daemon.ts';
 import type { JobRow } from '../jobs/job-row.ts';
@@ -274,7 +274,7 @@ export class Scheduler extends Daemon {
       if (decision === 'schedule') {
         try {
           if (task.startTrigger) startDeferrals.set(ti.id, startDeferral(run.dagId, task.startTrigger, now));
-          decided.scheduled.push(ti.id);
+          else decided.scheduled.push(ti.id);
         } catch (error) {
           // Its start trigger cannot be built: it fails alone; the run and other DAGs go on.
           this.log.error(
@@ -290,10 +290,16 @@ export class Scheduler extends Daemon {
     await this.storage.decideTaskInstances(decided.skipped, 'skipped', now);
     await this.storage.decideTaskInstances(decided.upstream_failed, 'upstream_failed', now);
     await this.storage.decideTaskInstances(decided.failed, 'failed', now);
-    // Tasks that start from a trigger go straight from scheduled to deferred: no worker slot.
-    for (const id of scheduled) {
-      const deferral = startDeferrals.get(id);
-      if (deferral) await this.storage.deferTaskInstance(id, deferral, now);
+    // Tasks that start from a trigger go from no state straight to deferred, in one statement:
+    // no worker slot, and no moment in which a worker could claim them.
+    for (const [id, deferral] of startDeferrals) {
+      try {
+        await this.storage.deferTaskInstance(id, deferral, now);
+        scheduled.push(id);
+      } catch (error) {
+        // Another scheduler decided it first (or it was cleared): nothing to do here.
+        if (!(error instanceof TaskInstanceStateError)) throw error;
+      }
     }
 
     const changed = decided.skipped.length + decided.upstream_failed.length + decided.failed.length + scheduled.length > 0;
@@ -310,7 +316,14 @@ export class Scheduler extends Daemon {
 /** The deferral a start trigger makes, its kwargs rendered for a task starting at `now`. */
 function startDeferral(dagId: string, start: StartTrigger, now: number): Deferral {
   const serializedTrigger = { classpath: start.classpath, kwargs: renderStartTriggerKwargs(start.kwargs, now, dagId) };
-  return { serializedTrigger, triggerHash: triggerHash(serializedTrigger), method: start.method, kwargs: start.nextKwargs, timeoutMs: start.timeoutMs };
+  return {
+    serializedTrigger,
+    triggerHash: triggerHash(serializedTrigger),
+    method: start.method,
+    kwargs: start.nextKwargs,
+    timeoutMs: start.timeoutMs,
+    startFromTrigger: true,
+  };
 }
 
 /** A run succeeds when every leaf task (one nothing depends on) succeeded or was skipped. */

@@ -21,6 +21,11 @@ export interface Deferral {
   readonly method: string;
   readonly kwargs: JsonObject;
   readonly timeoutMs: number | null;
+  /**
+   * The scheduler starting a task from its trigger: the task instance goes from no state straight
+   * to deferred, in one statement, so no worker can claim it between a decision and the deferral.
+   */
+  readonly startFromTrigger?: boolean;
 }
 
 export interface DeferResult {
@@ -42,25 +47,34 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
     const priorityWeight = sql<number>`coalesce((select priority_weight from task_instance where id = ${taskInstanceId}), 1)`;
     const trigger = await linkTrigger(trx, adapter, deferral, priorityWeight, now);
     const ownTimeout = deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs);
-    const deferred = await trx
-      // transition: defer
-      .updateTable('task_instance')
-      .set({
-        state: 'deferred',
-        next_method: deferral.method,
-        next_kwargs: adapter.jsonParam(JSON.stringify(deferral.kwargs)),
-        trigger_id: trigger.triggerId,
-        // The earlier of the deferral's own timeout and the task's execution deadline.
-        trigger_timeout:
-          ownTimeout === null
-            ? sql<string | null>`execution_deadline`
-            : sql<string>`case when execution_deadline is not null and execution_deadline < ${ownTimeout} then execution_deadline else ${ownTimeout} end`,
-        worker_job_id: null,
-        updated_at: toDbTime(now),
-      })
-      .where('id', '=', taskInstanceId)
-      .where('state', 'in', DEFERRABLE_STATES)
-      .executeTakeFirst();
+    const fields = {
+      state: 'deferred' as const,
+      next_method: deferral.method,
+      next_kwargs: adapter.jsonParam(JSON.stringify(deferral.kwargs)),
+      trigger_id: trigger.triggerId,
+      // The earlier of the deferral's own timeout and the task's execution deadline.
+      trigger_timeout:
+        ownTimeout === null
+          ? sql<string | null>`execution_deadline`
+          : sql<string>`case when execution_deadline is not null and execution_deadline < ${ownTimeout} then execution_deadline else ${ownTimeout} end`,
+      worker_job_id: null,
+      updated_at: toDbTime(now),
+    };
+    const deferred = deferral.startFromTrigger
+      ? await trx
+          // transition: start-from-trigger
+          .updateTable('task_instance')
+          .set(fields)
+          .where('id', '=', taskInstanceId)
+          .where('state', 'is', null)
+          .executeTakeFirst()
+      : await trx
+          // transition: defer
+          .updateTable('task_instance')
+          .set(fields)
+          .where('id', '=', taskInstanceId)
+          .where('state', 'in', DEFERRABLE_STATES)
+          .executeTakeFirst();
     if (Number(deferred.numUpdatedRows) === 1) {
       // A new trigger row to claim, or a timeout that may be the next deadline to sweep at.
       await wake(trx, adapter, 'triggerer');
@@ -70,7 +84,9 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
     const ti = await trx.selectFrom('task_instance').select('state').where('id', '=', taskInstanceId).executeTakeFirst();
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
     throw new TaskInstanceStateError(
-      `task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`,
+      deferral.startFromTrigger
+        ? `task instance ${taskInstanceId} is ${ti.state}; only one in no state can start from its trigger`
+        : `task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; only ${DEFERRABLE_STATES.join(', ')} task instances can defer`,
     );
   });
 }

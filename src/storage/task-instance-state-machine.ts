@@ -6,9 +6,9 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../db/schema.ts';
  *   (new row) ──scheduler: a DAG run is created / createTaskInstance──▶ (no state) | any state
  *   (no state) ──scheduler: trigger rule met──▶ scheduled
  *   (no state) ──scheduler: rule can no longer be met──▶ skipped | upstream_failed | failed
+ *   (no state) ──scheduler: rule met, the task starts from a trigger──▶ deferred
  *   scheduled ──worker claims──▶ queued ──worker starts──▶ running
- *   scheduled | queued | running ──defer (worker: TaskDeferred; scheduler: start from trigger;
- *                                  API: deferTaskInstance)──▶ deferred
+ *   scheduled | queued | running ──defer (worker: TaskDeferred; API: deferTaskInstance)──▶ deferred
  *   running ──worker: the try's outcome──▶ success | failed | skipped | up_for_retry | up_for_reschedule
  *   running ──worker: stopped before it finished (hand back, the try given back)──▶ scheduled
  *   deferred ──triggerer: event or trigger failure──▶ scheduled, resumed at next_method
@@ -53,9 +53,11 @@ export const TASK_INSTANCE_TRANSITIONS = {
   defer: {
     from: ['scheduled', 'queued', 'running'],
     to: ['deferred'],
-    by: 'worker, scheduler (start from trigger) or user code (deferTaskInstance)',
+    by: 'worker or user code (deferTaskInstance)',
     file: 'defer-task-instance.ts',
   },
+  // One step, so no worker can claim the task between the decision and the deferral.
+  'start-from-trigger': { from: [null], to: ['deferred'], by: 'scheduler (a task that starts from its trigger)', file: 'defer-task-instance.ts' },
   resume: { from: ['deferred'], to: ['scheduled'], by: 'triggerer (event or trigger failure)', file: 'move-deferred-task-instances.ts' },
   'end-from-trigger': { from: ['deferred'], to: ['success', 'failed', 'skipped'], by: 'triggerer (TaskEndEvent)', file: 'move-deferred-task-instances.ts' },
   'time-out': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (timeout sweep)', file: 'fail-timed-out-deferrals.ts' },
