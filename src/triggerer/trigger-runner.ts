@@ -88,53 +88,60 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   }
 
   dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
-    if (this.cleanupStarted) return Promise.reject(CANCELLED);
-    return new Promise((resolve, reject) => {
-      this.#reads ??= new Set();
-      this.#reads.add(reject);
-      this.runner.readDagRunStates(query).then(
-        (states) => {
-          this.#reads?.delete(reject);
-          resolve(states);
-        },
-        (error: unknown) => {
-          this.#reads?.delete(reject);
-          reject(error);
-        },
-      );
+    return this.#untilCancelled((resolve, reject) => {
+      this.runner.readDagRunStates(query).then(resolve, reject);
+      return () => {};
     });
   }
 
   nextSignal(key: string, afterVersion: number, accept: (signal: Signal) => boolean = () => true): Promise<Signal> {
-    if (this.cleanupStarted) return Promise.reject(CANCELLED);
-    return new Promise<Signal>((resolve, reject) => {
+    return this.#untilCancelled<Signal>((resolve, reject) => {
       let subscription: SignalSubscription | null = null;
+      let released = false;
+      this.runner
+        .listenSignal(
+          key,
+          (signal) => {
+            if (accept(signal)) resolve(signal);
+          },
+          { sinceVersion: afterVersion },
+        )
+        .then((made) => {
+          subscription = made;
+          if (released) made.close();
+        }, reject);
+      return () => {
+        released = true;
+        subscription?.close();
+      };
+    });
+  }
+
+  /**
+   * A wait that cancelling the trigger rejects at once (AbortError). `start` begins it and
+   * returns what releases it; that runs once, however the wait ends.
+   */
+  #untilCancelled<T>(start: (resolve: (value: T) => void, reject: (error: unknown) => void) => () => void): Promise<T> {
+    if (this.cleanupStarted) return Promise.reject(CANCELLED);
+    return new Promise<T>((resolve, reject) => {
       let settled = false;
+      let release: (() => void) | null = null;
       const settle = (finish: () => void) => {
         if (settled) return;
         settled = true;
         this.#reads?.delete(cancel);
-        subscription?.close();
+        release?.();
         finish();
       };
       const cancel = (reason: unknown) => settle(() => reject(reason));
       this.#reads ??= new Set();
       this.#reads.add(cancel);
-      this.runner
-        .listenSignal(
-          key,
-          (signal) => {
-            if (accept(signal)) settle(() => resolve(signal));
-          },
-          { sinceVersion: afterVersion },
-        )
-        .then(
-          (made) => {
-            subscription = made;
-            if (settled) made.close();
-          },
-          (error: unknown) => settle(() => reject(error)),
-        );
+      const stop = start(
+        (value) => settle(() => resolve(value)),
+        (error) => settle(() => reject(error)),
+      );
+      if (settled) stop();
+      else release = stop;
     });
   }
 
