@@ -1,5 +1,6 @@
 import type { Database } from '../db/connect.ts';
 import { InvalidOptionError } from '../errors.ts';
+import { momentMs } from '../model/schedule.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import { Storage } from '../storage/index.ts';
 import { serializedDagSource } from './dag-processor.ts';
@@ -34,8 +35,8 @@ export async function triggerDagRun(database: Database, dagId: string, options: 
 }
 
 function parseLogicalDate(text: string): number {
-  const ms = typeof text === 'string' && /(?:Z|[+-]\d\d:?\d\d)$/i.test(text.trim()) ? Date.parse(text.trim()) : Number.NaN;
-  if (Number.isNaN(ms))
+  const ms = typeof text === 'string' ? momentMs(text.trim()) : null;
+  if (ms === null)
     throw new InvalidOptionError('logical-date', `${JSON.stringify(text)} is not an ISO-8601 moment with an offset or Z, e.g. 2026-11-23T00:00:00Z`);
   return ms;
 }

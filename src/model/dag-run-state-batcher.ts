@@ -1,4 +1,5 @@
 import { InvalidOptionError } from '../errors.ts';
+import { momentMs } from './schedule.ts';
 import type { DagRunStates, DagRunStatesKey, DagRunStatesQuery } from './dag-run-states.ts';
 
 export interface DagRunStateBatcherOptions {
@@ -121,8 +122,9 @@ function keyOf(query: DagRunStatesQuery): DagRunStatesKey {
   if (query === null || typeof query !== 'object') throw invalid(`expected a query object, got ${JSON.stringify(query)}`);
   const { dagId, logicalDate, taskIds } = query;
   if (typeof dagId !== 'string' || dagId === '') throw invalid(`dagId ${JSON.stringify(dagId)} is not a DAG id`);
-  const ms = typeof logicalDate === 'string' && /(?:Z|[+-]\d\d:?\d\d)$/i.test(logicalDate) ? Date.parse(logicalDate) : Number.NaN;
-  if (Number.isNaN(ms)) throw invalid(`logicalDate ${JSON.stringify(logicalDate)} is not an ISO-8601 moment with an offset or Z`);
+  // A string only: the query is JSON-like, as a trigger builds it.
+  const ms = typeof logicalDate === 'string' ? momentMs(logicalDate) : null;
+  if (ms === null) throw invalid(`logicalDate ${JSON.stringify(logicalDate)} is not an ISO-8601 moment with an offset or Z`);
   if (taskIds !== undefined && taskIds !== null && !(Array.isArray(taskIds) && taskIds.every((id) => typeof id === 'string' && id !== ''))) {
     throw invalid(`taskIds ${JSON.stringify(taskIds)} is not a list of task ids`);
   }
