@@ -71,8 +71,10 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     });
     expect((await taskInstance(db, waiting.id)).state).toBe('deferred');
 
-    const moved = tr.logs.matching((l) => l.kind === 'event').reduce((sum, l) => sum + Number(l.moved_task_instances), 0);
-    expect(moved).toBe(3);
+    // Lines are logged after the commit another connection already saw: wait for them, then count.
+    const moved = () => tr.logs.matching((l) => l.kind === 'event').reduce((sum, l) => sum + Number(l.moved_task_instances), 0);
+    await waitFor(() => moved() >= 3, { what: 'the event logged' });
+    expect(moved()).toBe(3);
   });
 
   it('an end event finishes its task instances itself: success keeps the payload as return value, failed and skipped end there', async () => {
@@ -104,8 +106,9 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const broken = await taskInstance(db, invalid.id);
     expect(broken).toMatchObject({ state: 'scheduled', next_method: TRIGGER_FAILURE_METHOD });
     expect(broken.next_kwargs!.error).toContain('taskState "done"');
-    const ended = tr.logs.matching((l) => l.kind === 'event').reduce((sum, l) => sum + Number(l.ended_task_instances), 0);
-    expect(ended).toBe(4);
+    const ended = () => tr.logs.matching((l) => l.kind === 'event').reduce((sum, l) => sum + Number(l.ended_task_instances), 0);
+    await waitFor(() => ended() >= 4, { what: 'the end events logged' });
+    expect(ended()).toBe(4);
   });
 
   it('a duplicate or late event changes nothing', async () => {
@@ -171,7 +174,9 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(goodTi).toMatchObject({ state: 'scheduled', next_method: 'resume' });
     expect(goodTi.next_kwargs!.event).toEqual({ slept: 300 });
 
-    const failureLogs = tr.logs.matching((l) => l.level === 50 && typeof l.trigger_id === 'number');
+    const failureLogsNow = () => tr.logs.matching((l) => l.level === 50 && typeof l.trigger_id === 'number');
+    await waitFor(() => failureLogsNow().length >= 6, { what: 'every failure logged' });
+    const failureLogs = failureLogsNow();
     expect(failureLogs.map((l) => l.classpath).sort()).toEqual(
       [
         'nowhere.Missing',
@@ -206,8 +211,11 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: TRIGGER_FAILURE_METHOD });
     expect(ti.next_kwargs).toMatchObject({ reason: 'timeout' });
     expect(new Date(ti.updated_at!).getTime()).toBeGreaterThanOrEqual(deadlineMs);
-    const timedOut = [...one.logs.lines, ...two.logs.lines].filter((l) => typeof l.timed_out === 'number').reduce((s, l) => s + Number(l.timed_out), 0);
-    expect(timedOut).toBe(1);
+    // The sweep logs after its commit, which this test's own connection may see first: wait for
+    // the line before counting, so the count proves "once" instead of racing the log.
+    const timedOutCount = () => [...one.logs.lines, ...two.logs.lines].filter((l) => typeof l.timed_out === 'number').reduce((s, l) => s + Number(l.timed_out), 0);
+    await waitFor(async () => timedOutCount() > 0, { what: 'the timeout logged' });
+    expect(timedOutCount()).toBe(1);
     expect((await taskInstance(db, untimed.id)).state).toBe('deferred');
     await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('id', '=', timed.triggerId).execute()).length === 0, {
       what: 'the timed-out trigger deleted',
@@ -289,7 +297,9 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     await deferOnto(db, new t.DelayTrigger({ ms: 50 }));
     const tr = await triggerer(db);
     await waitFor(async () => (await taskInstance(db, late.id)).state === 'scheduled' && (await taskInstance(db, early.id)).state === 'scheduled');
-    const warnings = tr.logs.matching((l) => l.level === 40 && typeof l.blocked_ms === 'number' && typeof l.trigger_id === 'number');
+    const warningsNow = () => tr.logs.matching((l) => l.level === 40 && typeof l.blocked_ms === 'number' && typeof l.trigger_id === 'number');
+    await waitFor(() => warningsNow().length >= 2, { what: 'both blocking steps warned about' });
+    const warnings = warningsNow();
     expect(warnings.map((w) => [w.trigger_id, w.classpath]).sort()).toEqual(
       [
         [late.triggerId, 'test.BlockingTrigger'],
