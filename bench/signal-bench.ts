@@ -13,8 +13,10 @@
  *   upstream_to_downstream         an upstream task returns → its downstream task's execute starts
  *   signal_to_resumed              sendSignal → a task waiting for it resumes
  *   signal_to_scheduled_run        sendSignal → the first task of the DAG scheduled on it starts
- * and one line per mode with idle_transactions_per_s: the three daemons doing nothing, counted on
- * the server (pg_stat_database) over 30 s, after 15 s for the counts of the busy cases to land.
+ *   signal_to_restarted            sendSignal → a finished task with a restart action on the key runs again (a new try)
+ * and lines with idle_transactions_per_s, counted on the server (pg_stat_database) over 30 s,
+ * after 15 s for the counts of the busy cases to land: the three daemons doing nothing, then each
+ * alone (a fresh one on its own connection pool, the others stopped).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -95,6 +97,11 @@ class WaitSignal extends BaseOperator {
   resumed(context) { marks.set('signal_resumed:' + context.dagRun.runId, now()); }
 }
 class First extends BaseOperator { execute(context) { marks.set('scheduled_first:' + context.dagRun.conf.signal.version, now()); } }
+class Restarted extends BaseOperator { execute(context) { marks.set('restarted_try:' + context.taskInstance.tryNumber, now()); } }
+class Holds extends BaseOperator {
+  async execute(context) { return this.waitForSignal(context, 'bench.release', { method: 'done' }); }
+  done() {}
+}
 const hop = new Dag({ dagId: 'hop' });
 const defer = new Defer({ taskId: 'defer' });
 const downstream = new Downstream({ taskId: 'downstream' });
@@ -103,6 +110,8 @@ defer.before(downstream);
 export const wait = new Dag({ dagId: 'wait' }).add(new WaitSignal({ taskId: 'wait' }));
 export const onSignal = new Dag({ dagId: 'on_signal', schedule: { signal: 'bench.scheduled' }, startDate: '2020-01-01T00:00:00Z' }).add(new First({ taskId: 'first' }));
 export { hop };
+// A run kept unfinished by 'hold', so each send on bench.restart runs 'again' as a new try.
+export const restart = new Dag({ dagId: 'restart' }).add(new Restarted({ taskId: 'again', signals: [{ key: 'bench.restart', action: 'restart' }] }), new Holds({ taskId: 'hold' }));
 `,
 );
 
@@ -139,7 +148,10 @@ async function runMode(push: boolean): Promise<void> {
       upstream_to_downstream: [],
       signal_to_resumed: [],
       signal_to_scheduled_run: [],
+      signal_to_restarted: [],
     };
+    await triggerDagRun(setup, 'restart', { runId: 'restart' });
+    await until(() => marks.has('restarted_try:1'));
     for (let i = 0; i < args.samples; i++) {
       const hop = await triggerDagRun(setup, 'hop', { runId: `hop_${i}` });
       await until(() => marks.has(`downstream:${hop}`));
@@ -161,9 +173,37 @@ async function runMode(push: boolean): Promise<void> {
       const version = await sendSignal(setup, 'bench.scheduled', i);
       await until(() => marks.has(`scheduled_first:${version}`));
       cases.signal_to_scheduled_run!.push(marks.get(`scheduled_first:${version}`)! - scheduledAt);
+
+      // The previous try must be recorded (success) before the next send restarts it.
+      await until(
+        async () => (await setup.db.selectFrom('task_instance').select('state').where('task_id', '=', 'again').executeTakeFirst())?.state === 'success',
+      );
+      const restartAt = now();
+      await sendSignal(setup, 'bench.restart', i);
+      await until(() => marks.has(`restarted_try:${i + 2}`));
+      cases.signal_to_restarted!.push(marks.get(`restarted_try:${i + 2}`)! - restartAt);
     }
+    // The restart run ends, so nothing waits while idle.
+    await sendSignal(setup, 'bench.release');
+    await until(async () => (await setup.db.selectFrom('dag_run').select('state').where('run_id', '=', 'restart').executeTakeFirst())?.state === 'success');
     for (const [name, samples] of Object.entries(cases)) console.log(JSON.stringify({ case: name, push, samples: samples.length, ...percentiles(samples) }));
-    console.log(JSON.stringify({ case: 'idle', push, idle_transactions_per_s: await idleRate() }));
+    console.log(JSON.stringify({ case: 'idle', daemons: 'triggerer+worker+scheduler', push, idle_transactions_per_s: await idleRate() }));
+    await Promise.all([worker.stop(), scheduler.stop(), triggerer.stop()]);
+    await Promise.all(handles.splice(0).map((handle) => handle.close()));
+    // Each daemon alone, on a handle of its own: what one idle process costs the server.
+    for (const kind of ['triggerer', 'worker', 'scheduler'] as const) {
+      const handle = openDatabase(url);
+      handles.push(handle);
+      const daemon =
+        kind === 'triggerer'
+          ? new Triggerer(handle, resolveTriggererOptions({ ...raw }, {}), registry, log)
+          : kind === 'worker'
+            ? new Worker(handle, resolveWorkerOptions({ ...raw, dags, concurrency: 16 }, {}), dagFileResolver(handle), log)
+            : new Scheduler(handle, resolveSchedulerOptions({ ...raw }, {}), serializedDagSource(handle), log);
+      await daemon.start();
+      console.log(JSON.stringify({ case: 'idle', daemons: kind, push, idle_transactions_per_s: await idleRate() }));
+      await daemon.stop();
+    }
   } finally {
     await Promise.all([worker.stop(), scheduler.stop(), triggerer.stop()]);
     await Promise.all([...handles, setup].map((handle) => handle.close()));

@@ -8,6 +8,7 @@ import * as m0002 from './0002_task_runtime.ts';
 import * as m0003 from './0003_task_log.ts';
 import * as m0004 from './0004_task_reschedule.ts';
 import * as m0005 from './0005_signals.ts';
+import * as m0006 from './0006_signal_actions.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -19,4 +20,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0003_task_log': m0003,
   '0004_task_reschedule': m0004,
   '0005_signals': m0005,
+  '0006_signal_actions': m0006,
 };

@@ -32,6 +32,7 @@ export const ERROR_CODES = [
   'DF_DAG_IMPORT',
   'DF_TASK_NOT_FOUND',
   'DF_WORKER_STOPPING',
+  'DF_TASK_STOPPED_BY_SIGNAL',
   'DF_LIFECYCLE',
   'DF_MIGRATION_FAILED',
   'DF_TRIGGER_RUNTIME',
@@ -228,6 +229,16 @@ export class TaskNotFoundError extends DeferflowError {
 export class WorkerStoppingError extends DeferflowError {
   constructor() {
     super('DF_WORKER_STOPPING', 'the worker is shutting down; this try is handed back and runs again');
+  }
+}
+
+/** The reason a running task's signal is aborted when a signal action stops or restarts it. */
+export class TaskStoppedBySignalError extends DeferflowError {
+  constructor(readonly request: 'restart' | 'success' | 'failed' | 'skipped') {
+    super(
+      'DF_TASK_STOPPED_BY_SIGNAL',
+      request === 'restart' ? 'a signal restarts this task: this try is stopped and a new one runs' : `a signal stops this task: it ends ${request}`,
+    );
   }
 }
 

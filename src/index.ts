@@ -16,6 +16,7 @@ export {
   type TaskOptions,
   type TaskOrTasks,
   type StartTriggerOptions,
+  type SignalActionOptions,
 } from './operators/base-operator.ts';
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';
@@ -41,6 +42,7 @@ export {
   type SignalSubscription,
 } from './signals/signal-service.ts';
 export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from './signals/signal-trigger.ts';
+export type { ActedSignal, StartCondition, StopEndState } from './model/signal-actions.ts';
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';

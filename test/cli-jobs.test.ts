@@ -1,5 +1,5 @@
-// `deferflow jobs list`: a job row's state says what its process last wrote; a process killed
-// with SIGKILL never ends its row, so the listing judges liveness from the heartbeat.
+// `deferflow jobs list` and `jobs check`: a job row's state says what its process last wrote; a
+// process killed with SIGKILL never ends its row, so both judge liveness from the heartbeat.
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
@@ -23,7 +23,7 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
       return proc.text;
     };
     const jobs = async () => JSON.parse((await list('--json')).join('\n')) as JobJson[];
-    const start = (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number').then((line) => Number(line.job_id));
+    const start = (proc: TriggererProcess) => proc.waitForJob();
     const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '3'];
     const killed = spawnTriggerer(fast);
     const stopped = spawnTriggerer(fast);
@@ -53,5 +53,55 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
     expect(await list('--type', 'worker')).toEqual(['no jobs']);
     live.kill('SIGTERM');
     expect(await live.exit).toEqual({ code: 0, signal: null });
+  }, 60_000);
+});
+
+describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
+  it('exits 1 with no triggerer, 0 with a live one, 1 once it was SIGKILLed; filters by type and host; more than one live job needs --allow-multiple', async () => {
+    const db = await scratch.database(dialect);
+    const check = async (...more: string[]) => {
+      const proc = spawnDeferflow(['jobs', 'check', '--db', db.url, ...more], JUDGED_BY);
+      const exit = await proc.exit;
+      return { code: exit.code, text: proc.text.join('\n') };
+    };
+    expect(await check('--job-type', 'triggerer')).toEqual({
+      code: 1,
+      text: 'no live triggerer found (0 running row(s) looked at, none with a fresh heartbeat)',
+    });
+
+    const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '3'];
+    const first = spawnTriggerer(fast);
+    const firstId = await first.waitForJob();
+    const alive = await check('--job-type', 'triggerer');
+    expect(alive.code).toBe(0);
+    expect(alive.text).toMatch(new RegExp(`^found 1 live triggerer \\(${firstId} on \\S+\\)$`));
+    expect((await check('--job-type', 'worker')).code).toBe(1);
+    expect((await check('--job-type', 'triggerer', '--hostname', 'no-such-host')).text).toBe(
+      'no live triggerer on no-such-host found (0 running row(s) looked at, none with a fresh heartbeat)',
+    );
+
+    const second = spawnTriggerer(fast);
+    await second.waitForJob();
+    // The freshest one is looked at by default; two with --limit 2.
+    expect((await check('--job-type', 'triggerer')).code).toBe(0);
+    const two = await check('--job-type', 'triggerer', '--limit', '2');
+    expect(two.code).toBe(1);
+    expect(two.text).toMatch(/^found 2 live triggerers \(.*\); expected one \(pass --allow-multiple\)$/);
+    expect((await check('--job-type', 'triggerer', '--limit', '2', '--allow-multiple')).code).toBe(0);
+
+    second.kill('SIGTERM');
+    expect((await second.exit).code).toBe(0);
+    first.kill('SIGKILL');
+    await first.exit;
+    // Its row still says running; once its heartbeat is older than the threshold, the check fails.
+    const dead = await waitFor(
+      async () => {
+        const result = await check('--job-type', 'triggerer');
+        return result.code === 1 ? result : null;
+      },
+      { what: 'the check failing for the killed triggerer', timeoutMs: 20_000, intervalMs: 200 },
+    );
+    expect(dead.text).toBe('no live triggerer found (1 running row(s) looked at, none with a fresh heartbeat)');
+    expect((await check('--job-type', 'triggerer', '--limit', 'x')).code).not.toBe(0);
   }, 60_000);
 });

@@ -58,7 +58,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
     const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '2', ...fast]);
     const triggerer = spawnTriggerer(['--db', db.url, ...fast]);
-    for (const proc of [scheduler, worker, triggerer]) await proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
+    for (const proc of [scheduler, worker, triggerer]) await proc.waitForJob(20_000);
 
     const trigger = spawnDeferflow(['dags', 'trigger', 'waiting_etl', '--db', db.url, '--run-id', 'manual__e2e']);
     expect(await finished(trigger)).toEqual({ code: 0, signal: null });
@@ -99,7 +99,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
       .split('\n')
       .filter(Boolean)
       .map((line) => line.split(' '));
-  const started = async (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
+  const started = (proc: TriggererProcess) => proc.waitForJob(20_000);
 
   it('two schedulers and two workers: one set of task instances, each run exactly once', async () => {
     const { db, dags, log } = await withDag(`

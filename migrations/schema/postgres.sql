@@ -22,6 +22,13 @@ table dag_run
   index CREATE UNIQUE INDEX dag_run_pkey ON dag_run USING btree (id)
   index CREATE UNIQUE INDEX dag_run_run_id_key ON dag_run USING btree (dag_id, run_id)
   index CREATE INDEX dag_run_unfinished_idx ON dag_run USING btree (state, dag_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
+table dag_signal_start
+  column dag_id text not null
+  column signal_key text not null
+  column after_version bigint not null
+  constraint dag_signal_start_after_version_check CHECK ((after_version >= 0))
+  constraint dag_signal_start_pkey PRIMARY KEY (dag_id)
+  index CREATE UNIQUE INDEX dag_signal_start_pkey ON dag_signal_start USING btree (dag_id)
 table import_error
   column id bigint not null identity
   column fileloc text not null
@@ -96,9 +103,11 @@ table task_instance
   column pid integer
   column worker_job_id bigint
   column return_value jsonb
+  column stop_request text
   constraint task_instance_key UNIQUE (dag_id, run_id, task_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
   constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text])))
+  constraint task_instance_stop_request_check CHECK (((stop_request IS NULL) OR ((stop_request = ANY (ARRAY['restart'::text, 'success'::text, 'failed'::text, 'skipped'::text])) AND (state = 'running'::text))))
   constraint task_instance_trigger_id_fkey FOREIGN KEY (trigger_id) REFERENCES trigger(id)
   constraint task_instance_trigger_only_when_deferred CHECK (((trigger_id IS NULL) OR COALESCE((state = 'deferred'::text), false)))
   index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (priority_weight DESC, id) WHERE (state = 'scheduled'::text)
@@ -108,6 +117,16 @@ table task_instance
   index CREATE INDEX task_instance_trigger_id_idx ON task_instance USING btree (trigger_id, state) WHERE (trigger_id IS NOT NULL)
   index CREATE INDEX task_instance_waiting_idx ON task_instance USING btree (ready_at) WHERE (state = ANY (ARRAY['up_for_retry'::text, 'up_for_reschedule'::text]))
   index CREATE INDEX task_instance_worker_idx ON task_instance USING btree (worker_job_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
+table task_instance_signal
+  column task_instance_id bigint not null
+  column signal_key text not null
+  column version bigint not null
+  column acted_version bigint
+  constraint task_instance_signal_pkey PRIMARY KEY (task_instance_id, signal_key)
+  constraint task_instance_signal_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
+  constraint task_instance_signal_version_check CHECK ((version >= 0))
+  index CREATE INDEX task_instance_signal_key_idx ON task_instance_signal USING btree (signal_key, version)
+  index CREATE UNIQUE INDEX task_instance_signal_pkey ON task_instance_signal USING btree (task_instance_id, signal_key)
 table task_log
   column id bigint not null identity
   column task_instance_id bigint not null

@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { CONNECTION_ENV_PREFIX, listConnections, maskConnectionUrl } from '../connections/connections.ts';
-import { formatTable } from './table.ts';
+import { printListing } from './table.ts';
 
 /** `deferflow connections list`: the named connections this environment defines, passwords masked. */
 export function registerConnectionsCommands(cli: Argv): void {
@@ -12,22 +12,12 @@ export function registerConnectionsCommands(cli: Argv): void {
         (command) => command.option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         (args) => {
           const rows = listConnections().map((connection) => ({ name: connection.name, url: maskConnectionUrl(connection.url) }));
-          if (args.json) {
-            process.stdout.write(`${JSON.stringify(rows)}\n`);
-            return;
-          }
-          if (rows.length === 0) {
-            process.stdout.write(
-              `no connections: set ${CONNECTION_ENV_PREFIX}<NAME>=URL (e.g. ${CONNECTION_ENV_PREFIX}WAREHOUSE=postgres://user:pass@host/db)\n`,
-            );
-            return;
-          }
-          process.stdout.write(
-            formatTable(
-              ['NAME', 'URL'],
-              rows.map((row) => [row.name, row.url]),
-            ),
-          );
+          printListing(rows, {
+            json: args.json,
+            empty: `no connections: set ${CONNECTION_ENV_PREFIX}<NAME>=URL (e.g. ${CONNECTION_ENV_PREFIX}WAREHOUSE=postgres://user:pass@host/db)`,
+            headers: ['NAME', 'URL'],
+            cells: (row) => [row.name, row.url],
+          });
         },
       )
       .demandCommand(1, 'name a connections command'),

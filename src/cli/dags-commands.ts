@@ -1,7 +1,7 @@
 import type { Argv } from 'yargs';
 import { processDagFolder } from '../dags/dag-processor.ts';
 import { triggerDagRun } from '../dags/manual-run.ts';
-import { formatTable } from './table.ts';
+import { formatTable, printListing } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
@@ -108,20 +108,12 @@ export function registerDagsCommands(cli: Argv): void {
               start_date: iso(run.startDate),
               end_date: iso(run.endDate),
             }));
-            if (args.json) {
-              process.stdout.write(`${JSON.stringify(rows)}\n`);
-              return;
-            }
-            if (rows.length === 0) {
-              process.stdout.write(`no DAG runs${args.dagId ? ` of ${args.dagId}` : ''}${args.state ? ` in state ${args.state}` : ''}\n`);
-              return;
-            }
-            process.stdout.write(
-              formatTable(
-                ['DAG ID', 'RUN ID', 'TYPE', 'STATE', 'LOGICAL DATE', 'STARTED', 'ENDED'],
-                rows.map((row) => [row.dag_id, row.run_id, row.run_type, row.state, row.logical_date ?? '-', row.start_date ?? '-', row.end_date ?? '-']),
-              ),
-            );
+            printListing(rows, {
+              json: args.json,
+              empty: `no DAG runs${args.dagId ? ` of ${args.dagId}` : ''}${args.state ? ` in state ${args.state}` : ''}`,
+              headers: ['DAG ID', 'RUN ID', 'TYPE', 'STATE', 'LOGICAL DATE', 'STARTED', 'ENDED'],
+              cells: (row) => [row.dag_id, row.run_id, row.run_type, row.state, row.logical_date ?? '-', row.start_date ?? '-', row.end_date ?? '-'],
+            });
           });
         },
       )

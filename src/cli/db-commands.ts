@@ -5,6 +5,9 @@ import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { migrateToLatest } from '../db/migrate.ts';
 import { dumpSchema } from '../db/schema-dump.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { durationText } from '../config/option-table.ts';
+import { InvalidOptionError } from '../errors.ts';
+import { Storage } from '../storage/index.ts';
 
 export function databaseUrlFrom(flag: string | undefined): string {
   return flag ?? process.env[COMMON_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
@@ -26,12 +29,23 @@ export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: 
 export function registerDbCommands(cli: Argv): void {
   cli.command(
     'db <action>',
-    'Database commands: migrate, schema',
+    'Database commands: migrate, schema, clean',
     (db) =>
       db
-        .positional('action', { choices: ['migrate', 'schema'] as const, describe: 'migrate: apply new migrations; schema: print the schema' })
-        .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` }),
+        .positional('action', {
+          choices: ['migrate', 'schema', 'clean'] as const,
+          describe: 'migrate: apply new migrations; schema: print the schema; clean: delete what finished before --older-than',
+        })
+        .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` })
+        .option('older-than', { type: 'string', describe: 'clean: what finished longer ago than this (30d, 12h, 90m, 2w, seconds, or P30D)' })
+        .option('yes', { type: 'boolean', default: false, describe: 'clean: delete (without it, clean only counts what it would delete)' }),
     async (args) => {
+      if (args.action === 'clean') {
+        await clean(args.db, args['older-than'], args.yes);
+        return;
+      }
+      if (args['older-than'] !== undefined || args.yes)
+        throw new InvalidOptionError('older-than', `--older-than and --yes are for db clean, not db ${args.action}`);
       const url = databaseUrlFrom(args.db);
       // migrate creates what is missing; schema shows a migrated database only.
       const database = args.action === 'migrate' ? openDatabase(url) : await openMigratedDatabase(url);
@@ -51,4 +65,24 @@ export function registerDbCommands(cli: Argv): void {
       }
     },
   );
+}
+
+/**
+ * `deferflow db clean --older-than 30d [--yes]`: Airflow's db clean. Without --yes it counts and
+ * deletes nothing; a missing or mistyped --older-than is refused before the database is opened.
+ */
+async function clean(dbFlag: string | undefined, olderThan: string | undefined, yes: boolean): Promise<void> {
+  if (olderThan === undefined)
+    throw new InvalidOptionError('older-than', 'is needed: db clean deletes only what finished longer ago than it (e.g. --older-than 30d)');
+  const ms = durationText(olderThan, 'older-than');
+  const before = Date.now() - ms;
+  await withMigratedDatabase(dbFlag, async (database) => {
+    const counts = await new Storage(database).cleanDatabase(before, !yes);
+    const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s)`;
+    process.stdout.write(
+      yes
+        ? `deleted ${what} from before ${new Date(before).toISOString()}\n`
+        : `would delete ${what} from before ${new Date(before).toISOString()}; nothing deleted (pass --yes to delete)\n`,
+    );
+  });
 }

@@ -6,11 +6,11 @@ import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { resolveTriggererOptions } from '../triggerer/options.ts';
 import { withMigratedDatabase } from './db-commands.ts';
-import { formatTable } from './table.ts';
+import { printListing } from './table.ts';
 
 /** `deferflow jobs list`: the triggerers, workers and schedulers a database has seen, alive or not. */
 export function registerJobsCommands(cli: Argv): void {
-  cli.command('jobs', 'Job commands: list', (jobs) =>
+  cli.command('jobs', 'Job commands: list, check', (jobs) =>
     jobs
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
       .command(
@@ -23,8 +23,7 @@ export function registerJobsCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
-          // The same thresholds the daemons judge each other by, from the same environment variables.
-          const thresholds = { triggererMs: resolveTriggererOptions({}).healthCheckThresholdMs, workerMs: resolveSchedulerOptions({}).zombieThresholdMs };
+          const thresholds = livenessThresholds();
           await withMigratedDatabase(args.db, async (database) => {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
@@ -41,32 +40,61 @@ export function registerJobsCommands(cli: Argv): void {
               latest_heartbeat: job.latestHeartbeat === null ? null : new Date(job.latestHeartbeat).toISOString(),
               heartbeat_age_s: job.latestHeartbeat === null ? null : Math.round((now - job.latestHeartbeat) / 100) / 10,
             }));
-            if (args.json) {
-              process.stdout.write(`${JSON.stringify(rows)}\n`);
-              return;
+            printListing(rows, {
+              json: args.json,
+              empty: 'no jobs',
+              headers: ['ID', 'TYPE', 'LIVENESS', 'STATE', 'HOST', 'PID', 'LAST HEARTBEAT', 'STARTED'],
+              cells: (row) => [
+                String(row.id),
+                row.job_type,
+                row.liveness,
+                row.state,
+                row.hostname,
+                String(row.pid ?? '-'),
+                row.heartbeat_age_s === null ? '-' : `${row.heartbeat_age_s} s ago`,
+                row.start_date,
+              ],
+            });
+          });
+        },
+      )
+      .command(
+        'check',
+        'Exit 0 when a live job holds a fresh heartbeat, 1 otherwise (for orchestration probes, as airflow jobs check)',
+        (command) =>
+          command
+            .option('job-type', { type: 'string', choices: Object.keys(JOB_TYPES), describe: 'Only jobs of this kind' })
+            .option('hostname', { type: 'string', describe: 'Only jobs on this host (e.g. $(hostname) in a container probe)' })
+            .option('limit', { type: 'string', default: '1', describe: 'How many running jobs, freshest heartbeat first, are looked at' })
+            .option('allow-multiple', { type: 'boolean', default: false, describe: 'Pass with more than one live job (else more than one fails the check)' }),
+        async (args) => {
+          const limit = positiveInteger(args.limit, 'limit');
+          const thresholds = livenessThresholds();
+          await withMigratedDatabase(args.db, async (database) => {
+            const now = Date.now();
+            const jobType = args['job-type'] === undefined ? undefined : JOB_TYPES[args['job-type'] as keyof typeof JOB_TYPES];
+            const running = await new Storage(database).listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
+            const alive = running.filter((job) => jobLiveness(job, thresholds, now) === 'alive');
+            const what = `${args['job-type'] ?? 'job'}${args.hostname === undefined ? '' : ` on ${args.hostname}`}`;
+            if (alive.length === 0) {
+              process.stdout.write(`no live ${what} found (${running.length} running row(s) looked at, none with a fresh heartbeat)\n`);
+              process.exitCode = 1;
+            } else if (alive.length > 1 && !args['allow-multiple']) {
+              process.stdout.write(`found ${alive.length} live ${what}s (${alive.map((job) => job.id).join(', ')}); expected one (pass --allow-multiple)\n`);
+              process.exitCode = 1;
+            } else {
+              process.stdout.write(
+                `found ${alive.length} live ${what}${alive.length === 1 ? '' : 's'} (${alive.map((job) => `${job.id} on ${job.hostname}`).join(', ')})\n`,
+              );
             }
-            if (rows.length === 0) {
-              process.stdout.write('no jobs\n');
-              return;
-            }
-            process.stdout.write(
-              formatTable(
-                ['ID', 'TYPE', 'LIVENESS', 'STATE', 'HOST', 'PID', 'LAST HEARTBEAT', 'STARTED'],
-                rows.map((row) => [
-                  String(row.id),
-                  row.job_type,
-                  row.liveness,
-                  row.state,
-                  row.hostname,
-                  String(row.pid ?? '-'),
-                  row.heartbeat_age_s === null ? '-' : `${row.heartbeat_age_s} s ago`,
-                  row.start_date,
-                ]),
-              ),
-            );
           });
         },
       )
       .demandCommand(1, 'name a jobs command'),
   );
+}
+
+/** The same thresholds the daemons judge each other by, from the same environment variables. */
+function livenessThresholds() {
+  return { triggererMs: resolveTriggererOptions({}).healthCheckThresholdMs, workerMs: resolveSchedulerOptions({}).zombieThresholdMs };
 }

@@ -11,6 +11,7 @@ import { registerRuntimeCommands } from './runtime-commands.ts';
 import { registerStandaloneCommand } from './standalone-command.ts';
 import { registerTasksCommands } from './tasks-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
+import { registerTriggersCommands } from './triggers-commands.ts';
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -41,6 +42,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerDagsCommands(cli);
   registerTasksCommands(cli);
   registerJobsCommands(cli);
+  registerTriggersCommands(cli);
   registerConnectionsCommands(cli);
   registerSignalCommands(cli);
   await cli.parseAsync();

@@ -5,7 +5,7 @@ import { NotJsonError } from '../errors.ts';
 import type { JsonValue } from '../serialization/json.ts';
 import { listSignals, sendSignal } from '../signals/signal-service.ts';
 import { withMigratedDatabase } from './db-commands.ts';
-import { formatTable } from './table.ts';
+import { printListing } from './table.ts';
 
 /** `deferflow signal send | list`: the notification service from a shell. */
 export function registerSignalCommands(cli: Argv): void {
@@ -47,20 +47,12 @@ export function registerSignalCommands(cli: Argv): void {
               sent_at: new Date(s.sentAt).toISOString(),
               value: s.value,
             }));
-            if (args.json) {
-              process.stdout.write(`${JSON.stringify(rows)}\n`);
-              return;
-            }
-            if (rows.length === 0) {
-              process.stdout.write(`no signals on ${args.key}${since > 0 ? ` after version ${since}` : ''}\n`);
-              return;
-            }
-            process.stdout.write(
-              formatTable(
-                ['VERSION', 'SENT AT', 'VALUE'],
-                rows.map((row) => [String(row.version), row.sent_at, JSON.stringify(row.value)]),
-              ),
-            );
+            printListing(rows, {
+              json: args.json,
+              empty: `no signals on ${args.key}${since > 0 ? ` after version ${since}` : ''}`,
+              headers: ['VERSION', 'SENT AT', 'VALUE'],
+              cells: (row) => [String(row.version), row.sent_at, JSON.stringify(row.value)],
+            });
           });
         },
       )

@@ -11,3 +11,16 @@ export function formatTable(headers: readonly string[], rows: readonly (readonly
       .trimEnd();
   return `${[line(headers), ...rows.map(line)].join('\n')}\n`;
 }
+
+/**
+ * What a list command prints: its rows as one JSON array with --json; `empty` (a sentence
+ * saying there are none, and maybe how to make some) when there are none; else a table.
+ */
+export function printListing<Row>(
+  rows: readonly Row[],
+  listing: { readonly json: boolean | undefined; readonly empty: string; readonly headers: readonly string[]; readonly cells: (row: Row) => readonly string[] },
+): void {
+  if (listing.json) process.stdout.write(`${JSON.stringify(rows)}\n`);
+  else if (rows.length === 0) process.stdout.write(`${listing.empty}\n`);
+  else process.stdout.write(formatTable(listing.headers, rows.map(listing.cells)));
+}

@@ -1,3 +1,4 @@
+import { Duration } from 'luxon';
 import { InvalidOptionError } from '../errors.ts';
 
 /**
@@ -87,4 +88,29 @@ export function flag(value: unknown, name: string): boolean {
 export function oneOf<T extends string>(value: unknown, name: string, allowed: readonly T[]): T {
   if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
   throw new InvalidOptionError(name, `expected one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+}
+
+const DURATION_UNITS_MS = { w: 7 * 86_400_000, d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000 } as const;
+
+/**
+ * A length of time as people type it on a command line, in milliseconds: `30d`, `12h`, `90m`,
+ * `45s`, `2w` (one unit), a number of seconds, or an ISO-8601 duration (`P30D`, `PT12H`).
+ */
+export function durationText(value: unknown, name: string): number {
+  const text = typeof value === 'string' ? value.trim() : typeof value === 'number' ? String(value) : '';
+  const short = /^(\d+(?:\.\d+)?)([wdhms])$/.exec(text);
+  let ms = Number.NaN;
+  if (short) ms = Number(short[1]) * DURATION_UNITS_MS[short[2] as keyof typeof DURATION_UNITS_MS];
+  else if (/^\d+(?:\.\d+)?$/.test(text)) ms = Number(text) * 1000;
+  else if (/^P/i.test(text)) {
+    const parsed = Duration.fromISO(text.toUpperCase());
+    if (parsed.isValid) ms = parsed.toMillis();
+  }
+  if (!Number.isFinite(ms) || ms <= 0) {
+    throw new InvalidOptionError(
+      name,
+      `expected a length of time such as 30d, 12h, 90m, 45s, 2w, a number of seconds or an ISO-8601 duration (P30D), got ${given(value)}`,
+    );
+  }
+  return Math.round(ms);
 }

@@ -2,6 +2,7 @@
 import { InvalidDagError, InvalidSerializedDagError } from '../errors.ts';
 import type { SchedulerDag, SchedulerTask, SignalSchedule } from '../model/scheduler-dag.ts';
 import { TRIGGER_RULES } from '../model/trigger-rules.ts';
+import { START_CONDITIONS, STOP_END_STATES, type SignalAction } from '../model/signal-actions.ts';
 import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../serialization/json.ts';
 import { durationToMs } from '../time/duration.ts';
 import { cronProblem, isTimeZone, scheduleToJson, type Schedule, type ScheduleWindow } from '../model/schedule.ts';
@@ -23,7 +24,9 @@ export const SERIALIZED_DAG_VERSION = 1;
  *                           "retries", "retry_delay_ms", "retry_exponential_backoff",
  *                           "max_retry_delay_ms", "execution_timeout_ms", "priority_weight",
  *                           "params", "start_trigger": null | { "classpath", "kwargs",
- *                           "method", "next_kwargs", "timeout_ms" } } ] } }
+ *                           "method", "next_kwargs", "timeout_ms" },
+ *                           "signals" (absent when none): [ { "key", "action",
+ *                           "condition" (start), "end_state" (stop) } ] } ] } }
  *
  * A function among params is stored as { "__callable": "<its name>" }; other non-JSON values
  * are refused, naming the DAG, task and field.
@@ -67,6 +70,8 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
         priority_weight: settings.priorityWeight,
         params: jsonOf(task.taskOptions.params ?? {}, `${where}: params`),
         start_trigger: startTrigger,
+        // Absent when none, so DAGs without signal actions keep their hash.
+        ...(settings.signalActions.length === 0 ? {} : { signals: settings.signalActions.map(signalActionJson) }),
       };
     });
   const data: JsonObject = {
@@ -89,6 +94,30 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
     },
   };
   return { data, hash: sha256Hex(canonicalJson(data)) };
+}
+
+function signalActionJson(action: SignalAction): JsonObject {
+  if (action.action === 'start') return { key: action.key, action: action.action, condition: action.condition };
+  if (action.action === 'stop') return { key: action.key, action: action.action, end_state: action.endState };
+  return { key: action.key, action: action.action };
+}
+
+/** A stored task's `signals`, checked; absent: none. */
+function readSignalActions(signals: any, at: string, bad: (field: string, why: string) => Error): readonly SignalAction[] {
+  if (signals === undefined) return Object.freeze([]);
+  if (!Array.isArray(signals)) throw bad(`${at}.signals`, 'is not a list');
+  return Object.freeze(
+    signals.map((entry: any, index: number): SignalAction => {
+      const where = `${at}.signals[${index}]`;
+      if (typeof entry?.key !== 'string' || entry.key === '') throw bad(`${where}.key`, 'is not a signal key');
+      if (entry.action === 'restart') return Object.freeze({ key: entry.key, action: 'restart' });
+      if (entry.action === 'start' && (START_CONDITIONS as readonly unknown[]).includes(entry.condition))
+        return Object.freeze({ key: entry.key, action: 'start', condition: entry.condition });
+      if (entry.action === 'stop' && (STOP_END_STATES as readonly unknown[]).includes(entry.end_state))
+        return Object.freeze({ key: entry.key, action: 'stop', endState: entry.end_state });
+      throw bad(where, 'is not { key, action: restart } or { key, action: start, condition } or { key, action: stop, end_state }');
+    }),
+  );
 }
 
 /** Functions become { "__callable": name }; anything else must already be JSON. */
@@ -173,6 +202,7 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
               nextKwargs: start.next_kwargs,
               timeoutMs: start.timeout_ms ?? null,
             }),
+      signalActions: readSignalActions(task.signals, at, bad),
     });
   });
   const signalSchedule = readSignalSchedule(dag, bad);

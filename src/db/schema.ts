@@ -72,6 +72,20 @@ export interface TaskInstanceTable {
   worker_job_id: number | null;
   /** The JSON value execute() returned (Airflow's XCom return value). */
   return_value: JsonText | null;
+  /** Only while running: a signal asked to stop the try, ending in this state, or to run the task afresh (`restart`). */
+  stop_request: Generated<StopRequest | null>;
+}
+
+/** What a signal asks of a running try: a fresh try (`restart`), or to end in a state (`stop`). */
+export type StopRequest = 'restart' | 'success' | 'failed' | 'skipped';
+
+export interface TaskInstanceSignalTable {
+  task_instance_id: number;
+  signal_key: string;
+  /** The key's version the task's signal action last took into account (0: none sent when its run was created). */
+  version: ColumnType<number | string, number, number>;
+  /** The version that last started, restarted or stopped it; null while none has. */
+  acted_version: ColumnType<number | string | null, number | null | undefined, number | null>;
 }
 
 export const DAG_RUN_STATES = ['queued', 'running', 'success', 'failed'] as const;
@@ -153,6 +167,13 @@ export interface SignalTable {
   sent_at: DbTime;
 }
 
+export interface DagSignalStartTable {
+  dag_id: string;
+  signal_key: string;
+  /** The version its signal runs start after, before it has any. */
+  after_version: ColumnType<number | string, number, number>;
+}
+
 export const TRIGGERER_JOB_TYPE = 'TriggererJob';
 export const WORKER_JOB_TYPE = 'WorkerJob';
 export const SCHEDULER_JOB_TYPE = 'SchedulerJob';
@@ -181,6 +202,8 @@ export interface DatabaseSchema {
   task_reschedule: TaskRescheduleTable;
   signal_key: SignalKeyTable;
   signal: SignalTable;
+  task_instance_signal: TaskInstanceSignalTable;
+  dag_signal_start: DagSignalStartTable;
 }
 
 export function toDbTime(epochMs: number): string {

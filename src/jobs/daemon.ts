@@ -8,7 +8,7 @@ import type { WakeTopic } from '../storage/wake.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 10;
-const PUSHED_POLL_MAX_MS = 10_000;
+export const PUSHED_POLL_MAX_MS = 10_000;
 
 export type DaemonState = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
@@ -116,11 +116,11 @@ export abstract class Daemon {
   }
 
   /**
-   * Wakes the daemon (`wake`) whenever a write elsewhere NOTIFYs work for `topic`, and whenever
-   * the LISTEN session (re)connects; PostgreSQL only (SQLite daemons poll; standalone wakes its
-   * components in-process). Call it from run(); it ends when the daemon stops.
+   * Calls the handler of a topic whenever a write elsewhere NOTIFYs work for it, and every handler
+   * whenever the LISTEN session (re)connects; PostgreSQL only (SQLite daemons poll; standalone
+   * wakes its components in-process). Call it from run(); it ends when the daemon stops.
    */
-  protected subscribeWakeups(database: Database, topic: WakeTopic, wake: () => void, push = true): void {
+  protected subscribeWakeups(database: Database, handlers: Partial<Record<WakeTopic, () => void>>, push = true): void {
     this.#stopWakeups?.();
     this.#stopWakeups = null;
     const hub = NotificationHub.of(database, this.log);
@@ -129,7 +129,13 @@ export abstract class Daemon {
       hub.disable();
       return;
     }
-    this.#stopWakeups = hub.subscribe(WAKE_CHANNEL, (payload) => payload === topic && wake(), wake);
+    this.#stopWakeups = hub.subscribe(
+      WAKE_CHANNEL,
+      (payload) => (Object.hasOwn(handlers, payload) ? handlers[payload as WakeTopic]?.() : undefined),
+      () => {
+        for (const handler of Object.values(handlers)) handler();
+      },
+    );
   }
 
   /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */

@@ -2,6 +2,7 @@ import type { ScheduleWindow } from './schedule.ts';
 import type { RetryPolicy } from './retry-policy.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { TriggerRule } from './trigger-rules.ts';
+import type { SignalAction } from './signal-actions.ts';
 
 /**
  * What the scheduler knows of a DAG: structure and settings, no code. It is read from the
@@ -24,7 +25,8 @@ export interface SchedulerDag {
  * (run id `signal__<version>`, conf `{ signal: { key, version, value, sentAt } }`, logical date
  * the signal's send time). Versions sent while no scheduler ran are caught up from the DAG's last
  * signal run; before its first, from `startDate` (versions sent since then) or, without one,
- * from the versions sent after a scheduler first saw the DAG.
+ * from the versions sent after a scheduler first saw the DAG (recorded, so every scheduler and a
+ * restarted one agree).
  */
 export interface SignalSchedule {
   readonly key: string;
@@ -43,6 +45,8 @@ export interface SchedulerTask {
   readonly priorityWeight: number;
   /** Set for a task that starts from a trigger: the scheduler defers it, no worker slot needed. */
   readonly startTrigger: StartTrigger | null;
+  /** Signals that start, restart or stop it (see signal-actions.ts); empty for none. */
+  readonly signalActions: readonly SignalAction[];
 }
 
 export interface StartTrigger {

@@ -3,6 +3,7 @@ import { TRIGGER_FAILURE_METHOD, type FailureKwargs } from '../model/failure-mar
 import type { TaskReschedule } from '../model/task-reschedule.ts';
 import type { DagRunStates, DagRunStatesQuery } from '../model/dag-run-states.ts';
 import type { TriggerRule } from '../model/trigger-rules.ts';
+import type { ActedSignal, StartCondition, StopEndState } from '../model/signal-actions.ts';
 import type { Logger } from 'pino';
 import type { JsonObject, JsonValue } from '../serialization/json.ts';
 import type { DurationInput } from '../time/duration.ts';
@@ -62,6 +63,13 @@ export interface RuntimeContext extends TaskContext {
   /** The key's latest signal version (0: none yet): what waitForSignal waits after. */
   latestSignalVersion(key: string): Promise<number>;
   /**
+   * The signal on `key` that last started, restarted or stopped this task instance through its
+   * declared `signals` action (`{ key, version, value, sentAt }`; value and sentAt are null once
+   * retention pruned it), or null when none has: a batch task restarted per signal reads which
+   * batch it runs for.
+   */
+  actedSignal(key: string): Promise<ActedSignal | null>;
+  /**
    * The deployment's `--smart-sensors`: sensor classes (by classpath or class name), or `all`,
    * that wait consolidated on the triggerer whatever mode their DAG gave them. Undefined: none.
    */
@@ -97,12 +105,29 @@ export interface StartTriggerOptions {
   readonly timeout?: DurationInput | null;
 }
 
+/**
+ * A signal that starts, restarts or stops the task (AIP-35), acted on by the scheduler once per
+ * new version of the key sent after the DAG run was created (see src/model/signal-actions.ts):
+ * - `start`: run the task when the signal comes; `condition` `sufficient` (the default):
+ *   whatever its upstreams; `necessary`: only once its upstreams also let it run;
+ * - `restart`: each new version runs the task again, a new try, even if it finished; a try
+ *   running or deferred is stopped first (with no state yet, it just starts);
+ * - `stop`: a task not finished is stopped (its trigger killed, a running try aborted through
+ *   context.signal) and ends in `endState`, skipped by default.
+ */
+export type SignalActionOptions =
+  | { readonly key: string; readonly action: 'start'; readonly condition?: StartCondition }
+  | { readonly key: string; readonly action: 'restart' }
+  | { readonly key: string; readonly action: 'stop'; readonly endState?: StopEndState };
+
 export interface TaskOptions extends TaskDefaults {
   /** Letters, digits, `_`, `-` and `.`; unique within its DAG. */
   readonly taskId: string;
   /** Task params, laid over the DAG's params. */
   readonly params?: JsonObject;
   readonly startTrigger?: StartTriggerOptions;
+  /** Signals that start, restart or stop this task; one action per key. Default none. */
+  readonly signals?: readonly SignalActionOptions[];
 }
 
 /** What can be chained: one task, or several side by side. */

@@ -10,13 +10,21 @@ import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
 import type { DagSource, SchedulerDag, StartTrigger } from '../model/scheduler-dag.ts';
 import { decide, FINISHED_STATES } from '../model/trigger-rules.ts';
+import { planSignalAction, startDecision } from '../model/signal-actions.ts';
+import type { PendingSignalAction } from '../storage/index.ts';
 import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt } from '../model/schedule.ts';
 import type { SignalSchedule } from '../model/scheduler-dag.ts';
 import { SignalService, type SignalSubscription } from '../signals/signal-service.ts';
 import { retryDelayMs } from '../model/retry-policy.ts';
 
-/** Longest between two looks for new versions of a DAG's signal key when no push woke the scheduler. */
-const SIGNAL_SAFETY_CHECK_MS = 5_000;
+/**
+ * Longest between two looks for new versions of a DAG's signal key when no send woke the
+ * scheduler. Sends reach it through its signal listener, which polls the database itself when
+ * pushes do not arrive (see SignalService), so this look is only a guard.
+ */
+const SIGNAL_SAFETY_CHECK_MS = 60_000;
+/** Most task instances with a signal version to act on looked at in one pass (the next pass goes on). */
+const SIGNAL_ACTIONS_PER_PASS = 500;
 
 export interface SchedulerOptions {
   readonly pollIntervalMs: number;
@@ -52,10 +60,14 @@ export class Scheduler extends Daemon {
   readonly #waitingForDag = new Set<string>();
   /** Called after a pass scheduled task instances (standalone wires it to the worker's wake()). */
   onWork: (() => void) | null = null;
-  /** DAGs scheduled on a signal, by key, and the subscription that wakes the scheduler on each send. */
+  /** When the next retry or reschedule comes due, as the last pass read it (undefined: unknown, the pass failed). */
+  #nextReadyAt: number | null | undefined = undefined;
+  /** Signal-scheduled DAGs whose key was sent on since their last look: looked at on the next pass. */
+  readonly #signalSent = new Set<string>();
+  /** Whether some DAG seen declares signal actions: only then does a pass look for versions to act on. */
+  #signalActionsDeclared = false;
+  /** DAGs scheduled on a signal (or declaring actions on it), by key, and the subscription that wakes the scheduler on each send. */
   readonly #signalKeys = new Map<string, { dagIds: Set<string>; subscription: Promise<SignalSubscription> | null }>();
-  /** Per signal-scheduled DAG with no signal run yet and no startDate: the version it runs after. */
-  readonly #signalStart = new Map<string, number>();
 
   constructor(
     private readonly database: Database,
@@ -79,7 +91,7 @@ export class Scheduler extends Daemon {
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id }, `scheduler ${job.id} started`);
-    this.subscribeWakeups(this.database, 'scheduler', () => this.wake(), this.options.push ?? true);
+    this.subscribeWakeups(this.database, { scheduler: () => this.wake() }, this.options.push ?? true);
     this.#loop = this.#passes();
   }
 
@@ -108,12 +120,9 @@ export class Scheduler extends Daemon {
   async #pauseAfterPass(): Promise<number> {
     const pause = this.safetyNetPause(this.database, this.options.pollIntervalMs);
     if (pause === this.options.pollIntervalMs) return pause;
-    let due = Number.POSITIVE_INFINITY;
-    try {
-      due = (await this.storage.nextReadyAt()) ?? due;
-    } catch {
-      return this.options.pollIntervalMs;
-    }
+    // The pass read when the next retry or reschedule comes due; new ones push a wake-up.
+    if (this.#nextReadyAt === undefined) return this.options.pollIntervalMs;
+    let due = this.#nextReadyAt ?? Number.POSITIVE_INFINITY;
     for (const { at } of this.#nextScheduleCheck.values()) if (at !== null && at < due) due = at;
     return Math.max(this.options.pollIntervalMs, Math.min(pause, due - Date.now()));
   }
@@ -121,7 +130,12 @@ export class Scheduler extends Daemon {
   /** One pass (see the top of this file). Public so a standalone process can drive it too. */
   async pass(now = Date.now()): Promise<void> {
     await this.#createScheduledRuns(now);
-    const ready = await this.storage.scheduleReadyTaskInstances(now);
+    this.#nextReadyAt = undefined;
+    // The next ready_at first: an idle pass reads it and writes nothing.
+    let nextReadyAt = await this.storage.nextReadyAt();
+    const ready = nextReadyAt !== null && nextReadyAt <= now ? await this.storage.scheduleReadyTaskInstances(now) : 0;
+    if (ready > 0) nextReadyAt = await this.storage.nextReadyAt();
+    this.#nextReadyAt = nextReadyAt;
     if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
     const reaped = await this.storage.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now, async (zombie) => {
       const task = (await this.dags(zombie.dagId))?.tasks.find((candidate) => candidate.taskId === zombie.taskId);
@@ -130,11 +144,19 @@ export class Scheduler extends Daemon {
     if (reaped.requeued + reaped.retried + reaped.failed > 0) {
       this.log.warn({ ...reaped }, `task instances of dead workers: ${reaped.requeued} requeued, ${reaped.retried} to retry, ${reaped.failed} failed`);
     }
-    let madeWork = ready > 0 || reaped.requeued + reaped.retried > 0;
+    // Retries it just set may come due before the next ready_at read above.
+    if (reaped.retried > 0) this.#nextReadyAt = await this.storage.nextReadyAt();
+    if (reaped.stopped > 0) this.log.info({ stopped: reaped.stopped }, `${reaped.stopped} task instance(s) of dead workers stopped as their signals asked`);
+    let madeWork = ready > 0 || reaped.requeued + reaped.retried + reaped.stopped > 0;
     const dags = new Map<string, SchedulerDag | null>();
+    const dagOf = async (dagId: string) => {
+      if (!dags.has(dagId)) dags.set(dagId, await this.dags(dagId));
+      return dags.get(dagId)!;
+    };
+    const signalStarts = new Map<number, PendingSignalAction[]>();
+    if (this.#signalActionsDeclared && (await this.#actOnSignals(dagOf, signalStarts, now))) madeWork = true;
     for (const run of await this.storage.listUnfinishedDagRuns(this.options.runsPerPass)) {
-      if (!dags.has(run.dagId)) dags.set(run.dagId, await this.dags(run.dagId));
-      const dag = dags.get(run.dagId)!;
+      const dag = await dagOf(run.dagId);
       if (!dag) {
         // Said once per run until its DAG is back, not every pass.
         const key = `${run.dagId}\u0000${run.runId}`;
@@ -148,9 +170,51 @@ export class Scheduler extends Daemon {
         continue;
       }
       this.#waitingForDag.delete(`${run.dagId}\u0000${run.runId}`);
-      if (await this.#advance(run, dag, now)) madeWork = true;
+      if (await this.#advance(run, dag, now, signalStarts)) madeWork = true;
     }
     if (madeWork) this.onWork?.();
+  }
+
+  /**
+   * Acts on the signal versions task instances have not taken into account yet (see
+   * src/model/signal-actions.ts). Starts of task instances with no state are left to #advance,
+   * through `starts`; the rest are carried out here, each once. Returns whether it made work.
+   */
+  async #actOnSignals(dagOf: (dagId: string) => Promise<SchedulerDag | null>, starts: Map<number, PendingSignalAction[]>, now: number): Promise<boolean> {
+    let madeWork = false;
+    for (const pending of await this.storage.pendingSignalActions(SIGNAL_ACTIONS_PER_PASS)) {
+      const dag = await dagOf(pending.dagId);
+      if (!dag) continue; // its DAG is gone for now: the version waits for it
+      const action = dag.tasks.find((task) => task.taskId === pending.taskId)?.signalActions.find((candidate) => candidate.key === pending.key);
+      // A task that no longer declares the action (its DAG changed) takes the version as seen.
+      const plan = action ? planSignalAction(action, pending.state) : ({ kind: 'consume' } as const);
+      if (plan.kind === 'decide') {
+        starts.set(pending.taskInstanceId, [...(starts.get(pending.taskInstanceId) ?? []), pending]);
+        continue;
+      }
+      const outcome = await this.storage.applySignalAction(pending, plan, now);
+      const fields = {
+        dag_id: pending.dagId,
+        run_id: pending.runId,
+        task_id: pending.taskId,
+        signal_key: pending.key,
+        signal_version: pending.latestVersion,
+      };
+      if (outcome === 'moved') {
+        // It changed state between the read and the write: plan again on the next pass, soon.
+        this.#pause.wake();
+      } else if (outcome === 'acted' && plan.kind !== 'consume') {
+        madeWork = true;
+        const what =
+          plan.kind === 'fresh-try'
+            ? 'runs again as a new try'
+            : plan.kind === 'end'
+              ? `stopped (${pending.state ?? 'no state'} → ${plan.state})`
+              : `stopping its running try (${plan.request === 'restart' ? 'then a new try' : `then ${plan.request}`})`;
+        this.log.info(fields, `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} (run ${pending.runId}) ${what}`);
+      }
+    }
+    return madeWork;
   }
 
   /**
@@ -159,11 +223,15 @@ export class Scheduler extends Daemon {
    * the unique keys, so several schedulers, or a restart, never create one twice.
    */
   async #createScheduledRuns(now: number): Promise<void> {
+    const actionKeys = new Set<string>();
     for (const { dagId, hash } of await this.storage.listActiveDags()) {
       const known = this.#nextScheduleCheck.get(dagId);
-      if (known?.hash === hash && (known.at === null || now < known.at)) continue;
+      if (known?.hash === hash && (known.at === null || now < known.at) && !this.#signalSent.has(dagId)) continue;
+      // Cleared before the look: a send heard during it marks the DAG again, for the next pass.
+      this.#signalSent.delete(dagId);
       try {
         const dag = await this.dags(dagId);
+        for (const task of dag?.tasks ?? []) for (const action of task.signalActions) actionKeys.add(action.key);
         if (dag?.signalSchedule) {
           const more = await this.#createSignalRuns(dag, dag.signalSchedule, now);
           // A send wakes the scheduler (see #listenFor); this look is the safety net.
@@ -196,6 +264,12 @@ export class Scheduler extends Daemon {
         this.#nextScheduleCheck.set(dagId, { hash, at: now + 60_000 });
       }
     }
+    // After the signal schedules, which subscribe from the version they read; an action's
+    // versions are looked for on every pass anyway, the subscription only wakes the scheduler.
+    for (const key of actionKeys) {
+      this.#signalActionsDeclared = true;
+      this.#listenFor(key, null);
+    }
   }
 
   /**
@@ -203,15 +277,12 @@ export class Scheduler extends Daemon {
    * SignalSchedule). Returns whether more versions wait than one look creates.
    */
   async #createSignalRuns(dag: SchedulerDag, schedule: SignalSchedule, now: number): Promise<boolean> {
-    this.#listenFor(schedule.key, dag.dagId);
     let after = await this.storage.latestSignalRunVersion(dag.dagId);
     if (after === null) {
-      if (schedule.startDate !== null) after = 0;
-      else {
-        after = this.#signalStart.get(dag.dagId) ?? (await this.storage.latestSignalVersions([schedule.key])).get(schedule.key) ?? 0;
-        this.#signalStart.set(dag.dagId, after);
-      }
+      after = schedule.startDate !== null ? 0 : await this.storage.signalScheduleStart(dag.dagId, schedule.key);
     }
+    // Heard from `after` on: a send between this look and the subscription is not missed.
+    this.#listenFor(schedule.key, dag.dagId, after);
     const signals = await this.storage.signalsAfter(new Map([[schedule.key, after]]), MAX_RUNS_PER_CHECK);
     for (const signal of signals) {
       if (schedule.startDate !== null && signal.sentAt < schedule.startDate) continue;
@@ -234,27 +305,37 @@ export class Scheduler extends Daemon {
     return signals.length === MAX_RUNS_PER_CHECK;
   }
 
-  /** Wakes the scheduler on each send on `key`, so a signal-scheduled run starts within the push latency. */
-  #listenFor(key: string, dagId: string): void {
+  /**
+   * Wakes the scheduler on each send on `key`, so a signal-scheduled run (of `dagId`) starts, or
+   * a signal action is carried out, within the push latency.
+   */
+  #listenFor(key: string, dagId: string | null, sinceVersion?: number): void {
     let entry = this.#signalKeys.get(key);
     if (!entry) {
       entry = { dagIds: new Set(), subscription: null };
       this.#signalKeys.set(key, entry);
       const dagIds = entry.dagIds;
-      entry.subscription = SignalService.of(this.database, this.log).listen(key, () => {
-        for (const id of dagIds) this.#nextScheduleCheck.delete(id);
-        this.wake();
-      });
+      entry.subscription = SignalService.of(this.database, this.log).listen(
+        key,
+        () => {
+          for (const id of dagIds) this.#signalSent.add(id);
+          this.wake();
+        },
+        sinceVersion === undefined ? {} : { sinceVersion },
+      );
       entry.subscription.catch((error: unknown) => {
         this.#signalKeys.delete(key);
         this.log.warn({ signal_key: key, ...errorFields(error, 'DF_DATABASE') }, `listening for signal ${key} failed; its runs start at the next look`);
       });
     }
-    entry.dagIds.add(dagId);
+    if (dagId !== null) entry.dagIds.add(dagId);
   }
 
-  /** Returns whether task instances were scheduled (work for workers). */
-  async #advance(run: UnfinishedDagRun, dag: SchedulerDag, now: number): Promise<boolean> {
+  /**
+   * Returns whether task instances were scheduled (work for workers). `signalStarts`: task
+   * instances with no state and a new version of a key that starts them (see startDecision).
+   */
+  async #advance(run: UnfinishedDagRun, dag: SchedulerDag, now: number, signalStarts: ReadonlyMap<number, readonly PendingSignalAction[]>): Promise<boolean> {
     if (run.state === 'queued' && (await this.storage.setDagRunState(run.id, 'queued', 'running', now))) {
       this.log.info({ dag_id: run.dagId, run_id: run.runId }, `DAG run ${run.dagId} ${run.runId} running`);
     }
@@ -267,10 +348,14 @@ export class Scheduler extends Daemon {
     for (const ti of instances) {
       const task = tasks.get(ti.taskId);
       if (ti.state !== null || !task) continue;
-      const decision = decide(
+      let decision = decide(
         task.triggerRule,
         task.upstreamTaskIds.map((id) => stateOf.get(id) ?? null),
       );
+      if (task.signalActions.length > 0) {
+        const arrived = new Set((signalStarts.get(ti.id) ?? []).map((pending) => pending.key));
+        decision = startDecision(decision, task.signalActions, arrived);
+      }
       if (decision === 'schedule') {
         try {
           if (task.startTrigger) startDeferrals.set(ti.id, startDeferral(run.dagId, task.startTrigger, now));
@@ -286,7 +371,15 @@ export class Scheduler extends Daemon {
       } else if (decision === 'skip') decided.skipped.push(ti.id);
       else if (decision === 'upstream_failed') decided.upstream_failed.push(ti.id);
     }
-    const scheduled = await this.storage.decideTaskInstances(decided.scheduled, 'scheduled', now);
+    // Started by a signal: one at a time, each with the versions that started it.
+    const startsOf = (id: number) => (signalStarts.get(id) ?? []).map((pending) => ({ key: pending.key, version: pending.latestVersion }));
+    const bySignal = decided.scheduled.filter((id) => signalStarts.has(id));
+    const scheduled = await this.storage.decideTaskInstances(
+      decided.scheduled.filter((id) => !signalStarts.has(id)),
+      'scheduled',
+      now,
+    );
+    for (const id of bySignal) if (await this.storage.startOnSignal(id, startsOf(id), now)) scheduled.push(id);
     await this.storage.decideTaskInstances(decided.skipped, 'skipped', now);
     await this.storage.decideTaskInstances(decided.upstream_failed, 'upstream_failed', now);
     await this.storage.decideTaskInstances(decided.failed, 'failed', now);
@@ -296,10 +389,19 @@ export class Scheduler extends Daemon {
       try {
         await this.storage.deferTaskInstance(id, deferral, now);
         scheduled.push(id);
+        if (signalStarts.has(id)) await this.storage.recordSignalStarts(id, startsOf(id));
       } catch (error) {
         // Another scheduler decided it first (or it was cleared): nothing to do here.
         if (!(error instanceof TaskInstanceStateError)) throw error;
       }
+    }
+
+    for (const id of scheduled) {
+      for (const { key, version } of signalStarts.has(id) ? startsOf(id) : [])
+        this.log.info(
+          { dag_id: run.dagId, run_id: run.runId, task_instance_id: id, signal_key: key, signal_version: version },
+          `signal ${key} version ${version} started task instance ${id} of ${run.dagId} run ${run.runId}`,
+        );
     }
 
     const changed = decided.skipped.length + decided.upstream_failed.length + decided.failed.length + scheduled.length > 0;

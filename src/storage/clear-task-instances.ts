@@ -49,6 +49,7 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
           ready_at: null,
           execution_deadline: null,
           worker_job_id: null,
+          stop_request: null,
           return_value: null,
           end_date: null,
           updated_at: toDbTime(now),

@@ -3,6 +3,7 @@ import type { SchedulerDag } from '../model/scheduler-dag.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
 import { wake } from './wake.ts';
+import { latestSignalVersions } from './signals.ts';
 
 export interface NewDagRun {
   readonly runId: string;
@@ -39,7 +40,7 @@ export async function createDagRun({ db, adapter }: StorageContext, dag: Schedul
       .executeTakeFirst();
     if (!inserted) return null;
     if (dag.tasks.length > 0) {
-      await trx
+      const created = await trx
         // transition: create-run
         .insertInto('task_instance')
         .values(
@@ -54,9 +55,26 @@ export async function createDagRun({ db, adapter }: StorageContext, dag: Schedul
             updated_at: toDbTime(now),
           })),
         )
+        .returning(['id', 'task_id'])
         .execute();
+      await recordSignalBaselines({ db: trx, adapter }, dag, created);
     }
     await wake(trx, adapter, 'scheduler');
     return inserted.id;
   });
+}
+
+/**
+ * For each task that declares signal actions, the version of each of its keys its actions have
+ * taken into account: the key's latest now, so only signals sent after the run was created act.
+ */
+async function recordSignalBaselines(context: StorageContext, dag: SchedulerDag, created: readonly { id: number; task_id: string }[]): Promise<void> {
+  const withActions = dag.tasks.filter((task) => task.signalActions.length > 0);
+  if (withActions.length === 0) return;
+  const latest = await latestSignalVersions(context, [...new Set(withActions.flatMap((task) => task.signalActions.map((action) => action.key)))]);
+  const idOf = new Map(created.map((row) => [row.task_id, row.id]));
+  const rows = withActions.flatMap((task) =>
+    task.signalActions.map((action) => ({ task_instance_id: idOf.get(task.taskId)!, signal_key: action.key, version: latest.get(action.key) ?? 0 })),
+  );
+  await context.db.insertInto('task_instance_signal').values(rows).execute();
 }

@@ -74,6 +74,8 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
           .set(fields)
           .where('id', '=', taskInstanceId)
           .where('state', 'in', DEFERRABLE_STATES)
+          // A try a signal is stopping does not defer: its worker carries the stop out instead.
+          .where('stop_request', 'is', null)
           .executeTakeFirst();
     if (Number(deferred.numUpdatedRows) === 1) {
       // A new trigger row to claim, or a timeout that may be the next deadline to sweep at.
@@ -81,8 +83,10 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
       return trigger;
     }
     // Not deferrable (cleared, or never there): the throw rolls the trigger back too.
-    const ti = await trx.selectFrom('task_instance').select('state').where('id', '=', taskInstanceId).executeTakeFirst();
+    const ti = await trx.selectFrom('task_instance').select(['state', 'stop_request']).where('id', '=', taskInstanceId).executeTakeFirst();
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
+    if (ti.stop_request !== null)
+      throw new TaskInstanceStateError(`task instance ${taskInstanceId} is being stopped by a signal (${ti.stop_request}); it does not defer`);
     throw new TaskInstanceStateError(
       deferral.startFromTrigger
         ? `task instance ${taskInstanceId} is ${ti.state}; only one in no state can start from its trigger`

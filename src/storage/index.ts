@@ -22,7 +22,7 @@ import {
 } from './dag-run-progress.ts';
 import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts';
-import { latestScheduledLogicalDate, latestSignalRunVersion } from './latest-scheduled-run.ts';
+import { latestScheduledLogicalDate, latestSignalRunVersion, signalScheduleStart } from './latest-scheduled-run.ts';
 import { findDagRun, listDagRuns, type DagRunRow } from './list-dag-runs.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
@@ -31,9 +31,24 @@ import type { TaskReschedule } from '../model/task-reschedule.ts';
 import { taskReschedules } from './task-reschedules.ts';
 import { readDagRunStates } from './read-dag-run-states.ts';
 import { latestSignalVersions, pruneSignals, sendSignal, signalsAfter } from './signals.ts';
+import {
+  applySignalAction,
+  pendingSignalActions,
+  readActedSignal,
+  recordSignalStarts,
+  startOnSignal,
+  type PendingSignalAction,
+  type SignalStart,
+  type SignalActionOutcome,
+} from './signal-actions.ts';
+import { carryOutStopRequest, stopRequestsOf } from './stop-requests.ts';
+import type { ActedSignal, SignalActionPlan } from '../model/signal-actions.ts';
+import type { StopRequest } from '../db/schema.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
-import { listJobs, type JobListing } from './list-jobs.ts';
+import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
+import { listTriggers, type TriggerListing } from './list-triggers.ts';
+import { cleanDatabase, type CleanCounts } from './clean-database.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
@@ -64,6 +79,9 @@ export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
+export type { PendingSignalAction, SignalActionOutcome } from './signal-actions.ts';
+export type { TriggerListing } from './list-triggers.ts';
+export type { CleanCounts } from './clean-database.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
 export type { JobListing } from './list-jobs.ts';
@@ -224,6 +242,34 @@ export class Storage {
     return handBackTaskInstance(this.#context, taskInstanceId, workerJobId, now);
   }
 
+  stopRequestsOf(workerJobId: number, taskInstanceIds: readonly number[]): Promise<Map<number, StopRequest>> {
+    return stopRequestsOf(this.#context, workerJobId, taskInstanceIds);
+  }
+
+  carryOutStopRequest(taskInstanceId: number, workerJobId: number, now = Date.now()): Promise<StopRequest | null> {
+    return carryOutStopRequest(this.#context, taskInstanceId, workerJobId, now);
+  }
+
+  pendingSignalActions(limit: number): Promise<PendingSignalAction[]> {
+    return pendingSignalActions(this.#context, limit);
+  }
+
+  applySignalAction(pending: PendingSignalAction, plan: Exclude<SignalActionPlan, { kind: 'decide' }>, now = Date.now()): Promise<SignalActionOutcome> {
+    return applySignalAction(this.#context, pending, plan, now);
+  }
+
+  startOnSignal(taskInstanceId: number, starts: readonly SignalStart[], now = Date.now()): Promise<boolean> {
+    return startOnSignal(this.#context, taskInstanceId, starts, now);
+  }
+
+  recordSignalStarts(taskInstanceId: number, starts: readonly SignalStart[]): Promise<void> {
+    return recordSignalStarts(this.#context, taskInstanceId, starts);
+  }
+
+  readActedSignal(taskInstanceId: number, key: string): Promise<ActedSignal | null> {
+    return readActedSignal(this.#context, taskInstanceId, key);
+  }
+
   clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], now = Date.now()): Promise<ClearResult> {
     return clearTaskInstances(this.#context, taskInstances, now);
   }
@@ -260,6 +306,10 @@ export class Storage {
     return latestSignalRunVersion(this.#context, dagId);
   }
 
+  signalScheduleStart(dagId: string, key: string): Promise<number> {
+    return signalScheduleStart(this.#context, dagId, key);
+  }
+
   appendTaskLogLines(lines: readonly TaskLogLine[]): Promise<void> {
     return appendTaskLogLines(this.#context, lines);
   }
@@ -280,7 +330,15 @@ export class Storage {
     return listDagRuns(this.#context, filter);
   }
 
-  listJobs(filter: { jobType?: string; limit: number }): Promise<JobListing[]> {
+  listTriggers(filter: { readonly limit: number; readonly triggererId?: number; readonly perTrigger: number }): Promise<TriggerListing[]> {
+    return listTriggers(this.#context, filter);
+  }
+
+  cleanDatabase(before: number, dryRun: boolean): Promise<CleanCounts> {
+    return cleanDatabase(this.#context, before, dryRun);
+  }
+
+  listJobs(filter: JobFilter): Promise<JobListing[]> {
     return listJobs(this.#context, filter);
   }
 

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { fromDbTime } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 
@@ -39,4 +40,27 @@ export async function latestSignalRunVersion({ db }: StorageContext, dagId: stri
     return match ? [Number(match[1])] : [];
   });
   return versions.length === 0 ? null : Math.max(...versions);
+}
+
+/**
+ * Where a DAG scheduled on `key` without a startDate starts, before its first run: after the
+ * key's latest version when a scheduler first saw it. Recorded the first time and read after,
+ * so every scheduler, and a restarted one, agrees; a DAG moved to another key starts afresh.
+ */
+export async function signalScheduleStart({ db }: StorageContext, dagId: string, key: string): Promise<number> {
+  const latest = db.selectFrom('signal_key').select('version').where('key', '=', key);
+  const latestOrNone = sql<number>`coalesce((${latest}), 0)`;
+  await db
+    .insertInto('dag_signal_start')
+    .values({ dag_id: dagId, signal_key: key, after_version: latestOrNone })
+    .onConflict((conflict) => conflict.column('dag_id').doNothing())
+    .execute();
+  await db
+    .updateTable('dag_signal_start')
+    .set({ signal_key: key, after_version: latestOrNone })
+    .where('dag_id', '=', dagId)
+    .where('signal_key', '!=', key)
+    .execute();
+  const row = await db.selectFrom('dag_signal_start').select('after_version').where('dag_id', '=', dagId).executeTakeFirstOrThrow();
+  return Number(row.after_version);
 }

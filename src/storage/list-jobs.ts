@@ -13,10 +13,22 @@ export interface JobListing {
   readonly latestHeartbeat: number | null;
 }
 
-/** Job rows (triggerers, workers, schedulers), newest first: running ones first, then ended. */
-export async function listJobs({ db }: StorageContext, filter: { jobType?: string; limit: number }): Promise<JobListing[]> {
-  let query = db.selectFrom('job').selectAll().orderBy('id', 'desc').limit(filter.limit);
+export interface JobFilter {
+  readonly jobType?: string;
+  readonly hostname?: string;
+  /** Only rows still saying `running` (alive, or killed without ending them), latest heartbeat first. */
+  readonly runningOnly?: boolean;
+  readonly limit: number;
+}
+
+/** Job rows (triggerers, workers, schedulers), newest first (with runningOnly: freshest heartbeat first). */
+export async function listJobs({ db }: StorageContext, filter: JobFilter): Promise<JobListing[]> {
+  let query = db.selectFrom('job').selectAll().limit(filter.limit);
+  query = filter.runningOnly
+    ? query.where('state', '=', 'running').where('end_date', 'is', null).orderBy('latest_heartbeat', 'desc').orderBy('id', 'desc')
+    : query.orderBy('id', 'desc');
   if (filter.jobType !== undefined) query = query.where('job_type', '=', filter.jobType);
+  if (filter.hostname !== undefined) query = query.where('hostname', '=', filter.hostname);
   return (await query.execute()).map((row) => ({
     id: row.id,
     jobType: row.job_type,

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { toDbTime, WORKER_JOB_TYPE } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
+import { stopRequestCarriedOut } from './stop-requests.ts';
 
 export interface ReapResult {
   /** Claimed but never started: back to scheduled, no try spent. */
@@ -9,6 +10,8 @@ export interface ReapResult {
   readonly retried: number;
   /** Running on a dead worker, no tries left. */
   readonly failed: number;
+  /** Running on a dead worker, which a signal had asked to stop or restart: the request carried out. */
+  readonly stopped: number;
 }
 
 /** A try a dead worker left running, to be retried. */
@@ -26,7 +29,7 @@ export interface ZombieTry {
  * worker.
  */
 export async function reapZombieTaskInstances(
-  { db }: StorageContext,
+  { db, adapter }: StorageContext,
   aliveSince: number,
   now: number,
   retryReadyAt: (zombie: ZombieTry) => Promise<number>,
@@ -36,6 +39,15 @@ export async function reapZombieTaskInstances(
     .select('id')
     .where('job_type', '=', WORKER_JOB_TYPE)
     .where((eb) => eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]));
+  // Every scheduler pass comes here: one read when no dead worker holds anything (the usual case).
+  const anyHeld = await db
+    .selectFrom('task_instance')
+    .select('id')
+    .where('state', 'in', ['queued', 'running'])
+    .where('worker_job_id', 'in', deadWorkers)
+    .limit(1)
+    .executeTakeFirst();
+  if (!anyHeld) return { requeued: 0, retried: 0, failed: 0, stopped: 0 };
   const released = { worker_job_id: null, updated_at: toDbTime(now) };
   const requeued = await db
     // transition: reap-queued
@@ -44,10 +56,20 @@ export async function reapZombieTaskInstances(
     .where('state', '=', 'queued')
     .where('worker_job_id', 'in', deadWorkers)
     .executeTakeFirst();
+  // A try a signal asked to stop ends as asked, not as a failure: it would have been stopped anyway.
+  const stopped = await db
+    // transition: reap-stopped
+    .updateTable('task_instance')
+    .set(stopRequestCarriedOut(adapter, now))
+    .where('state', '=', 'running')
+    .where('stop_request', 'is not', null)
+    .where('worker_job_id', 'in', deadWorkers)
+    .executeTakeFirst();
   const retriable = await db
     .selectFrom('task_instance')
     .select(['id', 'dag_id', 'task_id', 'try_number', 'worker_job_id'])
     .where('state', '=', 'running')
+    .where('stop_request', 'is', null)
     .where('worker_job_id', 'in', deadWorkers)
     .where(sql<boolean>`try_number <= max_tries`)
     .execute();
@@ -60,6 +82,7 @@ export async function reapZombieTaskInstances(
       .set({ ...released, state: 'up_for_retry', ready_at: toDbTime(readyAt) })
       .where('id', '=', zombie.id)
       .where('state', '=', 'running')
+      .where('stop_request', 'is', null)
       .where('worker_job_id', '=', zombie.worker_job_id)
       .executeTakeFirst();
     retried += Number(updated.numUpdatedRows);
@@ -69,8 +92,9 @@ export async function reapZombieTaskInstances(
     .updateTable('task_instance')
     .set({ ...released, state: 'failed', end_date: toDbTime(now) })
     .where('state', '=', 'running')
+    .where('stop_request', 'is', null)
     .where('worker_job_id', 'in', deadWorkers)
     .where(sql<boolean>`try_number > max_tries`)
     .executeTakeFirst();
-  return { requeued: Number(requeued.numUpdatedRows), retried, failed: Number(failed.numUpdatedRows) };
+  return { requeued: Number(requeued.numUpdatedRows), retried, failed: Number(failed.numUpdatedRows), stopped: Number(stopped.numUpdatedRows) };
 }

@@ -18,6 +18,16 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../db/schema.ts';
  *   queued ──scheduler: its worker's heartbeat went stale──▶ scheduled (it never started)
  *   running ──scheduler: its worker's heartbeat went stale──▶ up_for_retry | failed
  *   any ──CLI: tasks clear──▶ (no state)
+ *   (no state) ──scheduler: a start or restart signal came──▶ scheduled
+ *   a signal's restart (src/model/signal-actions.ts has the whole table):
+ *     deferred | up_for_retry | up_for_reschedule | success | failed | skipped | upstream_failed
+ *       ──scheduler──▶ scheduled, afresh (a new try; the trigger dropped)
+ *     scheduled | queued ──scheduler──▶ the same state, its resume point dropped (the start is a new try)
+ *   a signal's stop: (no state) | scheduled | queued | deferred | up_for_retry | up_for_reschedule
+ *       ──scheduler──▶ its end state (skipped, failed or success)
+ *   running ──scheduler: a signal stops or restarts it──▶ running, stop_request set
+ *   running (stop_request) ──its worker aborts the try | the scheduler, its worker dead──▶
+ *       scheduled (restart) | skipped | failed | success
  *
  * Every transition is one conditional UPDATE on the state it leaves (and, for a worker, on the
  * worker that holds it), so two processes racing for one task instance cannot both win: the
@@ -65,6 +75,28 @@ export const TASK_INSTANCE_TRANSITIONS = {
   'reap-queued': { from: ['queued'], to: ['scheduled'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
   'reap-running': { from: ['running'], to: ['up_for_retry', 'failed'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
   clear: { from: 'any', to: [null], by: 'CLI (tasks clear)', file: 'clear-task-instances.ts' },
+  'signal-restart': {
+    from: ['deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
+    to: ['scheduled'],
+    by: 'scheduler (a restart signal)',
+    file: 'signal-actions.ts',
+  },
+  'signal-start': { from: [null], to: ['scheduled'], by: 'scheduler (a start or restart signal, the version recorded with it)', file: 'signal-actions.ts' },
+  'signal-fresh-start': { from: ['scheduled', 'queued'], to: [], by: 'scheduler (a restart signal before the start)', file: 'signal-actions.ts' },
+  'signal-stop': {
+    from: [null, 'scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule'],
+    to: ['success', 'failed', 'skipped'],
+    by: 'scheduler (a stop signal)',
+    file: 'signal-actions.ts',
+  },
+  'request-stop': { from: ['running'], to: [], by: 'scheduler (a stop or restart signal; stop_request set)', file: 'signal-actions.ts' },
+  'stop-running': { from: ['running'], to: ['scheduled', 'success', 'failed', 'skipped'], by: 'worker (carries out a stop request)', file: 'stop-requests.ts' },
+  'reap-stopped': {
+    from: ['running'],
+    to: ['scheduled', 'success', 'failed', 'skipped'],
+    by: 'scheduler (a stop request of a dead worker)',
+    file: 'reap-zombie-task-instances.ts',
+  },
 } as const satisfies Record<string, TaskInstanceTransition>;
 
 export type TaskInstanceTransitionName = keyof typeof TASK_INSTANCE_TRANSITIONS;

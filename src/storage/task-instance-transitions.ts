@@ -196,7 +196,8 @@ export type TaskOutcome =
  * cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. A
  * reschedule gives its try back (try_number - 1): the next start takes the same number; it
  * also writes the reschedule's history row, in the same transaction. False when the task
- * instance is no longer running on this worker: its outcome is dropped, as it must be.
+ * instance is no longer running on this worker, or a signal asked to stop it (see
+ * carryOutStopRequest): its outcome is dropped, as it must be.
  */
 export async function finishTaskInstance(
   { db, adapter }: StorageContext,
@@ -215,12 +216,14 @@ export async function finishTaskInstance(
         { db: trx, adapter },
         { taskInstanceId, tryNumber: finished.tryNumber + 1, startedAt: outcome.startedAt, endedAt: now, readyAt: outcome.readyAt },
       );
+      // The scheduler's next ready_at may be earlier now.
+      await wake(trx, adapter, 'scheduler');
       return true;
     });
   }
   const finished = (await finishRun({ db, adapter }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
-  // Its downstream tasks may be ready now.
-  if (finished && terminal.includes(outcome.state)) await wake(db, adapter, 'scheduler');
+  // Its downstream tasks may be ready now, or (a retry) the scheduler's next ready_at earlier.
+  if (finished) await wake(db, adapter, 'scheduler');
   return finished;
 }
 
@@ -249,6 +252,8 @@ async function finishRun(
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'running')
     .where('worker_job_id', '=', workerJobId)
+    // A signal's stop or restart, asked for while the try ran, wins over its outcome.
+    .where('stop_request', 'is', null)
     .returning('try_number')
     .executeTakeFirst();
   return row ? { tryNumber: row.try_number } : null;
@@ -275,6 +280,7 @@ export async function handBackTaskInstance({ db }: StorageContext, taskInstanceI
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'running')
     .where('worker_job_id', '=', workerJobId)
+    .where('stop_request', 'is', null)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }

@@ -3,8 +3,13 @@ import type { DatabaseSchema } from '../db/schema.ts';
 import { WAKE_CHANNEL } from '../db/notification-hub.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 
-/** Which daemons a write gives work to: a new trigger to claim, a task instance to run, a state to decide on. */
-export type WakeTopic = 'triggerer' | 'worker' | 'scheduler';
+/**
+ * Which daemons a write gives work to: a new trigger to claim, a task instance to run, a state to
+ * decide on, a running try a signal asks its worker to stop (a topic of its own: every scheduled
+ * task instance wakes the workers, and a worker with tries running need not look for stop
+ * requests each time).
+ */
+export type WakeTopic = 'triggerer' | 'worker' | 'scheduler' | 'stop-request';
 
 /**
  * Pushes a wake-up to the daemons of `topics` when `db`'s transaction commits (PostgreSQL NOTIFY;

@@ -8,7 +8,7 @@ import { SignalHttpServer } from '../signals/signal-http.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Daemon } from '../jobs/daemon.ts';
+import { Daemon, PUSHED_POLL_MAX_MS } from '../jobs/daemon.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
@@ -165,7 +165,7 @@ export class Triggerer extends Daemon {
       `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
-    this.subscribeWakeups(this.database, 'triggerer', () => this.#pushedWake(), this.options.push);
+    this.subscribeWakeups(this.database, { triggerer: () => this.#pushedWake() }, this.options.push);
     this.#scheduleSweep(0);
     this.#passLoop = this.#runPasses();
   }
@@ -306,14 +306,21 @@ export class Triggerer extends Daemon {
    * timeoutSweepMs; while pushes work, a deferral wakes it early, so the safety net is longer).
    */
   async #sweepTimeouts(): Promise<void> {
-    let nextInMs = this.safetyNetPause(this.database, this.options.timeoutSweepMs);
+    // While pushes work, every deferral wakes the sweep to re-read the deadline (#pushedWake), so
+    // its safety net is the daemons' longest.
+    const { timeoutSweepMs } = this.options;
+    let nextInMs = this.wakeupsPushed(this.database) ? Math.max(timeoutSweepMs, PUSHED_POLL_MAX_MS) : timeoutSweepMs;
     try {
-      const failed = await this.storage.failTimedOutDeferrals();
-      if (failed > 0) {
-        this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
-        this.onWork?.();
+      // The deadline first: an idle sweep is that one read.
+      let deadline = await this.storage.nextDeferralDeadline();
+      if (deadline !== null && deadline <= Date.now()) {
+        const failed = await this.storage.failTimedOutDeferrals();
+        if (failed > 0) {
+          this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
+          this.onWork?.();
+        }
+        deadline = await this.storage.nextDeferralDeadline();
       }
-      const deadline = await this.storage.nextDeferralDeadline();
       this.#runner.markLoopEdge();
       if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));
     } catch (error) {

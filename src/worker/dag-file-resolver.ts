@@ -58,6 +58,7 @@ export function dagFileResolver(database: Database, options: { readonly smartSen
           dagRunStates: (query) => dagRunStates.read(query),
           sendSignal: (key, value) => SignalService.of(database).send(key, value ?? null),
           latestSignalVersion: (key) => SignalService.of(database).latestVersion(key),
+          actedSignal: (key) => storage.readActedSignal(claimed.id, key),
           smartSensors: options.smartSensors,
         };
       },

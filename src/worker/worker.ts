@@ -10,6 +10,7 @@ import {
   ReturnValueTooLargeError,
   TaskExecutionTimeoutError,
   TaskInstanceStateError,
+  TaskStoppedBySignalError,
 } from '../errors.ts';
 import { isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
@@ -65,8 +66,10 @@ export interface WorkerOptions {
  */
 export class Worker extends Daemon {
   readonly #running = new Map<number, Promise<void>>();
-  /** Per running task instance: aborted when its execution timeout passes or the worker gives up on it at shutdown. */
+  /** Per running task instance: aborted when its execution timeout passes, a signal stops it, or the worker gives up on it at shutdown. */
   readonly #cancels = new Map<number, AbortController>();
+  /** A look for stop requests is under way (true), and another is wanted after it (`again`). */
+  #stopCheck: { again: boolean } | null = null;
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   #slotMs = 0;
@@ -103,14 +106,54 @@ export class Worker extends Daemon {
     return this.#slotMs;
   }
 
-  /** Looks for scheduled task instances now instead of at the next poll. */
+  /**
+   * Looks for scheduled task instances now instead of at the next poll, and for signals stopping
+   * running ones (standalone calls it when its scheduler or triggerer made work).
+   */
   wake(): void {
     this.#pause.wake();
+    this.#checkStopRequests();
+  }
+
+  protected override onHeartbeat(): void {
+    // The safety net for a stop request whose push was lost (or with pushes off).
+    this.#checkStopRequests();
+  }
+
+  /**
+   * Aborts the tries a signal asked to stop or restart (see src/storage/stop-requests.ts): their
+   * code sees context.signal aborted with DF_TASK_STOPPED_BY_SIGNAL, and #runStarted carries the
+   * request out. One look at a time; a wake during one asks for another after it.
+   */
+  #checkStopRequests(): void {
+    if (this.#cancels.size === 0 || this.jobId === null) return;
+    if (this.#stopCheck) {
+      this.#stopCheck.again = true;
+      return;
+    }
+    const check = { again: false };
+    this.#stopCheck = check;
+    void (async () => {
+      try {
+        do {
+          check.again = false;
+          const requests = await this.storage.stopRequestsOf(this.jobId!, [...this.#cancels.keys()]);
+          for (const [taskInstanceId, request] of requests) {
+            const cancel = this.#cancels.get(taskInstanceId);
+            if (cancel && !cancel.signal.aborted) cancel.abort(new TaskStoppedBySignalError(request));
+          }
+        } while (check.again && this.#cancels.size > 0);
+      } catch (error) {
+        this.log.warn(errorFields(error, 'DF_DATABASE'), 'looking for signals stopping running tasks failed; looking again at the next heartbeat');
+      } finally {
+        this.#stopCheck = null;
+      }
+    })();
   }
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
-    this.subscribeWakeups(this.database, 'worker', () => this.wake(), this.options.push ?? true);
+    this.subscribeWakeups(this.database, { worker: () => this.#pause.wake(), 'stop-request': () => this.#checkStopRequests() }, this.options.push ?? true);
     this.#loop = this.#claimLoop();
   }
 
@@ -168,7 +211,9 @@ export class Worker extends Daemon {
           )
           .finally(() => {
             this.#slotMs += performance.now() - claimedAt;
-            this.#running.delete(taskInstance.id);
+            // A restarted task instance may be claimed again before this run wound down: the
+            // entry is then the next run's.
+            if (this.#running.get(taskInstance.id) === run) this.#running.delete(taskInstance.id);
             this.#pause.wake();
             this.onWork?.();
           });
@@ -199,15 +244,24 @@ export class Worker extends Daemon {
     }
     const started = await this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs);
     if (!started) return; // cleared or reaped meanwhile
+    const cancel = new AbortController();
+    this.#cancels.set(taskInstance.id, cancel);
     try {
-      await this.#runStarted(taskInstance, label, task, started);
+      await this.#runStarted(taskInstance, label, task, started, cancel);
     } finally {
       this.#taskLogs.release(taskInstance.id, started.tryNumber);
-      this.#cancels.delete(taskInstance.id);
+      // Not the next try's (a restart may have started it here already).
+      if (this.#cancels.get(taskInstance.id) === cancel) this.#cancels.delete(taskInstance.id);
     }
   }
 
-  async #runStarted(taskInstance: ClaimedTaskInstance, label: string, task: AnyResolvedTask, started: StartedTaskInstance): Promise<void> {
+  async #runStarted(
+    taskInstance: ClaimedTaskInstance,
+    label: string,
+    task: AnyResolvedTask,
+    started: StartedTaskInstance,
+    cancel: AbortController,
+  ): Promise<void> {
     const tryLog = this.#openTaskLog(taskInstance, started);
     tryLog.worker.info(
       started.nextMethod ? { next_method: started.nextMethod } : {},
@@ -218,14 +272,12 @@ export class Worker extends Daemon {
       if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
         throw new TaskExecutionTimeoutError(label, started.executionDeadline);
       }
-      const cancel = new AbortController();
-      this.#cancels.set(taskInstance.id, cancel);
       const context = await task.context(taskInstance, started, tryLog.task, cancel.signal);
       const nextMethod = started.nextMethod;
       const work = Promise.resolve().then(() =>
         nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
       );
-      const returned = await withDeadline(work, started.executionDeadline, label, cancel);
+      const returned = await untilAborted(work, started.executionDeadline, label, cancel);
       const returnValueJson = returned === undefined ? null : toJsonText(returned, "the task's return value");
       if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
         throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
@@ -234,6 +286,12 @@ export class Worker extends Daemon {
     } catch (thrown) {
       // What failed the try: what the task threw, or the deferral's write that failed.
       let error: unknown = thrown;
+      if (error instanceof TaskStoppedBySignalError) {
+        await this.#carryOutStopRequest(taskInstance, label, tryLog);
+        return;
+      }
+      // Handed back at shutdown already (see shutdown()): nothing of this try is recorded.
+      if (error instanceof WorkerStoppingError) return;
       if (isTaskDeferred(error)) {
         try {
           await this.storage.deferTaskInstance(taskInstance.id, error);
@@ -242,6 +300,7 @@ export class Worker extends Daemon {
           return;
         } catch (deferError) {
           if (deferError instanceof TaskInstanceStateError) {
+            if (await this.#carryOutStopRequest(taskInstance, label, tryLog)) return;
             this.log.warn(
               { task_instance_id: taskInstance.id, error: deferError.message },
               `${label} deferred, but it is no longer this worker's to defer; dropped`,
@@ -275,6 +334,21 @@ export class Worker extends Daemon {
     }
   }
 
+  /**
+   * Ends a try a signal stopped, as its request says (a new try, or an end state); the try's own
+   * outcome, if any, is dropped. Returns whether there was a request to carry out.
+   */
+  async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers): Promise<boolean> {
+    const done = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.carryOutStopRequest(taskInstance.id, this.jobId!));
+    if (done === null) return false;
+    tryLog.worker.info(
+      { state: done === 'restart' ? 'scheduled' : done, code: 'DF_TASK_STOPPED_BY_SIGNAL' },
+      done === 'restart' ? `${label} stopped by a signal; it runs again as a new try` : `${label} stopped by a signal; ${done}`,
+    );
+    await this.#taskLogs.flush();
+    return true;
+  }
+
   #openTaskLog(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): TryLoggers {
     return this.#taskLogs.open({
       task_instance_id: taskInstance.id,
@@ -304,6 +378,8 @@ export class Worker extends Daemon {
     }
     await this.#taskLogs.flush();
     const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now));
+    // A signal asked to stop it before the outcome was written: the request wins.
+    if (!recorded && (await this.#carryOutStopRequest(taskInstance, label, tryLog))) return;
     if (!recorded)
       this.log.warn(
         { task_instance_id: taskInstance.id, state: outcome.state },
@@ -331,26 +407,24 @@ async function withRetries<T>(attempts: number, pauseMs: number, write: () => Pr
 export const MAX_RETURN_VALUE_BYTES = 1024 * 1024;
 
 /**
- * `work`, or a TaskExecutionTimeoutError at `deadline`, which also aborts the task's signal.
- * JavaScript cannot be preempted: work that ignores its signal may go on in the background,
- * but its result is ignored.
+ * `work`, or the reason `cancel` is aborted: a TaskExecutionTimeoutError at `deadline` (which
+ * aborts it), or a signal's stop. JavaScript cannot be preempted: work that ignores its signal
+ * may go on in the background, but its result is ignored.
  */
-async function withDeadline<T>(work: Promise<T>, deadline: number | null, label: string, cancel: AbortController): Promise<T> {
-  if (deadline === null) return work;
+async function untilAborted<T>(work: Promise<T>, deadline: number | null, label: string, cancel: AbortController): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => {
-        const timeout = new TaskExecutionTimeoutError(label, deadline);
-        cancel.abort(timeout);
-        reject(timeout);
-      },
-      Math.max(0, deadline - Date.now()),
-    );
+  if (deadline !== null) timer = setTimeout(() => cancel.abort(new TaskExecutionTimeoutError(label, deadline)), Math.max(0, deadline - Date.now()));
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(cancel.signal.reason);
+    if (cancel.signal.aborted) onAbort();
+    else cancel.signal.addEventListener('abort', onAbort, { once: true });
   });
+  aborted.catch(() => {}); // settled by the race, or never looked at once the work won
   try {
-    return await Promise.race([work, expired]);
+    return await Promise.race([work, aborted]);
   } finally {
     clearTimeout(timer);
+    cancel.signal.removeEventListener('abort', onAbort!);
   }
 }

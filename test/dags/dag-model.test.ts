@@ -98,6 +98,7 @@ describe('DAGs', () => {
       priorityWeight: 5,
       startTrigger: null,
       retry: { retries: 2, retryDelayMs: 60_000, exponentialBackoff: false, maxRetryDelayMs: null },
+      signalActions: [],
     });
     expect(forScheduler.tasks.find((task) => task.taskId === 'wait')!.startTrigger).toEqual({
       classpath: 'test.DelayTrigger',

@@ -54,6 +54,7 @@ const task = (taskId: string, upstreamTaskIds: string[] = [], more: Partial<Sche
   retry: NO_RETRIES,
   priorityWeight: 1,
   startTrigger: null,
+  signalActions: [],
   ...more,
 });
 

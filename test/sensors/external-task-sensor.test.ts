@@ -161,7 +161,11 @@ export const dag = new Dag({ dagId: 'watcher' }).add(
     const database = await migratedDatabase(dialect);
     try {
       const storage = new Storage(database);
-      const dag = { dagId: 'target', hash: 'h', tasks: ['a', 'b'].map((taskId) => ({ taskId, operator: 'X', retry: { retries: 0 }, priorityWeight: 1 })) };
+      const dag = {
+        dagId: 'target',
+        hash: 'h',
+        tasks: ['a', 'b'].map((taskId) => ({ taskId, operator: 'X', retry: { retries: 0 }, priorityWeight: 1, signalActions: [] })),
+      };
       for (let hour = 0; hour < 300; hour++) {
         await storage.createDagRun(dag as never, { runId: `r${hour}`, runType: 'manual', logicalDate: Date.UTC(2026, 0, 1, hour), conf: {} }, Date.now());
       }

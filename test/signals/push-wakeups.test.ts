@@ -31,7 +31,7 @@ first.before(nap).before(last);
 export { dag };
 `;
 
-const started = (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
+const started = (proc: TriggererProcess) => proc.waitForJob(20_000);
 
 const TIMED = `import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
 import { DateTimeTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};

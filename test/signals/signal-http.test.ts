@@ -79,7 +79,7 @@ describe.each(testDialects)('the signal endpoint on %s', (dialect) => {
   it('is off without a token, and a short token is refused at start, naming the option', async () => {
     const db = await scratch.database(dialect);
     const plain = spawnTriggerer(['--db', db.url, '--signal-http-port', '0']);
-    await plain.waitForLine((line) => typeof line.job_id === 'number', 20_000);
+    await plain.waitForJob(20_000);
     plain.kill('SIGTERM');
     expect((await plain.exit).code).toBe(0);
     expect(plain.lines.some((line) => typeof line.port === 'number')).toBe(false);

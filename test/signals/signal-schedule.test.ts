@@ -20,7 +20,7 @@ export const dag = new Dag({ dagId: 'on_orders', schedule: { signal: 'orders.loa
 );
 `;
 
-const started = (proc: TriggererProcess) => proc.waitForLine((line) => typeof line.job_id === 'number', 20_000);
+const started = (proc: TriggererProcess) => proc.waitForJob(20_000);
 
 describe.each(testDialects)('DAGs scheduled on a signal, on %s', (dialect) => {
   it('two schedulers make one run per version, each carrying its signal; versions sent while none ran are caught up', async () => {
@@ -58,6 +58,49 @@ describe.each(testDialects)('DAGs scheduled on a signal, on %s', (dialect) => {
     expect(listed.text[1]).toMatch(/^on_orders +on signal orders\.loaded +/);
     again.kill('SIGTERM');
     worker.kill('SIGTERM');
+    await Promise.all([again.exit, worker.exit]);
+  }, 90_000);
+});
+
+const NO_START = `import { Dag, FunctionOperator } from ${JSON.stringify(PACKAGE_ENTRY)};
+export const dag = new Dag({ dagId: 'from_now', schedule: { signal: 'events.new' } }).add(
+  new FunctionOperator({ taskId: 'take', fn: (context) => context.dagRun.conf.signal.version }),
+);
+`;
+
+describe.each(testDialects)('a DAG scheduled on a signal without a startDate, on %s', (dialect) => {
+  it('runs the versions sent after a scheduler first saw it, those sent while no scheduler ran before its first run included', async () => {
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('signal-no-start');
+    writeFileSync(path.join(dags, 'from_now.mjs'), NO_START);
+    await processDagFolder(db, dags);
+    // Sent before any scheduler saw the DAG: history, not run.
+    await sendSignal(db, 'events.new', 'old');
+    await sendSignal(db, 'events.new', 'old');
+    const fast = ['--poll-interval', '0.2', '--heartbeat-interval', '0.5'];
+    const first = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    await started(first);
+    await waitFor(
+      async () => (await db.db.selectFrom('dag_signal_start').select('after_version').where('dag_id', '=', 'from_now').executeTakeFirst()) !== undefined,
+      {
+        what: 'the start point recorded',
+      },
+    );
+    first.kill('SIGTERM');
+    expect((await first.exit).code).toBe(0);
+    // Sent while no scheduler runs, before the DAG's first run.
+    await sendSignal(db, 'events.new', 'missed');
+    const again = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...fast]);
+    for (const proc of [again, worker]) await started(proc);
+    await sendSignal(db, 'events.new', 'live');
+    const runs = async () =>
+      (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', 'from_now').where('state', '=', 'success').orderBy('run_id').execute()).map(
+        (run) => run.run_id,
+      );
+    await waitFor(async () => (await runs()).length === 2, { what: 'two runs done', timeoutMs: 30_000 });
+    expect(await runs()).toEqual(['signal__3', 'signal__4']);
+    for (const proc of [again, worker]) proc.kill('SIGTERM');
     await Promise.all([again.exit, worker.exit]);
   }, 90_000);
 });

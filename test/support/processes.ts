@@ -100,6 +100,11 @@ export class TriggererProcess {
    * The first JSON line (already printed or still to come) matching `predicate`. Rejects after
    * `timeoutMs`, or as soon as the process exits without having printed one.
    */
+  /** The job id from the line a daemon prints once its job row is registered (it has started). */
+  async waitForJob(timeoutMs = 10_000): Promise<number> {
+    return Number((await this.waitForLine((line) => typeof line.job_id === 'number', timeoutMs)).job_id);
+  }
+
   waitForLine(predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> {
     return new Promise<LogLine>((resolve, reject) => {
       let scanned = 0;

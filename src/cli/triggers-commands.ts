@@ -1,0 +1,56 @@
+import type { Argv } from 'yargs';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { positiveInteger } from '../config/option-table.ts';
+import { Storage } from '../storage/index.ts';
+import { withMigratedDatabase } from './db-commands.ts';
+import { printListing } from './table.ts';
+
+/** Task instances named per trigger in the listing (the count says how many wait in all). */
+const NAMED_PER_TRIGGER = 3;
+
+/** `deferflow triggers list`: what is being waited on, by whom, for how long. Never the kwargs: they may hold secrets. */
+export function registerTriggersCommands(cli: Argv): void {
+  cli.command('triggers', 'Trigger commands: list', (triggers) =>
+    triggers
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .command(
+        'list',
+        'List triggers, oldest first, with their classpath, the triggerer running them, their age and the task instances waiting on them',
+        (command) =>
+          command
+            .option('triggerer', { type: 'string', describe: 'Only the triggers of this triggerer job id' })
+            .option('limit', { type: 'string', default: '50', describe: 'Most triggers listed' })
+            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+        async (args) => {
+          const limit = positiveInteger(args.limit, 'limit');
+          const triggererId = args.triggerer === undefined ? undefined : positiveInteger(args.triggerer, 'triggerer');
+          await withMigratedDatabase(args.db, async (database) => {
+            const now = Date.now();
+            const rows = (await new Storage(database).listTriggers({ limit, triggererId, perTrigger: NAMED_PER_TRIGGER })).map((trigger) => ({
+              id: trigger.id,
+              classpath: trigger.classpath,
+              triggerer_id: trigger.triggererId,
+              triggerer_host: trigger.triggererHost,
+              created_at: new Date(trigger.createdAt).toISOString(),
+              age_s: Math.round((now - trigger.createdAt) / 100) / 10,
+              task_instance_count: trigger.taskInstanceCount,
+              task_instances: trigger.taskInstances.map((ti) => ({ id: ti.id, dag_id: ti.dagId, task_id: ti.taskId, run_id: ti.runId })),
+            }));
+            printListing(rows, {
+              json: args.json,
+              empty: 'no triggers',
+              headers: ['ID', 'CLASSPATH', 'TRIGGERER', 'AGE', 'TASK INSTANCES'],
+              cells: (row) => [
+                String(row.id),
+                row.classpath,
+                row.triggerer_id === null ? 'unowned' : `${row.triggerer_id} on ${row.triggerer_host ?? '?'}`,
+                `${row.age_s} s`,
+                `${row.task_instance_count}: ${row.task_instances.map((ti) => `${ti.dag_id}.${ti.task_id} (${ti.run_id})`).join(', ')}${row.task_instance_count > row.task_instances.length ? ', …' : ''}`,
+              ],
+            });
+          });
+        },
+      )
+      .demandCommand(1, 'name a triggers command'),
+  );
+}

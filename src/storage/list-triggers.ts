@@ -1,0 +1,66 @@
+import { sql } from 'kysely';
+import { fromDbTime } from '../db/schema.ts';
+import type { StorageContext } from './context.ts';
+
+/** A trigger row as `deferflow triggers list` shows it: never its kwargs (they may hold secrets). */
+export interface TriggerListing {
+  readonly id: number;
+  readonly classpath: string;
+  readonly createdAt: number;
+  /** The triggerer job running it, and that job's host; null while unowned. */
+  readonly triggererId: number | null;
+  readonly triggererHost: string | null;
+  /** How many task instances wait on it, and the first few of them (lowest id first). */
+  readonly taskInstanceCount: number;
+  readonly taskInstances: readonly { readonly id: number; readonly dagId: string; readonly taskId: string; readonly runId: string }[];
+}
+
+/** Triggers, oldest first, at most `limit`, optionally only those of one triggerer; `perTrigger` task instances named for each. */
+export async function listTriggers(
+  { db, adapter }: StorageContext,
+  filter: { readonly limit: number; readonly triggererId?: number; readonly perTrigger: number },
+): Promise<TriggerListing[]> {
+  let query = db
+    .selectFrom('trigger')
+    .leftJoin('job', 'job.id', 'trigger.triggerer_id')
+    .select([
+      'trigger.id',
+      'trigger.classpath',
+      'trigger.created_at',
+      'trigger.triggerer_id',
+      'job.hostname',
+      (eb) => eb.selectFrom('task_instance').select(sql<number>`count(*)`.as('n')).whereRef('task_instance.trigger_id', '=', 'trigger.id').as('waiting'),
+    ])
+    .orderBy('trigger.created_at')
+    .orderBy('trigger.id')
+    .limit(filter.limit);
+  if (filter.triggererId !== undefined) query = query.where('trigger.triggerer_id', '=', filter.triggererId);
+  const rows = await query.execute();
+  if (rows.length === 0) return [];
+  const linked = await db
+    .selectFrom('task_instance')
+    .select(['id', 'dag_id', 'task_id', 'run_id', 'trigger_id'])
+    .where(
+      adapter.idIn(
+        'trigger_id',
+        rows.map((row) => row.id),
+      ),
+    )
+    .orderBy('id')
+    .execute();
+  const byTrigger = new Map<number, TriggerListing['taskInstances'][number][]>();
+  for (const ti of linked) {
+    const list = byTrigger.get(ti.trigger_id!) ?? [];
+    if (list.length < filter.perTrigger) list.push({ id: ti.id, dagId: ti.dag_id, taskId: ti.task_id, runId: ti.run_id });
+    byTrigger.set(ti.trigger_id!, list);
+  }
+  return rows.map((row) => ({
+    id: row.id,
+    classpath: row.classpath,
+    createdAt: fromDbTime(row.created_at),
+    triggererId: row.triggerer_id,
+    triggererHost: row.hostname ?? null,
+    taskInstanceCount: Number(row.waiting ?? 0),
+    taskInstances: byTrigger.get(row.id) ?? [],
+  }));
+}
