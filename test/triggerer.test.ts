@@ -213,7 +213,8 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(new Date(ti.updated_at!).getTime()).toBeGreaterThanOrEqual(deadlineMs);
     // The sweep logs after its commit, which this test's own connection may see first: wait for
     // the line before counting, so the count proves "once" instead of racing the log.
-    const timedOutCount = () => [...one.logs.lines, ...two.logs.lines].filter((l) => typeof l.timed_out === 'number').reduce((s, l) => s + Number(l.timed_out), 0);
+    const timedOutCount = () =>
+      [...one.logs.lines, ...two.logs.lines].filter((l) => typeof l.timed_out === 'number').reduce((s, l) => s + Number(l.timed_out), 0);
     await waitFor(async () => timedOutCount() > 0, { what: 'the timeout logged' });
     expect(timedOutCount()).toBe(1);
     expect((await taskInstance(db, untimed.id)).state).toBe('deferred');
