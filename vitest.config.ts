@@ -14,6 +14,9 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     globalSetup: ['./test/support/build-package.ts', './test/support/global-setup.ts'],
     reporters: ['default', './test/support/summary-reporter.ts'],
+    // Standalone serves /metrics and /health on a fixed port by default; test processes run many
+    // at once, so they serve only where a test asks (with --http-port).
+    env: { DEFERFLOW_HTTP_PORT: 'off' },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -22,6 +22,7 @@ import { dropTestDatabases, freshDatabaseUrl, testDialects } from './support/dat
 import { LogCapture, waitFor } from './support/fixtures.ts';
 import { PACKAGE_ENTRY } from './support/processes.ts';
 import { processScratch } from './support/process-scratch.ts';
+import { health, scrape } from './support/scrape.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -61,6 +62,10 @@ describe('deferflow({...}) options', () => {
       expect(Object.isFrozen(options) && Object.isFrozen(options.worker)).toBe(true);
       // Not 7: the embedded API reads only what it is given.
       expect(resolveDeferflowConfig({}).worker!.concurrency).toBe(16);
+      // /metrics and /health: off unless asked for; then any free port on 127.0.0.1.
+      expect(resolveDeferflowConfig({}).http).toBeNull();
+      expect(resolveDeferflowConfig({ http: {} }).http).toEqual({ host: '127.0.0.1', port: 0, loopThresholdMs: 10_000, optional: false });
+      expect(resolveDeferflowConfig({ http: { healthLoopThreshold: Duration.fromObject({ seconds: 3 }) } }).http!.loopThresholdMs).toBe(3_000);
     } finally {
       delete process.env.DEFERFLOW_WORKER_CONCURRENCY;
     }
@@ -94,6 +99,12 @@ describe('deferflow({...}) options', () => {
       'DF_INVALID_OPTION',
       'triggerer.triggerClasses[0]: expected a BaseTrigger subclass',
     );
+    await expectRefused(
+      () => deferflow({ databaseUrl, http: { port: 70_000 } }),
+      'DF_INVALID_OPTION',
+      'http.port: expected a port (1-65535, or 0 for any free one), got 70000',
+    );
+    await expectRefused(() => deferflow({ databaseUrl, http: { prot: 8080 } as never }), 'DF_INVALID_OPTION', 'http.prot: is not an option');
     await expectRefused(() => deferflow({ databaseUrl, dagsFolder: path.join(dir, 'missing') }), 'DF_INVALID_OPTION', 'does not exist');
     await expectRefused(() => deferflow({ databaseUrl, migrate: false, worker: false }), 'DF_DATABASE_NOT_MIGRATED', 'never.db');
     expect(existsSync(path.join(dir, 'never.db'))).toBe(false);
@@ -135,9 +146,22 @@ describe.each(testDialects)('deferflow embedded on %s', (dialect) => {
       scheduler: { pollInterval: Duration.fromMillis(200) },
       triggerer: { pollInterval: 0.2, triggerClasses: [EchoTrigger] },
       logger: pino({ level: 'info' }, logs),
+      http: { port: 0 },
     });
     const runId = await app.triggerDagRun('embedded', { conf: { n: 7 } });
     expect(await app.waitForDagRun('embedded', runId)).toBe('success');
+    // One endpoint for the process: a check per component, the metrics of all three.
+    const base = `http://127.0.0.1:${app.httpAddress!.port}`;
+    const probe = await waitFor(async () => {
+      const answer = await health(base);
+      return answer.status === 200 ? answer : null;
+    });
+    expect(Object.keys(probe.body.checks).sort()).toEqual(['event_loop', 'scheduler', 'triggerer', 'worker']);
+    const metrics = await scrape(base);
+    expect(metrics.value('deferflow_ti_finish_total', { state: 'success', operator: 'Echo' })).toBe(1);
+    expect(metrics.value('deferflow_ti_finish_total', { state: 'deferred', operator: 'Echo' })).toBe(1);
+    expect(metrics.value('deferflow_triggers_succeeded_total', { classpath: 'custom.EchoTrigger' })).toBe(1);
+    expect(metrics.value('deferflow_dag_runs_finished_total', { state: 'success' })).toBe(1);
     const ti = await app.database.db.selectFrom('task_instance').select(['id']).where('run_id', '=', runId).executeTakeFirstOrThrow();
     expect(await readTaskInstance(app.database, ti.id)).toMatchObject({ state: 'success', returnValue: 'run 7', tryNumber: 1 });
     const jobIds = [app.worker!.jobId, app.scheduler!.jobId, app.triggerer!.jobId];
@@ -147,7 +171,7 @@ describe.each(testDialects)('deferflow embedded on %s', (dialect) => {
     expect(jobs.map((job) => [job.id, job.state, job.end_date !== null])).toEqual(jobIds.sort().map((id) => [id, 'success', true]));
     await database.close();
     // Each component logs as a child naming it.
-    expect(new Set(logs.lines.map((line) => line.component))).toEqual(new Set(['worker', 'scheduler', 'triggerer', 'dag-processor']));
+    expect(new Set(logs.lines.map((line) => line.component))).toEqual(new Set(['worker', 'scheduler', 'triggerer', 'dag-processor', 'http']));
     await expectRefused(() => app!.start(), 'DF_LIFECYCLE', 'deferflow already stopped');
   }, 60_000);
 

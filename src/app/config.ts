@@ -8,6 +8,7 @@ import { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptio
 import { isTriggerClass, type TriggerClass } from '../triggers/base-trigger.ts';
 import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
+import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../observability/options.ts';
 
 export type { DurationInput };
 
@@ -120,6 +121,21 @@ export interface DeferflowConfig {
   readonly logLevel?: LogLevel;
   /** `json` (one object a line) or `pretty`, when no logger is given. @default 'json' */
   readonly logFormat?: LogFormat;
+  /**
+   * Serve /metrics (Prometheus) and /health from this process; false: not served.
+   * @default false
+   */
+  readonly http?: HttpConfig | false;
+}
+
+/** The process's /metrics and /health endpoint. */
+export interface HttpConfig {
+  /** Where it listens. @default '127.0.0.1' */
+  readonly host?: string;
+  /** 0: any free one (see Deferflow.httpAddress). @default 0 */
+  readonly port?: number;
+  /** /health fails once the event loop has been blocked this long. @default 10 seconds */
+  readonly healthLoopThreshold?: DurationInput;
 }
 
 /** A DeferflowConfig with its defaults applied, validated and frozen. */
@@ -133,9 +149,11 @@ export interface DeferflowOptions {
   readonly migrate: boolean;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
+  /** /metrics and /health; null: not served. */
+  readonly http: ObservabilityHttpOptions | null;
 }
 
-const TOP_LEVEL_KEYS = ['databaseUrl', 'dagsFolder', 'worker', 'scheduler', 'triggerer', 'migrate', 'logger', 'logLevel', 'logFormat'] as const;
+const TOP_LEVEL_KEYS = ['databaseUrl', 'dagsFolder', 'worker', 'scheduler', 'triggerer', 'migrate', 'logger', 'logLevel', 'logFormat', 'http'] as const;
 
 /** raw → defaulted → validated and frozen. A bad field throws DF_INVALID_OPTION naming it (`worker.concurrency: …`). */
 export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowOptions {
@@ -170,7 +188,28 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
     migrate,
     logLevel: shared['log-level'],
     logFormat: shared['log-format'],
+    http: httpOf(config.http),
   });
+}
+
+/** The embedded `http` section: false or absent → null; else port 0 (any free one) unless given. */
+function httpOf(given: HttpConfig | false | undefined): ObservabilityHttpOptions | null {
+  if (given === undefined || given === false) return null;
+  if (!isPlainObject(given)) throw new InvalidOptionError('http', `expected { host?, port?, healthLoopThreshold? } or false, got ${describe(given)}`);
+  refuseUnknownKeys(given, ['host', 'port', 'healthLoopThreshold'], 'http.');
+  const fields = { host: 'http-host', port: 'http-port', healthLoopThreshold: 'health-loop-threshold' } as const;
+  const raw: Record<string, unknown> = {};
+  for (const [field, flag] of Object.entries(fields)) {
+    const value = (given as Record<string, unknown>)[field];
+    if (value !== undefined) raw[flag] = toTableUnit(value, HTTP_OPTIONS[flag].unit, `http.${field}`);
+  }
+  try {
+    return resolveObservabilityHttp(raw as RawOptions<typeof HTTP_OPTIONS>, {}, 0);
+  } catch (error) {
+    const field = Object.entries(fields).find(([, flag]) => error instanceof InvalidOptionError && error.option === flag)?.[0];
+    if (field !== undefined && error instanceof InvalidOptionError) throw new InvalidOptionError(`http.${field}`, error.message.slice(error.option.length + 2));
+    throw error;
+  }
 }
 
 /**
@@ -180,6 +219,7 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
 export function deferflowOptionsOf(
   components: { readonly worker?: ResolvedWorkerOptions; readonly scheduler?: ResolvedSchedulerOptions; readonly triggerer?: TriggererOptions },
   migrate: boolean,
+  http: ObservabilityHttpOptions | null = null,
 ): DeferflowOptions {
   const any = components.worker ?? components.scheduler ?? components.triggerer;
   if (!any) throw new InvalidOptionError('components', 'name at least one of worker, scheduler, triggerer');
@@ -193,11 +233,12 @@ export function deferflowOptionsOf(
     migrate,
     logLevel: any.logLevel,
     logFormat: any.logFormat,
+    http,
   });
 }
 
 /** Options each section takes itself from the top level, not per component. */
-const TAKEN_FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format']);
+const TAKEN_FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format', ...Object.keys(HTTP_OPTIONS)]);
 
 /**
  * One component's section: false → null; an object → its raw options (camelCase keys mapped to
@@ -290,7 +331,7 @@ type CamelCase<S extends string> = S extends 'trigger-module'
   : S extends `${infer Head}-${infer Tail}`
     ? `${Head}${Capitalize<CamelCase<Tail>>}`
     : S;
-type SectionKeys<Table> = Exclude<CamelCase<keyof Table & string>, 'db' | 'dags' | 'logLevel' | 'logFormat'>;
+type SectionKeys<Table> = Exclude<CamelCase<keyof Table & string>, 'db' | 'dags' | 'logLevel' | 'logFormat' | CamelCase<keyof typeof HTTP_OPTIONS>>;
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const inSync: [
   Same<keyof WorkerConfig, SectionKeys<typeof WORKER_OPTIONS>>,

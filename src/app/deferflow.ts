@@ -18,6 +18,9 @@ import { Triggerer } from '../triggerer/triggerer.ts';
 import { dagFileResolver } from '../worker/dag-file-resolver.ts';
 import { Worker } from '../worker/worker.ts';
 import { resolveDeferflowConfig, type DeferflowConfig, type DeferflowOptions } from './config.ts';
+import { Metrics } from '../observability/metrics.ts';
+import { ObservabilityServer, type ExtraRoutes } from '../observability/http-server.ts';
+import type { AddressInfo } from 'node:net';
 
 /** Shortest gap between two wake-ups of the scheduler or the triggerer. */
 const WAKE_GAP_MS = 100;
@@ -61,12 +64,18 @@ export class Deferflow {
   readonly worker: Worker | null;
   readonly scheduler: Scheduler | null;
   readonly triggerer: Triggerer | null;
+  /** This process's metrics (served at /metrics when options.http is set). */
+  readonly metrics = new Metrics();
+  #http: ObservabilityServer | null = null;
+  /** Pages served next to /metrics and /health (the status page); set before start(). */
+  extraRoutes: ExtraRoutes | undefined;
   #state: 'new' | 'running' | 'stopped' = 'new';
   #dagProcessing: { stop(): void } | null = null;
   #stopped: Promise<void> | null = null;
   /** Wakes every waitForDagRun now (a scheduler pass changed runs, or a stop). */
   readonly #runWatchers = new Set<() => void>();
   readonly #dagProcessingLog: Logger;
+  readonly #httpLog: Logger;
   readonly #log: Logger;
 
   /**
@@ -110,10 +119,12 @@ export class Deferflow {
     const several = [options.worker, options.scheduler, options.triggerer].filter(Boolean).length > 1;
     const child = (component: string) => (several ? log.child({ component }) : log);
     this.#dagProcessingLog = child('dag-processor');
-    this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer')) : null;
-    this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler')) : null;
+    this.#httpLog = several ? log.child({ component: 'http' }) : log;
+    const metrics = this.metrics;
+    this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), metrics) : null;
+    this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), metrics) : null;
     this.worker = options.worker
-      ? new Worker(database, options.worker, dagFileResolver(database, { smartSensors: options.worker.smartSensors }), child('worker'))
+      ? new Worker(database, options.worker, dagFileResolver(database, { smartSensors: options.worker.smartSensors }), child('worker'), metrics)
       : null;
     // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
     // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
@@ -147,6 +158,12 @@ export class Deferflow {
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new LifecycleError('deferflow', this.#state);
     this.#state = 'running';
+    if (this.options.http) {
+      // First: a port that cannot be had fails the start before any job row is written.
+      const daemons = [this.triggerer, this.scheduler, this.worker].filter((daemon) => daemon !== null);
+      this.#http = new ObservabilityServer(this.options.http, this.metrics, daemons, this.#httpLog, this.extraRoutes);
+      await this.#http.start();
+    }
     if (this.worker) {
       // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
       this.#dagProcessing = await keepDagFolderProcessed(
@@ -178,7 +195,13 @@ export class Deferflow {
     await this.worker?.stop();
     await this.scheduler?.stop();
     await this.triggerer?.stop();
+    await this.#http?.stop();
     if (!keepDatabaseOpen) await this.database.close();
+  }
+
+  /** Where /metrics and /health are served; null when they are not. */
+  get httpAddress(): AddressInfo | null {
+    return this.#http?.address ?? null;
   }
 
   #wakeRunWatchers(): void {

@@ -6,6 +6,7 @@ import { createLogger } from '../logging.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../scheduler/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS } from '../worker/options.ts';
 import { runUntilSignalled } from './daemon.ts';
+import { resolveObservabilityHttp } from '../observability/options.ts';
 
 /** `deferflow worker` and `deferflow scheduler`. */
 export function registerRuntimeCommands(cli: Argv): void {
@@ -14,9 +15,11 @@ export function registerRuntimeCommands(cli: Argv): void {
     'Run a worker: process the DAG folder, claim scheduled task instances into slots, run and resume them',
     (command) => declareOptions(command, WORKER_OPTIONS),
     async (args) => {
-      const options = resolveWorkerOptions(rawOptionsFrom(WORKER_OPTIONS, args));
+      const raw = rawOptionsFrom(WORKER_OPTIONS, args);
+      const options = resolveWorkerOptions(raw);
+      const http = resolveObservabilityHttp(raw, process.env);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
-      const app = await Deferflow.open(deferflowOptionsOf({ worker: options }, false), log);
+      const app = await Deferflow.open(deferflowOptionsOf({ worker: options }, false, http), log);
       await runUntilSignalled(log, app, options.shutdownGraceMs + 5_000);
     },
   );
@@ -26,9 +29,11 @@ export function registerRuntimeCommands(cli: Argv): void {
     'Run the scheduler: move DAG runs through their tasks (from serialized DAGs, never DAG code)',
     (command) => declareOptions(command, SCHEDULER_OPTIONS),
     async (args) => {
-      const options = resolveSchedulerOptions(rawOptionsFrom(SCHEDULER_OPTIONS, args));
+      const raw = rawOptionsFrom(SCHEDULER_OPTIONS, args);
+      const options = resolveSchedulerOptions(raw);
+      const http = resolveObservabilityHttp(raw, process.env);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'scheduler' });
-      const app = await Deferflow.open(deferflowOptionsOf({ scheduler: options }, false), log);
+      const app = await Deferflow.open(deferflowOptionsOf({ scheduler: options }, false, http), log);
       await runUntilSignalled(log, app, 5_000);
     },
   );

@@ -29,7 +29,10 @@ export function registerStandaloneCommand(cli: Argv): void {
         throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
       }
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
-      const app = await Deferflow.open(deferflowOptionsOf({ worker: options.worker, scheduler: options.scheduler, triggerer: options.triggerer }, true), log);
+      const app = await Deferflow.open(
+        deferflowOptionsOf({ worker: options.worker, scheduler: options.scheduler, triggerer: options.triggerer }, true, options.http),
+        log,
+      );
       const database = app.database;
       const say = (line: string) => process.stdout.write(`${line}\n`);
       say(

@@ -5,6 +5,7 @@ import { declareOptions, rawOptionsFrom } from './declare-options.ts';
 import { createLogger } from '../logging.ts';
 import { resolveTriggererOptions, TRIGGERER_OPTIONS } from '../triggerer/options.ts';
 import { runUntilSignalled } from './daemon.ts';
+import { resolveObservabilityHttp } from '../observability/options.ts';
 
 /** Hard stop if a graceful one has not finished by then (a hung database, say). */
 const SHUTDOWN_DEADLINE_MS = 5_000;
@@ -15,9 +16,11 @@ export function registerTriggererCommand(cli: Argv): void {
     "Run the triggerer: claim deferred tasks' triggers and run them until they fire",
     (command) => declareOptions(command, TRIGGERER_OPTIONS),
     async (args) => {
-      const options = resolveTriggererOptions(rawOptionsFrom(TRIGGERER_OPTIONS, args));
+      const raw = rawOptionsFrom(TRIGGERER_OPTIONS, args);
+      const options = resolveTriggererOptions(raw);
+      const http = resolveObservabilityHttp(raw, process.env);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'triggerer' });
-      const app = await Deferflow.open(deferflowOptionsOf({ triggerer: options }, false), log);
+      const app = await Deferflow.open(deferflowOptionsOf({ triggerer: options }, false, http), log);
       await runUntilSignalled(log, app, SHUTDOWN_DEADLINE_MS);
     },
   );

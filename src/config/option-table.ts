@@ -114,3 +114,20 @@ export function durationText(value: unknown, name: string): number {
   }
   return Math.round(ms);
 }
+
+/** A TCP port to listen on: 1-65535, or 0 for any free one. */
+export function listenPort(value: unknown, name: string): number {
+  if (value === 0 || (typeof value === 'string' && value.trim() === '0')) return 0;
+  const number = numberSpelled(value, INTEGER_TEXT);
+  if (!Number.isSafeInteger(number) || number <= 0 || number > 65535) {
+    throw new InvalidOptionError(name, `expected a port (1-65535, or 0 for any free one), got ${given(value)}`);
+  }
+  return number;
+}
+
+/** A host or address to listen on, not empty. */
+export function listenHost(value: unknown, name: string): string {
+  const text = String(value ?? '').trim();
+  if (text === '') throw new InvalidOptionError(name, 'is empty: give a host or address, e.g. 127.0.0.1');
+  return text;
+}

@@ -5,10 +5,14 @@ import { JobRow } from './job-row.ts';
 import type { Database } from '../db/connect.ts';
 import { NotificationHub, WAKE_CHANNEL } from '../db/notification-hub.ts';
 import type { WakeTopic } from '../storage/wake.ts';
+import { Metrics } from '../observability/metrics.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 10;
 export const PUSHED_POLL_MAX_MS = 10_000;
+
+/** /health calls a worker or a scheduler failing once its heartbeat is this many intervals old. */
+export const HEALTH_HEARTBEAT_INTERVALS = 6;
 
 export type DaemonState = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
@@ -21,6 +25,20 @@ export interface DaemonJob {
   /** job.capacity: triggers or slots; null when the kind has none. */
   readonly capacity: number | null;
   readonly heartbeatIntervalMs: number;
+  /**
+   * How stale its heartbeat may grow before /health calls this daemon failing: the triggerer's
+   * health-check threshold (when peers take its triggers); six heartbeat intervals for the others.
+   */
+  readonly healthThresholdMs: number;
+}
+
+/** What /health reads of a daemon. */
+export interface DaemonHealth {
+  readonly kind: string;
+  readonly jobId: number | null;
+  /** When its heartbeat (or its job row's registration) was last written; null before that. */
+  readonly lastHeartbeatAt: number | null;
+  readonly thresholdMs: number;
 }
 
 /**
@@ -41,12 +59,27 @@ export abstract class Daemon {
   #job: JobRow | null = null;
   #starting: Promise<void> | null = null;
   #stopped: Promise<void> | null = null;
+  #lastHeartbeatAt: number | null = null;
 
   protected constructor(
     readonly storage: Storage,
     readonly log: Logger,
     private readonly description: DaemonJob,
-  ) {}
+    /** Where this daemon's metrics go (the process's, when it serves /metrics). */
+    readonly metrics: Metrics = new Metrics(),
+  ) {
+    metrics.jobs().observe({ jobType: description.jobType, lastHeartbeatAt: () => (this.#state === 'running' ? this.#lastHeartbeatAt : null) });
+  }
+
+  /** Its heartbeat's freshness, for /health. */
+  health(): DaemonHealth {
+    return {
+      kind: this.description.kind,
+      jobId: this.jobId,
+      lastHeartbeatAt: this.#state === 'running' ? this.#lastHeartbeatAt : null,
+      thresholdMs: this.description.healthThresholdMs,
+    };
+  }
 
   /** This daemon's job id (its identity in the job table); null before it started. */
   get jobId(): number | null {
@@ -72,9 +105,11 @@ export abstract class Daemon {
         throw error;
       }
       try {
-        this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () =>
-          this.onHeartbeat(),
-        );
+        this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () => {
+          this.#lastHeartbeatAt = Date.now();
+          this.onHeartbeat();
+        });
+        this.#lastHeartbeatAt = Date.now();
       } catch (error) {
         this.#state = 'stopped';
         await this.startAborted().catch(() => {});

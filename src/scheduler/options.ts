@@ -1,3 +1,4 @@
+import { HTTP_OPTIONS } from '../observability/options.ts';
 import os from 'node:os';
 import { InvalidOptionError } from '../errors.ts';
 import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
@@ -21,6 +22,7 @@ export const SCHEDULER_OPTIONS = {
     describe: 'A worker silent this long is dead: its task instances are retried or failed',
   },
   'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
+  ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],

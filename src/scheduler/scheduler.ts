@@ -3,7 +3,8 @@ import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
 import { describeThrown, errorFields, TaskInstanceStateError } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Daemon } from '../jobs/daemon.ts';
+import { Daemon, HEALTH_HEARTBEAT_INTERVALS } from '../jobs/daemon.ts';
+import type { Metrics } from '../observability/metrics.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 import { signalRunId, Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
@@ -74,14 +75,23 @@ export class Scheduler extends Daemon {
     readonly options: SchedulerOptions,
     private readonly dags: DagSource,
     log: Logger,
+    metrics?: Metrics,
   ) {
-    super(new Storage(database), log, {
-      kind: 'scheduler',
-      jobType: SCHEDULER_JOB_TYPE,
-      hostname: options.hostname,
-      capacity: null,
-      heartbeatIntervalMs: options.heartbeatIntervalMs,
-    });
+    super(
+      new Storage(database),
+      log,
+      {
+        kind: 'scheduler',
+        jobType: SCHEDULER_JOB_TYPE,
+        hostname: options.hostname,
+        capacity: null,
+        heartbeatIntervalMs: options.heartbeatIntervalMs,
+        healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
+      },
+      metrics,
+    );
+    this.metrics.scheduler();
+    this.metrics.databaseGauges(() => this.storage.countWaitingWork());
   }
 
   /** Runs the next pass now instead of after the poll interval. */
@@ -104,8 +114,10 @@ export class Scheduler extends Daemon {
 
   async #passes(): Promise<void> {
     while (this.isRunning) {
+      const endTimer = this.metrics.scheduler().passDuration.startTimer();
       try {
         await this.pass();
+        endTimer();
       } catch (error) {
         this.log.error(errorFields(error, 'DF_DATABASE'), 'scheduler pass failed; retrying next pass');
       }
@@ -409,6 +421,7 @@ export class Scheduler extends Daemon {
     if (![...states.values()].every((state) => state !== null && FINISHED_STATES.includes(state))) return scheduled.length > 0;
     const outcome = leavesSucceeded(dag, states) ? 'success' : 'failed';
     if (await this.storage.setDagRunState(run.id, 'running', outcome, now)) {
+      this.metrics.scheduler().dagRunsFinished.inc({ state: outcome });
       this.log.info({ dag_id: run.dagId, run_id: run.runId, state: outcome }, `DAG run ${run.dagId} ${run.runId} ${outcome}`);
     }
     return scheduled.length > 0;

@@ -3,6 +3,10 @@ import { resolveSchedulerOptions, type ResolvedSchedulerOptions } from '../sched
 import { COMMON_OPTIONS, logFormat as toLogFormat, logLevel as toLogLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
+import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../observability/options.ts';
+
+/** Where standalone serves /metrics and /health unless told otherwise. */
+export const STANDALONE_HTTP_PORT = 8794;
 
 /**
  * `deferflow standalone` options: the few a one-process setup needs. Everything else (poll and
@@ -34,6 +38,13 @@ export const STANDALONE_OPTIONS = {
     unit: 'seconds',
     describe: 'On Ctrl-C or SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again on the next start)',
   },
+  'http-port': {
+    ...HTTP_OPTIONS['http-port'],
+    default: STANDALONE_HTTP_PORT,
+    describe: 'Serve /metrics (Prometheus) and /health on this port; off: not served (the default port, when taken, is skipped with a warning)',
+  },
+  'http-host': HTTP_OPTIONS['http-host'],
+  'health-loop-threshold': HTTP_OPTIONS['health-loop-threshold'],
   'log-level': {
     ...COMMON_OPTIONS['log-level'],
     default: 'warn',
@@ -49,6 +60,8 @@ export interface StandaloneOptions {
   /** A DAG to run once started; null for none. */
   readonly triggerDag: string | null;
   readonly exitWhenDone: boolean;
+  /** /metrics and /health; null: not served. */
+  readonly http: ObservabilityHttpOptions | null;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
 }
@@ -74,6 +87,7 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
     triggerer: resolveTriggererOptions({ ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] }, env),
     triggerDag: triggerDag === '' ? null : triggerDag,
     exitWhenDone: flag(pick('exit-when-done'), 'exit-when-done'),
+    http: resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT),
     logLevel,
     logFormat,
   });

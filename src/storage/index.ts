@@ -49,6 +49,7 @@ import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
 import { listTriggers, type TriggerListing } from './list-triggers.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
+import { countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
 import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
 import { readTaskLog } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
@@ -336,6 +337,11 @@ export class Storage {
 
   cleanDatabase(before: number, dryRun: boolean): Promise<CleanCounts> {
     return cleanDatabase(this.#context, before, dryRun);
+  }
+
+  /** Deferred task instances and unfinished DAG runs by state (for the metrics gauges). */
+  countWaitingWork(): Promise<WaitingWorkCounts> {
+    return countWaitingWork(this.#context);
   }
 
   listJobs(filter: JobFilter): Promise<JobListing[]> {

@@ -17,6 +17,8 @@ export interface ClaimedTaskInstance {
   readonly taskId: string;
   readonly runId: string;
   readonly mapIndex: number;
+  /** The operator's class name, as the scheduler recorded it (null for task instances made without one). */
+  readonly operator: string | null;
   /** Where DAG processing last found the DAG's file; null when the DAG is deleted or unknown. */
   readonly fileloc: string | null;
   /** The DAG run's logical date (epoch ms) and conf (JSON text); null if the run is gone. */
@@ -88,6 +90,7 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
       'task_id',
       'run_id',
       'map_index',
+      'operator',
       eb
         .selectFrom('serialized_dag')
         .select('fileloc')
@@ -106,6 +109,7 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
     taskId: row.task_id,
     runId: row.run_id,
     mapIndex: row.map_index,
+    operator: row.operator,
     fileloc: row.fileloc ?? null,
     logicalDate: row.logical_date == null ? null : fromDbTime(row.logical_date),
     confJson: row.conf ?? null,

@@ -1,8 +1,9 @@
 import os from 'node:os';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { flag, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
+import { flag, listenHost, listenPort, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 import type { SignalHttpOptions } from '../signals/signal-http.ts';
+import { HTTP_OPTIONS } from '../observability/options.ts';
 
 /**
  * Every triggerer option, in one place: its flag, environment variable, default and unit.
@@ -78,6 +79,7 @@ export const TRIGGERER_OPTIONS = {
     unit: 'paths or packages (env: comma-separated)',
     describe: 'Module whose exported BaseTrigger classes this triggerer may run (repeatable; built-ins always allowed)',
   },
+  ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],
@@ -155,9 +157,5 @@ function signalHttpOptions(token: unknown, host: unknown, port: unknown): Signal
       'must be 16 characters or more, without spaces (e.g. `openssl rand -hex 24`); the endpoint is off without one',
     );
   }
-  const portNumber = port === 0 || port === '0' ? 0 : positiveInteger(port, 'signal-http-port');
-  if (portNumber > 65535) throw new InvalidOptionError('signal-http-port', `expected a port (1-65535, or 0 for any free one), got ${portNumber}`);
-  const hostText = String(host ?? '').trim();
-  if (hostText === '') throw new InvalidOptionError('signal-http-host', 'is empty: give a host or address, e.g. 127.0.0.1');
-  return Object.freeze({ token: text, host: hostText, port: portNumber });
+  return Object.freeze({ token: text, host: listenHost(host, 'signal-http-host'), port: listenPort(port, 'signal-http-port') });
 }

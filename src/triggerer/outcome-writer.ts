@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
 import type { FailureKwargs, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
+import type { TriggererMetrics } from '../observability/metrics.ts';
 
 export interface OutcomeWriterOptions {
   /** Triggers per transaction: bounds how long one write holds the event loop (SQLite is synchronous). */
@@ -18,10 +19,14 @@ export interface OutcomeWriterOptions {
   readonly maxRetryDelayMs: number;
   /** Whether an error says the database refused the values written (the dialect knows: see dialect.ts). */
   readonly refusesValues: (error: unknown) => boolean;
+  /** Counts events written and their fire-to-commit latency. */
+  readonly metrics?: TriggererMetrics;
 }
 
 type Kind = 'event' | 'failure';
-type Outcome = TriggerEventRecord | TriggerFailureRecord;
+/** An event, with when it was yielded (performance.now()) for the fire-to-commit latency. */
+type PendingEvent = TriggerEventRecord & { readonly firedAt: number };
+type Outcome = PendingEvent | TriggerFailureRecord;
 
 /** A batch whose write failed, waiting for its retry. */
 interface FailedBatch {
@@ -57,7 +62,7 @@ const SPLIT_AFTER_FAILURES = 3;
  * outcomes waiting. Outcomes are never dropped while the triggerer runs.
  */
 export class OutcomeWriter {
-  #events: TriggerEventRecord[] = [];
+  #events: PendingEvent[] = [];
   #failures: TriggerFailureRecord[] = [];
   /** Triggers whose task instances were moved; their rows are still to be deleted. */
   #moved: number[] = [];
@@ -94,7 +99,7 @@ export class OutcomeWriter {
   }
 
   addEvent(triggerId: number, payloadJson: string, endState: TaskEndState | null = null): void {
-    this.#events.push({ triggerId, payloadJson, endState });
+    this.#events.push({ triggerId, payloadJson, endState, firedAt: performance.now() });
     this.#scheduleFlush();
   }
 
@@ -183,10 +188,14 @@ export class OutcomeWriter {
   async #moveBatch(kind: Kind, batch: Outcome[], failures: number): Promise<void> {
     try {
       const { movedTaskInstances, endedTaskInstances } =
-        kind === 'failure'
-          ? await this.storage.submitFailures(batch as TriggerFailureRecord[])
-          : await this.storage.submitEvents(batch as TriggerEventRecord[]);
+        kind === 'failure' ? await this.storage.submitFailures(batch as TriggerFailureRecord[]) : await this.storage.submitEvents(batch as PendingEvent[]);
       this.onDatabaseCall();
+      const metrics = this.options.metrics;
+      if (kind === 'event' && metrics) {
+        const committedAt = performance.now();
+        metrics.eventsWritten.inc(batch.length);
+        for (const event of batch as PendingEvent[]) metrics.eventCommitLatency.observe((committedAt - event.firedAt) / 1000);
+      }
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
       if (movedTaskInstances + endedTaskInstances > 0) this.onMoved();
       this.log.info(

@@ -8,6 +8,7 @@ import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../trigge
 import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
+import type { TriggererMetrics } from '../observability/metrics.ts';
 import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../model/dag-run-states.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { SignalListener, SignalSubscription } from '../signals/signal-service.ts';
@@ -26,6 +27,8 @@ export interface TriggerRunnerOptions {
   readonly dagRunStates?: DagRunStatesReader;
   /** Where triggers' this.nextSignal() listens (the triggerer's signal service); none: such waits fail. */
   readonly listenSignal?: (key: string, listener: SignalListener, options: { sinceVersion: number }) => Promise<SignalSubscription>;
+  /** Counts blocked steps, failures and events by classpath. */
+  readonly metrics?: TriggererMetrics;
 }
 
 /*
@@ -175,6 +178,7 @@ export class TriggerRunner {
   readonly #watch: LoopWatch<TriggerRun>;
   readonly #dagRunStates: DagRunStatesReader | undefined;
   readonly #listenSignal: TriggerRunnerOptions['listenSignal'];
+  readonly #metrics: TriggererMetrics | undefined;
 
   constructor(
     private readonly registry: TriggerRegistry,
@@ -184,9 +188,13 @@ export class TriggerRunner {
   ) {
     this.#dagRunStates = options.dagRunStates;
     this.#listenSignal = options.listenSignal;
+    const metrics = options.metrics;
+    this.#metrics = metrics;
     this.#watch = new LoopWatch<TriggerRun>(
       options.blockThresholdMs,
       ({ subject, blockedMs }) => {
+        metrics?.blockedMainThread.inc({ classpath: subject.classpath });
+        metrics?.blockedMainThreadSeconds.inc({ classpath: subject.classpath }, blockedMs / 1000);
         // A consolidated sensor names its sensor class and poke context: the classpath alone is every sensor's.
         const wait = subject.trigger.describeWait();
         this.log.warn(
@@ -386,6 +394,7 @@ export class TriggerRunner {
       return;
     }
     run.state = 'fired';
+    this.#metrics?.succeeded.inc({ classpath: run.classpath });
     this.outcomes.event(run.id, payloadJson, endState);
     void this.#stopRun(run);
   }
@@ -397,6 +406,7 @@ export class TriggerRunner {
   }
 
   #reportFailure(triggerId: number, classpath: string, error: unknown, what: string): void {
+    this.#metrics?.failed.inc({ classpath });
     const failure = describeThrown(error);
     // Anything a trigger throws that is not one of deferflow's own errors is DF_TRIGGER_FAILED.
     const code = codeOf(error, 'DF_TRIGGER_FAILED');

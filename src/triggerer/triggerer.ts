@@ -16,6 +16,7 @@ import { OutcomeWriter } from './outcome-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
 import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
 import { SignalService } from '../signals/signal-service.ts';
+import type { Metrics } from '../observability/metrics.ts';
 
 /** Most rows one claim statement takes (see #pass). */
 const CLAIM_STATEMENT_ROWS = 1000;
@@ -57,14 +58,24 @@ export class Triggerer extends Daemon {
     readonly options: TriggererOptions,
     registry: TriggerRegistry,
     log: Logger,
+    metrics?: Metrics,
   ) {
-    super(new Storage(database), log, {
-      kind: 'triggerer',
-      jobType: TRIGGERER_JOB_TYPE,
-      hostname: options.hostname,
-      capacity: options.capacity,
-      heartbeatIntervalMs: options.heartbeatIntervalMs,
-    });
+    super(
+      new Storage(database),
+      log,
+      {
+        kind: 'triggerer',
+        jobType: TRIGGERER_JOB_TYPE,
+        hostname: options.hostname,
+        capacity: options.capacity,
+        heartbeatIntervalMs: options.heartbeatIntervalMs,
+        healthThresholdMs: options.healthCheckThresholdMs,
+      },
+      metrics,
+    );
+    const triggererMetrics = this.metrics.triggerer();
+    triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
+    this.metrics.databaseGauges(() => this.storage.countWaitingWork());
     this.#runner = new TriggerRunner(
       registry,
       log,
@@ -76,6 +87,7 @@ export class Triggerer extends Daemon {
         blockThresholdMs: options.blockThresholdMs,
         dagRunStates: (query) => this.#dagRunStates.read(query),
         listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
+        metrics: triggererMetrics,
       },
     );
     this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
@@ -88,6 +100,7 @@ export class Triggerer extends Daemon {
         retryDelayMs: 1000,
         maxRetryDelayMs: 30_000,
         refusesValues: database.adapter.refusesValues,
+        metrics: triggererMetrics,
       },
       (ids) => {
         for (const id of ids) this.#runner.forget(id);
@@ -249,6 +262,7 @@ export class Triggerer extends Daemon {
       await nextTurn();
     }
     if (claimedTotal > 0) {
+      this.metrics.triggerer().claimBatchSize.observe(claimedTotal);
       this.log.info({ claimed: claimedTotal, running: this.#runner.runningCount }, `claimed ${claimedTotal} trigger(s); running ${this.#runner.runningCount}`);
     }
     const claimedFull = room > 0 && claimedTotal === room;
@@ -316,6 +330,7 @@ export class Triggerer extends Daemon {
       if (deadline !== null && deadline <= Date.now()) {
         const failed = await this.storage.failTimedOutDeferrals();
         if (failed > 0) {
+          this.metrics.triggerer().timedOut.inc(failed);
           this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
           this.onWork?.();
         }

@@ -1,3 +1,4 @@
+import { HTTP_OPTIONS } from '../observability/options.ts';
 import os from 'node:os';
 import { flag, nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
@@ -41,6 +42,7 @@ export const WORKER_OPTIONS = {
     unit: 'sensor classes (comma-separated) or all',
     describe: 'Sensor classes that wait consolidated on the triggerer whatever mode their DAG gave them (Smart Sensors); all: every sensor that can',
   },
+  ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
   'log-format': COMMON_OPTIONS['log-format'],

@@ -20,7 +20,8 @@ import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from '../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
-import { Daemon } from '../jobs/daemon.ts';
+import { Daemon, HEALTH_HEARTBEAT_INTERVALS } from '../jobs/daemon.ts';
+import type { Metrics } from '../observability/metrics.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
@@ -85,15 +86,23 @@ export class Worker extends Daemon {
     readonly options: WorkerOptions,
     private readonly resolve: TaskResolver,
     log: Logger,
+    metrics?: Metrics,
   ) {
-    super(new Storage(database), log, {
-      kind: 'worker',
-      jobType: WORKER_JOB_TYPE,
-      hostname: options.hostname,
-      capacity: options.concurrency,
-      heartbeatIntervalMs: options.heartbeatIntervalMs,
-    });
+    super(
+      new Storage(database),
+      log,
+      {
+        kind: 'worker',
+        jobType: WORKER_JOB_TYPE,
+        hostname: options.hostname,
+        capacity: options.concurrency,
+        heartbeatIntervalMs: options.heartbeatIntervalMs,
+        healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
+      },
+      metrics,
+    );
     this.#taskLogs = new TaskLogWriter(this.storage, log);
+    this.metrics.worker().observe({ running: () => this.#running.size, slots: options.concurrency });
   }
 
   /** Task instances running in this worker's slots now. */
@@ -200,6 +209,7 @@ export class Worker extends Daemon {
       }
       for (const taskInstance of claimed) {
         const claimedAt = performance.now();
+        const operator = taskInstance.operator ?? 'unknown';
         const run = this.#run(taskInstance)
           // The database refused the outcome even after retries: the task instance stays running
           // on this worker until the worker stops or dies; then the scheduler retries it.
@@ -210,7 +220,9 @@ export class Worker extends Daemon {
             ),
           )
           .finally(() => {
-            this.#slotMs += performance.now() - claimedAt;
+            const ranMs = performance.now() - claimedAt;
+            this.#slotMs += ranMs;
+            this.metrics.worker().duration.observe({ operator }, ranMs / 1000);
             // A restarted task instance may be claimed again before this run wound down: the
             // entry is then the next run's.
             if (this.#running.get(taskInstance.id) === run) this.#running.delete(taskInstance.id);
@@ -295,6 +307,7 @@ export class Worker extends Daemon {
       if (isTaskDeferred(error)) {
         try {
           await this.storage.deferTaskInstance(taskInstance.id, error);
+          this.#countOutcome(taskInstance, 'deferred');
           // No flush: the deferral's line rides the next timed write (the task is not finished).
           tryLog.worker.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
           return;
@@ -341,6 +354,7 @@ export class Worker extends Daemon {
   async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers): Promise<boolean> {
     const done = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.carryOutStopRequest(taskInstance.id, this.jobId!));
     if (done === null) return false;
+    this.#countOutcome(taskInstance, done === 'restart' ? 'scheduled' : done);
     tryLog.worker.info(
       { state: done === 'restart' ? 'scheduled' : done, code: 'DF_TASK_STOPPED_BY_SIGNAL' },
       done === 'restart' ? `${label} stopped by a signal; it runs again as a new try` : `${label} stopped by a signal; ${done}`,
@@ -357,6 +371,10 @@ export class Worker extends Daemon {
       run_id: taskInstance.runId,
       try_number: started.tryNumber,
     });
+  }
+
+  #countOutcome(taskInstance: ClaimedTaskInstance, state: string): void {
+    this.metrics.worker().outcomes.inc({ state, operator: taskInstance.operator ?? 'unknown' });
   }
 
   /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
@@ -378,6 +396,7 @@ export class Worker extends Daemon {
     }
     await this.#taskLogs.flush();
     const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now));
+    if (recorded) this.#countOutcome(taskInstance, outcome.state);
     // A signal asked to stop it before the outcome was written: the request wins.
     if (!recorded && (await this.#carryOutStopRequest(taskInstance, label, tryLog))) return;
     if (!recorded)

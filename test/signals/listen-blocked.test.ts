@@ -2,7 +2,6 @@
 // triggerer and PostgreSQL passes every message but the notifications. The triggerer must say so
 // once, and keep finding its work by polling at its own interval (not the slower safety net it
 // uses while pushes arrive).
-import net from 'node:net';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -12,6 +11,7 @@ import { dropTestDatabases } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
+import { postgresProxy } from '../support/postgres-proxy.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -25,58 +25,17 @@ class Nap extends BaseOperator {
 export const dag = new Dag({ dagId: 'nap' }).add(new Nap({ taskId: 'nap' }));
 `;
 
-/** A TCP proxy to `target` that drops PostgreSQL NotificationResponse ('A') messages on their way to the client. */
-async function notificationDroppingProxy(target: { host: string; port: number }): Promise<{ port: number; dropped: () => number; close: () => void }> {
-  let dropped = 0;
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(target.port, target.host);
-    sockets.add(client).add(upstream);
-    client.pipe(upstream);
-    let pending = Buffer.alloc(0);
-    upstream.on('data', (chunk: Buffer) => {
-      pending = Buffer.concat([pending, chunk]);
-      // Every server message is a type byte and an int32 length that counts itself.
-      while (pending.length >= 5 && pending.length >= 1 + pending.readInt32BE(1)) {
-        const size = 1 + pending.readInt32BE(1);
-        if (pending[0] === 0x41) dropped++;
-        else client.write(pending.subarray(0, size));
-        pending = pending.subarray(size);
-      }
-    });
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', end).on('close', end);
-    upstream.on('error', end).on('close', end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    dropped: () => dropped,
-    close: () => {
-      for (const socket of sockets) socket.destroy();
-      server.close();
-    },
-  };
-}
-
 const started = (proc: TriggererProcess) => proc.waitForJob(20_000);
 
 describe('LISTEN that cannot work, on postgres', () => {
   it('is warned about once, and the triggerer keeps polling at its own interval', async () => {
     const db = await scratch.database('postgres');
-    const url = new URL(db.url);
-    const proxy = await notificationDroppingProxy({ host: url.hostname, port: Number(url.port || 5432) });
+    const proxy = await postgresProxy(db.url, { dropNotifications: true });
     try {
-      const viaProxy = new URL(db.url);
-      viaProxy.hostname = '127.0.0.1';
-      viaProxy.port = String(proxy.port);
       const dags = scratch.dir('listen-blocked');
       writeFileSync(path.join(dags, 'nap.mjs'), DAG);
       await processDagFolder(db, dags);
-      const triggerer = spawnTriggerer(['--db', viaProxy.toString(), '--poll-interval', '1']);
+      const triggerer = spawnTriggerer(['--db', proxy.url, '--poll-interval', '1']);
       const others = [
         spawnDeferflow(['scheduler', '--db', db.url, '--poll-interval', '0.2']),
         spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--poll-interval', '0.2']),

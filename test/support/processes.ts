@@ -96,15 +96,21 @@ export class TriggererProcess {
     return this.lines.filter(predicate);
   }
 
-  /**
-   * The first JSON line (already printed or still to come) matching `predicate`. Rejects after
-   * `timeoutMs`, or as soon as the process exits without having printed one.
-   */
   /** The job id from the line a daemon prints once its job row is registered (it has started). */
   async waitForJob(timeoutMs = 10_000): Promise<number> {
     return Number((await this.waitForLine((line) => typeof line.job_id === 'number', timeoutMs)).job_id);
   }
 
+  /** Where /metrics and /health are served (`http://host:port`), from the line printed once they are (--http-port). */
+  async waitForHttp(timeoutMs = 20_000): Promise<string> {
+    const line = await this.waitForLine((l) => typeof l.port === 'number' && String(l.msg).includes('/health'), timeoutMs);
+    return `http://${String(line.host)}:${Number(line.port)}`;
+  }
+
+  /**
+   * The first JSON line (already printed or still to come) matching `predicate`. Rejects after
+   * `timeoutMs`, or as soon as the process exits without having printed one.
+   */
   waitForLine(predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> {
     return new Promise<LogLine>((resolve, reject) => {
       let scanned = 0;
