@@ -31,7 +31,7 @@ import { hideBin } from 'yargs/helpers';
 import { openDatabase, type Database } from '../src/db/connect.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { toDbTime } from '../src/db/schema.ts';
-import { DateTimeTrigger } from '../triggers/date-time-trigger.ts';
+import { DateTimeTrigger } from '../triggers/index.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const args = await yargs(hideBin(process.argv))

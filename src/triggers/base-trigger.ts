@@ -34,7 +34,10 @@ export interface TriggerRuntime {
 
 const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
 const NEVER_ABORTED = new AbortController().signal;
-const RUNTIME = Symbol('deferflow.triggerRuntime');
+// Registered globally (Symbol.for), as the brand is: a trigger module may carry its own copy of
+// deferflow (another install, or the same file loaded twice through require and import), and
+// its triggers must still reach the runtime the triggerer attaches.
+const RUNTIME = Symbol.for('deferflow.triggerRuntime');
 
 /**
  * A trigger waits for one thing on the triggerer's event loop and yields a TriggerEvent when
