@@ -64,11 +64,16 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       .where('id', '=', ended)
       .execute();
     const live = await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 2, capacity: 1 });
+    await storage.appendTriggerLogLines([
+      { triggerId: 1, loggedAt: now - 40 * DAY, level: 'info', message: 'old trigger line', fieldsJson: null },
+      { triggerId: 2, loggedAt: now - 1 * DAY, level: 'info', message: 'recent trigger line', fieldsJson: null },
+    ]);
 
     const snapshot = async () => ({
       runs: (await db.db.selectFrom('dag_run').select('run_id').orderBy('run_id').execute()).map((row) => row.run_id),
       tis: (await db.db.selectFrom('task_instance').select('run_id').orderBy('run_id').execute()).map((row) => row.run_id),
       logs: (await db.db.selectFrom('task_log').select('message').orderBy('message').execute()).map((row) => row.message),
+      triggerLogs: (await db.db.selectFrom('trigger_log').select('message').orderBy('message').execute()).map((row) => row.message),
       signals: (await db.db.selectFrom('signal').select('version').orderBy('version').execute()).map((row) => Number(row.version)),
       jobs: (await db.db.selectFrom('job').select('id').orderBy('id').execute()).map((row) => row.id),
     });
@@ -82,7 +87,7 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
     const counted = await clean('--older-than', '30d');
     expect(counted.code).toBe(0);
     expect(counted.out).toMatch(
-      /^would delete 2 finished DAG run\(s\) with 2 task instance\(s\), \d+ task log line\(s\), 3 signal\(s\), 1 ended job row\(s\) from before \S+; nothing deleted \(pass --yes to delete\)$/,
+      /^would delete 2 finished DAG run\(s\) with 2 task instance\(s\), \d+ task log line\(s\), 1 trigger log line\(s\), 3 signal\(s\), 1 ended job row\(s\) from before \S+; nothing deleted \(pass --yes to delete\)$/,
     );
     expect(await snapshot()).toEqual(before);
     for (const bad of [['--older-than', '30x', '--yes'], ['--yes'], ['--older-than', '-5', '--yes']]) {
@@ -100,6 +105,7 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       tis: ['latest_scheduled', 'old_running', 'recent'],
       // Lines older than 30 days go even where their task instance stays.
       logs: ['recent line'],
+      triggerLogs: ['recent trigger line'],
       signals: [4],
       jobs: [live],
     });

@@ -196,6 +196,23 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     await waitFor(async () => (await countTriggers(db)) === 0, { what: 'every failed trigger deleted' });
   });
 
+  it("masks a trigger's secret kwargs in its stored log lines, its own log and its failure", async () => {
+    const db = await database();
+    const secret = 'sk-live-0a1b2c3d';
+    const failing = await deferOnto(db, new t.SecretThrowingTrigger({ token: secret }));
+    const tr = await triggerer(db);
+    await waitFor(async () => (await taskInstance(db, failing.id)).state === 'scheduled', { what: 'the failure written' });
+    const ti = await taskInstance(db, failing.id);
+    expect(String(ti.next_kwargs!.error)).toContain('auth refused for token ***');
+    expect(JSON.stringify(ti.next_kwargs)).not.toContain(secret);
+    await tr.stop();
+    const stored = await db.db.selectFrom('trigger_log').select(['trigger_id', 'message', 'fields']).execute();
+    expect(stored.map((row) => [row.trigger_id, row.message])).toEqual([[failing.triggerId, 'signing in with ***']]);
+    expect(JSON.stringify(stored)).not.toContain(secret);
+    expect(tr.logs.lines.some((line) => line.msg === 'signing in with ***' && line.token === '***')).toBe(true);
+    expect(JSON.stringify(tr.logs.lines)).not.toContain(secret);
+  });
+
   it('fails a deferral whose timeout passes within one second of its deadline, once, with two triggerers sweeping', async () => {
     const db = await database();
     const timed = await deferOnto(db, new t.NeverTrigger({ tag: 'timed' }), { timeout: 1.2 });

@@ -163,3 +163,22 @@ table trigger
   index CREATE UNIQUE INDEX trigger_pkey ON trigger USING btree (id)
   index CREATE INDEX trigger_triggerer_id_idx ON trigger USING btree (triggerer_id)
   index CREATE INDEX trigger_unowned_idx ON trigger USING btree (priority_weight DESC, created_at, id) WHERE (triggerer_id IS NULL)
+table trigger_log
+  column id bigint not null identity
+  column trigger_id bigint not null
+  column logged_at timestamp with time zone not null
+  column level text not null
+  column message text not null
+  column fields jsonb
+  constraint trigger_log_pkey PRIMARY KEY (id)
+  index CREATE INDEX trigger_log_logged_at_idx ON trigger_log USING btree (logged_at)
+  index CREATE UNIQUE INDEX trigger_log_pkey ON trigger_log USING btree (id)
+  index CREATE INDEX trigger_log_trigger_idx ON trigger_log USING btree (trigger_id, id)
+table trigger_wait
+  column task_instance_id bigint not null
+  column try_number integer not null
+  column trigger_id bigint not null
+  column waited_from timestamp with time zone not null
+  constraint trigger_wait_pkey PRIMARY KEY (task_instance_id, try_number, trigger_id)
+  constraint trigger_wait_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
+  index CREATE UNIQUE INDEX trigger_wait_pkey ON trigger_wait USING btree (task_instance_id, try_number, trigger_id)

@@ -24,3 +24,7 @@ CREATE TABLE trigger (id integer primary key autoincrement, classpath text not n
 CREATE UNIQUE INDEX trigger_hash_idx on trigger (hash);
 CREATE INDEX trigger_triggerer_id_idx on trigger (triggerer_id);
 CREATE INDEX trigger_unowned_idx on trigger (priority_weight desc, created_at, id) where triggerer_id is null;
+CREATE TABLE trigger_log (id integer primary key autoincrement, trigger_id integer not null, logged_at text not null, level text not null, message text not null, fields text);
+CREATE INDEX trigger_log_logged_at_idx on trigger_log (logged_at);
+CREATE INDEX trigger_log_trigger_idx on trigger_log (trigger_id, id);
+CREATE TABLE trigger_wait (task_instance_id integer not null references task_instance (id) on delete cascade, try_number integer not null, trigger_id integer not null, waited_from text not null, constraint trigger_wait_pkey primary key (task_instance_id, try_number, trigger_id));

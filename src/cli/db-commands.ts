@@ -78,7 +78,7 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
   const before = Date.now() - ms;
   await withMigratedDatabase(dbFlag, async (database) => {
     const counts = await new Storage(database).cleanDatabase(before, !yes);
-    const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s)`;
+    const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.triggerLogLines} trigger log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s)`;
     process.stdout.write(
       yes
         ? `deleted ${what} from before ${new Date(before).toISOString()}\n`

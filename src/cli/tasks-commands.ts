@@ -96,13 +96,15 @@ export function registerTasksCommands(cli: Argv): void {
           await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
-            // A rescheduled try gives its number back, but its lines are logged under it.
+            // A rescheduled try gives its number back, but its lines are logged under it. A task
+            // started from its trigger waits (and resumes) under try 0: that wait is its first try.
             const loggedTries = await storage.taskLogTries(ti.id);
             const latestTry = Math.max(ti.tryNumber, ...loggedTries);
-            if (latestTry === 0) throw new InvalidOptionError('task', `${where} has not run yet: it has no log`);
+            const firstTry = loggedTries.includes(0) ? 0 : 1;
+            if (latestTry < firstTry) throw new InvalidOptionError('task', `${where} has not run yet: it has no log`);
             const tryNumber = args.try === undefined ? latestTry : Number(args.try);
-            if (!Number.isInteger(tryNumber) || tryNumber < 1 || tryNumber > latestTry) {
-              throw new InvalidOptionError('try', `${where} has tries 1 to ${latestTry}, not ${args.try}`);
+            if (!Number.isInteger(tryNumber) || tryNumber < firstTry || tryNumber > latestTry) {
+              throw new InvalidOptionError('try', `${where} has tries ${firstTry} to ${latestTry}, not ${args.try}`);
             }
             const lines = await storage.readTaskLog(ti.id, tryNumber);
             if (lines.length === 0 && loggedTries.length === 0 && ti.hostname === null) {
@@ -113,19 +115,26 @@ export function registerTasksCommands(cli: Argv): void {
               );
             }
             if (lines.length === 0) {
+              if (ti.state === 'deferred' && loggedTries.includes(tryNumber)) {
+                process.stdout.write(`${where} is deferred; its trigger has logged nothing yet\n`);
+                return;
+              }
               const withLog = loggedTries.length > 0 ? ` (tries with a log: ${loggedTries.join(', ')})` : '';
               throw new InvalidOptionError('try', `${where} has no log for try ${tryNumber}${withLog}`);
             }
             for (const line of lines) {
               const fields = line.fieldsJson === null ? {} : (JSON.parse(line.fieldsJson) as Record<string, unknown>);
               const at = new Date(line.loggedAt).toISOString();
+              // A trigger's lines say so: they are the wait's, written by the triggerer.
+              const source = line.triggerId === null ? {} : { trigger_id: line.triggerId };
               if (args.json) {
-                process.stdout.write(`${JSON.stringify({ time: at, level: line.level, msg: line.message, ...fields })}\n`);
+                process.stdout.write(`${JSON.stringify({ time: at, level: line.level, msg: line.message, ...source, ...fields })}\n`);
                 continue;
               }
               const { traceback, ...rest } = fields;
               const extra = Object.keys(rest).length > 0 ? ` ${JSON.stringify(rest)}` : '';
-              process.stdout.write(`${at} ${line.level.toUpperCase().padEnd(5)} ${line.message}${extra}\n`);
+              const from = line.triggerId === null ? '' : `[trigger ${line.triggerId}] `;
+              process.stdout.write(`${at} ${line.level.toUpperCase().padEnd(5)} ${from}${line.message}${extra}\n`);
               if (typeof traceback === 'string') process.stdout.write(`${traceback.replace(/^/gm, '    ')}\n`);
             }
           });

@@ -141,6 +141,24 @@ export interface TaskLogTable {
   fields: JsonText | null;
 }
 
+/** What a trigger logged (migration 0007): once per trigger, however many task instances share it. */
+export interface TriggerLogTable {
+  id: Generated<number>;
+  trigger_id: number;
+  logged_at: DbTime;
+  level: string;
+  message: string;
+  fields: JsonText | null;
+}
+
+/** Which trigger a try of a task instance waited on, and since when (migration 0007). */
+export interface TriggerWaitTable {
+  task_instance_id: number;
+  try_number: number;
+  trigger_id: number;
+  waited_from: DbTime;
+}
+
 export interface TaskRescheduleTable {
   id: Generated<number>;
   task_instance_id: number;
@@ -204,6 +222,8 @@ export interface DatabaseSchema {
   signal: SignalTable;
   task_instance_signal: TaskInstanceSignalTable;
   dag_signal_start: DagSignalStartTable;
+  trigger_log: TriggerLogTable;
+  trigger_wait: TriggerWaitTable;
 }
 
 export function toDbTime(epochMs: number): string {

@@ -10,6 +10,8 @@ export interface CleanCounts {
   readonly taskInstances: number;
   /** Task log lines of the task instances kept. */
   readonly taskLogLines: number;
+  /** Trigger log lines (kept by trigger id, whatever became of the trigger). */
+  readonly triggerLogLines: number;
   /** Signals, each key's latest kept. */
   readonly signals: number;
   /** Job rows of processes that ended. */
@@ -69,12 +71,13 @@ export async function cleanDatabase({ db, adapter }: StorageContext, before: num
         dagRuns = Number((await trx.deleteFrom('dag_run').where(adapter.idIn('id', runIds)).executeTakeFirst()).numDeletedRows);
       }
       const taskLogLines = Number((await trx.deleteFrom('task_log').where('logged_at', '<', cutoff).executeTakeFirst()).numDeletedRows);
+      const triggerLogLines = Number((await trx.deleteFrom('trigger_log').where('logged_at', '<', cutoff).executeTakeFirst()).numDeletedRows);
       const signals = await pruneSignals({ db: trx, adapter }, before);
       const jobs = Number(
         (await trx.deleteFrom('job').where('state', '!=', 'running').where('end_date', 'is not', null).where('end_date', '<', cutoff).executeTakeFirst())
           .numDeletedRows,
       );
-      const counts = { dagRuns, taskInstances, taskLogLines, signals, jobs };
+      const counts = { dagRuns, taskInstances, taskLogLines, triggerLogLines, signals, jobs };
       if (dryRun) throw new DryRun(counts);
       return counts;
     });

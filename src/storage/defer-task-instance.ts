@@ -78,6 +78,17 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
           .where('stop_request', 'is', null)
           .executeTakeFirst();
     if (Number(deferred.numUpdatedRows) === 1) {
+      // This try waits on this trigger from now: its log shows the trigger's lines from here on.
+      await trx
+        .insertInto('trigger_wait')
+        .values({
+          task_instance_id: taskInstanceId,
+          try_number: sql<number>`(select try_number from task_instance where id = ${taskInstanceId})`,
+          trigger_id: trigger.triggerId,
+          waited_from: toDbTime(now),
+        })
+        .onConflict((conflict) => conflict.doNothing())
+        .execute();
       // A new trigger row to claim, or a timeout that may be the next deadline to sweep at.
       await wake(trx, adapter, 'triggerer');
       return trigger;

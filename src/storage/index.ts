@@ -50,8 +50,8 @@ import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
 import { listTriggers, type TriggerListing } from './list-triggers.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
 import { countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
-import { appendTaskLogLines, type TaskLogLine } from './append-task-log-lines.ts';
-import { readTaskLog } from './read-task-log.ts';
+import { appendTaskLogLines, appendTriggerLogLines, type TaskLogLine, type TriggerLogLine } from './append-task-log-lines.ts';
+import { readTaskLog, type StoredLogLine } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 import { listActiveDags, listImportErrors, listSerializedDags } from './serialized-dags.ts';
@@ -86,7 +86,8 @@ export type { CleanCounts } from './clean-database.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
 export type { JobListing } from './list-jobs.ts';
-export type { TaskLogLine } from './append-task-log-lines.ts';
+export type { TaskLogLine, TriggerLogLine } from './append-task-log-lines.ts';
+export type { StoredLogLine } from './read-task-log.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
@@ -315,7 +316,11 @@ export class Storage {
     return appendTaskLogLines(this.#context, lines);
   }
 
-  readTaskLog(taskInstanceId: number, tryNumber: number): Promise<TaskLogLine[]> {
+  appendTriggerLogLines(lines: readonly TriggerLogLine[]): Promise<void> {
+    return appendTriggerLogLines(this.#context, lines);
+  }
+
+  readTaskLog(taskInstanceId: number, tryNumber: number): Promise<StoredLogLine[]> {
     return readTaskLog(this.#context, taskInstanceId, tryNumber);
   }
 

@@ -9,6 +9,8 @@ import type { FailureKwargs, OwnedDigest, TriggerRow } from '../storage/index.ts
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 import type { TriggererMetrics } from '../observability/metrics.ts';
+import type { TriggerLogWriter } from './trigger-log-writer.ts';
+import { secretKwargValues } from '../logs/secret-masker.ts';
 import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../model/dag-run-states.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { SignalListener, SignalSubscription } from '../signals/signal-service.ts';
@@ -29,6 +31,8 @@ export interface TriggerRunnerOptions {
   readonly listenSignal?: (key: string, listener: SignalListener, options: { sinceVersion: number }) => Promise<SignalSubscription>;
   /** Counts blocked steps, failures and events by classpath. */
   readonly metrics?: TriggererMetrics;
+  /** Where triggers' this.log lines are stored (the triggerer's); none: the runner's log only. */
+  readonly triggerLogs?: TriggerLogWriter;
 }
 
 /*
@@ -82,7 +86,7 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   }
 
   logger(): Logger {
-    this.#log ??= this.runner.log.child({ trigger_id: this.id, classpath: this.classpath });
+    this.#log ??= this.runner.triggerLogger(this);
     return this.#log;
   }
 
@@ -179,6 +183,7 @@ export class TriggerRunner {
   readonly #dagRunStates: DagRunStatesReader | undefined;
   readonly #listenSignal: TriggerRunnerOptions['listenSignal'];
   readonly #metrics: TriggererMetrics | undefined;
+  readonly #triggerLogs: TriggerLogWriter | undefined;
 
   constructor(
     private readonly registry: TriggerRegistry,
@@ -190,6 +195,7 @@ export class TriggerRunner {
     this.#listenSignal = options.listenSignal;
     const metrics = options.metrics;
     this.#metrics = metrics;
+    this.#triggerLogs = options.triggerLogs;
     this.#watch = new LoopWatch<TriggerRun>(
       options.blockThresholdMs,
       ({ subject, blockedMs }) => {
@@ -265,6 +271,7 @@ export class TriggerRunner {
   }
 
   #released(triggerId: number): void {
+    this.#triggerLogs?.forget(triggerId);
     this.#heldCount--;
     this.#heldIdSum -= triggerId;
   }
@@ -347,6 +354,12 @@ export class TriggerRunner {
     return this.#listenSignal(key, listener, options);
   }
 
+  /** A trigger's this.log: stored as its trigger log when the runner has a writer, masking its secret kwargs. */
+  triggerLogger(run: TriggerRun): Logger {
+    if (!this.#triggerLogs) return this.log.child({ trigger_id: run.id, classpath: run.classpath });
+    return this.#triggerLogs.logger(run.id, run.classpath, secretsOf(run.trigger));
+  }
+
   sleepUntil(run: TriggerRun, epochMs: number): Promise<void> {
     this.#watch.checkpoint(run);
     if (run.state !== 'running') return Promise.reject(CANCELLED);
@@ -401,13 +414,16 @@ export class TriggerRunner {
 
   #fail(run: TriggerRun, error: unknown): void {
     run.state = 'failed';
-    this.#reportFailure(run.id, run.classpath, error, 'failed');
+    this.#reportFailure(run.id, run.classpath, error, 'failed', run.trigger);
     void this.#stopRun(run);
   }
 
-  #reportFailure(triggerId: number, classpath: string, error: unknown, what: string): void {
+  #reportFailure(triggerId: number, classpath: string, error: unknown, what: string, trigger?: BaseTrigger): void {
     this.#metrics?.failed.inc({ classpath });
-    const failure = describeThrown(error);
+    // What a trigger threw may quote its secrets (a password in an auth error): masked like its lines.
+    const masker = this.#triggerLogs?.masker.with(trigger ? secretsOf(trigger) : []);
+    const thrown = describeThrown(error);
+    const failure = masker ? { error: masker.mask(thrown.error), traceback: thrown.traceback === null ? null : masker.mask(thrown.traceback) } : thrown;
     // Anything a trigger throws that is not one of deferflow's own errors is DF_TRIGGER_FAILED.
     const code = codeOf(error, 'DF_TRIGGER_FAILED');
     this.log.error(
@@ -449,4 +465,10 @@ function describe(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value === 'object') return `an object (${(value as object).constructor?.name ?? 'Object'})`;
   return `a ${typeof value}`;
+}
+
+/** The values of the kwargs the trigger's class declares secret (BaseTrigger.secretKwargs). */
+function secretsOf(trigger: BaseTrigger): string[] {
+  const names = (trigger.constructor as { secretKwargs?: readonly string[] }).secretKwargs;
+  return names && names.length > 0 ? secretKwargValues(names, trigger.serialize().kwargs) : [];
 }

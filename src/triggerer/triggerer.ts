@@ -14,6 +14,7 @@ import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
+import { TriggerLogWriter } from './trigger-log-writer.ts';
 import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
 import { SignalService } from '../signals/signal-service.ts';
 import type { Metrics } from '../observability/metrics.ts';
@@ -41,6 +42,7 @@ const FULL_RECONCILE_MS = 60_000;
 export class Triggerer extends Daemon {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
+  readonly #triggerLogs: TriggerLogWriter;
   /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
   readonly #dagRunStates: DagRunStateBatcher;
   #signalHttp: SignalHttpServer | null = null;
@@ -76,6 +78,7 @@ export class Triggerer extends Daemon {
     const triggererMetrics = this.metrics.triggerer();
     triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
     this.metrics.databaseGauges(() => this.storage.countWaitingWork());
+    this.#triggerLogs = new TriggerLogWriter(this.storage, log);
     this.#runner = new TriggerRunner(
       registry,
       log,
@@ -88,6 +91,7 @@ export class Triggerer extends Daemon {
         dagRunStates: (query) => this.#dagRunStates.read(query),
         listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
         metrics: triggererMetrics,
+        triggerLogs: this.#triggerLogs,
       },
     );
     this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
@@ -196,6 +200,7 @@ export class Triggerer extends Daemon {
     await this.#runner.cancelAll(this.options.cleanupGraceMs);
     await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
     this.#writer.close();
+    await this.#triggerLogs.close();
     this.#runner.close();
     this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
     await this.#signalHttp?.stop();

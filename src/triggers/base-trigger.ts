@@ -62,6 +62,13 @@ const RUNTIME = Symbol.for('deferflow.triggerRuntime');
 export abstract class BaseTrigger {
   static readonly [TRIGGER_BRAND] = true;
 
+  /**
+   * Names of kwargs fields that hold secrets (a token, a password): their values are masked
+   * (`***`) in the trigger's log lines and in the error of a failure, wherever those are printed
+   * or stored. Connection passwords (DEFERFLOW_CONN_*) are masked without being named here.
+   */
+  static readonly secretKwargs?: readonly string[];
+
   [RUNTIME]: TriggerRuntime | undefined;
 
   abstract serialize(): SerializedTrigger;
