@@ -32,7 +32,7 @@ import { openDatabase, type Database } from '../src/db/connect.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { toDbTime } from '../src/db/schema.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
-import { createScratchSchema } from '../test/support/pg-schemas.ts';
+import { benchDatabase, percentile } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
@@ -45,7 +45,7 @@ const args = await yargs(hideBin(process.argv))
 const n = args.triggers;
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-bench-'));
-const { url, dispose } = await prepareDatabase(args.db);
+const { url, dispose } = await benchDatabase(args.db, scratch);
 const database = openDatabase(url);
 await migrateToLatest(database);
 
@@ -136,14 +136,6 @@ try {
   rmSync(scratch, { recursive: true, force: true });
 }
 
-async function prepareDatabase(given: string | undefined): Promise<{ url: string; dispose: () => Promise<void> }> {
-  if (!given) return { url: `sqlite:${path.join(scratch, 'bench.db')}`, dispose: async () => {} };
-  if (given.startsWith('sqlite:')) return { url: given, dispose: async () => {} };
-  // PostgreSQL: a private schema, dropped afterwards.
-  const schema = await createScratchSchema(given, 'bench');
-  return { url: schema.url, dispose: () => schema.drop() };
-}
-
 async function insertDeferrals({ db }: Database, count: number, dueMs: number): Promise<void> {
   const now = toDbTime(Date.now());
   const chunk = 1000;
@@ -195,10 +187,6 @@ function rssOf(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1]);
   return kb * 1024;
-}
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)]!;
 }
 
 async function until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {

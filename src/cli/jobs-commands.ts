@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { positiveInteger } from '../config/option-table.ts';
-import { JOB_TYPES, jobLiveness } from '../jobs/job-liveness.ts';
+import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../jobs/job-liveness.ts';
 import { resolveSchedulerOptions } from '../scheduler/options.ts';
 import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
@@ -95,6 +95,6 @@ export function registerJobsCommands(cli: Argv): void {
 }
 
 /** The same thresholds the daemons judge each other by, from the same environment variables. */
-function livenessThresholds() {
+export function livenessThresholds(): LivenessThresholds {
   return { triggererMs: resolveTriggererOptions({}).healthCheckThresholdMs, workerMs: resolveSchedulerOptions({}).zombieThresholdMs };
 }

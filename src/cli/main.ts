@@ -12,6 +12,7 @@ import { registerStandaloneCommand } from './standalone-command.ts';
 import { registerTasksCommands } from './tasks-commands.ts';
 import { registerTriggererCommand } from './triggerer-command.ts';
 import { registerTriggersCommands } from './triggers-commands.ts';
+import { registerWebCommand } from './web-command.ts';
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -43,6 +44,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerTasksCommands(cli);
   registerJobsCommands(cli);
   registerTriggersCommands(cli);
+  registerWebCommand(cli);
   registerConnectionsCommands(cli);
   registerSignalCommands(cli);
   await cli.parseAsync();

@@ -12,6 +12,7 @@ import { deferflowOptionsOf } from '../app/config.ts';
 import { Deferflow } from '../app/deferflow.ts';
 import { Storage } from '../storage/index.ts';
 import { runUntilSignalled } from './daemon.ts';
+import { statusPages } from '../web/status-pages.ts';
 
 const PROGRESS_INTERVAL_MS = 200;
 /** Without a terminal, a progress line is printed when the figures change, at most this often. */
@@ -34,6 +35,13 @@ export function registerStandaloneCommand(cli: Argv): void {
         log,
       );
       const database = app.database;
+      if (options.web) {
+        app.extraRoutes = statusPages(database, {
+          refreshSeconds: options.web.refreshSeconds,
+          token: options.web.token,
+          liveness: { triggererMs: options.triggerer.healthCheckThresholdMs, workerMs: options.scheduler.zombieThresholdMs },
+        });
+      }
       const say = (line: string) => process.stdout.write(`${line}\n`);
       say(
         `deferflow standalone: database ${redactDatabaseUrl(options.worker.databaseUrl)} (${app.appliedMigrations.length === 0 ? 'up to date' : `${app.appliedMigrations.length} migration(s) applied`}), ` +
@@ -43,6 +51,7 @@ export function registerStandaloneCommand(cli: Argv): void {
       const progress = { interrupted: false };
       await runUntilSignalled(log, app, options.worker.shutdownGraceMs + 5_000, {
         afterStart: async () => {
+          if (app.httpAddress) say(`status page: http://${app.httpAddress.address}:${app.httpAddress.port}/`);
           if (options.triggerDag === null) return;
           runId = await triggerDagRun(database, options.triggerDag);
           say(`triggered ${options.triggerDag} run ${runId}`);

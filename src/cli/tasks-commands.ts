@@ -107,11 +107,11 @@ export function registerTasksCommands(cli: Argv): void {
               throw new InvalidOptionError('try', `${where} has tries ${firstTry} to ${latestTry}, not ${args.try}`);
             }
             const lines = await storage.readTaskLog(ti.id, tryNumber);
-            if (lines.length === 0 && loggedTries.length === 0 && ti.hostname === null) {
+            if (lines.length === 0 && ti.hostname === null && ti.state !== 'deferred') {
               // A task started from its trigger and ended by it: the wait was its try, on the triggerer.
               throw new InvalidOptionError(
                 'task',
-                `${where} never ran on a worker: it was started and ended by its trigger (state ${ti.state ?? 'none'}), so it has no task log; the triggerer's log has the trigger's lines`,
+                `${where} never ran on a worker: it was started and ended by its trigger (state ${ti.state ?? 'none'}), so it has no task log, and its trigger logged nothing`,
               );
             }
             if (lines.length === 0) {

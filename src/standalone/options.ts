@@ -4,6 +4,7 @@ import { COMMON_OPTIONS, logFormat as toLogFormat, logLevel as toLogLevel, type 
 import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
 import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../observability/options.ts';
+import { resolveWebOptions, WEB_OPTIONS, type WebOptions } from '../web/options.ts';
 
 /** Where standalone serves /metrics and /health unless told otherwise. */
 export const STANDALONE_HTTP_PORT = 8794;
@@ -41,8 +42,10 @@ export const STANDALONE_OPTIONS = {
   'http-port': {
     ...HTTP_OPTIONS['http-port'],
     default: STANDALONE_HTTP_PORT,
-    describe: 'Serve /metrics (Prometheus) and /health on this port; off: not served (the default port, when taken, is skipped with a warning)',
+    describe:
+      'Serve the status page, /metrics (Prometheus) and /health on this port; off: not served (the default port, when taken, is skipped with a warning)',
   },
+  ...WEB_OPTIONS,
   'http-host': HTTP_OPTIONS['http-host'],
   'health-loop-threshold': HTTP_OPTIONS['health-loop-threshold'],
   'log-level': {
@@ -60,8 +63,10 @@ export interface StandaloneOptions {
   /** A DAG to run once started; null for none. */
   readonly triggerDag: string | null;
   readonly exitWhenDone: boolean;
-  /** /metrics and /health; null: not served. */
+  /** The status page, /metrics and /health; null: not served. */
   readonly http: ObservabilityHttpOptions | null;
+  /** The status page's options; null when nothing is served. */
+  readonly web: WebOptions | null;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
 }
@@ -72,6 +77,7 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
   const logFormat = toLogFormat(pick('log-format'));
   const shared = { db: pick('db') as string, 'log-level': logLevel, 'log-format': logFormat };
   const triggerDag = String(pick('trigger-dag')).trim();
+  const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);
   return Object.freeze({
     worker: resolveWorkerOptions(
       {
@@ -87,7 +93,8 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
     triggerer: resolveTriggererOptions({ ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] }, env),
     triggerDag: triggerDag === '' ? null : triggerDag,
     exitWhenDone: flag(pick('exit-when-done'), 'exit-when-done'),
-    http: resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT),
+    http,
+    web: http === null ? null : resolveWebOptions(raw, env, http.host),
     logLevel,
     logFormat,
   });

@@ -28,3 +28,12 @@ export async function countWaitingWork({ db }: StorageContext): Promise<WaitingW
   const runsIn = (state: string) => Number(runs.find((row) => row.state === state)?.n ?? 0);
   return { deferredTaskInstances: Number(deferred.n), dagRuns: { queued: runsIn('queued'), running: runsIn('running') } };
 }
+
+/** Trigger rows, whoever owns them. */
+export async function countTriggers({ db }: StorageContext): Promise<number> {
+  const row = await db
+    .selectFrom('trigger')
+    .select((eb) => eb.fn.countAll().as('n'))
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}

@@ -79,11 +79,12 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
           .executeTakeFirst();
     if (Number(deferred.numUpdatedRows) === 1) {
       // This try waits on this trigger from now: its log shows the trigger's lines from here on.
+      // A task started from its trigger is in try 0 until it runs or ends: the wait is its try 1.
       await trx
         .insertInto('trigger_wait')
         .values({
           task_instance_id: taskInstanceId,
-          try_number: sql<number>`(select try_number from task_instance where id = ${taskInstanceId})`,
+          try_number: sql<number>`(select case when try_number = 0 then 1 else try_number end from task_instance where id = ${taskInstanceId})`,
           trigger_id: trigger.triggerId,
           waited_from: toDbTime(now),
         })

@@ -47,14 +47,15 @@ import type { StopRequest } from '../db/schema.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
-import { listTriggers, type TriggerListing } from './list-triggers.ts';
+import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-triggers.ts';
+import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
-import { countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
+import { countTriggers, countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
 import { appendTaskLogLines, appendTriggerLogLines, type TaskLogLine, type TriggerLogLine } from './append-task-log-lines.ts';
 import { readTaskLog, type StoredLogLine } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
-import { listActiveDags, listImportErrors, listSerializedDags } from './serialized-dags.ts';
+import { listActiveDags, listImportErrors, listSerializedDags, readSerializedDag } from './serialized-dags.ts';
 import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../model/scheduler-dag.ts';
@@ -88,6 +89,7 @@ export type { DagRunRow } from './list-dag-runs.ts';
 export type { JobListing } from './list-jobs.ts';
 export type { TaskLogLine, TriggerLogLine } from './append-task-log-lines.ts';
 export type { StoredLogLine } from './read-task-log.ts';
+export type { DeferredTaskInstance } from './list-deferred-task-instances.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
@@ -336,8 +338,21 @@ export class Storage {
     return listDagRuns(this.#context, filter);
   }
 
-  listTriggers(filter: { readonly limit: number; readonly triggererId?: number; readonly perTrigger: number }): Promise<TriggerListing[]> {
+  listTriggers(filter: {
+    readonly limit: number;
+    readonly triggererId?: number;
+    readonly perTrigger: number;
+    readonly afterId?: number;
+  }): Promise<TriggerListing[]> {
     return listTriggers(this.#context, filter);
+  }
+
+  ownedTriggerCounts(triggererIds: readonly number[]): Promise<Map<number, number>> {
+    return ownedTriggerCounts(this.#context, triggererIds);
+  }
+
+  listDeferredTaskInstances(page: { readonly limit: number; readonly afterId?: number; readonly dagId?: string }): Promise<DeferredTaskInstance[]> {
+    return listDeferredTaskInstances(this.#context, page);
   }
 
   cleanDatabase(before: number, dryRun: boolean): Promise<CleanCounts> {
@@ -347,6 +362,10 @@ export class Storage {
   /** Deferred task instances and unfinished DAG runs by state (for the metrics gauges). */
   countWaitingWork(): Promise<WaitingWorkCounts> {
     return countWaitingWork(this.#context);
+  }
+
+  countTriggers(): Promise<number> {
+    return countTriggers(this.#context);
   }
 
   listJobs(filter: JobFilter): Promise<JobListing[]> {
@@ -367,6 +386,11 @@ export class Storage {
 
   listSerializedDags(): Promise<{ dagId: string; fileloc: string; dataJson: string }[]> {
     return listSerializedDags(this.#context);
+  }
+
+  /** A DAG's stored JSON (text), hash and file; null when deleted or unknown. */
+  readSerializedDag(dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
+    return readSerializedDag(this.#context, dagId);
   }
 
   listImportErrors(): Promise<{ fileloc: string; message: string }[]> {

@@ -15,10 +15,13 @@ export interface TriggerListing {
   readonly taskInstances: readonly { readonly id: number; readonly dagId: string; readonly taskId: string; readonly runId: string }[];
 }
 
-/** Triggers, oldest first, at most `limit`, optionally only those of one triggerer; `perTrigger` task instances named for each. */
+/**
+ * Triggers, oldest first (by id), at most `limit`, after `afterId` when given (the next page),
+ * optionally only those of one triggerer; `perTrigger` task instances named for each.
+ */
 export async function listTriggers(
   { db, adapter }: StorageContext,
-  filter: { readonly limit: number; readonly triggererId?: number; readonly perTrigger: number },
+  filter: { readonly limit: number; readonly triggererId?: number; readonly perTrigger: number; readonly afterId?: number },
 ): Promise<TriggerListing[]> {
   let query = db
     .selectFrom('trigger')
@@ -31,10 +34,10 @@ export async function listTriggers(
       'job.hostname',
       (eb) => eb.selectFrom('task_instance').select(sql<number>`count(*)`.as('n')).whereRef('task_instance.trigger_id', '=', 'trigger.id').as('waiting'),
     ])
-    .orderBy('trigger.created_at')
     .orderBy('trigger.id')
     .limit(filter.limit);
   if (filter.triggererId !== undefined) query = query.where('trigger.triggerer_id', '=', filter.triggererId);
+  if (filter.afterId !== undefined) query = query.where('trigger.id', '>', filter.afterId);
   const rows = await query.execute();
   if (rows.length === 0) return [];
   const linked = await db
@@ -63,4 +66,16 @@ export async function listTriggers(
     taskInstanceCount: Number(row.waiting ?? 0),
     taskInstances: byTrigger.get(row.id) ?? [],
   }));
+}
+
+/** How many triggers each of these triggerer jobs owns (absent: none). */
+export async function ownedTriggerCounts({ db, adapter }: StorageContext, triggererIds: readonly number[]): Promise<Map<number, number>> {
+  if (triggererIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('trigger')
+    .select(['triggerer_id', sql<number>`count(*)`.as('n')])
+    .where(adapter.idIn('triggerer_id', triggererIds))
+    .groupBy('triggerer_id')
+    .execute();
+  return new Map(rows.map((row) => [row.triggerer_id!, Number(row.n)]));
 }

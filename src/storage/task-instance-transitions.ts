@@ -162,7 +162,9 @@ export async function startTaskInstance(
     .updateTable('task_instance')
     .set({
       state: 'running',
-      try_number: sql<number>`case when ${resuming} then try_number else try_number + 1 end`,
+      // A task started from its trigger resumes in its first try (its wait was that try, as
+      // when the trigger ends it: see move-deferred-task-instances.ts).
+      try_number: sql<number>`case when ${resuming} then (case when try_number = 0 then 1 else try_number end) else try_number + 1 end`,
       start_date: sql<string>`coalesce(start_date, ${toDbTime(now)})`,
       end_date: null,
       execution_deadline:

@@ -107,6 +107,17 @@ export class TriggererProcess {
     return `http://${String(line.host)}:${Number(line.port)}`;
   }
 
+  /** The status page's address (`http://host:port`, no trailing slash), from the `status page: URL` line standalone and `deferflow web` print. */
+  async waitForStatusPage(timeoutMs = 30_000): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const line = this.text.find((text) => text.startsWith('status page: '));
+      if (line) return line.slice('status page: '.length).replace(/\/$/, '');
+      if (this.exited !== null || Date.now() > deadline) throw new Error(`no status page line from ${this.args.join(' ')}\n${this.describe()}`);
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+  }
+
   /**
    * The first JSON line (already printed or still to come) matching `predicate`. Rejects after
    * `timeoutMs`, or as soon as the process exits without having printed one.

@@ -1,0 +1,133 @@
+/**
+ * The status page under load: N deferred task instances (each on its own trigger, owned by a
+ * triggerer row), then `deferflow web` is started on the database and each page is fetched
+ * `--requests` times in turn; prints one JSON line with each page's p50 / p99 / max in ms.
+ *
+ *   npm run bench:web -- --tis 10000
+ *   npm run bench:web -- --tis 10000 --db postgres://postgres@127.0.0.1:5432/test
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { openDatabase, type Database } from '../src/db/connect.ts';
+import { migrateToLatest } from '../src/db/migrate.ts';
+import { TRIGGERER_JOB_TYPE, toDbTime } from '../src/db/schema.ts';
+import { benchDatabase, percentile } from './bench-support.ts';
+
+const args = await yargs(hideBin(process.argv))
+  .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
+  .option('tis', { type: 'number', default: 10_000, describe: 'deferred task instances, one trigger each' })
+  .option('requests', { type: 'number', default: 50, describe: 'fetches of each page' })
+  .strict()
+  .parse();
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-web-bench-'));
+const { url, dispose } = await benchDatabase(args.db, scratch);
+const database = openDatabase(url);
+await migrateToLatest(database);
+const firstId = await insertDeferred(database, args.tis);
+
+const web = spawn(process.execPath, [path.join(root, 'bin/deferflow.js'), 'web', '--db', url, '--http-port', '0', '--log-level', 'warn'], {
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+try {
+  const base = await new Promise<string>((resolve, reject) => {
+    const lines = readline.createInterface({ input: web.stdout! });
+    lines.on('line', (line) => {
+      if (line.startsWith('status page: ')) resolve(line.slice('status page: '.length).replace(/\/$/, ''));
+    });
+    web.once('exit', (code) => reject(new Error(`deferflow web exited ${code}`)));
+  });
+  const middle = firstId + Math.floor(args.tis / 2);
+  const pages = {
+    overview: '/',
+    deferred_first_page: '/deferred',
+    deferred_middle_page: `/deferred?after=${middle}`,
+    triggers_first_page: '/triggers',
+    triggerers: '/triggerers',
+    dags: '/dags',
+  };
+  const result: Record<string, unknown> = { tis: args.tis, dialect: database.adapter.name, requests: args.requests };
+  for (const [name, pagePath] of Object.entries(pages)) {
+    const times: number[] = [];
+    for (let i = 0; i < args.requests; i++) {
+      const started = performance.now();
+      const response = await fetch(`${base}${pagePath}`);
+      const body = await response.text();
+      times.push(performance.now() - started);
+      if (response.status !== 200) throw new Error(`GET ${pagePath} answered ${response.status}: ${body.slice(0, 200)}`);
+      if (name.startsWith('deferred') && !body.includes('data-ti=')) throw new Error(`GET ${pagePath} lists no deferred task instance`);
+    }
+    times.sort((a, b) => a - b);
+    result[name] = { p50_ms: round(percentile(times, 0.5)), p99_ms: round(percentile(times, 0.99)), max_ms: round(times.at(-1)!) };
+  }
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+} finally {
+  web.kill('SIGTERM');
+  await new Promise((resolve) => web.once('exit', resolve));
+  await database.close();
+  await dispose();
+  rmSync(scratch, { recursive: true, force: true });
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}
+
+/** N deferred task instances of one run, each on its own trigger owned by a live triggerer row; returns the first task instance id. */
+async function insertDeferred({ db }: Database, count: number): Promise<number> {
+  const now = toDbTime(Date.now());
+  const job = await db
+    .insertInto('job')
+    .values({ job_type: TRIGGERER_JOB_TYPE, state: 'running', hostname: 'bench', pid: 1, capacity: count, start_date: now, latest_heartbeat: now })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  let firstId = 0;
+  for (let start = 0; start < count; start += 1000) {
+    const size = Math.min(1000, count - start);
+    await db.transaction().execute(async (trx) => {
+      const triggers = await trx
+        .insertInto('trigger')
+        .values(
+          Array.from({ length: size }, (_, i) => ({
+            classpath: 'deferflow.triggers.DateTimeTrigger',
+            kwargs: JSON.stringify({ moment: new Date(Date.now() + 3_600_000 + i).toISOString() }),
+            created_at: now,
+            triggerer_id: job.id,
+            hash: null,
+          })),
+        )
+        .returning('id')
+        .execute();
+      const tis = await trx
+        .insertInto('task_instance')
+        .values(
+          triggers.map((trigger, i) => ({
+            dag_id: 'bench',
+            task_id: `wait_${start + i}`,
+            run_id: 'bench__1',
+            state: 'deferred' as const,
+            try_number: 1,
+            next_method: 'resume',
+            next_kwargs: '{}',
+            trigger_id: trigger.id,
+            trigger_timeout: toDbTime(Date.now() + 7_200_000),
+          })),
+        )
+        .returning(['id', 'trigger_id'])
+        .execute();
+      if (firstId === 0) firstId = tis[0]!.id;
+      await trx
+        .insertInto('trigger_wait')
+        .values(tis.map((ti) => ({ task_instance_id: ti.id, try_number: 1, trigger_id: ti.trigger_id!, waited_from: now })))
+        .execute();
+    });
+  }
+  return firstId;
+}

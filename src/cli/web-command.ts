@@ -1,0 +1,80 @@
+import type { Argv } from 'yargs';
+import { COMMON_OPTIONS, logFormat, logLevel } from '../config/common-options.ts';
+import { optionPicker } from '../config/option-table.ts';
+import { openMigratedDatabase } from '../db/open-migrated-database.ts';
+import { describeThrown, InvalidOptionError } from '../errors.ts';
+import { createLogger } from '../logging.ts';
+import { ObservabilityServer } from '../observability/http-server.ts';
+import { Metrics } from '../observability/metrics.ts';
+import { HTTP_OPTIONS, resolveObservabilityHttp } from '../observability/options.ts';
+import { STANDALONE_HTTP_PORT } from '../standalone/options.ts';
+import { Storage } from '../storage/index.ts';
+import { statusPages } from '../web/status-pages.ts';
+import { resolveWebOptions, WEB_OPTIONS } from '../web/options.ts';
+import { declareOptions, rawOptionsFrom } from './declare-options.ts';
+import { livenessThresholds } from './jobs-commands.ts';
+
+/** `deferflow web` options: where the page is served, and the page's own. */
+export const WEB_COMMAND_OPTIONS = {
+  db: COMMON_OPTIONS.db,
+  'http-host': HTTP_OPTIONS['http-host'],
+  'http-port': { ...HTTP_OPTIONS['http-port'], default: STANDALONE_HTTP_PORT, describe: 'Serve the status page (and /metrics, /health) on this port' },
+  ...WEB_OPTIONS,
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
+} as const;
+
+/** `deferflow web`: the read-only status page, from the database alone, until SIGTERM or SIGINT. */
+export function registerWebCommand(cli: Argv): void {
+  cli.command(
+    'web',
+    'Serve the read-only status page (triggerers, triggers, deferred task instances, DAGs, runs, logs) from the database',
+    (command) => declareOptions(command, WEB_COMMAND_OPTIONS),
+    async (args) => {
+      const raw = rawOptionsFrom(WEB_COMMAND_OPTIONS, args);
+      const pick = optionPicker(WEB_COMMAND_OPTIONS, raw, process.env);
+      const http = resolveObservabilityHttp({ ...raw, 'http-port': pick('http-port') as string }, process.env, STANDALONE_HTTP_PORT);
+      if (http === null) throw new InvalidOptionError('http-port', 'deferflow web serves the status page: give a port (0: any free one), not off');
+      const web = resolveWebOptions(raw, process.env, http.host);
+      const log = createLogger({ level: logLevel(pick('log-level')), format: logFormat(pick('log-format')), name: 'web' });
+      const database = await openMigratedDatabase(String(pick('db')));
+      const metrics = new Metrics();
+      const storage = new Storage(database);
+      metrics.databaseGauges(() => storage.countWaitingWork());
+      const server = new ObservabilityServer(
+        { ...http, optional: false },
+        metrics,
+        [],
+        log,
+        statusPages(database, { refreshSeconds: web.refreshSeconds, token: web.token, liveness: livenessThresholds() }),
+      );
+      try {
+        await server.start();
+      } catch (error) {
+        await database.close();
+        throw error;
+      }
+      const address = server.address!;
+      process.stdout.write(`status page: http://${address.address}:${address.port}/\n`);
+      let stopping = false;
+      const stop = (signal: NodeJS.Signals) => {
+        if (stopping) process.exit(1);
+        stopping = true;
+        log.info({ signal }, `received ${signal}; stopping`);
+        void server
+          .stop()
+          .then(() => database.close())
+          .then(
+            () => process.exit(0),
+            (error: unknown) => {
+              log.error({ error: describeThrown(error).error }, 'stopping failed');
+              process.exit(1);
+            },
+          );
+      };
+      process.on('SIGTERM', stop);
+      process.on('SIGINT', stop);
+      await new Promise<never>(() => {});
+    },
+  );
+}

@@ -1,0 +1,108 @@
+/**
+ * HTML for the status page, written as tagged templates: every interpolated value is escaped
+ * unless it is already `Html` (made by this tag), so nothing read from the database (a DAG id, a
+ * log line) can inject markup.
+ */
+export class Html {
+  constructor(readonly text: string) {}
+  toString(): string {
+    return this.text;
+  }
+}
+
+type Part = Html | string | number | null | undefined | false | readonly Part[];
+
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}
+
+function render(part: Part): string {
+  if (part === null || part === undefined || part === false) return '';
+  if (part instanceof Html) return part.text;
+  if (Array.isArray(part)) return part.map(render).join('');
+  return escapeHtml(String(part));
+}
+
+export function html(strings: TemplateStringsArray, ...parts: Part[]): Html {
+  let text = strings[0]!;
+  parts.forEach((part, i) => {
+    text += render(part) + strings[i + 1]!;
+  });
+  return new Html(text);
+}
+
+/** A link to a page of this site, its path segments percent-encoded and its query appended. */
+export function href(segments: readonly (string | number)[], query: Record<string, string | number | undefined> = {}): string {
+  const path = `/${segments.map((segment) => encodeURIComponent(String(segment))).join('/')}`;
+  const search = Object.entries(query)
+    .filter(([, value]) => value !== undefined)
+    .map(([name, value]) => `${encodeURIComponent(name)}=${encodeURIComponent(String(value))}`)
+    .join('&');
+  return search === '' ? path : `${path}?${search}`;
+}
+
+/** "3 s", "4 min", "2 h 5 min", "3 d 4 h": a length of time as people read it at a glance. */
+export function ago(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 120) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 120) return `${minutes} min`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 48) return `${hours} h ${minutes % 60} min`;
+  return `${Math.floor(hours / 24)} d ${hours % 24} h`;
+}
+
+export function isoMoment(ms: number | null): string {
+  return ms === null
+    ? ''
+    : new Date(ms)
+        .toISOString()
+        .replace('T', ' ')
+        .replace(/\.\d+Z$/, 'Z');
+}
+
+/** A state as a coloured badge (the colours Airflow's UI uses for the same states). */
+export function stateBadge(state: string | null): Html {
+  const name = state ?? 'none';
+  return html`<span class="state state-${name}">${name}</span>`;
+}
+
+const STYLE = `
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2733;background:#f6f8fa}
+header{background:#17324d;color:#fff;padding:10px 20px;display:flex;gap:22px;align-items:baseline;flex-wrap:wrap}
+header b{font-size:17px} header a{color:#cfe3ff;text-decoration:none} header a.here{color:#fff;font-weight:600}
+main{padding:16px 20px} h1{font-size:19px;margin:4px 0 12px} h2{font-size:16px;margin:18px 0 8px}
+table{border-collapse:collapse;background:#fff;border:1px solid #d8dee4;min-width:50%}
+th,td{padding:5px 10px;border-bottom:1px solid #e6eaef;text-align:left;vertical-align:top}
+th{background:#eef2f6;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+a{color:#0b5cad} .muted{color:#66727f} .pager{margin:10px 0} .pager a{margin-right:14px}
+.state{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;color:#fff;background:#8a96a3}
+.state-success{background:#2e8540}.state-failed,.state-upstream_failed{background:#c62828}.state-running{background:#2a9d8f}
+.state-deferred{background:#7b4fd1}.state-scheduled,.state-queued{background:#a0740b}.state-skipped{background:#e58cc4}
+.state-up_for_retry,.state-up_for_reschedule{background:#d98324}.state-alive{background:#2e8540}.state-dead{background:#c62828}
+.state-ended{background:#8a96a3}
+pre.log{background:#0f1720;color:#dde6ee;padding:10px;overflow:auto;font:12px/1.5 ui-monospace,Menlo,monospace;white-space:pre-wrap}
+pre.log .trigger{color:#c3a6ff} pre.log .warn{color:#ffd479} pre.log .error{color:#ff8a80}
+.cards{display:flex;gap:12px;flex-wrap:wrap} .card{background:#fff;border:1px solid #d8dee4;padding:10px 14px;min-width:150px}
+.card b{display:block;font-size:22px}
+`;
+
+const NAV: readonly [string, string][] = [
+  ['/', 'Overview'],
+  ['/deferred', 'Deferred'],
+  ['/triggers', 'Triggers'],
+  ['/triggerers', 'Triggerers'],
+  ['/dags', 'DAGs'],
+];
+
+/** A whole page: the navigation, the content, and a refresh every `refreshSeconds` (0: none). */
+export function page(title: string, here: string, content: Html, refreshSeconds: number): string {
+  return html`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+${refreshSeconds > 0 ? html`<meta http-equiv="refresh" content="${refreshSeconds}">` : ''}
+<title>${title} · deferflow</title><style>${new Html(STYLE)}</style></head>
+<body><header><b>deferflow</b>${NAV.map(([path, name]) => html`<a href="${path}"${new Html(path === here ? ' class="here"' : '')}>${name}</a>`)}
+<span class="muted">updated ${isoMoment(Date.now())}</span></header>
+<main>${content}</main></body></html>
+`.text;
+}
