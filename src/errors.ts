@@ -44,6 +44,8 @@ export const ERROR_CODES = [
   'DF_UNKNOWN_CONNECTION',
   'DF_EXTERNAL_TASK_FAILED',
   'DF_INVALID_SIGNAL',
+  'DF_TRIGGER_BLOCKED',
+  'DF_TRIGGER_QUARANTINED',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -132,6 +134,13 @@ export class TriggerModuleError extends DeferflowError {
 export class TriggerFailedError extends DeferflowError {
   constructor(message: string, options?: ErrorOptions) {
     super('DF_TRIGGER_FAILED', message, options);
+  }
+}
+
+/** A trigger whose steps held triggerers' event loops past the watchdog's limit too often: never run again. */
+export class TriggerQuarantinedError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TRIGGER_QUARANTINED', message);
   }
 }
 

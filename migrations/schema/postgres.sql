@@ -158,9 +158,12 @@ table trigger
   column triggerer_id bigint
   column hash text
   column priority_weight integer not null default 1
+  column culprit_count integer not null default 0
+  column quarantined_at timestamp with time zone
   constraint trigger_pkey PRIMARY KEY (id)
   index CREATE UNIQUE INDEX trigger_hash_idx ON trigger USING btree (hash)
   index CREATE UNIQUE INDEX trigger_pkey ON trigger USING btree (id)
+  index CREATE INDEX trigger_quarantined_idx ON trigger USING btree (id) WHERE (quarantined_at IS NOT NULL)
   index CREATE INDEX trigger_triggerer_id_idx ON trigger USING btree (triggerer_id)
   index CREATE INDEX trigger_unowned_idx ON trigger USING btree (priority_weight DESC, created_at, id) WHERE (triggerer_id IS NULL)
 table trigger_log

@@ -76,6 +76,14 @@ export interface TriggererConfig {
   readonly blockThreshold?: DurationInput;
   /** Signals older than this are pruned (each key's latest kept). @default 7 days */
   readonly signalRetention?: DurationInput;
+  /**
+   * A watchdog thread restarts the process (SIGKILL, for its supervisor to start again) once the
+   * event loop has been held this long, recording the trigger whose step held it; 0: no
+   * watchdog. @default 10 seconds
+   */
+  readonly watchdogLimit?: DurationInput;
+  /** A trigger recorded this many times by watchdogs is quarantined: its task instances fail (DF_TRIGGER_QUARANTINED). @default 2 */
+  readonly quarantineAfter?: number;
   /** Serve POST /signals/:key, refusing requests without this bearer token (16+ characters). @default none: not served */
   readonly signalHttpToken?: string;
   /** Where the signal endpoint listens. @default '127.0.0.1' */

@@ -19,6 +19,11 @@ export interface DialectAdapter {
   /** How many bind parameters one statement may carry, with headroom. */
   readonly maxBindParameters: number;
   readonly types: { readonly json: string; readonly time: string; readonly bigint: string };
+  /**
+   * How the driver itself spells the `position`-th bind parameter (1-based) of a statement
+   * written as text for a bare connection (not kysely): `$1` or `?`.
+   */
+  parameter(position: number): string;
   /** `SELECT … FOR UPDATE SKIP LOCKED` where row locks exist; unchanged elsewhere. */
   lockSkippingLocked<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
   lockForUpdate<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
@@ -71,6 +76,7 @@ export const postgresAdapter: DialectAdapter = {
   concurrentWrites: 2,
   maxBindParameters: 60_000,
   types: { json: 'jsonb', time: 'timestamptz', bigint: 'bigint' },
+  parameter: (position) => `$${position}`,
   lockSkippingLocked: (query) => query.forUpdate().skipLocked(),
   lockForUpdate: (query) => query.forUpdate(),
   lockForShare: (query) => query.forShare(),
@@ -101,6 +107,7 @@ export const sqliteAdapter: DialectAdapter = {
   concurrentWrites: 1,
   maxBindParameters: 30_000,
   types: { json: 'text', time: 'text', bigint: 'integer' },
+  parameter: () => '?',
   lockSkippingLocked: (query) => query,
   lockForUpdate: (query) => query,
   lockForShare: (query) => query,

@@ -39,6 +39,10 @@ export interface TriggerTable {
   hash: string | null;
   /** The highest priority_weight of the task instances waiting on it: claimed first. */
   priority_weight: Generated<number>;
+  /** Times its step held a triggerer's loop past the watchdog's limit (migration 0008). */
+  culprit_count: Generated<number>;
+  /** Set once culprit_count reached the quarantine limit: never claimed again. */
+  quarantined_at: DbTime | null;
 }
 
 export interface TaskInstanceTable {

@@ -42,7 +42,10 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
   const run = <T>(work: (trx: StorageContext['db']) => Promise<T>): Promise<T> => (adapter.supportsRowLocks ? db.transaction().execute(work) : work(db));
   // An idle triggerer's every pass comes here: one plain read when nothing waits, not a
   // transaction of three statements.
-  if (adapter.supportsRowLocks && !(await db.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).limit(1).executeTakeFirst())) {
+  if (
+    adapter.supportsRowLocks &&
+    !(await db.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).where('quarantined_at', 'is', null).limit(1).executeTakeFirst())
+  ) {
     return { claimed: [], examined: 0, orphansDeleted: 0 };
   }
   return run(async (trx) => {
@@ -52,6 +55,8 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
           .selectFrom('trigger')
           .select('id')
           .where('triggerer_id', 'is', null)
+          // A quarantined trigger is never run again (see quarantine-triggers.ts).
+          .where('quarantined_at', 'is', null)
           .orderBy('priority_weight', 'desc')
           .orderBy('created_at')
           .orderBy('id')
@@ -65,6 +70,7 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
       .set({ triggerer_id: jobId })
       .where(adapter.idIn('id', ids))
       .where('triggerer_id', 'is', null)
+      .where('quarantined_at', 'is', null)
       .where((eb) =>
         eb(eb.selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id').limit(1), 'is not', null),
       )

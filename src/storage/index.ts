@@ -51,6 +51,7 @@ import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-tr
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
 import { countTriggers, countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
+import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
 import { appendTaskLogLines, appendTriggerLogLines, type TaskLogLine, type TriggerLogLine } from './append-task-log-lines.ts';
 import { readTaskLog, type StoredLogLine } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
@@ -89,6 +90,7 @@ export type { DagRunRow } from './list-dag-runs.ts';
 export type { JobListing } from './list-jobs.ts';
 export type { TaskLogLine, TriggerLogLine } from './append-task-log-lines.ts';
 export type { StoredLogLine } from './read-task-log.ts';
+export type { QuarantinedTrigger } from './quarantine-triggers.ts';
 export type { DeferredTaskInstance } from './list-deferred-task-instances.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
@@ -177,6 +179,10 @@ export class Storage {
 
   claimTriggers(jobId: number, limit: number): Promise<ClaimResult> {
     return claimTriggers(this.#context, jobId, limit);
+  }
+
+  listQuarantinedTriggers(limit: number): Promise<QuarantinedTrigger[]> {
+    return listQuarantinedTriggers(this.#context, limit);
   }
 
   listOwnedTriggerIds(jobId: number): Promise<number[]> {

@@ -1,7 +1,7 @@
 import os from 'node:os';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { flag, listenHost, listenPort, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
+import { flag, listenHost, listenPort, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 import type { SignalHttpOptions } from '../signals/signal-http.ts';
 import { HTTP_OPTIONS } from '../observability/options.ts';
 
@@ -48,6 +48,19 @@ export const TRIGGERER_OPTIONS = {
     default: 200,
     unit: 'milliseconds',
     describe: 'A trigger step holding the event loop longer than this is logged as a warning naming it',
+  },
+  'watchdog-limit': {
+    env: 'DEFERFLOW_TRIGGERER_WATCHDOG_LIMIT',
+    default: 10,
+    unit: 'seconds',
+    describe:
+      'A watchdog thread restarts the process (SIGKILL; its supervisor starts it again) once a step has held the event loop this long, recording the trigger whose step it was; 0: no watchdog',
+  },
+  'quarantine-after': {
+    env: 'DEFERFLOW_TRIGGERER_QUARANTINE_AFTER',
+    default: 2,
+    unit: 'times',
+    describe: 'A trigger the watchdog recorded this many times is quarantined: never run again, its task instances failed (DF_TRIGGER_QUARANTINED)',
   },
   'signal-retention': {
     env: 'DEFERFLOW_SIGNAL_RETENTION',
@@ -96,6 +109,10 @@ export interface TriggererOptions {
   readonly claimsPerLoop: number;
   readonly pollIntervalMs: number;
   readonly blockThresholdMs: number;
+  /** Held this long, the event loop is restarted by the watchdog; 0: no watchdog. */
+  readonly watchdogLimitMs: number;
+  /** Watchdog records after which a trigger is quarantined. */
+  readonly quarantineAfter: number;
   readonly triggerModules: readonly string[];
   /** Signals sent longer ago than this are pruned at cleanup, each key's latest kept. */
   readonly signalRetentionMs: number;
@@ -134,6 +151,8 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     claimsPerLoop: positiveInteger(pick('claims-per-loop'), 'claims-per-loop'),
     pollIntervalMs,
     blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
+    watchdogLimitMs: nonNegativeSeconds(pick('watchdog-limit'), 'watchdog-limit'),
+    quarantineAfter: positiveInteger(pick('quarantine-after'), 'quarantine-after'),
     triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
     signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
     push: flag(pick('push'), 'push'),

@@ -33,6 +33,8 @@ export interface TriggerRunnerOptions {
   readonly metrics?: TriggererMetrics;
   /** Where triggers' this.log lines are stored (the triggerer's); none: the runner's log only. */
   readonly triggerLogs?: TriggerLogWriter;
+  /** Told the id of the trigger whose step starts, and 0 when it ends (the watchdog's culprit). */
+  readonly stepping?: (triggerId: number) => void;
 }
 
 /*
@@ -184,6 +186,7 @@ export class TriggerRunner {
   readonly #listenSignal: TriggerRunnerOptions['listenSignal'];
   readonly #metrics: TriggererMetrics | undefined;
   readonly #triggerLogs: TriggerLogWriter | undefined;
+  readonly #stepping: (triggerId: number) => void;
 
   constructor(
     private readonly registry: TriggerRegistry,
@@ -196,6 +199,8 @@ export class TriggerRunner {
     const metrics = options.metrics;
     this.#metrics = metrics;
     this.#triggerLogs = options.triggerLogs;
+    const stepping = options.stepping ?? (() => {});
+    this.#stepping = stepping;
     this.#watch = new LoopWatch<TriggerRun>(
       options.blockThresholdMs,
       ({ subject, blockedMs }) => {
@@ -218,8 +223,14 @@ export class TriggerRunner {
             ),
     );
     this.#timers = new DeadlineQueue<TriggerRun>({
-      beforeResume: () => this.#watch.mark(),
-      afterResume: (run) => this.#watch.checkpoint(run),
+      beforeResume: (run) => {
+        this.#watch.mark();
+        stepping(run.id);
+      },
+      afterResume: (run) => {
+        this.#watch.checkpoint(run);
+        stepping(0);
+      },
     });
   }
 
@@ -368,7 +379,9 @@ export class TriggerRunner {
 
   #step(run: TriggerRun): void {
     this.#watch.mark();
+    this.#stepping(run.id);
     const pending = run.generator!.next();
+    this.#stepping(0);
     this.#watch.checkpoint(run);
     pending.then(
       (result) => this.#onStep(run, result),

@@ -15,6 +15,8 @@ import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
 import { TriggerLogWriter } from './trigger-log-writer.ts';
+import { Watchdog } from './watchdog.ts';
+import { TriggerQuarantinedError } from '../errors.ts';
 import { DagRunStateBatcher } from '../model/dag-run-state-batcher.ts';
 import { SignalService } from '../signals/signal-service.ts';
 import type { Metrics } from '../observability/metrics.ts';
@@ -43,6 +45,7 @@ export class Triggerer extends Daemon {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
   readonly #triggerLogs: TriggerLogWriter;
+  readonly #watchdog: Watchdog | null;
   /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
   readonly #dagRunStates: DagRunStateBatcher;
   #signalHttp: SignalHttpServer | null = null;
@@ -79,6 +82,11 @@ export class Triggerer extends Daemon {
     triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
     this.metrics.databaseGauges(() => this.storage.countWaitingWork());
     this.#triggerLogs = new TriggerLogWriter(this.storage, log);
+    this.#watchdog =
+      options.watchdogLimitMs > 0
+        ? new Watchdog({ limitMs: options.watchdogLimitMs, quarantineAfter: options.quarantineAfter }, options.databaseUrl, database.adapter, log)
+        : null;
+    const watchdog = this.#watchdog;
     this.#runner = new TriggerRunner(
       registry,
       log,
@@ -92,6 +100,7 @@ export class Triggerer extends Daemon {
         listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
         metrics: triggererMetrics,
         triggerLogs: this.#triggerLogs,
+        stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
       },
     );
     this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
@@ -182,6 +191,7 @@ export class Triggerer extends Daemon {
       `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
     );
     this.#runner.start();
+    this.#watchdog?.start();
     this.subscribeWakeups(this.database, { triggerer: () => this.#pushedWake() }, this.options.push);
     this.#scheduleSweep(0);
     this.#passLoop = this.#runPasses();
@@ -202,6 +212,7 @@ export class Triggerer extends Daemon {
     this.#writer.close();
     await this.#triggerLogs.close();
     this.#runner.close();
+    await this.#watchdog?.stop();
     this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
     await this.#signalHttp?.stop();
     try {
@@ -212,6 +223,24 @@ export class Triggerer extends Daemon {
         { job_id: job.id, ...errorFields(error, 'DF_DATABASE') },
         'could not release triggers on stop; peers take them after the health-check threshold',
       );
+    }
+  }
+
+  /**
+   * Fails the task instances of quarantined triggers (see watchdog.ts): they never run again.
+   * Any triggerer does it, on its first pass and at each cleanup; a second one finds nothing
+   * left to move.
+   */
+  async #failQuarantined(): Promise<void> {
+    for (const trigger of await this.storage.listQuarantinedTriggers(1000)) {
+      const error = new TriggerQuarantinedError(
+        `trigger ${trigger.id} (${trigger.classpath}) held a triggerer's event loop past the watchdog limit ` +
+          `(${this.options.watchdogLimitMs / 1000} s) ${trigger.culpritCount} time(s): it is quarantined and never run again; ` +
+          'fix its code (a step must await, not compute or wait synchronously), then defer again',
+      );
+      this.log.error({ code: error.code, trigger_id: trigger.id, classpath: trigger.classpath, culprit_count: trigger.culpritCount }, error.message);
+      this.metrics.triggerer().failed.inc({ classpath: trigger.classpath });
+      this.#writer.addFailure(trigger.id, { code: error.code, error: `TriggerQuarantinedError: ${error.message}`, traceback: null, reason: 'trigger_failure' });
     }
   }
 
@@ -278,6 +307,7 @@ export class Triggerer extends Daemon {
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
       const pruned = await storage.pruneSignals(Date.now() - options.signalRetentionMs);
       if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
+      await this.#failQuarantined();
       const orphaned = await storage.releaseTriggersOfMissingTriggerers();
       if (orphaned > 0)
         this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);

@@ -13,8 +13,8 @@ export const WEB_OPTIONS = {
   'web-refresh': {
     env: 'DEFERFLOW_WEB_REFRESH',
     default: 5,
-    unit: 'seconds (0: never)',
-    describe: 'How often the status page reloads itself',
+    unit: 'seconds',
+    describe: 'How often the status page reloads itself; 0: never',
   },
 } as const;
 
