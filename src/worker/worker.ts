@@ -352,7 +352,9 @@ export class Worker extends Daemon {
    * outcome, if any, is dropped. Returns whether there was a request to carry out.
    */
   async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers): Promise<boolean> {
-    const done = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.carryOutStopRequest(taskInstance.id, this.jobId!));
+    const done = await this.#recordPersistently(taskInstance.id, 'the stop a signal asked for', () =>
+      this.storage.carryOutStopRequest(taskInstance.id, this.jobId!),
+    );
     if (done === null) return false;
     this.#countOutcome(taskInstance, done === 'restart' ? 'scheduled' : done);
     tryLog.worker.info(
@@ -371,6 +373,35 @@ export class Worker extends Daemon {
       run_id: taskInstance.runId,
       try_number: started.tryNumber,
     });
+  }
+
+  /**
+   * Writes what a try came to, retrying with backoff for as long as this worker runs: a database
+   * outage or a failover must not strand a finished task (its slot stays taken meanwhile, and
+   * the worker's heartbeat, failing too, lets the scheduler take over if the outage outlasts
+   * the zombie threshold). Values the database refuses, or a worker stopping, end the tries.
+   */
+  async #recordPersistently<T>(taskInstanceId: number, what: string, write: () => Promise<T>): Promise<T> {
+    for (let failures = 0; ; failures++) {
+      try {
+        const written = await write();
+        if (failures > 0)
+          this.log.info(
+            { task_instance_id: taskInstanceId, failed_writes: failures },
+            `recorded ${what} of task instance ${taskInstanceId} after ${failures} failed write(s)`,
+          );
+        return written;
+      } catch (error) {
+        if (!this.isRunning || this.database.adapter.refusesValues(error)) throw error;
+        const pauseMs = Math.min(RECORD_RETRY_MAX_MS, RECORD_RETRY_MS * 2 ** failures);
+        if (failures === 0)
+          this.log.warn(
+            { task_instance_id: taskInstanceId, retry_in_ms: pauseMs, ...errorFields(error, 'DF_DATABASE') },
+            `recording ${what} of task instance ${taskInstanceId} failed; retrying with backoff while the worker runs`,
+          );
+        await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      }
+    }
   }
 
   #countOutcome(taskInstance: ClaimedTaskInstance, state: string): void {
@@ -395,7 +426,9 @@ export class Worker extends Daemon {
       tryLog.worker.error(fields, `${label} ${outcome.state}: ${describeThrown(error).error}`);
     }
     await this.#taskLogs.flush();
-    const recorded = await withRetries(RECORD_ATTEMPTS, RECORD_RETRY_MS, () => this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now));
+    const recorded = await this.#recordPersistently(taskInstance.id, `its outcome (${outcome.state})`, () =>
+      this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now),
+    );
     if (recorded) this.#countOutcome(taskInstance, outcome.state);
     // A signal asked to stop it before the outcome was written: the request wins.
     if (!recorded && (await this.#carryOutStopRequest(taskInstance, label, tryLog))) return;
@@ -407,20 +440,9 @@ export class Worker extends Daemon {
   }
 }
 
-/** How often an outcome is tried against the database, and the pause between tries: a failover or a dropped connection should not strand a finished task. */
-const RECORD_ATTEMPTS = 3;
+/** The pause before the first retry of an outcome write; it doubles with each failure, up to RECORD_RETRY_MAX_MS. */
 const RECORD_RETRY_MS = 500;
-
-async function withRetries<T>(attempts: number, pauseMs: number, write: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await write();
-    } catch (error) {
-      if (attempt >= attempts) throw error;
-      await new Promise((resolve) => setTimeout(resolve, pauseMs));
-    }
-  }
-}
+const RECORD_RETRY_MAX_MS = 30_000;
 
 /** The most JSON a task instance keeps as its return value (Airflow's XCom is for small values too). */
 export const MAX_RETURN_VALUE_BYTES = 1024 * 1024;

@@ -1,0 +1,105 @@
+// A worker whose database goes away just as its task finishes: the outcome is kept and written
+// once the database is back (retried with backoff while the worker runs), not dropped with the
+// task left running until the worker stops. PostgreSQL cut off by a proxy; SQLite locked by
+// another process for longer than its busy timeout.
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { triggerDagRun } from '../src/dags/manual-run.ts';
+import { dropTestDatabases } from './support/databases.ts';
+import { waitFor, type TestDatabase } from './support/fixtures.ts';
+import { postgresProxy } from './support/postgres-proxy.ts';
+import { processScratch } from './support/process-scratch.ts';
+import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+
+const dagSource = (flag: string) => `
+import { existsSync } from 'node:fs';
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+class UntilFlag extends BaseOperator {
+  async execute() { while (!existsSync(${JSON.stringify(flag)})) await new Promise((resolve) => setTimeout(resolve, 20)); return 'done'; }
+}
+export const dag = new Dag({ dagId: 'outage' }).add(new UntilFlag({ taskId: 'finish_during_outage' }));
+`;
+
+async function setUp(db: TestDatabase) {
+  const dags = scratch.dir('outage');
+  const flag = path.join(dags, 'flag');
+  writeFileSync(path.join(dags, 'outage.mjs'), dagSource(flag));
+  await processDagFolder(db, dags);
+  return { dags, flag };
+}
+
+const tiRow = (db: TestDatabase) =>
+  db.db.selectFrom('task_instance').select(['state', 'try_number', 'return_value']).where('task_id', '=', 'finish_during_outage').executeTakeFirstOrThrow();
+
+describe('a worker losing its database as a task finishes', () => {
+  it('on postgres: writes the outcome once the database answers again', async () => {
+    const db = await scratch.database('postgres');
+    const { dags, flag } = await setUp(db);
+    const proxy = await postgresProxy(db.url);
+    try {
+      const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
+      const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+      const worker = spawnDeferflow(['worker', '--db', proxy.url, '--dags', dags, ...fast]);
+      await scheduler.waitForJob(20_000);
+      await worker.waitForJob(20_000);
+      await triggerDagRun(db, 'outage');
+      await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+
+      await proxy.cut();
+      writeFileSync(flag, '');
+      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
+        what: 'the failed write reported',
+      });
+      expect((await tiRow(db)).state).toBe('running');
+      await proxy.restore();
+      await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the outcome written after the outage', timeoutMs: 30_000 });
+      expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
+      expect(worker.exited).toBeNull();
+      worker.kill('SIGTERM');
+      scheduler.kill('SIGTERM');
+      expect((await worker.exit).code).toBe(0);
+    } finally {
+      proxy.close();
+    }
+  }, 90_000);
+
+  it('on sqlite: waits out another process holding the database locked past its busy timeout', async () => {
+    const db = await scratch.database('sqlite');
+    const { dags, flag } = await setUp(db);
+    const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...fast]);
+    await scheduler.waitForJob(20_000);
+    await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'outage');
+    await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+
+    const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
+    try {
+      locker.exec('BEGIN EXCLUSIVE');
+      writeFileSync(flag, '');
+      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
+        what: 'the failed write reported',
+        timeoutMs: 20_000,
+      });
+      locker.exec('COMMIT');
+    } finally {
+      if (locker.inTransaction) locker.exec('ROLLBACK');
+      locker.close();
+    }
+    await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the outcome written after the lock', timeoutMs: 30_000 });
+    expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
+    expect(worker.exited).toBeNull();
+    expect(scheduler.exited).toBeNull();
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    expect((await scheduler.exit).code).toBe(0);
+  }, 90_000);
+});
