@@ -1,0 +1,265 @@
+/**
+ * The chaos run: deferflow under repeated SIGKILLs, on PostgreSQL. Three triggerers, two
+ * workers and a scheduler share a private schema; N deferred task instances wait on triggers
+ * due over --window seconds (each resumed on a worker, then done); every --fault-every seconds
+ * one process chosen at random is SIGKILLed and started again. A row trigger in the schema logs
+ * every state change of every task instance, and that log is the proof: each task instance must
+ * move deferred → scheduled exactly once and end in success. Prints one JSON line:
+ *
+ *   npm run chaos                                    # 20,000 TIs over 60 s, a fault every 10 s
+ *   npm run chaos -- --tis 500 --window 8 --fault-every 2
+ *
+ * { tis, faults, kills_by_kind, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
+ * Exits 1 when anything moved twice, was lost, or did not finish.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sql } from 'kysely';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { openDatabase } from '../src/db/connect.ts';
+import { migrateToLatest } from '../src/db/migrate.ts';
+import { toDbTime } from '../src/db/schema.ts';
+import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { DateTimeTrigger } from '../triggers/index.ts';
+import { createScratchSchema } from '../test/support/pg-schemas.ts';
+import { percentile } from '../bench/bench-support.ts';
+
+const args = await yargs(hideBin(process.argv))
+  .option('db', {
+    type: 'string',
+    default: process.env.DEFERFLOW_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    describe: 'a PostgreSQL server (a private schema is made and dropped)',
+  })
+  .option('tis', { type: 'number', default: 20_000 })
+  .option('window', { type: 'number', default: 60, describe: 'seconds over which the triggers come due' })
+  .option('lead', { type: 'number', default: 5, describe: 'seconds before the first is due' })
+  .option('fault-every', { type: 'number', default: 10, describe: 'seconds between two SIGKILLs' })
+  .option('seed', { type: 'number', default: Date.now() % 100_000 })
+  .strict()
+  .parse();
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const bin = path.join(root, 'bin/deferflow.js');
+const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-chaos-'));
+const schema = await createScratchSchema(args.db, 'chaos');
+const database = openDatabase(schema.url);
+let random = args.seed;
+/** A small seeded generator, so a run can be replayed with --seed. */
+const nextRandom = () => {
+  random = (random * 1_103_515_245 + 12_345) % 2 ** 31;
+  return random / 2 ** 31;
+};
+
+/** The health-check and zombie thresholds: short, so a killed process's work moves on within seconds. */
+const HEALTH_CHECK_S = 3;
+const ZOMBIE_S = 4;
+
+const KINDS = {
+  triggerer: [
+    'triggerer',
+    '--poll-interval',
+    '0.2',
+    '--heartbeat-interval',
+    '0.5',
+    '--health-check-threshold',
+    String(HEALTH_CHECK_S),
+    '--capacity',
+    '100000',
+    '--claims-per-loop',
+    '5000',
+  ],
+  worker: [
+    'worker',
+    '--dags',
+    path.join(scratch, 'dags'),
+    '--concurrency',
+    '64',
+    '--poll-interval',
+    '0.2',
+    '--heartbeat-interval',
+    '0.5',
+    '--shutdown-grace',
+    '0',
+  ],
+  scheduler: ['scheduler', '--poll-interval', '0.5', '--heartbeat-interval', '0.5', '--zombie-threshold', String(ZOMBIE_S)],
+} as const;
+type Kind = keyof typeof KINDS;
+
+interface Slot {
+  readonly kind: Kind;
+  child: ChildProcess;
+}
+
+const slots: Slot[] = [];
+const start = (kind: Kind): ChildProcess =>
+  spawn(process.execPath, [bin, ...KINDS[kind], '--db', schema.url, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'ignore'], cwd: root });
+
+let exitCode = 1;
+try {
+  await migrateToLatest(database);
+  // The proof: every state change of every task instance, written by the database itself.
+  await sql`create table chaos_audit (ti bigint not null, old_state text, new_state text, at timestamptz not null default clock_timestamp())`.execute(
+    database.db,
+  );
+  await sql`create function chaos_audit_change() returns trigger language plpgsql as $$
+    begin
+      if new.state is distinct from old.state then insert into chaos_audit (ti, old_state, new_state) values (new.id, old.state, new.state); end if;
+      return new;
+    end $$`.execute(database.db);
+  await sql`create trigger chaos_audit_change after update on task_instance for each row execute function chaos_audit_change()`.execute(database.db);
+
+  const dags = path.join(scratch, 'dags');
+  mkdirSync(dags);
+  writeFileSync(
+    path.join(dags, 'chaos.mjs'),
+    `import { BaseOperator, Dag } from ${JSON.stringify(path.join(root, 'dist/src/index.js'))};
+class ChaosWait extends BaseOperator {
+  execute() { throw new Error('chaos task instances are deferred by the chaos script, never started'); }
+  resume(_context, event) { return event; }
+}
+export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait' }));
+`,
+  );
+  await processDagFolder(database, dags);
+
+  // N task instances of one run (map indexes of one task), each deferred on its own trigger.
+  const firstDue = Date.now() + args.lead * 1000;
+  const dueOf = (i: number) => firstDue + Math.floor((i * args.window * 1000) / args.tis);
+  const now = toDbTime(Date.now());
+  await database.db
+    .insertInto('dag_run')
+    .values({
+      dag_id: 'chaos',
+      run_id: 'chaos__1',
+      run_type: 'manual',
+      logical_date: now,
+      state: 'running',
+      conf: '{}',
+      created_at: now,
+      updated_at: now,
+      start_date: now,
+    })
+    .execute();
+  const dueById = new Map<number, number>();
+  for (let at = 0; at < args.tis; at += 1000) {
+    const size = Math.min(1000, args.tis - at);
+    await database.db.transaction().execute(async (trx) => {
+      const triggers = await trx
+        .insertInto('trigger')
+        .values(
+          Array.from({ length: size }, (_, k) => ({
+            classpath: DateTimeTrigger.classpath,
+            kwargs: JSON.stringify(new DateTimeTrigger({ moment: new Date(dueOf(at + k)) }).serialize().kwargs),
+            created_at: now,
+            triggerer_id: null,
+            hash: null,
+          })),
+        )
+        .returning('id')
+        .execute();
+      const tis = await trx
+        .insertInto('task_instance')
+        .values(
+          triggers.map((trigger, k) => ({
+            dag_id: 'chaos',
+            task_id: 'wait',
+            run_id: 'chaos__1',
+            map_index: at + k,
+            state: 'deferred' as const,
+            try_number: 1,
+            next_method: 'resume',
+            next_kwargs: '{}',
+            trigger_id: trigger.id,
+            operator: 'ChaosWait',
+          })),
+        )
+        .returning(['id', 'map_index'])
+        .execute();
+      for (const ti of tis) dueById.set(ti.id, dueOf(ti.map_index));
+    });
+  }
+
+  for (const kind of ['triggerer', 'triggerer', 'triggerer', 'worker', 'worker', 'scheduler'] as const) slots.push({ kind, child: start(kind) });
+  const startedAt = Date.now();
+  const lastDue = dueOf(args.tis - 1);
+  // Faults until every trigger is due, then time for the last kill's work to move on.
+  const deadline = lastDue + (HEALTH_CHECK_S + ZOMBIE_S + 60) * 1000;
+  const kills: Record<Kind, number> = { triggerer: 0, worker: 0, scheduler: 0 };
+  let faults = 0;
+  let nextFaultAt = startedAt + args['fault-every'] * 1000;
+  const doneCount = async () =>
+    Number(
+      (
+        await database.db
+          .selectFrom('task_instance')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .where('dag_id', '=', 'chaos')
+          .where('state', '=', 'success')
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
+  while (Date.now() < deadline) {
+    if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
+      const slot = slots[Math.floor(nextRandom() * slots.length)]!;
+      slot.child.kill('SIGKILL');
+      await new Promise((resolve) => slot.child.once('exit', resolve));
+      slot.child = start(slot.kind);
+      kills[slot.kind]++;
+      faults++;
+      nextFaultAt += args['fault-every'] * 1000;
+    }
+    if (Date.now() > lastDue && (await doneCount()) === args.tis) break;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+
+  const moves = await sql<{ ti: number; moves: string; first_at: Date }>`
+    select ti, count(*) as moves, min(at) as first_at from chaos_audit where old_state = 'deferred' and new_state = 'scheduled' group by ti`.execute(
+    database.db,
+  );
+  const moved = new Map(moves.rows.map((row) => [Number(row.ti), { moves: Number(row.moves), at: new Date(row.first_at).getTime() }]));
+  const done = new Set(
+    (await database.db.selectFrom('task_instance').select('id').where('dag_id', '=', 'chaos').where('state', '=', 'success').execute()).map((row) => row.id),
+  );
+  let movedOnce = 0;
+  let movedTwice = 0;
+  let lost = 0;
+  let notDone = 0;
+  const lateness: number[] = [];
+  for (const [id, due] of dueById) {
+    const move = moved.get(id);
+    if (!move) lost++;
+    else if (move.moves === 1) movedOnce++;
+    else movedTwice++;
+    if (move) lateness.push(move.at - due);
+    if (!done.has(id)) notDone++;
+  }
+  lateness.sort((a, b) => a - b);
+  const summary = {
+    tis: args.tis,
+    seed: args.seed,
+    faults,
+    kills_by_kind: kills,
+    moved_once: movedOnce,
+    moved_twice: movedTwice,
+    lost,
+    not_done: notDone,
+    p99_lateness_ms: lateness.length ? Math.round(percentile(lateness, 0.99)) : null,
+    worst_lateness_ms: lateness.length ? Math.round(lateness.at(-1)!) : null,
+    elapsed_ms: Date.now() - startedAt,
+  };
+  process.stdout.write(`${JSON.stringify(summary)}\n`);
+  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 ? 0 : 1;
+} finally {
+  for (const slot of slots) slot.child.kill('SIGKILL');
+  await Promise.all(
+    slots.map((slot) => (slot.child.exitCode === null && slot.child.signalCode === null ? new Promise((resolve) => slot.child.once('exit', resolve)) : null)),
+  );
+  await database.close();
+  await schema.drop();
+  rmSync(scratch, { recursive: true, force: true });
+}
+process.exit(exitCode);
