@@ -141,6 +141,46 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
     expect(tr.triggerer.jobId).not.toBeNull();
   }, 120_000);
 
+  it('event payloads of any JSON reach their own task instance exactly, or fail it naming what the database cannot store', async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const storage = new Storage(db);
+    const tr = await startTriggerer(db);
+    open.triggerers.push(tr);
+    const payload = fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.constantFrom('nul \u0000 inside', { deep: ['half \ud800'] }));
+    await fc.assert(
+      fc.asyncProperty(fc.array(payload, { minLength: 1, maxLength: 5 }), async (payloads) => {
+        const sent = new Map<number, unknown>();
+        for (const value of payloads) {
+          const id = await createTaskInstance(db);
+          // Through the kwargs a trigger's own code would compute its payload from.
+          try {
+            await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.EchoPayloadTrigger({ payload: value as never }), method: 'resume' }));
+          } catch (error) {
+            // Text the database cannot store is refused at the deferral already, naming where.
+            expectNamedRefusal(error);
+            continue;
+          }
+          sent.set(id, value);
+        }
+        await waitFor(async () => (await Promise.all([...sent.keys()].map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+          what: 'every echo delivered',
+          timeoutMs: 15_000,
+        });
+        for (const [id, value] of sent) {
+          const ti = await taskInstance(db, id);
+          if (ti.next_method === '__fail__') {
+            expect(ti.next_kwargs!.code).toMatch(/^DF_(NOT_JSON|NOT_STORABLE|OUTCOME_REFUSED)$/);
+          } else {
+            // JSON's own round trip (-0 is 0).
+            expect(ti.next_kwargs!.event, JSON.stringify(value)).toEqual(JSON.parse(JSON.stringify(value ?? null)));
+          }
+        }
+      }),
+      { numRuns: 15 },
+    );
+  }, 120_000);
+
   it('signal keys and values: each is stored as given or refused naming what was wrong, and nothing else changes', async () => {
     const db = await migratedDatabase(dialect);
     open.databases.push(db);
