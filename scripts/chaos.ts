@@ -28,6 +28,7 @@ import { processDagFolder } from '../src/dags/dag-processor.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 import { percentile } from '../bench/bench-support.ts';
+import { postgresProxy } from '../test/support/postgres-proxy.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', {
@@ -40,6 +41,11 @@ const args = await yargs(hideBin(process.argv))
   .option('lead', { type: 'number', default: 5, describe: 'seconds before the first is due' })
   .option('fault-every', { type: 'number', default: 10, describe: 'seconds between two SIGKILLs' })
   .option('seed', { type: 'number', default: Date.now() % 100_000 })
+  .option('outage', {
+    type: 'number',
+    default: 0,
+    describe: 'seconds the database is unreachable halfway through (every connection dropped, new ones refused, as in a server restart); 0: none',
+  })
   .strict()
   .parse();
 
@@ -96,8 +102,17 @@ interface Slot {
 }
 
 const slots: Slot[] = [];
-const start = (kind: Kind): ChildProcess =>
-  spawn(process.execPath, [bin, ...KINDS[kind], '--db', schema.url, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'ignore'], cwd: root });
+// The daemons reach the database through a proxy the run can cut (--outage); the run itself does not.
+const proxy = await postgresProxy(schema.url);
+/** Exits nobody asked for: a daemon must live through kills of its peers and database outages. */
+let crashes = 0;
+const start = (kind: Kind): ChildProcess => {
+  const child = spawn(process.execPath, [bin, ...KINDS[kind], '--db', proxy.url, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'ignore'], cwd: root });
+  child.once('exit', (_code, signal) => {
+    if (signal !== 'SIGKILL') crashes++;
+  });
+  return child;
+};
 
 // Interrupted: the processes it started go with it.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -204,6 +219,8 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
   const kills: Record<Kind, number> = { triggerer: 0, worker: 0, scheduler: 0 };
   let faults = 0;
   let nextFaultAt = startedAt + args['fault-every'] * 1000;
+  const outageAt = args.outage > 0 ? firstDue + (args.window * 1000) / 2 : Number.POSITIVE_INFINITY;
+  let outageDone = args.outage === 0;
   const doneCount = async () =>
     Number(
       (
@@ -216,6 +233,13 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
       ).n,
     );
   while (Date.now() < deadline) {
+    if (!outageDone && Date.now() >= outageAt) {
+      outageDone = true;
+      await proxy.cut();
+      await new Promise((resolve) => setTimeout(resolve, args.outage * 1000));
+      await proxy.restore();
+      faults++;
+    }
     if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
       const slot = slots[Math.floor(nextRandom() * slots.length)]!;
       slot.child.kill('SIGKILL');
@@ -259,6 +283,8 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     seed: args.seed,
     faults,
     kills_by_kind: kills,
+    outage_s: args.outage,
+    crashes,
     moved_once: movedOnce,
     moved_twice: movedTwice,
     lost,
@@ -269,9 +295,10 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     elapsed_ms: Date.now() - startedAt,
   };
   process.stdout.write(`${JSON.stringify(summary)}\n`);
-  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 ? 0 : 1;
+  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 && crashes === 0 ? 0 : 1;
 } finally {
   for (const slot of slots) slot.child.kill('SIGKILL');
+  proxy.close();
   await Promise.all(
     slots.map((slot) => (slot.child.exitCode === null && slot.child.signalCode === null ? new Promise((resolve) => slot.child.once('exit', resolve)) : null)),
   );
