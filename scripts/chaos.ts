@@ -106,10 +106,30 @@ const slots: Slot[] = [];
 const proxy = await postgresProxy(schema.url);
 /** Exits nobody asked for: a daemon must live through kills of its peers and database outages. */
 let crashes = 0;
-const start = (kind: Kind): ChildProcess => {
-  const child = spawn(process.execPath, [bin, ...KINDS[kind], '--db', proxy.url, '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'ignore'], cwd: root });
-  child.once('exit', (_code, signal) => {
-    if (signal !== 'SIGKILL') crashes++;
+/** Starts refused at once (exit 2: the database could not be reached to check it), as a supervisor sees them and starts again. */
+let refusedStarts = 0;
+const crashDetails: string[] = [];
+let running = true;
+const start = (slot: Slot): ChildProcess => {
+  const child = spawn(process.execPath, [bin, ...KINDS[slot.kind], '--db', proxy.url, '--log-level', 'warn'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    cwd: root,
+  });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-2000);
+  });
+  child.once('exit', (code, signal) => {
+    if (signal === 'SIGKILL' || !running) return;
+    if (code === 2 && /error \[DF_[A-Z_]+\]/.test(stderr)) refusedStarts++;
+    else {
+      crashes++;
+      crashDetails.push(`${slot.kind} exited (code ${code}, signal ${signal}): ${stderr.trim().split('\n').slice(-3).join(' | ')}`);
+    }
+    // As a supervisor would: start it again.
+    setTimeout(() => {
+      if (running && slot.child === child) slot.child = start(slot);
+    }, 500);
   });
   return child;
 };
@@ -211,7 +231,11 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     });
   }
 
-  for (const kind of ['triggerer', 'triggerer', 'triggerer', 'worker', 'worker', 'scheduler'] as const) slots.push({ kind, child: start(kind) });
+  for (const kind of ['triggerer', 'triggerer', 'triggerer', 'worker', 'worker', 'scheduler'] as const) {
+    const slot: Slot = { kind, child: null as unknown as ChildProcess };
+    slot.child = start(slot);
+    slots.push(slot);
+  }
   const startedAt = Date.now();
   const lastDue = dueOf(args.tis - 1);
   // Faults until every trigger is due, then time for the last kill's work to move on.
@@ -243,8 +267,8 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
       const slot = slots[Math.floor(nextRandom() * slots.length)]!;
       slot.child.kill('SIGKILL');
-      await new Promise((resolve) => slot.child.once('exit', resolve));
-      slot.child = start(slot.kind);
+      if (slot.child.exitCode === null && slot.child.signalCode === null) await new Promise((resolve) => slot.child.once('exit', resolve));
+      slot.child = start(slot);
       kills[slot.kind]++;
       faults++;
       nextFaultAt += args['fault-every'] * 1000;
@@ -285,6 +309,8 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     kills_by_kind: kills,
     outage_s: args.outage,
     crashes,
+    refused_starts: refusedStarts,
+    ...(crashDetails.length > 0 ? { crash_details: crashDetails } : {}),
     moved_once: movedOnce,
     moved_twice: movedTwice,
     lost,
@@ -297,6 +323,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
   process.stdout.write(`${JSON.stringify(summary)}\n`);
   exitCode = movedTwice === 0 && lost === 0 && notDone === 0 && crashes === 0 ? 0 : 1;
 } finally {
+  running = false;
   for (const slot of slots) slot.child.kill('SIGKILL');
   proxy.close();
   await Promise.all(

@@ -85,3 +85,30 @@ describe.each(testDialects)('commands on a database that is not ready, on %s', (
     expect(await db.db.selectFrom('job').select('id').execute()).toEqual([]);
   }, 60_000);
 });
+
+describe('commands on a database server that does not answer', () => {
+  it('are refused at start with DF_DATABASE naming the database (password masked) and the fix, exit 2', async () => {
+    // A port nothing listens on: a server down, or restarting.
+    const net = await import('node:net');
+    const port = await new Promise<number>((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port: free } = probe.address() as import('node:net').AddressInfo;
+        probe.close(() => resolve(free));
+      });
+    });
+    const url = `postgres://deferflow:s3cret-pw@127.0.0.1:${port}/nowhere`;
+    const dags = scratch.dir('dags');
+    for (const [name, proc] of [
+      ['triggerer', spawnTriggerer(['--db', url])],
+      ['worker', spawnDeferflow(['worker', '--db', url, '--dags', dags])],
+      ['scheduler', spawnDeferflow(['scheduler', '--db', url])],
+      ['standalone', spawnDeferflow(['standalone', '--db', url, '--dags', dags])],
+    ] as const) {
+      const { exit, err } = await outcome(proc);
+      expect(exit.code, name).toBe(2);
+      expect(err, name).toContain(`error [DF_DATABASE]: could not reach the database postgres://deferflow:***@127.0.0.1:${port}/nowhere`);
+      expect(err, name).toContain('check --db');
+      expect(err, name).not.toContain('s3cret-pw');
+    }
+  });
+});

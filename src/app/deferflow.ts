@@ -4,7 +4,7 @@ import { assertDagFolder, keepDagFolderProcessed, serializedDagSource } from '..
 import { triggerDagRun, type ManualRunOptions } from '../dags/manual-run.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
 import { migrateToLatest } from '../db/migrate.ts';
-import { openMigratedDatabase } from '../db/open-migrated-database.ts';
+import { openMigratedDatabase, unreachable } from '../db/open-migrated-database.ts';
 import { InvalidOptionError, LifecycleError } from '../errors.ts';
 import { createLogger } from '../logging.ts';
 import type { DagRunState } from '../db/schema.ts';
@@ -98,8 +98,8 @@ export class Deferflow {
       try {
         applied = await migrateToLatest(database);
       } catch (error) {
-        await database.close();
-        throw error;
+        await database.close().catch(() => {});
+        throw unreachable(options.databaseUrl, error);
       }
     } else {
       database = await openMigratedDatabase(options.databaseUrl);

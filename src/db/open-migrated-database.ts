@@ -1,4 +1,6 @@
+import { DatabaseError, DeferflowError } from '../errors.ts';
 import { openDatabase, type Database } from './connect.ts';
+import { redactDatabaseUrl } from './database-url.ts';
 import { assertMigrated } from './migrate.ts';
 
 /**
@@ -11,8 +13,22 @@ export async function openMigratedDatabase(url: string): Promise<Database> {
   try {
     await assertMigrated(database, url);
   } catch (error) {
-    await database.close();
-    throw error;
+    await database.close().catch(() => {});
+    throw unreachable(url, error);
   }
   return database;
+}
+
+/**
+ * What a failure to reach the database at start is reported as: DF_DATABASE naming the database
+ * and the fix (a supervisor starts the process again; a person checks the URL or the server),
+ * unless it is one of deferflow's own errors already (not migrated, a bad URL).
+ */
+export function unreachable(url: string, error: unknown): unknown {
+  if (error instanceof DeferflowError) return error;
+  const reason = error instanceof Error ? error.message : String(error);
+  return new DatabaseError(
+    `could not reach the database ${redactDatabaseUrl(url)}: ${reason}; check --db (or DEFERFLOW_DATABASE_URL) and that the server is running`,
+    { cause: error },
+  );
 }
