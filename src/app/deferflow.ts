@@ -119,7 +119,7 @@ export class Deferflow {
     const several = [options.worker, options.scheduler, options.triggerer].filter(Boolean).length > 1;
     const child = (component: string) => (several ? log.child({ component }) : log);
     this.#dagProcessingLog = child('dag-processor');
-    this.#httpLog = several ? log.child({ component: 'http' }) : log;
+    this.#httpLog = child('http');
     const metrics = this.metrics;
     this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), metrics) : null;
     this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), metrics) : null;

@@ -33,7 +33,7 @@ export function registerWebCommand(cli: Argv): void {
     async (args) => {
       const raw = rawOptionsFrom(WEB_COMMAND_OPTIONS, args);
       const pick = optionPicker(WEB_COMMAND_OPTIONS, raw, process.env);
-      const http = resolveObservabilityHttp({ ...raw, 'http-port': pick('http-port') as string }, process.env, STANDALONE_HTTP_PORT);
+      const http = resolveObservabilityHttp(raw, process.env, STANDALONE_HTTP_PORT);
       if (http === null) throw new InvalidOptionError('http-port', 'deferflow web serves the status page: give a port (0: any free one), not off');
       const web = resolveWebOptions(raw, process.env, http.host);
       const log = createLogger({ level: logLevel(pick('log-level')), format: logFormat(pick('log-format')), name: 'web' });
@@ -42,6 +42,7 @@ export function registerWebCommand(cli: Argv): void {
       const storage = new Storage(database);
       metrics.databaseGauges(() => storage.countWaitingWork());
       const server = new ObservabilityServer(
+        // Serving the page is all this command does: its port, even the default one, must be had.
         { ...http, optional: false },
         metrics,
         [],

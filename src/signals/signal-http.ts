@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { sameToken } from '../config/tokens.ts';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -105,10 +105,7 @@ export class SignalHttpServer {
   }
 
   #authorized(header: string | undefined): boolean {
-    const given = /^Bearer (.+)$/i.exec(header ?? '')?.[1];
-    if (given === undefined) return false;
-    const buffer = Buffer.from(given);
-    return buffer.length === this.#token.length && timingSafeEqual(buffer, this.#token);
+    return sameToken(/^Bearer (.+)$/i.exec(header ?? '')?.[1], this.#token);
   }
 }
 

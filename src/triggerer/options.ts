@@ -3,6 +3,7 @@ import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } fr
 import { InvalidOptionError } from '../errors.ts';
 import { flag, listenHost, listenPort, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 import type { SignalHttpOptions } from '../signals/signal-http.ts';
+import { tokenOption } from '../config/tokens.ts';
 import { HTTP_OPTIONS } from '../observability/options.ts';
 
 /**
@@ -168,13 +169,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
 }
 
 function signalHttpOptions(token: unknown, host: unknown, port: unknown): SignalHttpOptions | null {
-  const text = String(token ?? '');
-  if (text === '') return null;
-  if (text.length < 16 || /\s/.test(text)) {
-    throw new InvalidOptionError(
-      'signal-http-token',
-      'must be 16 characters or more, without spaces (e.g. `openssl rand -hex 24`); the endpoint is off without one',
-    );
-  }
+  const text = tokenOption(token, 'signal-http-token', '; the endpoint is off without one');
+  if (text === null) return null;
   return Object.freeze({ token: text, host: listenHost(host, 'signal-http-host'), port: listenPort(port, 'signal-http-port') });
 }

@@ -1,5 +1,6 @@
 import { InvalidOptionError } from '../errors.ts';
 import { nonNegativeSeconds, optionPicker, type RawOptions } from '../config/option-table.ts';
+import { tokenOption } from '../config/tokens.ts';
 
 /** The status page's own options (its address is the process's --http-host and --http-port). */
 export const WEB_OPTIONS = {
@@ -26,15 +27,13 @@ export interface WebOptions {
 /** raw → defaulted → validated; refused when the page would be reachable from elsewhere without a token. */
 export function resolveWebOptions(raw: RawOptions<typeof WEB_OPTIONS>, env: NodeJS.ProcessEnv, host: string): WebOptions {
   const pick = optionPicker(WEB_OPTIONS, raw, env);
-  const token = String(pick('web-token') ?? '');
-  if (token !== '' && (token.length < 16 || /\s/.test(token)))
-    throw new InvalidOptionError('web-token', 'must be 16 characters or more, without spaces (e.g. `openssl rand -hex 24`)');
-  if (token === '' && !isLoopback(host))
+  const token = tokenOption(pick('web-token'), 'web-token');
+  if (token === null && !isLoopback(host))
     throw new InvalidOptionError(
       'web-token',
       `the status page would be served on ${host}, beyond this machine, to anyone: set DEFERFLOW_WEB_TOKEN (or --web-token), or serve it on 127.0.0.1`,
     );
-  return Object.freeze({ token: token === '' ? null : token, refreshSeconds: nonNegativeSeconds(pick('web-refresh'), 'web-refresh') / 1000 });
+  return Object.freeze({ token, refreshSeconds: nonNegativeSeconds(pick('web-refresh'), 'web-refresh') / 1000 });
 }
 
 export function isLoopback(host: string): boolean {

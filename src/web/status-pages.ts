@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { sameToken } from '../config/tokens.ts';
 import type { Database } from '../db/connect.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { toSchedulerDag } from '../dags/serialized-dag.ts';
@@ -88,9 +88,7 @@ function authorized(header: string | undefined, token: Buffer): boolean {
     const decoded = Buffer.from(basic, 'base64').toString('utf8');
     given = decoded.slice(decoded.indexOf(':') + 1);
   }
-  if (given === undefined) return false;
-  const buffer = Buffer.from(given);
-  return buffer.length === token.length && timingSafeEqual(buffer, token);
+  return sameToken(given, token);
 }
 
 function optionalId(text: string | null): number | undefined {
