@@ -245,7 +245,7 @@ export class Worker extends Daemon {
       task = await this.resolve(taskInstance);
     } catch (error) {
       // No code to run: the try is spent like any failure, without retries (they would fail alike).
-      const started = await this.storage.startTaskInstance(taskInstance.id, jobId, null);
+      const started = await this.#recordPersistently(taskInstance.id, 'its start', () => this.storage.startTaskInstance(taskInstance.id, jobId, null));
       if (!started) return;
       try {
         await this.#finish(taskInstance, label, this.#openTaskLog(taskInstance, started), { state: 'failed' }, error);
@@ -254,7 +254,11 @@ export class Worker extends Daemon {
       }
       return;
     }
-    const started = await this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs);
+    // Like an outcome, a start is kept through an outage: a claimed task instance that could not
+    // be started would otherwise stay queued on this (live) worker until it stops.
+    const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
+      this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
+    );
     if (!started) return; // cleared or reaped meanwhile
     const cancel = new AbortController();
     this.#cancels.set(taskInstance.id, cancel);
@@ -376,7 +380,7 @@ export class Worker extends Daemon {
   }
 
   /**
-   * Writes what a try came to, retrying with backoff for as long as this worker runs: a database
+   * Writes what a try came to (or its start), retrying with backoff for as long as this worker runs: a database
    * outage or a failover must not strand a finished task (its slot stays taken meanwhile, and
    * the worker's heartbeat, failing too, lets the scheduler take over if the outage outlasts
    * the zombie threshold). Values the database refuses, or a worker stopping, end the tries.
