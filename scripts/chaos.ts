@@ -285,9 +285,11 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     group by ti`.execute(database.db);
   const moved = new Map(moves.rows.map((row) => [Number(row.ti), { moves: Number(row.most_in_a_try), at: new Date(row.first_at).getTime() }]));
   const retried = Number((await sql<{ n: string }>`select count(distinct ti) as n from chaos_audit where try_number > 1`.execute(database.db)).rows[0]!.n);
-  const done = new Set(
-    (await database.db.selectFrom('task_instance').select('id').where('dag_id', '=', 'chaos').where('state', '=', 'success').execute()).map((row) => row.id),
-  );
+  const finalStates = await database.db.selectFrom('task_instance').select(['id', 'state']).where('dag_id', '=', 'chaos').execute();
+  const done = new Set(finalStates.filter((row) => row.state === 'success').map((row) => row.id));
+  // What an unfinished task instance was left as says where to look.
+  const notDoneStates: Record<string, number> = {};
+  for (const row of finalStates) if (row.state !== 'success') notDoneStates[row.state ?? 'none'] = (notDoneStates[row.state ?? 'none'] ?? 0) + 1;
   let movedOnce = 0;
   let movedTwice = 0;
   let lost = 0;
@@ -315,6 +317,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     moved_twice: movedTwice,
     lost,
     not_done: notDone,
+    ...(notDone > 0 ? { not_done_states: notDoneStates } : {}),
     retried_after_a_kill: retried,
     p99_lateness_ms: lateness.length ? Math.round(percentile(lateness, 0.99)) : null,
     worst_lateness_ms: lateness.length ? Math.round(lateness.at(-1)!) : null,

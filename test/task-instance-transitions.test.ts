@@ -40,6 +40,25 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     expect(await storage.claimTaskInstances(me, 10)).toEqual([]);
   });
 
+  it('a claim or a start whose answer was lost is found again by its worker: the queued ones it does not hold, the same try started', async () => {
+    const db = await database();
+    const storage = new Storage(db);
+    const held = await createTaskInstance(db, { state: 'scheduled' });
+    const lost = await createTaskInstance(db, { state: 'scheduled' });
+    const me = await worker(storage);
+    const other = await worker(storage, 'other-host');
+    expect((await storage.claimTaskInstances(me, 2)).map((ti) => ti.id).sort()).toEqual([held, lost].sort());
+    expect((await storage.claimedButNotHeld(me.jobId, [held])).map((ti) => ti.id)).toEqual([lost]);
+    expect(await storage.claimedButNotHeld(other.jobId, [])).toEqual([]);
+
+    const started = await storage.startTaskInstance(lost, me.jobId, null, 1_000_000);
+    // Its answer lost, the worker starts it again: the same try, not a second one, and not null.
+    expect(await storage.startTaskInstance(lost, me.jobId, null, 1_000_500)).toMatchObject({ tryNumber: started!.tryNumber, nextMethod: null });
+    expect((await taskInstance(db, lost)).try_number).toBe(1);
+    expect(await storage.startTaskInstance(lost, other.jobId, null)).toBeNull();
+    expect((await storage.claimedButNotHeld(me.jobId, [held])).map((ti) => ti.id)).toEqual([]);
+  });
+
   it('a hand back gives the try back: a fresh run starts as the same try, a resumed one resumes again at next_method', async () => {
     const db = await database();
     const storage = new Storage(db);

@@ -12,7 +12,7 @@ import { dropTestDatabases } from './support/databases.ts';
 import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { postgresProxy } from './support/postgres-proxy.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -101,5 +101,88 @@ describe('a worker losing its database as a task finishes', () => {
     scheduler.kill('SIGTERM');
     expect((await worker.exit).code).toBe(0);
     expect((await scheduler.exit).code).toBe(0);
+  }, 90_000);
+
+  it('on sqlite: a deferral written during the lock is kept and written after it, not failed for the outage', async () => {
+    const db = await scratch.database('sqlite');
+    const dags = scratch.dir('outage-defer');
+    const flag = path.join(dags, 'flag');
+    writeFileSync(
+      path.join(dags, 'outage.mjs'),
+      `
+import { existsSync } from 'node:fs';
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { TimeDeltaTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+class DeferOnFlag extends BaseOperator {
+  async execute() {
+    while (!existsSync(${JSON.stringify(flag)})) await new Promise((resolve) => setTimeout(resolve, 20));
+    return this.defer({ trigger: new TimeDeltaTrigger({ delta: 3600 }), method: 'resume' });
+  }
+  resume() { return 'resumed'; }
+}
+export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'finish_during_outage', retries: 0 }));
+`,
+    );
+    await processDagFolder(db, dags);
+    const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...fast]);
+    await scheduler.waitForJob(20_000);
+    await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'outage');
+    await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+
+    const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
+    try {
+      locker.exec('BEGIN EXCLUSIVE');
+      writeFileSync(flag, '');
+      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('recording its deferral of task instance')), {
+        what: 'the failed deferral write reported',
+        timeoutMs: 20_000,
+      });
+      locker.exec('COMMIT');
+    } finally {
+      if (locker.inTransaction) locker.exec('ROLLBACK');
+      locker.close();
+    }
+    await waitFor(async () => (await tiRow(db)).state === 'deferred', { what: 'the deferral written after the lock', timeoutMs: 30_000 });
+    expect(await tiRow(db)).toMatchObject({ state: 'deferred', try_number: 1 });
+    expect(await db.db.selectFrom('trigger').select('classpath').execute()).toHaveLength(1);
+    expect(worker.exited).toBeNull();
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    expect((await scheduler.exit).code).toBe(0);
+  }, 90_000);
+
+  it('on sqlite: runs what a claim whose answer was lost queued for it, once its next claim goes through', async () => {
+    const db = await scratch.database('sqlite');
+    const { dags, flag } = await setUp(db);
+    writeFileSync(flag, '');
+    // No scheduler: only the worker moves the task instance, and only if it takes it up.
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--poll-interval', '0.1', '--heartbeat-interval', '0.5']);
+    const jobId = await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'outage');
+    const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
+    try {
+      locker.exec('BEGIN EXCLUSIVE');
+      // What the claim committed while the worker waited on the lock and gave up: queued for it.
+      locker
+        .prepare("update task_instance set state = 'queued', worker_job_id = ?, queued_at = ?, updated_at = ? where task_id = 'finish_during_outage'")
+        .run(jobId, new Date().toISOString(), new Date().toISOString());
+      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('claiming task instances failed')), {
+        what: 'a failed claim',
+        timeoutMs: 20_000,
+      });
+      locker.exec('COMMIT');
+    } finally {
+      if (locker.inTransaction) locker.exec('ROLLBACK');
+      locker.close();
+    }
+    await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the lost claim taken up and run', timeoutMs: 30_000 });
+    expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
+    expect(worker.lines.some((line) => String(line.msg).includes('a claim whose answer was lost queued for this worker'))).toBe(true);
+    worker.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
   }, 90_000);
 });

@@ -164,18 +164,25 @@ export class Deferflow {
       this.#http = new ObservabilityServer(this.options.http, this.metrics, daemons, this.#httpLog, this.extraRoutes);
       await this.#http.start();
     }
-    if (this.worker) {
-      // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
-      this.#dagProcessing = await keepDagFolderProcessed(
-        this.database,
-        this.options.dagsFolder,
-        this.options.worker!.dagProcessIntervalMs,
-        this.#dagProcessingLog,
-      );
+    try {
+      if (this.worker) {
+        // The worker imports DAG files anyway, so it keeps the serialized DAGs current.
+        this.#dagProcessing = await keepDagFolderProcessed(
+          this.database,
+          this.options.dagsFolder,
+          this.options.worker!.dagProcessIntervalMs,
+          this.#dagProcessingLog,
+        );
+      }
+      await this.triggerer?.start();
+      await this.scheduler?.start();
+      await this.worker?.start();
+    } catch (error) {
+      // What can fail here besides deferflow's own coded refusals is the database (user code's
+      // failures are import errors, recorded): lost between open() and start, as in an outage
+      // that begins just then. Coded and named, so a supervisor's log says what to fix.
+      throw unreachable(this.options.databaseUrl, error);
     }
-    await this.triggerer?.start();
-    await this.scheduler?.start();
-    await this.worker?.start();
   }
 
   /**

@@ -62,6 +62,7 @@ import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { SchedulerDag } from '../model/scheduler-dag.ts';
 import {
   claimTaskInstances,
+  claimedButNotHeld,
   finishTaskInstance,
   handBackTaskInstance,
   startTaskInstance,
@@ -238,6 +239,10 @@ export class Storage {
 
   claimTaskInstances(worker: WorkerIdentity, limit: number, now = Date.now()): Promise<ClaimedTaskInstance[]> {
     return claimTaskInstances(this.#context, worker, limit, now);
+  }
+
+  claimedButNotHeld(workerJobId: number, held: readonly number[]): Promise<ClaimedTaskInstance[]> {
+    return claimedButNotHeld(this.#context, workerJobId, held);
   }
 
   startTaskInstance(taskInstanceId: number, workerJobId: number, executionTimeoutMs: number | null, now = Date.now()): Promise<StartedTaskInstance | null> {

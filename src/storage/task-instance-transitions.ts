@@ -84,26 +84,58 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
     .where('id', 'in', (eb) => eb.selectFrom('candidate').select('candidate.id'))
     .where('state', '=', 'scheduled')
     // What the worker needs to run each one comes back with the claim, not a query per task.
-    .returning((eb) => [
-      'id',
-      'dag_id',
-      'task_id',
-      'run_id',
-      'map_index',
-      'operator',
-      eb
-        .selectFrom('serialized_dag')
-        .select('fileloc')
-        .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
-        .where('deleted_at', 'is', null)
-        .as('fileloc'),
-      runColumn(eb, 'logical_date'),
-      runColumn(eb, 'conf'),
-      runColumn(eb, 'data_interval_start'),
-      runColumn(eb, 'data_interval_end'),
-    ])
+    .returning(claimedColumns)
     .execute();
-  return rows.map((row) => ({
+  return rows.map(toClaimed);
+}
+
+/**
+ * Task instances queued for this worker that it does not hold (`held`): a claim whose commit
+ * went through while its answer was lost (the connection dropped as it committed) left them
+ * there, and a live worker's task instances are never reaped. The worker takes them up after a
+ * claim that failed.
+ */
+export async function claimedButNotHeld({ db }: StorageContext, workerJobId: number, held: readonly number[]): Promise<ClaimedTaskInstance[]> {
+  let query = db.selectFrom('task_instance').select(claimedColumns).where('state', '=', 'queued').where('worker_job_id', '=', workerJobId);
+  if (held.length > 0) query = query.where('id', 'not in', held);
+  return (await query.orderBy('id').execute()).map(toClaimed);
+}
+
+function claimedColumns(eb: ExpressionBuilder<DatabaseSchema, 'task_instance'>) {
+  return [
+    'id',
+    'dag_id',
+    'task_id',
+    'run_id',
+    'map_index',
+    'operator',
+    eb
+      .selectFrom('serialized_dag')
+      .select('fileloc')
+      .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
+      .where('deleted_at', 'is', null)
+      .as('fileloc'),
+    runColumn(eb, 'logical_date'),
+    runColumn(eb, 'conf'),
+    runColumn(eb, 'data_interval_start'),
+    runColumn(eb, 'data_interval_end'),
+  ] as const;
+}
+
+function toClaimed(row: {
+  id: number;
+  dag_id: string;
+  task_id: string;
+  run_id: string;
+  map_index: number;
+  operator: string | null;
+  fileloc: string | null;
+  logical_date: Date | string | null;
+  conf: string | null;
+  data_interval_start: Date | string | null;
+  data_interval_end: Date | string | null;
+}): ClaimedTaskInstance {
+  return {
     id: row.id,
     dagId: row.dag_id,
     taskId: row.task_id,
@@ -115,7 +147,7 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
     confJson: row.conf ?? null,
     dataIntervalStart: row.data_interval_start == null ? null : fromDbTime(row.data_interval_start),
     dataIntervalEnd: row.data_interval_end == null ? null : fromDbTime(row.data_interval_end),
-  }));
+  };
 }
 
 /** A column of the task instance's DAG run, as a correlated subquery (null without a run: a task instance made by createTaskInstance has none). */
@@ -178,12 +210,24 @@ export async function startTaskInstance(
     .where('worker_job_id', '=', workerJobId)
     .returning(['try_number', 'next_method', 'next_kwargs', 'execution_deadline'])
     .executeTakeFirst();
-  if (!row) return null;
+  // Already running on this worker: an earlier attempt of this start committed, but its answer
+  // was lost with the connection (the worker retries a start through an outage). That start is
+  // this one; only the claiming worker's start moves a task instance it holds to running.
+  const started =
+    row ??
+    (await db
+      .selectFrom('task_instance')
+      .select(['try_number', 'next_method', 'next_kwargs', 'execution_deadline'])
+      .where('id', '=', taskInstanceId)
+      .where('state', '=', 'running')
+      .where('worker_job_id', '=', workerJobId)
+      .executeTakeFirst());
+  if (!started) return null;
   return {
-    tryNumber: row.try_number,
-    nextMethod: row.next_method,
-    nextKwargsJson: row.next_kwargs,
-    executionDeadline: fromDbTime(row.execution_deadline),
+    tryNumber: started.try_number,
+    nextMethod: started.next_method,
+    nextKwargsJson: started.next_kwargs,
+    executionDeadline: fromDbTime(started.execution_deadline),
     startedAt: now,
   };
 }

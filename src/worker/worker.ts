@@ -1,25 +1,22 @@
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { WORKER_JOB_TYPE } from '../db/schema.ts';
-import { callNextMethod } from '../deferral.ts';
 import {
   codeOf,
   describeThrown,
   errorFields,
   WorkerStoppingError,
-  ReturnValueTooLargeError,
   TaskExecutionTimeoutError,
   TaskInstanceStateError,
   TaskStoppedBySignalError,
 } from '../errors.ts';
-import { isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from '../operators/task-signals.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
-import { isTaskDeferred } from '../operators/task-deferred.ts';
-import { toJsonText } from '../serialization/json.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from '../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
+import { InlineTaskRunner } from './inline-task-runner.ts';
+import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
 import { Daemon, HEALTH_HEARTBEAT_INTERVALS } from '../jobs/daemon.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import type { JobRow } from '../jobs/job-row.ts';
@@ -75,6 +72,7 @@ export class Worker extends Daemon {
   readonly #pause = new InterruptibleSleep();
   #slotMs = 0;
   readonly #taskLogs: TaskLogWriter;
+  readonly #runner: TaskRunner;
   /**
    * Called after this worker recorded a deferral or an outcome: others (a triggerer, a
    * scheduler) may have work now. Standalone wires it to their wake().
@@ -84,7 +82,8 @@ export class Worker extends Daemon {
   constructor(
     private readonly database: Database,
     readonly options: WorkerOptions,
-    private readonly resolve: TaskResolver,
+    /** Where task code runs: a TaskResolver's tasks run on this worker's loop (InlineTaskRunner). */
+    runner: TaskResolver | TaskRunner,
     log: Logger,
     metrics?: Metrics,
   ) {
@@ -102,6 +101,7 @@ export class Worker extends Daemon {
       metrics,
     );
     this.#taskLogs = new TaskLogWriter(this.storage, log);
+    this.#runner = typeof runner === 'function' ? new InlineTaskRunner(runner) : runner;
     this.metrics.worker().observe({ running: () => this.#running.size, slots: options.concurrency });
   }
 
@@ -192,18 +192,32 @@ export class Worker extends Daemon {
     }
     // Code that heeds its signal winds down now; give it a moment before the logs close.
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
+    await this.#runner.close();
     await this.#taskLogs.close();
   }
 
   async #claimLoop(): Promise<void> {
     const worker = { jobId: this.jobId!, hostname: this.options.hostname, pid: process.pid };
+    // A failed claim may have committed (its answer lost with the connection): what it queued
+    // for this worker is taken up before the next claim, or it would wait, queued, for ever.
+    let claimFailed = false;
     while (this.isRunning) {
       const free = this.options.concurrency - this.#running.size;
       let claimed: ClaimedTaskInstance[] = [];
       if (free > 0) {
         try {
-          claimed = await this.storage.claimTaskInstances(worker, free);
+          if (claimFailed) {
+            claimed = await this.storage.claimedButNotHeld(worker.jobId, [...this.#running.keys()]);
+            if (claimed.length > 0)
+              this.log.warn(
+                { task_instance_ids: claimed.map((taskInstance) => taskInstance.id) },
+                `taking up ${claimed.length} task instance(s) a claim whose answer was lost queued for this worker`,
+              );
+            claimFailed = false;
+          }
+          if (claimed.length < free) claimed.push(...(await this.storage.claimTaskInstances(worker, free - claimed.length)));
         } catch (error) {
+          claimFailed = true;
           this.log.error(errorFields(error, 'DF_DATABASE'), 'claiming task instances failed; retrying');
         }
       }
@@ -240,9 +254,9 @@ export class Worker extends Daemon {
   async #run(taskInstance: ClaimedTaskInstance): Promise<void> {
     const jobId = this.jobId!;
     const label = `${taskInstance.dagId}.${taskInstance.taskId} (run ${taskInstance.runId}, task instance ${taskInstance.id})`;
-    let task: AnyResolvedTask;
+    let task: PreparedTask;
     try {
-      task = await this.resolve(taskInstance);
+      task = await this.#runner.prepare(taskInstance);
     } catch (error) {
       // No code to run: the try is spent like any failure, without retries (they would fail alike).
       const started = await this.#recordPersistently(taskInstance.id, 'its start', () => this.storage.startTaskInstance(taskInstance.id, jobId, null));
@@ -254,27 +268,31 @@ export class Worker extends Daemon {
       }
       return;
     }
-    // Like an outcome, a start is kept through an outage: a claimed task instance that could not
-    // be started would otherwise stay queued on this (live) worker until it stops.
-    const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
-      this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
-    );
-    if (!started) return; // cleared or reaped meanwhile
-    const cancel = new AbortController();
-    this.#cancels.set(taskInstance.id, cancel);
     try {
-      await this.#runStarted(taskInstance, label, task, started, cancel);
+      // Like an outcome, a start is kept through an outage: a claimed task instance that could not
+      // be started would otherwise stay queued on this (live) worker until it stops.
+      const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
+        this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
+      );
+      if (!started) return; // cleared or reaped meanwhile
+      const cancel = new AbortController();
+      this.#cancels.set(taskInstance.id, cancel);
+      try {
+        await this.#runStarted(taskInstance, label, task, started, cancel);
+      } finally {
+        this.#taskLogs.release(taskInstance.id, started.tryNumber);
+        // Not the next try's (a restart may have started it here already).
+        if (this.#cancels.get(taskInstance.id) === cancel) this.#cancels.delete(taskInstance.id);
+      }
     } finally {
-      this.#taskLogs.release(taskInstance.id, started.tryNumber);
-      // Not the next try's (a restart may have started it here already).
-      if (this.#cancels.get(taskInstance.id) === cancel) this.#cancels.delete(taskInstance.id);
+      task.release();
     }
   }
 
   async #runStarted(
     taskInstance: ClaimedTaskInstance,
     label: string,
-    task: AnyResolvedTask,
+    task: PreparedTask,
     started: StartedTaskInstance,
     cancel: AbortController,
   ): Promise<void> {
@@ -283,72 +301,72 @@ export class Worker extends Daemon {
       started.nextMethod ? { next_method: started.nextMethod } : {},
       `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`,
     );
+    let result: TaskResult;
     try {
       // Out of time already (its deferral timed out at the deadline): nothing more may run.
       if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
         throw new TaskExecutionTimeoutError(label, started.executionDeadline);
       }
-      const context = await task.context(taskInstance, started, tryLog.task, cancel.signal);
-      const nextMethod = started.nextMethod;
-      const work = Promise.resolve().then(() =>
-        nextMethod === null ? task.operator.execute(context) : callNextMethod(task.operator, context, nextMethod, started.nextKwargsJson),
-      );
-      const returned = await untilAborted(work, started.executionDeadline, label, cancel);
-      const returnValueJson = returned === undefined ? null : toJsonText(returned, "the task's return value");
-      if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
-        throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
-      }
-      await this.#finish(taskInstance, label, tryLog, { state: 'success', returnValueJson });
-    } catch (thrown) {
-      // What failed the try: what the task threw, or the deferral's write that failed.
-      let error: unknown = thrown;
-      if (error instanceof TaskStoppedBySignalError) {
+      result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, label, cancel);
+    } catch (aborted) {
+      if (aborted instanceof TaskStoppedBySignalError) {
         await this.#carryOutStopRequest(taskInstance, label, tryLog);
         return;
       }
       // Handed back at shutdown already (see shutdown()): nothing of this try is recorded.
-      if (error instanceof WorkerStoppingError) return;
-      if (isTaskDeferred(error)) {
-        try {
-          await this.storage.deferTaskInstance(taskInstance.id, error);
-          this.#countOutcome(taskInstance, 'deferred');
-          // No flush: the deferral's line rides the next timed write (the task is not finished).
-          tryLog.worker.info({ next_method: error.method }, `${label} deferred; resumes at ${error.method}`);
-          return;
-        } catch (deferError) {
-          if (deferError instanceof TaskInstanceStateError) {
-            if (await this.#carryOutStopRequest(taskInstance, label, tryLog)) return;
-            this.log.warn(
-              { task_instance_id: taskInstance.id, error: deferError.message },
-              `${label} deferred, but it is no longer this worker's to defer; dropped`,
-            );
-            return;
-          }
-          // The deferral could not be written: this try failed (and is retried if it may be).
-          error = deferError;
-        }
-      }
-      if (isTaskSkipped(error)) {
-        await this.#finish(taskInstance, label, tryLog, { state: 'skipped' }, undefined, Date.now(), error.reason);
-        return;
-      }
-      if (isTaskRescheduled(error)) {
-        await this.#finish(
-          taskInstance,
-          label,
-          tryLog,
-          { state: 'up_for_reschedule', readyAt: error.readyAt, startedAt: started.startedAt },
-          undefined,
-          Date.now(),
-          `runs again at ${new Date(error.readyAt).toISOString()}`,
-        );
-        return;
-      }
-      const now = Date.now();
-      const mayRetry = started.tryNumber <= task.retry.retries && !isTaskFailedWithoutRetry(error);
-      const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
-      await this.#finish(taskInstance, label, tryLog, outcome, error, now);
+      if (aborted instanceof WorkerStoppingError) return;
+      // The execution timeout: a failure like any other, retried if the task may be.
+      result = { kind: 'failed', error: aborted, retryable: true };
     }
+    if (result.kind === 'returned') {
+      await this.#finish(taskInstance, label, tryLog, { state: 'success', returnValueJson: result.returnValueJson });
+      return;
+    }
+    if (result.kind === 'deferred') {
+      const deferral = result.deferral;
+      try {
+        // Kept through an outage like an outcome: a deferral the database missed is not the
+        // task's failure (failing it would spend a try, or end the task, for an outage). The
+        // moment it deferred stays the start of its timeout however long the write waits.
+        const deferredAt = Date.now();
+        await this.#recordPersistently(taskInstance.id, 'its deferral', () => this.storage.deferTaskInstance(taskInstance.id, deferral, deferredAt));
+        this.#countOutcome(taskInstance, 'deferred');
+        // No flush: the deferral's line rides the next timed write (the task is not finished).
+        tryLog.worker.info({ next_method: deferral.method }, `${label} deferred; resumes at ${deferral.method}`);
+        return;
+      } catch (deferError) {
+        if (deferError instanceof TaskInstanceStateError) {
+          if (await this.#carryOutStopRequest(taskInstance, label, tryLog)) return;
+          this.log.warn(
+            { task_instance_id: taskInstance.id, error: deferError.message },
+            `${label} deferred, but it is no longer this worker's to defer; dropped`,
+          );
+          return;
+        }
+        // The deferral could not be written (values the database refuses): this try failed.
+        result = { kind: 'failed', error: deferError, retryable: true };
+      }
+    }
+    if (result.kind === 'skipped') {
+      await this.#finish(taskInstance, label, tryLog, { state: 'skipped' }, undefined, Date.now(), result.reason);
+      return;
+    }
+    if (result.kind === 'rescheduled') {
+      await this.#finish(
+        taskInstance,
+        label,
+        tryLog,
+        { state: 'up_for_reschedule', readyAt: result.readyAt, startedAt: started.startedAt },
+        undefined,
+        Date.now(),
+        `runs again at ${new Date(result.readyAt).toISOString()}`,
+      );
+      return;
+    }
+    const now = Date.now();
+    const mayRetry = started.tryNumber <= task.retry.retries && result.retryable;
+    const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
+    await this.#finish(taskInstance, label, tryLog, outcome, result.error, now);
   }
 
   /**
@@ -396,7 +414,8 @@ export class Worker extends Daemon {
           );
         return written;
       } catch (error) {
-        if (!this.isRunning || this.database.adapter.refusesValues(error)) throw error;
+        // A state error is the database's answer (cleared, stopped meanwhile), not an outage.
+        if (!this.isRunning || this.database.adapter.refusesValues(error) || error instanceof TaskInstanceStateError) throw error;
         const pauseMs = Math.min(RECORD_RETRY_MAX_MS, RECORD_RETRY_MS * 2 ** failures);
         if (failures === 0)
           this.log.warn(
@@ -448,8 +467,7 @@ export class Worker extends Daemon {
 const RECORD_RETRY_MS = 500;
 const RECORD_RETRY_MAX_MS = 30_000;
 
-/** The most JSON a task instance keeps as its return value (Airflow's XCom is for small values too). */
-export const MAX_RETURN_VALUE_BYTES = 1024 * 1024;
+export { MAX_RETURN_VALUE_BYTES } from './task-runner.ts';
 
 /**
  * `work`, or the reason `cancel` is aborted: a TaskExecutionTimeoutError at `deadline` (which
