@@ -3,12 +3,14 @@
  * run by scheduler, worker (S slots) and triggerer in one process, as `deferflow standalone`
  * runs them.
  *
- *   npm run bench:runtime [-- --db URL] [--tasks N] [--slots S] [--delay D]
+ *   npm run bench:runtime [-- --db URL] [--tasks N] [--slots S] [--delay D] [--isolation process|none] [--runner-max-tasks M]
  *
- * Without --db it runs twice: on a temporary SQLite file, then on a scratch schema of the
- * PostgreSQL server at DEFERFLOW_TEST_PG_URL (default postgres://postgres@127.0.0.1:5432/test).
+ * Without --db it runs on a temporary SQLite file, then on a scratch schema of the PostgreSQL
+ * server at DEFERFLOW_TEST_PG_URL (default postgres://postgres@127.0.0.1:5432/test); without
+ * --isolation, each with task code in runner processes (the default) and then on the worker's
+ * own loop, so the lines show what isolation costs. It runs the build, as a user's project would.
  * Prints one JSON line per run:
- *   dialect, tasks, slots, delay_s
+ *   dialect, task_isolation, tasks, slots, delay_s
  *   wall_ms        the DAG run's start_date → end_date, as the scheduler recorded them
  *   slot_seconds   worker slot time spent: for each task instance run (execute, then resume),
  *                  its claim until its outcome was recorded
@@ -22,7 +24,7 @@ import pino from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { Duration } from 'luxon';
-import { deferflow, fromDbTime, parseDatabaseUrl } from '../src/index.ts';
+import { deferflow, fromDbTime, parseDatabaseUrl } from '../dist/src/index.js';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const args = await yargs(hideBin(process.argv))
@@ -30,14 +32,17 @@ const args = await yargs(hideBin(process.argv))
   .option('tasks', { type: 'number', default: 1000, describe: 'N: tasks in the DAG, each deferring once' })
   .option('slots', { type: 'number', default: 8, describe: 'S: worker slots' })
   .option('delay', { type: 'number', default: 5, describe: 'D: seconds each task waits on its trigger' })
+  .option('runner-max-tasks', { type: 'number', default: 1000, describe: 'tasks a runner process runs before it is replaced' })
+  .option('isolation', { choices: ['process', 'none'] as const, describe: 'where task code runs (default: both, one after the other)' })
   .strict()
   .parse();
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const targets = args.db ? [args.db] : ['sqlite', process.env.DEFERFLOW_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'];
-for (const target of targets) console.log(JSON.stringify(await runOnce(target)));
+const isolations = args.isolation ? [args.isolation] : (['process', 'none'] as const);
+for (const target of targets) for (const isolation of isolations) console.log(JSON.stringify(await runOnce(target, isolation)));
 
-async function runOnce(target: string) {
+async function runOnce(target: string, isolation: 'process' | 'none') {
   const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runtime-bench-'));
   const { url, dispose } = await prepareDatabase(target, scratch);
   const dags = path.join(scratch, 'dags');
@@ -48,7 +53,7 @@ async function runOnce(target: string) {
   const app = await deferflow({
     databaseUrl: url,
     dagsFolder: dags,
-    worker: { concurrency: args.slots, shutdownGrace: Duration.fromMillis(0) },
+    worker: { concurrency: args.slots, shutdownGrace: Duration.fromMillis(0), taskIsolation: isolation, runnerMaxTasks: args['runner-max-tasks'] },
     triggerer: { capacity: Math.max(1000, args.tasks) },
     logger: pino({ level: 'warn' }, pino.destination(2)),
   });
@@ -62,6 +67,8 @@ async function runOnce(target: string) {
         if (run.state === 'failed') throw new Error('the benchmark run failed (see the log above)');
         return {
           dialect: parseDatabaseUrl(url).dialect,
+          task_isolation: isolation,
+          ...(isolation === 'process' ? { runner_max_tasks: args['runner-max-tasks'] } : {}),
           tasks: args.tasks,
           slots: args.slots,
           delay_s: args.delay,
@@ -82,8 +89,8 @@ async function runOnce(target: string) {
 
 function dagSource(tasks: number, delay: number): string {
   return `
-import { BaseOperator, Dag } from ${JSON.stringify(path.join(root, 'src/index.ts'))};
-import { TimeDeltaTrigger } from ${JSON.stringify(path.join(root, 'triggers/index.ts'))};
+import { BaseOperator, Dag } from ${JSON.stringify(path.join(root, 'dist/src/index.js'))};
+import { TimeDeltaTrigger } from ${JSON.stringify(path.join(root, 'dist/triggers/index.js'))};
 class Wait extends BaseOperator {
   execute(): never { return this.defer({ trigger: new TimeDeltaTrigger({ delta: ${delay} }), method: 'resume' }); }
   resume() { return null; }

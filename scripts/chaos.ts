@@ -84,7 +84,7 @@ const KINDS = {
     '--dags',
     path.join(scratch, 'dags'),
     '--concurrency',
-    '64',
+    '16',
     '--poll-interval',
     '0.2',
     '--heartbeat-interval',

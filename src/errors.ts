@@ -46,6 +46,7 @@ export const ERROR_CODES = [
   'DF_INVALID_SIGNAL',
   'DF_TRIGGER_BLOCKED',
   'DF_TRIGGER_QUARANTINED',
+  'DF_TASK_CRASHED',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -200,6 +201,16 @@ export class UnknownNextMethodError extends DeferflowError {
 export class TaskExecutionTimeoutError extends DeferflowError {
   constructor(task: string, deadline: number) {
     super('DF_TASK_EXECUTION_TIMEOUT', `${task} ran past its execution timeout (${new Date(deadline).toISOString()})`);
+  }
+}
+
+/**
+ * The process a task ran in (a task runner) ended while the task ran: process.exit(), an
+ * uncaught exception, out of memory, a native crash. Only that try fails (retried if it may be).
+ */
+export class TaskCrashedError extends DeferflowError {
+  constructor(task: string, how: string) {
+    super('DF_TASK_CRASHED', `${task} crashed its task runner: ${how}; the worker and its other tasks carry on, and the runner is replaced`);
   }
 }
 

@@ -82,7 +82,7 @@ describe('user files', () => {
     writeFileSync(
       path.join(project, 'dags/import-only.ts'),
       `import { appendFileSync } from 'node:fs';\nimport { Dag, FunctionOperator } from ${entry};\nimport { word } from 'import-only';\n` +
-        `appendFileSync(${JSON.stringify(path.join(project, 'loads.txt'))}, 'load\\n');\n` +
+        `appendFileSync(${JSON.stringify(path.join(project, 'loads.txt'))}, process.pid + '\\n');\n` +
         `export const dag = new Dag({ dagId: 'import_only' }).add(new FunctionOperator({ taskId: 'hello', fn: () => word }));\n`,
     );
     const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'import_only', '--exit-when-done'], {}, project);
@@ -92,8 +92,12 @@ describe('user files', () => {
     expect([row.state, JSON.parse(row.return_value!)]).toEqual(['success', 'imported']);
     const warnings = run.stderr.filter((line) => line.includes('is loaded with import() because it imports import-only'));
     expect(warnings, run.stderr.join('\n')).toHaveLength(1);
-    // One process: the DAG processor's load serves the worker too, and no load runs the file twice.
-    expect(readFileSync(path.join(project, 'loads.txt'), 'utf8')).toBe('load\n');
+    // Loaded once per process: by the DAG processor in the worker, and by the runner process that
+    // ran the task; no process runs the file twice.
+    const loads = readFileSync(path.join(project, 'loads.txt'), 'utf8').trim().split('\n');
+    expect(loads).toHaveLength(2);
+    expect(new Set(loads).size).toBe(2);
+    expect(loads[0]).toBe(String(run.pid));
   }, 60_000);
 
   it('a file whose project lacks deferflow is reported with the fix', async () => {

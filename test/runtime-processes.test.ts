@@ -107,7 +107,8 @@ import { appendFileSync } from 'node:fs';
 import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
 class Work extends BaseOperator {
   async execute() {
-    appendFileSync(import.meta.dirname + '/runs.log', \`\${this.taskId} \${process.pid}\n\`);
+    // Task code runs in a runner process its worker forked: the parent is the worker.
+    appendFileSync(import.meta.dirname + '/runs.log', \`\${this.taskId} \${process.ppid}\n\`);
     await new Promise((resolve) => setTimeout(resolve, 150));
   }
 }
@@ -166,7 +167,7 @@ import { appendFileSync } from 'node:fs';
 import { BaseOperator, Dag, type TaskContext } from ${JSON.stringify(INDEX)};
 class SlowFirstTry extends BaseOperator {
   async execute(context: TaskContext) {
-    appendFileSync(import.meta.dirname + '/runs.log', \`try\${context.taskInstance.tryNumber} \${process.pid}\n\`);
+    appendFileSync(import.meta.dirname + '/runs.log', \`try\${context.taskInstance.tryNumber} \${process.ppid}\n\`);
     if (context.taskInstance.tryNumber === 1) await new Promise((resolve) => setTimeout(resolve, 60_000));
     return 'second try';
   }

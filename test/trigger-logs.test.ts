@@ -98,10 +98,19 @@ describe.each(testDialects)('trigger logs on %s', (dialect) => {
       what: 'the run done',
       timeoutMs: 20_000,
     });
-    // After: the whole try in time order, the wait's lines between the deferral and the resume.
+    // After: the whole try in time order, the wait's lines between the deferral and the resume
+    // (for the task whose deferral made the trigger: the other joined it, maybe after it began).
+    const waits = await db.db
+      .selectFrom('trigger_wait')
+      .innerJoin('task_instance', 'task_instance.id', 'trigger_wait.task_instance_id')
+      .select('task_instance.task_id')
+      .orderBy('trigger_wait.waited_from')
+      .orderBy('trigger_wait.task_instance_id')
+      .execute();
+    const earlier = waits[0]!.task_id;
     const after = await waitFor(
       async () => {
-        const lines = await logsOf(db.url, runId, 'second');
+        const lines = await logsOf(db.url, runId, earlier);
         return lines.some((line) => line.includes('found it')) ? lines : null;
       },
       { what: "the trigger's last line stored" },

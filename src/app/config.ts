@@ -37,6 +37,16 @@ export interface WorkerConfig {
    */
   readonly smartSensors?: 'all' | readonly string[];
   /**
+   * Where task code runs: 'process', a pool of runner processes off the worker's event loop (an
+   * execution timeout kills the task, a crash fails only its try); 'none', on the worker's own
+   * event loop. @default 'process'
+   */
+  readonly taskIsolation?: 'process' | 'none';
+  /** Tasks a runner process runs before it is replaced. @default 1000 */
+  readonly runnerMaxTasks?: number;
+  /** A runner process's heap limit, and the resident size past which it is replaced after a task, in MB. @default 1024 */
+  readonly runnerMaxMemory?: number;
+  /**
    * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
    * (behind a transaction-mode pooler). @default true
    */

@@ -15,7 +15,11 @@ import type { Signal } from '../signals/signal.ts';
 import type { JsonValue } from '../serialization/json.ts';
 import { TriggerRegistry } from '../triggers/registry.ts';
 import { Triggerer } from '../triggerer/triggerer.ts';
-import { dagFileResolver } from '../worker/dag-file-resolver.ts';
+import { dagFileResolver, taskServices } from '../worker/dag-file-resolver.ts';
+import { ProcessTaskRunner } from '../worker/process-task-runner.ts';
+import type { TaskResolver } from '../worker/worker.ts';
+import type { TaskRunner } from '../worker/task-runner.ts';
+import type { ResolvedWorkerOptions } from '../worker/options.ts';
 import { Worker } from '../worker/worker.ts';
 import { resolveDeferflowConfig, type DeferflowConfig, type DeferflowOptions } from './config.ts';
 import { Metrics } from '../observability/metrics.ts';
@@ -124,7 +128,7 @@ export class Deferflow {
     this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), metrics) : null;
     this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), metrics) : null;
     this.worker = options.worker
-      ? new Worker(database, options.worker, dagFileResolver(database, { smartSensors: options.worker.smartSensors }), child('worker'), metrics)
+      ? new Worker(database, options.worker, taskRunnerOf(database, options.worker, child('worker')), child('worker'), metrics)
       : null;
     // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
     // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
@@ -286,4 +290,23 @@ function atMostEvery(gapMs: number, wake: () => void): () => void {
     }, wait);
     pending.unref();
   };
+}
+
+/** A killed task's runner gets this long to end on its own after its signal aborts. */
+const RUNNER_KILL_GRACE_MS = 1_000;
+
+/** Where the worker's task code runs, as --task-isolation says. */
+function taskRunnerOf(database: Database, options: ResolvedWorkerOptions, log: Logger): TaskResolver | TaskRunner {
+  if (options.taskIsolation === 'none') return dagFileResolver(database, { smartSensors: options.smartSensors });
+  return new ProcessTaskRunner(
+    {
+      maxTasks: options.runnerMaxTasks,
+      maxMemoryMb: options.runnerMaxMemoryMb,
+      killGraceMs: RUNNER_KILL_GRACE_MS,
+      slots: options.concurrency,
+      smartSensors: options.smartSensors,
+    },
+    taskServices(database),
+    log,
+  );
 }

@@ -8,8 +8,10 @@ export interface StoredLogLine extends TaskLogLine {
 }
 
 /**
- * One try's log: its own lines, and the lines of every trigger it waited on logged from the
- * moment it began waiting, interleaved in time order (each source in the order it was written).
+ * One try's log: its own lines, and every line of each trigger it waited on, interleaved in time
+ * order (each source in the order it was written). A trigger's lines are the story of one wait
+ * (the row goes once it fires), so a try that joined a shared wait late still sees what the
+ * trigger said when it began: what it watches, with what.
  */
 export async function readTaskLog({ db }: StorageContext, taskInstanceId: number, tryNumber: number): Promise<StoredLogLine[]> {
   const [own, fromTriggers] = await Promise.all([
@@ -26,7 +28,6 @@ export async function readTaskLog({ db }: StorageContext, taskInstanceId: number
       .select(['trigger_log.trigger_id', 'trigger_log.logged_at', 'trigger_log.level', 'trigger_log.message', 'trigger_log.fields'])
       .where('trigger_wait.task_instance_id', '=', taskInstanceId)
       .where('trigger_wait.try_number', '=', tryNumber)
-      .whereRef('trigger_log.logged_at', '>=', 'trigger_wait.waited_from')
       .orderBy('trigger_log.id')
       .execute(),
   ]);

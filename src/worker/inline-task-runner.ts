@@ -16,6 +16,7 @@ export class InlineTaskRunner implements TaskRunner {
       executionTimeoutMs: task.executionTimeoutMs,
       run: (label, claimedAgain, started, tryLog, signal) =>
         runToResult(label, task.operator, () => task.context(claimedAgain, started, tryLog.task, signal), started),
+      stopped: async () => {},
       release: () => {},
     };
   }

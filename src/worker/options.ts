@@ -1,6 +1,6 @@
 import { HTTP_OPTIONS } from '../observability/options.ts';
 import os from 'node:os';
-import { flag, nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
+import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
@@ -42,6 +42,25 @@ export const WORKER_OPTIONS = {
     unit: 'sensor classes (comma-separated) or all',
     describe: 'Sensor classes that wait consolidated on the triggerer whatever mode their DAG gave them (Smart Sensors); all: every sensor that can',
   },
+  'task-isolation': {
+    env: 'DEFERFLOW_TASK_ISOLATION',
+    default: 'process',
+    unit: 'process or none',
+    describe:
+      "Where task code runs: process, a pool of runner processes off the worker's event loop (execution timeouts kill, crashes fail one try); none, on the worker's own loop",
+  },
+  'runner-max-tasks': {
+    env: 'DEFERFLOW_RUNNER_MAX_TASKS',
+    default: 1000,
+    unit: 'tasks',
+    describe: 'Tasks a runner process runs before it is replaced, so leaks in task code do not pile up',
+  },
+  'runner-max-memory': {
+    env: 'DEFERFLOW_RUNNER_MAX_MEMORY',
+    default: 1024,
+    unit: 'MB',
+    describe: "A runner process's heap limit (a task past it fails, DF_TASK_CRASHED) and the resident size past which it is replaced after a task",
+  },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
   'log-level': COMMON_OPTIONS['log-level'],
@@ -54,6 +73,12 @@ export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly dagProcessIntervalMs: number;
   /** Sensor classes (classpath or class name) switched to the consolidated deferrable mode; 'all'; [] for none. */
   readonly smartSensors: SmartSensors;
+  /** Where task code runs: 'process' (runner processes) or 'none' (the worker's own event loop). */
+  readonly taskIsolation: TaskIsolation;
+  /** Tasks a runner process runs before it is replaced. */
+  readonly runnerMaxTasks: number;
+  /** A runner process's heap limit and the resident size past which it is replaced, in MB. */
+  readonly runnerMaxMemoryMb: number;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
 }
@@ -69,6 +94,9 @@ export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}
     shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
     dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
     smartSensors: smartSensorsOf(pick('smart-sensors')),
+    taskIsolation: oneOf(pick('task-isolation'), 'task-isolation', TASK_ISOLATIONS),
+    runnerMaxTasks: positiveInteger(pick('runner-max-tasks'), 'runner-max-tasks'),
+    runnerMaxMemoryMb: runnerMemory(pick('runner-max-memory')),
     push: flag(pick('push'), 'push'),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
@@ -88,4 +116,20 @@ function smartSensorsOf(value: unknown): SmartSensors {
   if (bad !== undefined)
     throw new InvalidOptionError('smart-sensors', `${JSON.stringify(bad)} is not a sensor class name; give class names or classpaths, comma-separated, or all`);
   return Object.freeze(names);
+}
+
+export const TASK_ISOLATIONS = ['process', 'none'] as const;
+export type TaskIsolation = (typeof TASK_ISOLATIONS)[number];
+
+/** Below this a runner cannot load deferflow and a DAG file. */
+const RUNNER_MIN_MEMORY_MB = 64;
+
+function runnerMemory(value: unknown): number {
+  const mb = positiveInteger(value, 'runner-max-memory');
+  if (mb < RUNNER_MIN_MEMORY_MB)
+    throw new InvalidOptionError(
+      'runner-max-memory',
+      `${mb} MB is too little for a runner process to load deferflow and a DAG file; give at least ${RUNNER_MIN_MEMORY_MB}`,
+    );
+  return mb;
 }

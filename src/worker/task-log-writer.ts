@@ -14,6 +14,8 @@ const BOUND_KEYS = new Set(['task_instance_id', 'dag_id', 'task_id', 'run_id', '
 export interface TryLoggers {
   readonly task: Logger;
   readonly worker: Logger;
+  /** A line the task's code logged in its runner process (pino JSON text bound as `task` is): kept as `task`'s lines are. */
+  taskText(text: string): void;
 }
 
 /**
@@ -62,7 +64,7 @@ export class TaskLogWriter {
     // Counted in memory, so each run of a try has its own budget: a try resumed after a deferral
     // (perhaps on another host) starts afresh rather than reading its lines back first.
     this.#kept.set(`${bindings.task_instance_id}:${bindings.try_number}`, new LogCap());
-    return { task: this.#taskLogger.child(bindings), worker: this.#workerLogger.child(bindings) };
+    return { task: this.#taskLogger.child(bindings), worker: this.#workerLogger.child(bindings), taskText: (text) => this.#route(text, true) };
   }
 
   /** The try is over: later lines bound to it (from code still running) reach the worker's log only. */

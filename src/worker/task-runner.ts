@@ -29,6 +29,12 @@ export interface PreparedTask {
    * (a task runner process), the runner is also terminated if it has not stopped shortly after.
    */
   run(label: string, claimed: ClaimedTaskInstance, started: StartedTaskInstance, tryLog: TryLoggers, signal: AbortSignal): Promise<TaskResult>;
+  /**
+   * After an abort: resolves once the code has stopped, so what it logged on its way out is in
+   * the try's log before the try is recorded. A runner process's run has ended or the process
+   * was killed; code on the worker's own loop cannot be stopped, so it resolves at once.
+   */
+  stopped(): Promise<void>;
   /** The try is over: its runner may take the next task (or is replaced, if it must be). */
   release(): void;
 }
@@ -41,6 +47,8 @@ export interface PreparedTask {
 export interface TaskRunner {
   /** Loads the task of a claimed task instance; rejects, naming the task, when it cannot. */
   prepare(claimed: ClaimedTaskInstance): Promise<PreparedTask>;
+  /** The worker started: runners that should be ready before the first task may start now. */
+  start?(): void;
   /** The worker stopped: end every runner. */
   close(): Promise<void>;
 }

@@ -163,6 +163,7 @@ export class Worker extends Daemon {
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
     this.subscribeWakeups(this.database, { worker: () => this.#pause.wake(), 'stop-request': () => this.#checkStopRequests() }, this.options.push ?? true);
+    this.#runner.start?.();
     this.#loop = this.#claimLoop();
   }
 
@@ -309,6 +310,8 @@ export class Worker extends Daemon {
       }
       result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, label, cancel);
     } catch (aborted) {
+      // Its code was asked to stop: once it has, what it logged on the way out is in the log.
+      await task.stopped();
       if (aborted instanceof TaskStoppedBySignalError) {
         await this.#carryOutStopRequest(taskInstance, label, tryLog);
         return;

@@ -247,8 +247,9 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     );
     const { app } = await start(proj);
     const runId = await app.triggerDagRun('files');
-    // 4 bytes every 100 ms: past minSize after 0.5 s, still changing until about 1 s.
-    for (let i = 0; i < 10; i++) {
+    // 4 bytes every 100 ms: past minSize after 0.5 s, still changing until about 3 s (well after
+    // each mode's first poke, however long its runner process takes to start).
+    for (let i = 0; i < 30; i++) {
       appendFileSync(file, 'xxxx');
       await new Promise((resolve) => setTimeout(resolve, 100));
     }

@@ -1,0 +1,401 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { Logger } from 'pino';
+import { describeThrown, TaskCrashedError } from '../errors.ts';
+import type { ClaimedTaskInstance, StartedTaskInstance } from '../storage/index.ts';
+import type { SmartSensors } from '../sensors/base-sensor.ts';
+import type { TaskServices } from './dag-file-resolver.ts';
+import { fromWireError, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
+import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
+import type { TryLoggers } from './task-log-writer.ts';
+
+export interface ProcessTaskRunnerOptions {
+  /** Tasks a runner process runs before it is replaced (leaks in task code do not pile up). */
+  readonly maxTasks: number;
+  /**
+   * A runner's memory ceiling, in MB: its V8 heap limit (a task allocating past it fails with
+   * DF_TASK_CRASHED, out of memory), and the resident size past which it is replaced after a task.
+   */
+  readonly maxMemoryMb: number;
+  /** How long an aborted task (timeout, a signal's stop, shutdown) has to end before its runner is killed, in ms. */
+  readonly killGraceMs: number;
+  /** The worker's slots: at most this many runners run tasks at once. */
+  readonly slots: number;
+  readonly smartSensors?: SmartSensors;
+}
+
+/** Runners kept started and idle beyond those running tasks. */
+const SPARE_RUNNERS = 1;
+/** An idle runner beyond the spare is retired after this long without a task. */
+const IDLE_RETIRE_MS = 60_000;
+const IDLE_CHECK_MS = 10_000;
+/**
+ * Runner processes starting at once, at most: one. Starting one costs most of a second of CPU;
+ * more at once starve the warm runners serving the tasks meanwhile (measured with
+ * bench:runtime on 2 cores: 11.5 s with one at a time, 13.6 s with two, 15.6 s unbounded).
+ */
+const MAX_STARTING = 1;
+
+/**
+ * The runner's entry: compiled next to this file. When deferflow runs from its TypeScript source
+ * (its own tests and benchmarks), the build's runner if there is one (compiling every module
+ * with tsx in each runner costs seconds), else the source through tsx.
+ */
+function runnerEntry(): { file: string; execArgv: string[] } {
+  const here = fileURLToPath(import.meta.url);
+  if (!here.endsWith('.ts')) return { file: path.join(path.dirname(here), 'task-runner-main.js'), execArgv: [] };
+  const built = path.resolve(path.dirname(here), '../../dist/src/worker/task-runner-main.js');
+  if (existsSync(built)) return { file: built, execArgv: [] };
+  const tsx = path.join(path.dirname(createRequire(import.meta.url).resolve('tsx/package.json')), 'dist/loader.mjs');
+  return { file: path.join(path.dirname(here), 'task-runner-main.ts'), execArgv: ['--import', pathToFileURL(tsx).href] };
+}
+
+/** The runner process ended before it answered; `message` says how. */
+class RunnerEnded extends Error {}
+
+/** What a runner's run is told as it goes: its task's log lines and database calls. */
+interface RunHooks {
+  log(text: string): void;
+  call(message: Extract<FromRunner, { type: 'call' }>): void;
+}
+
+/** One task runner process, one task at a time. */
+class RunnerProcess {
+  readonly child: ChildProcess;
+  tasksRun = 0;
+  /** Never given another task (aborted, over its limits, or crashed). */
+  retiring = false;
+  hooks: RunHooks | null = null;
+  #waiter: { resolve(message: FromRunner): void; reject(error: RunnerEnded): void } | null = null;
+  /** When it last went idle (for retiring runners a quiet worker no longer needs). */
+  idleSince = 0;
+  #stderrTail = '';
+  /** How it ended, once it has: a sentence for the crash error. */
+  ended: string | null = null;
+  readonly exited: Promise<void>;
+  /** Said it is ready (deferflow loaded); until then it is starting. */
+  ready = false;
+
+  constructor(
+    entry: { file: string; execArgv: string[] },
+    options: ProcessTaskRunnerOptions,
+    private readonly log: Logger,
+    private readonly onReady: (runner: RunnerProcess) => void,
+  ) {
+    this.child = fork(entry.file, [], {
+      execArgv: [...entry.execArgv, `--max-old-space-size=${options.maxMemoryMb}`],
+      env: { ...process.env, DEFERFLOW_RUNNER_SMART_SENSORS: JSON.stringify(options.smartSensors ?? null) },
+      serialization: 'advanced',
+      stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
+    });
+    this.child.stderr!.on('data', (chunk: Buffer) => {
+      // What the task printed goes where the worker's own output goes; the tail explains a crash.
+      process.stderr.write(chunk);
+      this.#stderrTail = (this.#stderrTail + chunk.toString()).slice(-4096);
+    });
+    this.child.on('message', (message: FromRunner) => this.#receive(message));
+    this.exited = new Promise((resolve) => {
+      this.child.once('exit', (code, signal) => {
+        this.ended = this.#describeExit(code, signal, options.maxMemoryMb);
+        this.retiring = true;
+        this.#waiter?.reject(new RunnerEnded(this.ended));
+        this.#waiter = null;
+        resolve();
+      });
+    });
+    this.child.on('error', (error) => this.log.warn({ error: describeThrown(error).error }, 'a task runner process reported an error'));
+  }
+
+  get alive(): boolean {
+    return this.ended === null;
+  }
+
+  /** Sends `message` and waits for the runner's answer to it (prepared, prepare-failed or result); rejects if the runner dies first. */
+  ask(message: ToRunner): Promise<FromRunner> {
+    if (!this.alive) return Promise.reject(new RunnerEnded(this.ended!));
+    return new Promise((resolve, reject) => {
+      this.#waiter = { resolve, reject };
+      this.send(message);
+    });
+  }
+
+  send(message: ToRunner): void {
+    if (this.alive && this.child.connected) this.child.send(message);
+  }
+
+  kill(): void {
+    if (this.alive) this.child.kill('SIGKILL');
+  }
+
+  /** Ends it gently: it exits when its channel closes. */
+  retire(): void {
+    this.retiring = true;
+    if (this.alive && this.child.connected) this.child.disconnect();
+  }
+
+  #receive(message: FromRunner): void {
+    if (message.type === 'ready') {
+      this.ready = true;
+      this.onReady(this);
+    } else if (message.type === 'log') this.hooks?.log(message.text);
+    else if (message.type === 'call') this.hooks?.call(message);
+    else {
+      const waiter = this.#waiter;
+      this.#waiter = null;
+      waiter?.resolve(message);
+    }
+  }
+
+  #describeExit(code: number | null, signal: NodeJS.Signals | null, maxMemoryMb: number): string {
+    if (/heap out of memory|Allocation failed/i.test(this.#stderrTail))
+      return `it ran out of memory (a runner's heap is limited to ${maxMemoryMb} MB: --runner-max-memory)`;
+    if (signal === 'SIGKILL') return 'it was killed (SIGKILL)';
+    if (signal !== null) return `it was ended by ${signal}${signal === 'SIGSEGV' || signal === 'SIGBUS' || signal === 'SIGABRT' ? ' (a native crash)' : ''}`;
+    const uncaught = /\n\s*(?:Uncaught )?([A-Za-z]*Error: [^\n]*)/.exec(this.#stderrTail);
+    if (uncaught) return `it exited with code ${code} after an uncaught exception (${uncaught[1]!.slice(0, 300)})`;
+    return `it exited with code ${code} (process.exit() in the task's code, or a crash)`;
+  }
+}
+
+/**
+ * Task code in a pool of child processes, off the worker's event loop (`--task-isolation
+ * process`, the default). The worker keeps claiming, heartbeating and writing outcomes on its
+ * own loop whatever a task does: a task that spins the CPU is killed at its execution timeout,
+ * and one that exits, throws outside its promise chain, runs out of memory or crashes natively
+ * fails only its own try. Runners are started as slots need them and kept for the next task,
+ * up to `maxTasks` tasks or `maxMemoryMb` of resident memory each, then replaced.
+ *
+ * Why processes, not worker threads: a thread shares the process, so a native crash or an
+ * abort() in an addon takes the worker down with it, and `process.exit()` semantics, signal
+ * handlers and resident-memory limits are the process's. The cost, measured in the README, is
+ * memory per runner and its start; both are paid once per `maxTasks` tasks.
+ */
+export class ProcessTaskRunner implements TaskRunner {
+  readonly #idle: RunnerProcess[] = [];
+  readonly #all = new Set<RunnerProcess>();
+  /** Spawned, not ready yet. */
+  readonly #starting = new Set<RunnerProcess>();
+  /** Tasks waiting for a runner, oldest first. */
+  readonly #waiters: { resolve(runner: RunnerProcess): void; reject(error: unknown): void; label: string }[] = [];
+  readonly #entry = runnerEntry();
+  #closed = false;
+  #retireTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly options: ProcessTaskRunnerOptions,
+    /** The database services of each task's context, served from the worker's process. */
+    private readonly services: (claimed: ClaimedTaskInstance, started: StartedTaskInstance) => TaskServices,
+    private readonly log: Logger,
+  ) {}
+
+  /** Runner processes alive now (busy or idle). */
+  get size(): number {
+    return this.#all.size;
+  }
+
+  async prepare(claimed: ClaimedTaskInstance): Promise<PreparedTask> {
+    const label = `${claimed.dagId}.${claimed.taskId} (task instance ${claimed.id})`;
+    const runner = await this.#acquire(label);
+    let answer: FromRunner;
+    try {
+      answer = await runner.ask({ type: 'prepare', claimed });
+    } catch (crash) {
+      throw new TaskCrashedError(`loading ${label}`, (crash as Error).message);
+    }
+    if (answer.type !== 'prepared') {
+      this.#giveBack(runner);
+      if (answer.type === 'prepare-failed') throw fromWireError(answer.error);
+      throw new TaskCrashedError(`loading ${label}`, `its runner answered ${answer.type} to prepare`);
+    }
+    // The runner goes back to the pool once the worker is done with the try and the runner with
+    // its run: after an abort the worker moves on at once, and the runner ends (or is killed) later.
+    let pending = 2;
+    const done = () => {
+      if (--pending === 0) this.#giveBack(runner);
+    };
+    let ran = false;
+    let running: Promise<unknown> = Promise.resolve();
+    return {
+      retry: answer.retry,
+      executionTimeoutMs: answer.executionTimeoutMs,
+      run: (taskLabel, claimedAgain, started, tryLog, signal) => {
+        ran = true;
+        const run = this.#run(runner, taskLabel, claimedAgain, started, tryLog, signal).finally(done);
+        running = run;
+        return run;
+      },
+      // The run ends (its result, or its runner's death: killed at the grace) within the grace.
+      stopped: async () => void (await running),
+      release: () => {
+        if (!ran) done(); // never run (its start was refused): nothing to wait for
+        done();
+      },
+    };
+  }
+
+  async #run(
+    runner: RunnerProcess,
+    label: string,
+    claimed: ClaimedTaskInstance,
+    started: StartedTaskInstance,
+    tryLog: TryLoggers,
+    signal: AbortSignal,
+  ): Promise<TaskResult> {
+    const services = this.services(claimed, started);
+    runner.hooks = {
+      log: (text) => tryLog.taskText(text),
+      call: (call) => {
+        const service = services[call.name] as (...args: unknown[]) => Promise<unknown>;
+        Promise.resolve()
+          .then(() => service(...call.args))
+          .then(
+            (value) => runner.send({ type: 'reply', id: call.id, value }),
+            (error: unknown) => runner.send({ type: 'reply', id: call.id, error: toWireError(error) }),
+          );
+      },
+    };
+    let killTimer: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      // Asked to stop: its code sees context.signal aborted, and has the grace to end before
+      // its runner is killed (code that never yields cannot be stopped any other way).
+      runner.retiring = true;
+      runner.send({ type: 'abort', reason: toWireError(signal.reason) });
+      killTimer = setTimeout(() => runner.kill(), this.options.killGraceMs);
+    };
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      const answer = await runner.ask({
+        type: 'run',
+        label,
+        claimed,
+        started,
+        log: { level: tryLog.task.level, bindings: tryLog.task.bindings() },
+      });
+      if (answer.type !== 'result') throw new RunnerEnded(`it answered ${answer.type} to run`);
+      runner.tasksRun++;
+      if (runner.tasksRun >= this.options.maxTasks || answer.rss > this.options.maxMemoryMb * 1024 * 1024) runner.retiring = true;
+      const result = answer.result;
+      return result.kind === 'failed' ? { kind: 'failed', error: fromWireError(result.error), retryable: result.retryable } : result;
+    } catch (crash) {
+      return { kind: 'failed', error: new TaskCrashedError(label, (crash as Error).message), retryable: true };
+    } finally {
+      clearTimeout(killTimer);
+      signal.removeEventListener('abort', onAbort);
+      runner.hooks = null;
+    }
+  }
+
+  /**
+   * Starts retiring idle runners. No runner starts before the first task needs one (a worker
+   * that never runs a task costs no process); from then on one spare is kept started.
+   */
+  start(): void {
+    this.#retireTimer = setInterval(() => this.#retireIdle(), IDLE_CHECK_MS);
+    this.#retireTimer.unref();
+  }
+
+  /**
+   * A ready runner for a task: an idle one, else the first to become free, a starting one or
+   * one a finished task gives back (a burst of short tasks keeps the warm runners busy rather
+   * than waiting for new processes to start). New runners start while slots are left.
+   */
+  #acquire(label: string): Promise<RunnerProcess> {
+    const idle = this.#popIdle();
+    if (idle) {
+      this.#keepSpare();
+      return Promise.resolve(idle);
+    }
+    return new Promise((resolve, reject) => {
+      this.#waiters.push({ resolve, reject, label });
+      // Starting a runner costs most of a second of CPU: a few at a time, so a burst of short
+      // tasks is served by the warm runners meanwhile instead of starving them of CPU.
+      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+    });
+  }
+
+  #popIdle(): RunnerProcess | undefined {
+    while (this.#idle.length > 0) {
+      const idle = this.#idle.pop()!;
+      if (idle.alive && !idle.retiring) return idle;
+    }
+    return undefined;
+  }
+
+  #spawn(): void {
+    if (this.#closed || this.#all.size >= this.options.slots + SPARE_RUNNERS) return;
+    const runner = new RunnerProcess(this.#entry, this.options, this.log, (ready) => {
+      this.#starting.delete(ready);
+      this.#offer(ready);
+    });
+    this.#all.add(runner);
+    this.#starting.add(runner);
+    void runner.exited.then(() => {
+      this.#all.delete(runner);
+      if (!this.#starting.delete(runner)) return;
+      // It died before it was ready (it cannot start: the memory limit, the entry): the task
+      // waiting longest fails with why, rather than every slot waiting for ever.
+      if (this.#waiters.length > this.#starting.size) {
+        const waiter = this.#waiters.shift()!;
+        waiter.reject(new TaskCrashedError(`loading ${waiter.label}`, `a runner process could not start: ${runner.ended}`));
+      }
+    });
+  }
+
+  /** A runner free for a task: to the task waiting longest, else idle. */
+  #offer(runner: RunnerProcess): void {
+    if (!runner.alive) return;
+    if (runner.retiring || this.#closed) {
+      runner.retire();
+      this.#keepSpare();
+      return;
+    }
+    const waiter = this.#waiters.shift();
+    if (waiter) {
+      waiter.resolve(runner);
+      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+      this.#keepSpare();
+      return;
+    }
+    runner.idleSince = Date.now();
+    this.#idle.push(runner);
+  }
+
+  /** One runner started ahead (idle or starting) while slots are left: a task taking it does not wait for Node to start. */
+  #keepSpare(): void {
+    // Tasks waiting have runners starting for them already (see #acquire).
+    if (this.#waiters.length > 0) return;
+    const spare = this.#idle.filter((runner) => runner.alive && !runner.retiring).length + this.#starting.size;
+    if (spare < SPARE_RUNNERS) this.#spawn();
+  }
+
+  #giveBack(runner: RunnerProcess): void {
+    this.#offer(runner);
+  }
+
+  /** Runners idle for IDLE_RETIRE_MS go, all but the spare: a burst's runners do not stay for ever. */
+  #retireIdle(): void {
+    const now = Date.now();
+    // Oldest idle first (runners are taken from the end).
+    while (this.#idle.length > SPARE_RUNNERS && now - this.#idle[0]!.idleSince >= IDLE_RETIRE_MS) this.#idle.shift()!.retire();
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#retireTimer);
+    for (const waiter of this.#waiters.splice(0)) waiter.reject(new TaskCrashedError(`loading ${waiter.label}`, 'the worker is stopping'));
+    this.#idle.length = 0;
+    const all = [...this.#all];
+    for (const runner of all) runner.retire();
+    // A runner still running a task (handed back at shutdown) is not waited for.
+    const gone = Promise.all(all.map((runner) => runner.exited));
+    const timer = setTimeout(() => {
+      for (const runner of all) runner.kill();
+    }, this.options.killGraceMs);
+    await gone;
+    clearTimeout(timer);
+  }
+}

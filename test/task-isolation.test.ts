@@ -1,0 +1,289 @@
+// Task code runs in runner processes the worker forks (--task-isolation process, the default):
+// whatever a task does to its own process (spins the CPU, exits, throws outside its promise
+// chain, runs out of memory), the worker keeps heartbeating and running its other tasks, and
+// only that task's try fails, with a code saying what happened. Real processes throughout.
+import { readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { sql } from 'kysely';
+import { afterAll, describe, expect, it } from 'vitest';
+import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { triggerDagRun } from '../src/dags/manual-run.ts';
+import { dropTestDatabases, testDialects } from './support/databases.ts';
+import { waitFor, type TestDatabase } from './support/fixtures.ts';
+import { processScratch } from './support/process-scratch.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from './support/processes.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+
+const FAST = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
+
+async function withDag(db: TestDatabase, name: string, body: string): Promise<string> {
+  const dags = scratch.dir(name);
+  writeFileSync(
+    path.join(dags, `${name}.mjs`),
+    `import { appendFileSync, writeFileSync } from 'node:fs';
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+const here = ${JSON.stringify(dags)};
+${body}`,
+  );
+  await processDagFolder(db, dags);
+  return dags;
+}
+
+const states = async (db: TestDatabase) =>
+  Object.fromEntries(
+    (await db.db.selectFrom('task_instance').select(['task_id', 'state']).execute()).map((row) => [row.task_id, row.state] as const),
+  ) as Record<string, string | null>;
+
+/** The error line the worker wrote to the try's task log when it failed it. */
+const failureLine = async (db: TestDatabase, taskId: string) => {
+  const rows = await db.db
+    .selectFrom('task_log')
+    .innerJoin('task_instance', 'task_instance.id', 'task_log.task_instance_id')
+    .select(['task_log.message', 'task_log.fields'])
+    .where('task_instance.task_id', '=', taskId)
+    .where('task_log.level', '=', 'error')
+    .execute();
+  const row = rows.at(-1);
+  return row ? { message: row.message, code: (JSON.parse(row.fields ?? '{}') as { code?: string }).code } : null;
+};
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe.each(testDialects)('task code isolated from the worker, on %s', (dialect) => {
+  it('a task spinning the CPU fails at its 2 s execution timeout and its runner is killed, while another task on the worker finishes and its heartbeat stays fresh', async () => {
+    const db = await scratch.database(dialect);
+    const dags = await withDag(
+      db,
+      'spin',
+      `class Spin extends BaseOperator {
+  execute() {
+    writeFileSync(here + '/spin.pid', String(process.pid));
+    const until = Date.now() + 60_000;
+    while (Date.now() < until) {}
+    return 'never';
+  }
+}
+class Steady extends BaseOperator {
+  async execute() {
+    for (let i = 0; i < 30; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    return 'steady';
+  }
+}
+export const dag = new Dag({ dagId: 'spin' })
+  .add(new Spin({ taskId: 'spin', executionTimeout: 2, retries: 0 }))
+  .add(new Steady({ taskId: 'steady' }));
+`,
+    );
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST]);
+    await scheduler.waitForJob(20_000);
+    const jobId = await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'spin');
+    await waitFor(async () => (await states(db)).spin === 'running', { what: 'the spinning task running', timeoutMs: 20_000 });
+
+    // The heartbeat, sampled while the task spins: never staler than a few intervals.
+    let stalest = 0;
+    const sample = async () => {
+      const job = await db.db.selectFrom('job').select('latest_heartbeat').where('id', '=', jobId).executeTakeFirstOrThrow();
+      stalest = Math.max(stalest, Date.now() - new Date(job.latest_heartbeat).getTime());
+    };
+    await waitFor(
+      async () => {
+        await sample();
+        const now = await states(db);
+        return now.spin === 'failed' && now.steady === 'success';
+      },
+      { what: 'the spinning task failed and the steady one done', timeoutMs: 30_000, intervalMs: 100 },
+    );
+    expect(stalest).toBeLessThan(2_000);
+
+    const spin = await db.db.selectFrom('task_instance').select(['start_date', 'end_date']).where('task_id', '=', 'spin').executeTakeFirstOrThrow();
+    const ranMs = new Date(spin.end_date!).getTime() - new Date(spin.start_date!).getTime();
+    expect(ranMs).toBeGreaterThanOrEqual(2_000);
+    expect(ranMs).toBeLessThan(6_000);
+    expect(await failureLine(db, 'spin')).toMatchObject({ code: 'DF_TASK_EXECUTION_TIMEOUT' });
+    // Stopped for real: the runner that spun is gone.
+    const spinPid = Number(readFileSync(path.join(dags, 'spin.pid'), 'utf8'));
+    await waitFor(() => !alive(spinPid), { what: 'the spinning runner killed', timeoutMs: 5_000 });
+    expect(worker.exited).toBeNull();
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    expect((await scheduler.exit).code).toBe(0);
+  }, 90_000);
+
+  it('a task that exits, throws outside its promise chain or runs out of memory fails only its own try, saying what happened; the worker carries on', async () => {
+    const db = await scratch.database(dialect);
+    const dags = await withDag(
+      db,
+      'crashes',
+      `class Exits extends BaseOperator {
+  async execute() { process.exit(1); }
+}
+class Uncaught extends BaseOperator {
+  async execute() {
+    setTimeout(() => { throw new RangeError('thrown from a timer'); }, 10);
+    await new Promise(() => {});
+  }
+}
+class Hog extends BaseOperator {
+  async execute() {
+    const kept = [];
+    for (;;) kept.push(new Array(1_000_000).fill(kept.length));
+  }
+}
+class Fine extends BaseOperator {
+  async execute() { await new Promise((resolve) => setTimeout(resolve, 500)); return 'fine'; }
+}
+export const dag = new Dag({ dagId: 'crashes' })
+  .add(new Exits({ taskId: 'exits', retries: 0 }))
+  .add(new Uncaught({ taskId: 'uncaught', retries: 0 }))
+  .add(new Hog({ taskId: 'hog', retries: 0 }))
+  .add(new Fine({ taskId: 'fine' }));
+export const after = new Dag({ dagId: 'after' }).add(new Fine({ taskId: 'after' }));
+`,
+    );
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-memory', '96', ...FAST]);
+    await scheduler.waitForJob(20_000);
+    await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'crashes');
+    await waitFor(
+      async () => {
+        const now = await states(db);
+        return ['exits', 'uncaught', 'hog', 'fine'].every((task) => now[task] === 'failed' || now[task] === 'success');
+      },
+      { what: 'every task ended', timeoutMs: 60_000 },
+    );
+    expect(await states(db)).toEqual({ exits: 'failed', uncaught: 'failed', hog: 'failed', fine: 'success' });
+    const exits = await failureLine(db, 'exits');
+    expect(exits).toMatchObject({ code: 'DF_TASK_CRASHED' });
+    expect(exits!.message).toContain('exited with code 1');
+    const uncaught = await failureLine(db, 'uncaught');
+    expect(uncaught).toMatchObject({ code: 'DF_TASK_CRASHED' });
+    expect(uncaught!.message).toContain('RangeError: thrown from a timer');
+    const hog = await failureLine(db, 'hog');
+    expect(hog).toMatchObject({ code: 'DF_TASK_CRASHED' });
+    expect(hog!.message).toContain('ran out of memory');
+    expect(hog!.message).toContain('96 MB');
+
+    // The worker lives on, and its replaced runners run the next DAG's task.
+    expect(worker.exited).toBeNull();
+    await triggerDagRun(db, 'after');
+    await waitFor(async () => (await states(db)).after === 'success', { what: 'a task after the crashes', timeoutMs: 20_000 });
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    expect((await scheduler.exit).code).toBe(0);
+  }, 120_000);
+});
+
+describe('runner processes on sqlite', () => {
+  it('are replaced after --runner-max-tasks tasks, and none is left once the worker stops', async () => {
+    const db = await scratch.database('sqlite');
+    const dags = await withDag(
+      db,
+      'recycle',
+      `class Note extends BaseOperator {
+  async execute() { appendFileSync(here + '/pids.log', process.pid + '\\n'); return process.pid; }
+}
+const dag = new Dag({ dagId: 'recycle' });
+let last = null;
+for (let i = 0; i < 6; i++) {
+  const task = new Note({ taskId: 'note_' + i });
+  dag.add(task);
+  if (last) last.before(task);
+  last = task;
+}
+export { dag };
+`,
+    );
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-tasks', '2', ...FAST]);
+    await scheduler.waitForJob(20_000);
+    await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'recycle');
+    await waitFor(async () => Object.values(await states(db)).filter((state) => state === 'success').length === 6, {
+      what: 'six tasks done one after another',
+      timeoutMs: 30_000,
+    });
+    const pids = readFileSync(path.join(dags, 'pids.log'), 'utf8').trim().split('\n').map(Number);
+    expect(pids).toHaveLength(6);
+    const uses = new Map<number, number>();
+    for (const pid of pids) uses.set(pid, (uses.get(pid) ?? 0) + 1);
+    // No runner ran more than two (the spare may take a turn, so there may be more runners).
+    expect(Math.max(...uses.values())).toBeLessThanOrEqual(2);
+    expect(uses.size).toBeGreaterThanOrEqual(3);
+    expect(pids).not.toContain(worker.pid);
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    await scheduler.exit;
+    for (const pid of uses.keys()) await waitFor(() => !alive(pid), { what: `runner ${pid} gone`, timeoutMs: 5_000 });
+  }, 90_000);
+});
+
+describe('standalone with a CPU-bound task, on sqlite', () => {
+  it("keeps its triggerer's moments: triggers due while a task spins the CPU fire on time", async () => {
+    const db = await scratch.database('sqlite');
+    // The database's own clock marks each move of a deferred task instance to scheduled.
+    await sql`create table moved (task_instance_id integer not null, at text not null)`.execute(db.db);
+    await sql`create trigger moved_audit after update of state on task_instance
+      when old.state = 'deferred' and new.state = 'scheduled'
+      begin insert into moved values (new.id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')); end`.execute(db.db);
+    const dags = scratch.dir('standalone-spin');
+    const flag = path.join(dags, 'spinning');
+    writeFileSync(
+      path.join(dags, 'spin.mjs'),
+      `import { appendFileSync, existsSync, writeFileSync } from 'node:fs';
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { DateTimeTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+class Spin extends BaseOperator {
+  execute() {
+    writeFileSync(${JSON.stringify(flag)}, '');
+    const until = Date.now() + 8_000;
+    while (Date.now() < until) {}
+    return 'spun';
+  }
+}
+class WaitWhileSpinning extends BaseOperator {
+  async execute(context) {
+    while (!existsSync(${JSON.stringify(flag)})) await new Promise((resolve) => setTimeout(resolve, 10));
+    const moment = Date.now() + 1_500 + 400 * Number(this.taskId.split('_')[1]);
+    appendFileSync(${JSON.stringify(path.join(dags, 'moments.log'))}, context.taskInstance.id + ' ' + moment + '\\n');
+    return this.defer({ trigger: new DateTimeTrigger({ moment: new Date(moment) }), method: 'done' });
+  }
+  done() { return 'on time'; }
+}
+const dag = new Dag({ dagId: 'spin_and_wait' }).add(new Spin({ taskId: 'spin' }));
+for (let i = 0; i < 5; i++) dag.add(new WaitWhileSpinning({ taskId: 'wait_' + i }));
+export { dag };
+`,
+    );
+    const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'spin_and_wait', '--exit-when-done']);
+    const exit = await run.exit;
+    expect(exit.code, run.describe()).toBe(0);
+    const moments = new Map(
+      readFileSync(path.join(dags, 'moments.log'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((line) => line.split(' ').map(Number) as [number, number]),
+    );
+    const moved = await sql<{ task_instance_id: number; at: string }>`select task_instance_id, at from moved`.execute(db.db);
+    const lateness = moved.rows.map((row) => Date.parse(row.at) - moments.get(Number(row.task_instance_id))!).sort((a, b) => a - b);
+    expect(lateness).toHaveLength(5);
+    // Never early; on time while the task spins (on the worker's own loop they would wait for it: seconds).
+    expect(lateness[0]).toBeGreaterThanOrEqual(0);
+    expect(lateness[2], `lateness of the five moves, ms: ${lateness.join(', ')}`).toBeLessThan(50);
+    expect(lateness.at(-1), `lateness of the five moves, ms: ${lateness.join(', ')}`).toBeLessThan(1_000);
+  }, 90_000);
+});
