@@ -27,15 +27,20 @@ export interface ProcessTaskRunnerOptions {
   readonly smartSensors?: SmartSensors;
 }
 
-/** Runners kept started and idle beyond those running tasks. */
-const SPARE_RUNNERS = 1;
-/** An idle runner beyond the spare is retired after this long without a task. */
+/**
+ * Idle runners kept however quiet the worker is (the next task need not wait for one to start).
+ * No spare is started ahead: each costs most of a second of CPU, and a worker whose tasks run
+ * one after another needs one runner.
+ */
+const KEEP_IDLE = 1;
+/** An idle runner beyond KEEP_IDLE is retired after this long without a task. */
 const IDLE_RETIRE_MS = 60_000;
 const IDLE_CHECK_MS = 10_000;
 /**
  * Runner processes starting at once, at most: one. Starting one costs most of a second of CPU;
  * more at once starve the warm runners serving the tasks meanwhile (measured with
- * bench:runtime on 2 cores: 11.5 s with one at a time, 13.6 s with two, 15.6 s unbounded).
+ * bench:runtime on 2 cores, with a spare runner then: 11.5 s with one at a time, 13.6 s with two,
+ * 15.6 s unbounded).
  */
 const MAX_STARTING = 1;
 
@@ -291,7 +296,7 @@ export class ProcessTaskRunner implements TaskRunner {
 
   /**
    * Starts retiring idle runners. No runner starts before the first task needs one (a worker
-   * that never runs a task costs no process); from then on one spare is kept started.
+   * that never runs a task costs no process).
    */
   start(): void {
     this.#retireTimer = setInterval(() => this.#retireIdle(), IDLE_CHECK_MS);
@@ -305,10 +310,7 @@ export class ProcessTaskRunner implements TaskRunner {
    */
   #acquire(label: string): Promise<RunnerProcess> {
     const idle = this.#popIdle();
-    if (idle) {
-      this.#keepSpare();
-      return Promise.resolve(idle);
-    }
+    if (idle) return Promise.resolve(idle);
     return new Promise((resolve, reject) => {
       this.#waiters.push({ resolve, reject, label });
       // Starting a runner costs most of a second of CPU: a few at a time, so a burst of short
@@ -326,7 +328,7 @@ export class ProcessTaskRunner implements TaskRunner {
   }
 
   #spawn(): void {
-    if (this.#closed || this.#all.size >= this.options.slots + SPARE_RUNNERS) return;
+    if (this.#closed || this.#all.size >= this.options.slots) return;
     const runner = new RunnerProcess(this.#entry, this.options, this.log, (ready) => {
       this.#starting.delete(ready);
       this.#offer(ready);
@@ -335,13 +337,15 @@ export class ProcessTaskRunner implements TaskRunner {
     this.#starting.add(runner);
     void runner.exited.then(() => {
       this.#all.delete(runner);
-      if (!this.#starting.delete(runner)) return;
-      // It died before it was ready (it cannot start: the memory limit, the entry): the task
-      // waiting longest fails with why, rather than every slot waiting for ever.
-      if (this.#waiters.length > this.#starting.size) {
+      if (this.#starting.delete(runner) && this.#waiters.length > this.#starting.size) {
+        // It died before it was ready (it cannot start: the memory limit, the entry): the task
+        // waiting longest fails with why, rather than every slot waiting for ever.
         const waiter = this.#waiters.shift()!;
         waiter.reject(new TaskCrashedError(`loading ${waiter.label}`, `a runner process could not start: ${runner.ended}`));
+        return;
       }
+      // Room for one more: a task may be waiting for it (a retired or crashed runner's place).
+      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
     });
   }
 
@@ -350,37 +354,29 @@ export class ProcessTaskRunner implements TaskRunner {
     if (!runner.alive) return;
     if (runner.retiring || this.#closed) {
       runner.retire();
-      this.#keepSpare();
+      // Its replacement, if a task waits for one.
+      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
       return;
     }
     const waiter = this.#waiters.shift();
     if (waiter) {
       waiter.resolve(runner);
       if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
-      this.#keepSpare();
       return;
     }
     runner.idleSince = Date.now();
     this.#idle.push(runner);
   }
 
-  /** One runner started ahead (idle or starting) while slots are left: a task taking it does not wait for Node to start. */
-  #keepSpare(): void {
-    // Tasks waiting have runners starting for them already (see #acquire).
-    if (this.#waiters.length > 0) return;
-    const spare = this.#idle.filter((runner) => runner.alive && !runner.retiring).length + this.#starting.size;
-    if (spare < SPARE_RUNNERS) this.#spawn();
-  }
-
   #giveBack(runner: RunnerProcess): void {
     this.#offer(runner);
   }
 
-  /** Runners idle for IDLE_RETIRE_MS go, all but the spare: a burst's runners do not stay for ever. */
+  /** Runners idle for IDLE_RETIRE_MS go, all but KEEP_IDLE: a burst's runners do not stay for ever. */
   #retireIdle(): void {
     const now = Date.now();
     // Oldest idle first (runners are taken from the end).
-    while (this.#idle.length > SPARE_RUNNERS && now - this.#idle[0]!.idleSince >= IDLE_RETIRE_MS) this.#idle.shift()!.retire();
+    while (this.#idle.length > KEEP_IDLE && now - this.#idle[0]!.idleSince >= IDLE_RETIRE_MS) this.#idle.shift()!.retire();
   }
 
   async close(): Promise<void> {
