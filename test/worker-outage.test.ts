@@ -67,7 +67,7 @@ describe('a worker losing its database as a task finishes', () => {
     } finally {
       proxy.close();
     }
-  }, 90_000);
+  }, 150_000);
 
   it('on sqlite: waits out another process holding the database locked past its busy timeout', async () => {
     const db = await scratch.database('sqlite');
@@ -86,7 +86,9 @@ describe('a worker losing its database as a task finishes', () => {
       writeFileSync(flag, '');
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
         what: 'the failed write reported',
-        timeoutMs: 20_000,
+        // Every statement the worker makes while the file is locked (claims, heartbeats, log
+        // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
+        timeoutMs: 60_000,
       });
       locker.exec('COMMIT');
     } finally {
@@ -101,7 +103,7 @@ describe('a worker losing its database as a task finishes', () => {
     scheduler.kill('SIGTERM');
     expect((await worker.exit).code).toBe(0);
     expect((await scheduler.exit).code).toBe(0);
-  }, 90_000);
+  }, 150_000);
 
   it('on sqlite: a deferral written during the lock is kept and written after it, not failed for the outage', async () => {
     const db = await scratch.database('sqlite');
@@ -138,7 +140,9 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
       writeFileSync(flag, '');
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('recording its deferral of task instance')), {
         what: 'the failed deferral write reported',
-        timeoutMs: 20_000,
+        // Every statement the worker makes while the file is locked (claims, heartbeats, log
+        // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
+        timeoutMs: 60_000,
       });
       locker.exec('COMMIT');
     } finally {
@@ -153,7 +157,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     scheduler.kill('SIGTERM');
     expect((await worker.exit).code).toBe(0);
     expect((await scheduler.exit).code).toBe(0);
-  }, 90_000);
+  }, 150_000);
 
   it('on sqlite: runs what a claim whose answer was lost queued for it, once its next claim goes through', async () => {
     const db = await scratch.database('sqlite');
@@ -172,7 +176,9 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
         .run(jobId, new Date().toISOString(), new Date().toISOString());
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('claiming task instances failed')), {
         what: 'a failed claim',
-        timeoutMs: 20_000,
+        // Every statement the worker makes while the file is locked (claims, heartbeats, log
+        // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
+        timeoutMs: 60_000,
       });
       locker.exec('COMMIT');
     } finally {
@@ -184,5 +190,5 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     expect(worker.lines.some((line) => String(line.msg).includes('a claim whose answer was lost queued for this worker'))).toBe(true);
     worker.kill('SIGTERM');
     expect((await worker.exit).code).toBe(0);
-  }, 90_000);
+  }, 150_000);
 });
