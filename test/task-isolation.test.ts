@@ -104,7 +104,9 @@ export const dag = new Dag({ dagId: 'spin' })
       },
       { what: 'the spinning task failed and the steady one done', timeoutMs: 30_000, intervalMs: 100 },
     );
-    expect(stalest).toBeLessThan(2_000);
+    // Fresh throughout (heartbeats every 0.5 s; a busy machine may delay one or two): on the
+    // worker's own loop the spin would have frozen it for the whole task.
+    expect(stalest).toBeLessThan(5_000);
 
     const spin = await db.db.selectFrom('task_instance').select(['start_date', 'end_date']).where('task_id', '=', 'spin').executeTakeFirstOrThrow();
     const ranMs = new Date(spin.end_date!).getTime() - new Date(spin.start_date!).getTime();
