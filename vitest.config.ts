@@ -16,7 +16,12 @@ export default defineConfig({
     reporters: ['default', './test/support/summary-reporter.ts'],
     // Standalone serves /metrics and /health on a fixed port by default; test processes run many
     // at once, so they serve only where a test asks (with --http-port).
-    env: { DEFERFLOW_HTTP_PORT: 'off' },
+    // Task runner processes cost most of a second of CPU each to start, and hundreds of test
+    // processes would start them: spawned daemons run task code on their own loop unless a test
+    // asks for runners (RUNNER_PROCESSES in test/support/processes.ts: the isolation tests, the
+    // runtime-process tests, the chaos run). The embedded API reads no environment: in-process
+    // tests use runners, the default.
+    env: { DEFERFLOW_HTTP_PORT: 'off', DEFERFLOW_TASK_ISOLATION: 'none' },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -85,6 +85,9 @@ const KINDS = {
     path.join(scratch, 'dags'),
     '--concurrency',
     '16',
+    // The default, whatever the environment says (the test suite's runs task code inline).
+    '--task-isolation',
+    'process',
     '--poll-interval',
     '0.2',
     '--heartbeat-interval',

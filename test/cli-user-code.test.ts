@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases } from './support/databases.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
+import { PACKAGE_ENTRY, RUNNER_PROCESSES, spawnDeferflow } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -85,7 +85,11 @@ describe('user files', () => {
         `appendFileSync(${JSON.stringify(path.join(project, 'loads.txt'))}, process.pid + '\\n');\n` +
         `export const dag = new Dag({ dagId: 'import_only' }).add(new FunctionOperator({ taskId: 'hello', fn: () => word }));\n`,
     );
-    const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'import_only', '--exit-when-done'], {}, project);
+    const run = spawnDeferflow(
+      ['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'import_only', '--exit-when-done'],
+      RUNNER_PROCESSES,
+      project,
+    );
     const exit = await run.exit;
     expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
     const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();

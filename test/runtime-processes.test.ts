@@ -9,7 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -56,7 +56,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
 
     const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '2', ...fast]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '2', ...fast], RUNNER_PROCESSES);
     const triggerer = spawnTriggerer(['--db', db.url, ...fast]);
     for (const proc of [scheduler, worker, triggerer]) await proc.waitForJob(20_000);
 
@@ -116,7 +116,7 @@ export const dag = new Dag({ dagId: 'fan_out' });
 for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
 `);
     const schedulers = [0, 1].map(() => spawnDeferflow(['scheduler', '--db', db.url, ...fast]));
-    const workers = [0, 1].map(() => spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '3', ...fast]));
+    const workers = [0, 1].map(() => spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '3', ...fast], RUNNER_PROCESSES));
     for (const proc of [...schedulers, ...workers]) await started(proc);
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'fan_out', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {
@@ -176,7 +176,7 @@ export const dag = new Dag({ dagId: 'survivor', defaultArgs: { retries: 1, retry
 dag.add(new SlowFirstTry({ taskId: 'slow' }));
 `);
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '2', ...fast]);
-    const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast]);
+    const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
     for (const proc of [scheduler, victim]) await started(proc);
     expect(await finished(spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
     await waitFor(
@@ -192,7 +192,7 @@ dag.add(new SlowFirstTry({ taskId: 'slow' }));
     victim.kill('SIGKILL');
     expect(await finished(victim)).toEqual({ code: null, signal: 'SIGKILL' });
     const killedAt = Date.now();
-    const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast]);
+    const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
     await started(survivor);
 
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {

@@ -11,7 +11,7 @@ import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -84,7 +84,7 @@ export const dag = new Dag({ dagId: 'spin' })
 `,
     );
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], RUNNER_PROCESSES);
     await scheduler.waitForJob(20_000);
     const jobId = await worker.waitForJob(20_000);
     await triggerDagRun(db, 'spin');
@@ -155,7 +155,7 @@ export const after = new Dag({ dagId: 'after' }).add(new Fine({ taskId: 'after' 
 `,
     );
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-memory', '96', ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-memory', '96', ...FAST], RUNNER_PROCESSES);
     await scheduler.waitForJob(20_000);
     await worker.waitForJob(20_000);
     await triggerDagRun(db, 'crashes');
@@ -210,7 +210,7 @@ export { dag };
 `,
     );
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-tasks', '2', ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-tasks', '2', ...FAST], RUNNER_PROCESSES);
     await scheduler.waitForJob(20_000);
     await worker.waitForJob(20_000);
     await triggerDagRun(db, 'recycle');
@@ -271,7 +271,7 @@ for (let i = 0; i < 5; i++) dag.add(new WaitWhileSpinning({ taskId: 'wait_' + i 
 export { dag };
 `,
     );
-    const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'spin_and_wait', '--exit-when-done']);
+    const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'spin_and_wait', '--exit-when-done'], RUNNER_PROCESSES);
     const exit = await run.exit;
     expect(exit.code, run.describe()).toBe(0);
     const moments = new Map(

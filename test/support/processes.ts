@@ -19,6 +19,8 @@ export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url
 /** The built package's entry points: what DAG files run by spawned deferflow processes import, as a user's would. */
 export const PACKAGE_ENTRY = path.join(REPO_ROOT, 'dist/src/index.js');
 export const PACKAGE_TRIGGERS = path.join(REPO_ROOT, 'dist/triggers/index.js');
+/** The environment of a worker or standalone that runs task code in runner processes, the default outside the suite (see vitest.config.ts). */
+export const RUNNER_PROCESSES = { DEFERFLOW_TASK_ISOLATION: 'process' } as const;
 const TRIGGERER_BIN = path.join(REPO_ROOT, 'bin/triggerer.js');
 const DEFERFLOW_BIN = path.join(REPO_ROOT, 'bin/deferflow.js');
 
