@@ -34,6 +34,22 @@ async function setUp(db: TestDatabase) {
   return { dags, flag };
 }
 
+/**
+ * Runs `locked` while another connection holds the SQLite file with an exclusive transaction
+ * (its own statements go through), committing when it returns and letting go either way.
+ */
+async function whileLocked(db: TestDatabase, locked: (locker: BetterSqlite3.Database) => Promise<void>): Promise<void> {
+  const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
+  try {
+    locker.exec('BEGIN EXCLUSIVE');
+    await locked(locker);
+    locker.exec('COMMIT');
+  } finally {
+    if (locker.inTransaction) locker.exec('ROLLBACK');
+    locker.close();
+  }
+}
+
 const tiRow = (db: TestDatabase) =>
   db.db.selectFrom('task_instance').select(['state', 'try_number', 'return_value']).where('task_id', '=', 'finish_during_outage').executeTakeFirstOrThrow();
 
@@ -80,9 +96,7 @@ describe('a worker losing its database as a task finishes', () => {
     await triggerDagRun(db, 'outage');
     await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
 
-    const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
-    try {
-      locker.exec('BEGIN EXCLUSIVE');
+    await whileLocked(db, async () => {
       writeFileSync(flag, '');
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
         what: 'the failed write reported',
@@ -90,11 +104,7 @@ describe('a worker losing its database as a task finishes', () => {
         // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
         timeoutMs: 60_000,
       });
-      locker.exec('COMMIT');
-    } finally {
-      if (locker.inTransaction) locker.exec('ROLLBACK');
-      locker.close();
-    }
+    });
     await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the outcome written after the lock', timeoutMs: 30_000 });
     expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
     expect(worker.exited).toBeNull();
@@ -134,9 +144,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     await triggerDagRun(db, 'outage');
     await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
 
-    const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
-    try {
-      locker.exec('BEGIN EXCLUSIVE');
+    await whileLocked(db, async () => {
       writeFileSync(flag, '');
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('recording its deferral of task instance')), {
         what: 'the failed deferral write reported',
@@ -144,11 +152,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
         // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
         timeoutMs: 60_000,
       });
-      locker.exec('COMMIT');
-    } finally {
-      if (locker.inTransaction) locker.exec('ROLLBACK');
-      locker.close();
-    }
+    });
     await waitFor(async () => (await tiRow(db)).state === 'deferred', { what: 'the deferral written after the lock', timeoutMs: 30_000 });
     expect(await tiRow(db)).toMatchObject({ state: 'deferred', try_number: 1 });
     expect(await db.db.selectFrom('trigger').select('classpath').execute()).toHaveLength(1);
@@ -167,9 +171,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--poll-interval', '0.1', '--heartbeat-interval', '0.5']);
     const jobId = await worker.waitForJob(20_000);
     await triggerDagRun(db, 'outage');
-    const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
-    try {
-      locker.exec('BEGIN EXCLUSIVE');
+    await whileLocked(db, async (locker) => {
       // What the claim committed while the worker waited on the lock and gave up: queued for it.
       locker
         .prepare("update task_instance set state = 'queued', worker_job_id = ?, queued_at = ?, updated_at = ? where task_id = 'finish_during_outage'")
@@ -180,11 +182,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
         // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
         timeoutMs: 60_000,
       });
-      locker.exec('COMMIT');
-    } finally {
-      if (locker.inTransaction) locker.exec('ROLLBACK');
-      locker.close();
-    }
+    });
     await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the lost claim taken up and run', timeoutMs: 30_000 });
     expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
     expect(worker.lines.some((line) => String(line.msg).includes('a claim whose answer was lost queued for this worker'))).toBe(true);

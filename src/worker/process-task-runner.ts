@@ -196,11 +196,6 @@ export class ProcessTaskRunner implements TaskRunner {
     private readonly log: Logger,
   ) {}
 
-  /** Runner processes alive now (busy or idle). */
-  get size(): number {
-    return this.#all.size;
-  }
-
   async prepare(claimed: ClaimedTaskInstance): Promise<PreparedTask> {
     const label = `${claimed.dagId}.${claimed.taskId} (task instance ${claimed.id})`;
     const runner = await this.#acquire(label);
@@ -211,7 +206,7 @@ export class ProcessTaskRunner implements TaskRunner {
       throw new TaskCrashedError(`loading ${label}`, (crash as Error).message);
     }
     if (answer.type !== 'prepared') {
-      this.#giveBack(runner);
+      this.#offer(runner);
       if (answer.type === 'prepare-failed') throw fromWireError(answer.error);
       throw new TaskCrashedError(`loading ${label}`, `its runner answered ${answer.type} to prepare`);
     }
@@ -219,7 +214,7 @@ export class ProcessTaskRunner implements TaskRunner {
     // its run: after an abort the worker moves on at once, and the runner ends (or is killed) later.
     let pending = 2;
     const done = () => {
-      if (--pending === 0) this.#giveBack(runner);
+      if (--pending === 0) this.#offer(runner);
     };
     let ran = false;
     let running: Promise<unknown> = Promise.resolve();
@@ -315,7 +310,7 @@ export class ProcessTaskRunner implements TaskRunner {
       this.#waiters.push({ resolve, reject, label });
       // Starting a runner costs most of a second of CPU: a few at a time, so a burst of short
       // tasks is served by the warm runners meanwhile instead of starving them of CPU.
-      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+      this.#startForWaiters();
     });
   }
 
@@ -345,8 +340,13 @@ export class ProcessTaskRunner implements TaskRunner {
         return;
       }
       // Room for one more: a task may be waiting for it (a retired or crashed runner's place).
-      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+      this.#startForWaiters();
     });
+  }
+
+  /** Starts a runner if tasks wait for more than are starting (a few at a time, see MAX_STARTING). */
+  #startForWaiters(): void {
+    if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
   }
 
   /** A runner free for a task: to the task waiting longest, else idle. */
@@ -355,21 +355,17 @@ export class ProcessTaskRunner implements TaskRunner {
     if (runner.retiring || this.#closed) {
       runner.retire();
       // Its replacement, if a task waits for one.
-      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+      this.#startForWaiters();
       return;
     }
     const waiter = this.#waiters.shift();
     if (waiter) {
       waiter.resolve(runner);
-      if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+      this.#startForWaiters();
       return;
     }
     runner.idleSince = Date.now();
     this.#idle.push(runner);
-  }
-
-  #giveBack(runner: RunnerProcess): void {
-    this.#offer(runner);
   }
 
   /** Runners idle for IDLE_RETIRE_MS go, all but KEEP_IDLE: a burst's runners do not stay for ever. */
