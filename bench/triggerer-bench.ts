@@ -16,6 +16,11 @@
  *                           with the triggerer for the two cores). Once all N are reported, the
  *                           database is checked to hold N scheduled task instances.
  *   moved_per_s             N / (due moment → last task instance committed)
+ *   encrypted               whether --encrypt was given
+ *
+ * --encrypt: the triggerer gets an encryption key, and the rows are inserted with their kwargs
+ * and next_kwargs encrypted (as a worker with that key writes them): the triggerer decrypts every
+ * trigger's kwargs as it claims it and encrypts every event payload as it writes it.
  *
  * The deferrals are bulk-inserted (a multi-row insert per 1,000), as deferTaskInstance would
  * write them with deduplication off (each row is its own wait, which is what is measured).
@@ -32,12 +37,14 @@ import { openDatabase, type Database } from '../src/db/connect.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { toDbTime } from '../src/db/schema.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
+import { Keyring } from '../src/encryption/keyring.ts';
 import { benchDatabase, percentile } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
   .option('triggers', { type: 'number', default: 10_000, describe: 'N: deferred task instances, one trigger each' })
   .option('node-arg', { type: 'array', string: true, default: [] as string[], describe: 'extra node flags for the triggerer (e.g. --cpu-prof)' })
+  .option('encrypt', { type: 'boolean', default: false, describe: 'encrypt kwargs and events at rest (see the README)' })
   .option('lead', { type: 'number', describe: 'seconds from insert to the due moment (default 5 + N/5000)' })
   .strict()
   .parse();
@@ -49,6 +56,8 @@ const { url, dispose } = await benchDatabase(args.db, scratch);
 const database = openDatabase(url);
 await migrateToLatest(database);
 
+const keyEntry = args.encrypt ? Keyring.generateEntry('bench') : null;
+const keyring = keyEntry ? Keyring.fromEntries([keyEntry], 'bench') : Keyring.none;
 const triggerer = spawn(
   process.execPath,
   [
@@ -65,7 +74,7 @@ const triggerer = spawn(
     '--log-level',
     'info',
   ],
-  { stdio: ['ignore', 'pipe', 'inherit'] },
+  { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DEFERFLOW_ENCRYPTION_KEYS: keyEntry ?? '' } },
 );
 const lines = readline.createInterface({ input: triggerer.stdout! });
 let running = 0;
@@ -126,6 +135,7 @@ try {
     fire_p99_ms: percentile(latencies, 0.99),
     fire_max_ms: last,
     moved_per_s: Math.round(n / (Math.max(last, 1) / 1000)),
+    encrypted: keyring.encrypting,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
 } finally {
@@ -147,7 +157,7 @@ async function insertDeferrals({ db }: Database, count: number, dueMs: number): 
         .values(
           Array.from({ length: size }, () => ({
             classpath: DateTimeTrigger.classpath,
-            kwargs: JSON.stringify(new DateTimeTrigger({ moment: new Date(dueMs) }).serialize().kwargs),
+            kwargs: keyring.seal(JSON.stringify(new DateTimeTrigger({ moment: new Date(dueMs) }).serialize().kwargs), 'trigger.kwargs'),
             created_at: now,
             triggerer_id: null,
             hash: null,
@@ -164,7 +174,7 @@ async function insertDeferrals({ db }: Database, count: number, dueMs: number): 
             run_id: 'bench__1',
             state: 'deferred' as const,
             next_method: 'resume',
-            next_kwargs: '{}',
+            next_kwargs: keyring.seal('{}', 'task_instance.next_kwargs'),
             trigger_id: trigger.id,
           })),
         )

@@ -11,6 +11,7 @@ import * as m0005 from './0005_signals.ts';
 import * as m0006 from './0006_signal_actions.ts';
 import * as m0007 from './0007_trigger_log.ts';
 import * as m0008 from './0008_trigger_quarantine.ts';
+import * as m0009 from './0009_next_event.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -25,4 +26,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0006_signal_actions': m0006,
   '0007_trigger_log': m0007,
   '0008_trigger_quarantine': m0008,
+  '0009_next_event': m0009,
 };

@@ -47,6 +47,7 @@ export const ERROR_CODES = [
   'DF_TRIGGER_BLOCKED',
   'DF_TRIGGER_QUARANTINED',
   'DF_TASK_CRASHED',
+  'DF_ENCRYPTION_KEY',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -367,5 +368,15 @@ export class UnknownConnectionError extends DeferflowError {
 export class InvalidSignalError extends DeferflowError {
   constructor(message: string) {
     super('DF_INVALID_SIGNAL', message);
+  }
+}
+
+/**
+ * A value encrypted at rest cannot be read: the key it was sealed with is not configured, or it
+ * does not open with the key of that id. Only the row's own task instances fail.
+ */
+export class EncryptionKeyError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_ENCRYPTION_KEY', message);
   }
 }

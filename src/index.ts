@@ -46,6 +46,7 @@ export type { ActedSignal, StartCondition, StopEndState } from './model/signal-a
 export { deferTaskInstance, resumeTaskInstance } from './deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './task-instances.ts';
 export { openDatabase, type Database } from './db/connect.ts';
+export { Keyring } from './encryption/keyring.ts';
 export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './db/database-url.ts';
 export { migrateToLatest } from './db/migrate.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './model/failure-marker.ts';

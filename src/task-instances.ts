@@ -1,3 +1,5 @@
+import { Keyring } from './encryption/keyring.ts';
+import { openNextKwargs } from './storage/sealed-values.ts';
 import type { Database } from './db/connect.ts';
 import { fromDbTime, TASK_INSTANCE_STATES, type TaskInstanceState } from './db/schema.ts';
 import { InvalidTaskInstanceError, TaskInstanceStateError } from './errors.ts';
@@ -88,10 +90,18 @@ export async function createTaskInstance(database: Pick<Database, 'db' | 'adapte
   );
 }
 
-/** The task instance `id` as it is now; null when there is none. */
-export async function readTaskInstance(database: Pick<Database, 'db' | 'adapter'>, id: number): Promise<TaskInstance | null> {
+/**
+ * The task instance `id` as it is now; null when there is none. Its nextKwargs hold the event it
+ * resumes with; they are decrypted with `database`'s keys (EncryptionKeyError when they cannot be).
+ */
+export async function readTaskInstance(
+  database: Pick<Database, 'db' | 'adapter'> & Partial<Pick<Database, 'keyring'>>,
+  id: number,
+): Promise<TaskInstance | null> {
   const row = await new Storage(database).readTaskInstance({ id });
   if (!row) return null;
+  const nextKwargs = openNextKwargs(database.keyring ?? Keyring.none, id, row.next_kwargs, row.next_event);
+  if (nextKwargs.unreadable) throw nextKwargs.unreadable;
   const date = (value: Date | string | null) => (value === null ? null : new Date(fromDbTime(value)));
   return {
     id: row.id,
@@ -102,7 +112,7 @@ export async function readTaskInstance(database: Pick<Database, 'db' | 'adapter'
     state: row.state,
     tryNumber: row.try_number,
     nextMethod: row.next_method,
-    nextKwargs: row.next_kwargs === null ? null : (JSON.parse(row.next_kwargs) as JsonObject),
+    nextKwargs: nextKwargs.json === null ? null : (JSON.parse(nextKwargs.json) as JsonObject),
     triggerId: row.trigger_id,
     triggerTimeout: date(row.trigger_timeout),
     returnValue: row.return_value === null ? null : (JSON.parse(row.return_value) as JsonValue),

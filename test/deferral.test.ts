@@ -197,8 +197,8 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
 
     opened.triggerers.push(await startTriggerer(db));
     await waitFor(async () => (await taskInstance(db, late)).state === 'scheduled', { what: 'the late task instance scheduled' });
-    expect((await taskInstance(db, late)).next_kwargs).toEqual({ event: moment });
-    expect((await taskInstance(db, first)).next_kwargs).toEqual({ event: moment });
+    expect((await taskInstance(db, late)).next_event).toEqual(moment);
+    expect((await taskInstance(db, first)).next_event).toEqual(moment);
   });
 });
 
@@ -237,11 +237,11 @@ describe('deferral races on postgres', () => {
       what: 'no task instance left deferred',
       timeoutMs: 15_000,
     });
-    const rows = await db.db.selectFrom('task_instance').select(['state', 'next_kwargs']).where('id', 'in', ids).execute();
+    const rows = await db.db.selectFrom('task_instance').select(['state', 'next_event']).where('id', 'in', ids).execute();
     expect(rows).toHaveLength(240);
     for (const row of rows) {
       expect(row.state).toBe('scheduled');
-      expect(JSON.parse(row.next_kwargs!).event).toBe(moment);
+      expect(JSON.parse(row.next_event!)).toBe(moment);
     }
     expect(joined).toBeGreaterThan(0);
     const moved = tr.logs.matching((l) => l.kind === 'event').reduce((s, l) => s + Number(l.moved_task_instances), 0);

@@ -99,7 +99,7 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     const failed = await taskInstance(db, badId);
     expect(failed.next_method).toBe(TRIGGER_FAILURE_METHOD);
     expect(String(failed.next_kwargs!.error)).toContain('url must be an http(s) URL, got "ftp://nowhere"');
-    expect((await taskInstance(db, goodId)).next_kwargs!.event).toEqual({ url: server.url, status: 200 });
+    expect((await taskInstance(db, goodId)).next_event).toEqual({ url: server.url, status: 200 });
   });
 });
 

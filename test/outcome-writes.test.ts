@@ -131,7 +131,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
         expect(ti.next_kwargs).toMatchObject({ code: 'DF_OUTCOME_REFUSED', reason: 'trigger_failure' });
         expect(String(ti.next_kwargs!.error)).toContain(`the database refused the event of trigger ${refused.triggerId}`);
       } else {
-        expect(ti.next_kwargs).toEqual({ event: { n: target.triggerId } });
+        expect(ti.next_event).toEqual({ n: target.triggerId });
       }
     }
     const refusals = logs.matching((l) => l.code === 'DF_OUTCOME_REFUSED');

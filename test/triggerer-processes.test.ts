@@ -201,12 +201,12 @@ describe('triggerer processes on postgres (high availability)', () => {
     expect(b!.proc.exited).toBeNull();
     expect([...deadPeerReleases(a!.proc), ...deadPeerReleases(b!.proc)]).toEqual([]);
 
-    const tis = await db.db.selectFrom('task_instance').select(['task_id', 'state', 'trigger_id', 'next_method', 'next_kwargs']).execute();
+    const tis = await db.db.selectFrom('task_instance').select(['task_id', 'state', 'trigger_id', 'next_method', 'next_event']).execute();
     expect(tis).toHaveLength(2000);
     for (const ti of tis) {
       const n = Number(ti.task_id.slice(1));
       expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: 'resume' });
-      expect(JSON.parse(ti.next_kwargs!)).toEqual({ event: { n } });
+      expect(JSON.parse(ti.next_event!)).toEqual({ n });
     }
     await waitFor(async () => (await triggerCount(db)) === 0, { what: 'the fired triggers deleted' });
 
@@ -286,11 +286,11 @@ describe('triggerer processes on postgres (high availability)', () => {
     await waitFor(() => movedBy(survivor.proc) + movedBy(victim.proc) >= 500, { timeoutMs: 5000, what: 'the outcome log lines' });
     expect(movedBy(survivor.proc) + movedBy(victim.proc)).toBe(500);
     expect(movedBy(victim.proc)).toBe(0); // killed before anything fired
-    const tis = await db.db.selectFrom('task_instance').select(['task_id', 'state', 'next_kwargs']).execute();
+    const tis = await db.db.selectFrom('task_instance').select(['task_id', 'state', 'next_event']).execute();
     expect(tis).toHaveLength(500);
     for (const ti of tis) {
       expect(ti.state).toBe('scheduled');
-      expect(JSON.parse(ti.next_kwargs!)).toEqual({ event: { n: Number(ti.task_id.slice(1)) } });
+      expect(JSON.parse(ti.next_event!)).toEqual({ n: Number(ti.task_id.slice(1)) });
     }
     await waitFor(async () => (await triggerCount(db)) === 0, { what: 'the fired triggers deleted' });
 

@@ -104,6 +104,7 @@ table task_instance
   column worker_job_id bigint
   column return_value jsonb
   column stop_request text
+  column next_event jsonb
   constraint task_instance_key UNIQUE (dag_id, run_id, task_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
   constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text])))

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { OptionTable, RawOptions } from '../config/option-table.ts';
 import { InvalidOptionError } from '../errors.ts';
+import { Keyring } from '../encryption/keyring.ts';
 import type { DurationInput } from '../time/duration.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from '../scheduler/options.ts';
 import { isTriggerClass, type TriggerClass } from '../triggers/base-trigger.ts';
@@ -144,6 +145,15 @@ export interface DeferflowConfig {
    * @default false
    */
   readonly http?: HttpConfig | false;
+  /**
+   * Encrypt trigger kwargs, next_kwargs and event payloads at rest (AES-256-GCM) with these keys,
+   * each `ID:BASE64` (32 bytes; `deferflow db generate-key`). The first encrypts; the others
+   * still decrypt what they encrypted, until `deferflow db rotate-key` has re-encrypted it. Every
+   * process on the database needs the same keys. @default [] (values are stored in plain)
+   */
+  readonly encryptionKeys?: readonly string[];
+  /** A file of such keys, one a line (`#` comments), added after encryptionKeys. @default none */
+  readonly encryptionKeysFile?: string;
 }
 
 /** The process's /metrics and /health endpoint. */
@@ -169,9 +179,24 @@ export interface DeferflowOptions {
   readonly logFormat: LogFormat;
   /** /metrics and /health; null: not served. */
   readonly http: ObservabilityHttpOptions | null;
+  /** Encryption at rest (Keyring.none: values stored in plain). */
+  readonly keyring: Keyring;
 }
 
-const TOP_LEVEL_KEYS = ['databaseUrl', 'dagsFolder', 'worker', 'scheduler', 'triggerer', 'migrate', 'logger', 'logLevel', 'logFormat', 'http'] as const;
+const TOP_LEVEL_KEYS = [
+  'databaseUrl',
+  'dagsFolder',
+  'worker',
+  'scheduler',
+  'triggerer',
+  'migrate',
+  'logger',
+  'logLevel',
+  'logFormat',
+  'http',
+  'encryptionKeys',
+  'encryptionKeysFile',
+] as const;
 
 /** raw → defaulted → validated and frozen. A bad field throws DF_INVALID_OPTION naming it (`worker.concurrency: …`). */
 export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowOptions {
@@ -192,6 +217,8 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
     throw new InvalidOptionError('logger', `expected a pino logger, got ${describe(config.logger)}`);
   }
 
+  const keyring = keyringOfConfig(config.encryptionKeys, config.encryptionKeysFile);
+
   const worker = section(config.worker, 'worker', WORKER_OPTIONS, [], (raw) => resolveWorkerOptions({ ...shared, dags: dagsFolder, ...raw }, {}));
   const scheduler = section(config.scheduler, 'scheduler', SCHEDULER_OPTIONS, [], (raw) => resolveSchedulerOptions({ ...shared, ...raw }, {}));
   const triggerClasses = config.triggerer === false ? [] : triggerClassesOf(config.triggerer?.triggerClasses);
@@ -207,7 +234,19 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
     logLevel: shared['log-level'],
     logFormat: shared['log-format'],
     http: httpOf(config.http),
+    keyring,
   });
+}
+
+/** The embedded encryption keys: the list given, then the file's. */
+function keyringOfConfig(keys: unknown, keysFile: unknown): Keyring {
+  if (keys !== undefined && !(Array.isArray(keys) && keys.every((key) => typeof key === 'string'))) {
+    throw new InvalidOptionError('encryptionKeys', `expected an array of 'ID:BASE64' strings, got ${describe(keys)}`);
+  }
+  if (keysFile !== undefined && (typeof keysFile !== 'string' || keysFile === '')) {
+    throw new InvalidOptionError('encryptionKeysFile', `expected a file path, got ${describe(keysFile)}`);
+  }
+  return Keyring.load(keys ?? [], keysFile, 'encryptionKeysFile', 'encryptionKeys');
 }
 
 /** The embedded `http` section: false or absent → null; else port 0 (any free one) unless given. */
@@ -252,11 +291,12 @@ export function deferflowOptionsOf(
     logLevel: any.logLevel,
     logFormat: any.logFormat,
     http,
+    keyring: any.keyring,
   });
 }
 
 /** Options each section takes itself from the top level, not per component. */
-const TAKEN_FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format', ...Object.keys(HTTP_OPTIONS)]);
+const TAKEN_FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format', 'encryption-keys-file', ...Object.keys(HTTP_OPTIONS)]);
 
 /**
  * One component's section: false → null; an object → its raw options (camelCase keys mapped to
@@ -349,7 +389,10 @@ type CamelCase<S extends string> = S extends 'trigger-module'
   : S extends `${infer Head}-${infer Tail}`
     ? `${Head}${Capitalize<CamelCase<Tail>>}`
     : S;
-type SectionKeys<Table> = Exclude<CamelCase<keyof Table & string>, 'db' | 'dags' | 'logLevel' | 'logFormat' | CamelCase<keyof typeof HTTP_OPTIONS>>;
+type SectionKeys<Table> = Exclude<
+  CamelCase<keyof Table & string>,
+  'db' | 'dags' | 'logLevel' | 'logFormat' | 'encryptionKeysFile' | CamelCase<keyof typeof HTTP_OPTIONS>
+>;
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const inSync: [
   Same<keyof WorkerConfig, SectionKeys<typeof WORKER_OPTIONS>>,

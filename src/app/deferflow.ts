@@ -98,7 +98,7 @@ export class Deferflow {
     let database: Database;
     let applied: readonly string[] = [];
     if (options.migrate) {
-      database = openDatabase(options.databaseUrl);
+      database = openDatabase(options.databaseUrl, { keyring: options.keyring });
       try {
         applied = await migrateToLatest(database);
       } catch (error) {
@@ -106,7 +106,7 @@ export class Deferflow {
         throw unreachable(options.databaseUrl, error);
       }
     } else {
-      database = await openMigratedDatabase(options.databaseUrl);
+      database = await openMigratedDatabase(options.databaseUrl, options.keyring);
     }
     return new Deferflow(database, options, registry, log, applied);
   }

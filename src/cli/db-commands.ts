@@ -4,7 +4,8 @@ import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { migrateToLatest } from '../db/migrate.ts';
 import { dumpSchema } from '../db/schema-dump.ts';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV, keyringOf } from '../config/common-options.ts';
+import { Keyring } from '../encryption/keyring.ts';
 import { durationText } from '../config/option-table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Storage } from '../storage/index.ts';
@@ -29,16 +30,23 @@ export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: 
 export function registerDbCommands(cli: Argv): void {
   cli.command(
     'db <action>',
-    'Database commands: migrate, schema, clean',
+    'Database commands: migrate, schema, clean, generate-key, rotate-key',
     (db) =>
       db
         .positional('action', {
-          choices: ['migrate', 'schema', 'clean'] as const,
-          describe: 'migrate: apply new migrations; schema: print the schema; clean: delete what finished before --older-than',
+          choices: ['migrate', 'schema', 'clean', 'generate-key', 'rotate-key'] as const,
+          describe:
+            'migrate: apply new migrations; schema: print the schema; clean: delete what finished before --older-than; ' +
+            'generate-key: print a new encryption key; rotate-key: re-encrypt every stored secret-bearing value with the first key',
         })
         .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` })
         .option('older-than', { type: 'string', describe: 'clean: what finished longer ago than this (30d, 12h, 90m, 2w, seconds, or P30D)' })
-        .option('yes', { type: 'boolean', default: false, describe: 'clean: delete (without it, clean only counts what it would delete)' }),
+        .option('yes', { type: 'boolean', default: false, describe: 'clean: delete (without it, clean only counts what it would delete)' })
+        .option('id', { type: 'string', describe: "generate-key: the new key's id (letters, digits, _ or -) [default k<today, YYYYMMDD>]" })
+        .option('encryption-keys-file', {
+          type: 'string',
+          describe: `rotate-key: ${COMMON_OPTIONS['encryption-keys-file'].describe} [env ${COMMON_OPTIONS['encryption-keys-file'].env}]`,
+        }),
     async (args) => {
       if (args.action === 'clean') {
         await clean(args.db, args['older-than'], args.yes);
@@ -46,6 +54,17 @@ export function registerDbCommands(cli: Argv): void {
       }
       if (args['older-than'] !== undefined || args.yes)
         throw new InvalidOptionError('older-than', `--older-than and --yes are for db clean, not db ${args.action}`);
+      if (args.id !== undefined && args.action !== 'generate-key') throw new InvalidOptionError('id', `is for db generate-key, not db ${args.action}`);
+      if (args['encryption-keys-file'] !== undefined && args.action !== 'rotate-key')
+        throw new InvalidOptionError('encryption-keys-file', `is for db rotate-key, not db ${args.action}`);
+      if (args.action === 'generate-key') {
+        process.stdout.write(`${Keyring.generateEntry(args.id ?? `k${new Date().toISOString().slice(0, 10).replaceAll('-', '')}`)}\n`);
+        return;
+      }
+      if (args.action === 'rotate-key') {
+        await rotateKey(args.db, args['encryption-keys-file']);
+        return;
+      }
       const url = databaseUrlFrom(args.db);
       // migrate creates what is missing; schema shows a migrated database only.
       const database = args.action === 'migrate' ? openDatabase(url) : await openMigratedDatabase(url);
@@ -85,4 +104,38 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
         : `would delete ${what} from before ${new Date(before).toISOString()}; nothing deleted (pass --yes to delete)\n`,
     );
   });
+}
+
+/**
+ * `deferflow db rotate-key`: every trigger kwargs, next_kwargs and event value not yet sealed
+ * with the first key (plain ones, and those of older keys) is re-encrypted with it. Exits 1,
+ * naming each, when some could not be read (their key is not given): run it again with that key
+ * listed too.
+ */
+async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | undefined): Promise<void> {
+  const keyring = keyringOf(keysFileFlag ?? process.env[COMMON_OPTIONS['encryption-keys-file'].env], process.env);
+  if (!keyring.encrypting) {
+    throw new InvalidOptionError(
+      'encryption-keys-file',
+      `db rotate-key needs the keys: set ${ENCRYPTION_KEYS_ENV} or --encryption-keys-file, the new key first and the old ones after it`,
+    );
+  }
+  const database = await openMigratedDatabase(databaseUrlFrom(dbFlag), keyring);
+  try {
+    const counts = await new Storage(database).resealValues();
+    const { resealed } = counts;
+    const total = Object.values(resealed).reduce((sum, count) => sum + count, 0);
+    process.stdout.write(
+      `re-encrypted ${total} value(s) with key ${keyring.primaryKeyId} (trigger kwargs ${resealed['trigger.kwargs']}, next_kwargs ${resealed['task_instance.next_kwargs']}, events ${resealed['task_instance.next_event']}); ${counts.current} already were\n`,
+    );
+    if (counts.unreadable.length > 0) {
+      for (const message of counts.unreadable) process.stderr.write(`error [DF_ENCRYPTION_KEY]: ${message}\n`);
+      process.stderr.write(
+        `${counts.unreadable.length} value(s) could not be decrypted and were left as they are; list their key too and run db rotate-key again\n`,
+      );
+      process.exitCode = 1;
+    }
+  } finally {
+    await database.close();
+  }
 }

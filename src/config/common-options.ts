@@ -1,5 +1,6 @@
 import { DEFAULT_DATABASE_URL } from '../db/database-url.ts';
 import { oneOf } from './option-table.ts';
+import { Keyring } from '../encryption/keyring.ts';
 
 /**
  * The options every long-running process shares (database, logging), in the shape of an option
@@ -12,6 +13,13 @@ export const COMMON_OPTIONS = {
     default: DEFAULT_DATABASE_URL,
     unit: 'URL',
     describe: 'Database: sqlite:PATH or postgres://USER@HOST:PORT/DB',
+  },
+  'encryption-keys-file': {
+    env: 'DEFERFLOW_ENCRYPTION_KEYS_FILE',
+    default: '',
+    unit: 'path',
+    describe:
+      'Encrypt trigger kwargs, next_kwargs and event payloads at rest with the keys in this file (ID:BASE64 a line, the first encrypts; see `deferflow db generate-key`). DEFERFLOW_ENCRYPTION_KEYS may list them instead (comma-separated; never a flag, which ps would show). Every daemon needs the same keys',
   },
   'log-level': {
     env: 'DEFERFLOW_LOG_LEVEL',
@@ -38,6 +46,18 @@ export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', '
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export const LOG_FORMATS = ['json', 'pretty'] as const;
 export type LogFormat = (typeof LOG_FORMATS)[number];
+
+/** The environment variable that may hold the keys themselves (comma-separated ID:BASE64). */
+export const ENCRYPTION_KEYS_ENV = 'DEFERFLOW_ENCRYPTION_KEYS';
+
+/** A process's keyring: the keys in DEFERFLOW_ENCRYPTION_KEYS, then those in the keys file. */
+export function keyringOf(keysFile: unknown, env: NodeJS.ProcessEnv): Keyring {
+  const fromEnv = (env[ENCRYPTION_KEYS_ENV] ?? '')
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  return Keyring.load(fromEnv, typeof keysFile === 'string' && keysFile !== '' ? keysFile : undefined);
+}
 
 export function logLevel(value: unknown): LogLevel {
   return oneOf(value, 'log-level', LOG_LEVELS);

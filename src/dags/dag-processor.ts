@@ -43,7 +43,7 @@ export interface ProcessOptions {
  * once, and marking them deleted would stall their runs. `removeMissing` says it is meant.
  */
 export async function processDagFolder(database: Database, folder: string, options: ProcessOptions = {}, now = Date.now()): Promise<ProcessResult> {
-  const context = { db: database.db, adapter: database.adapter };
+  const context = { db: database.db, adapter: database.adapter, keyring: database.keyring };
   await assertDagFolder(folder);
   const loaded = await loadDagFolder(folder);
   if (!options.removeMissing) {
@@ -131,7 +131,7 @@ export async function keepDagFolderProcessed(database: Database, folder: string,
  * DAG of 1,000 tasks is a few hundred kilobytes of JSON.
  */
 export function serializedDagSource(database: Database): DagSource {
-  const context = { db: database.db, adapter: database.adapter };
+  const context = { db: database.db, adapter: database.adapter, keyring: database.keyring };
   const parsed = new Map<string, SchedulerDag>();
   return async (dagId) => {
     const hash = await readSerializedDagHash(context, dagId);

@@ -20,11 +20,14 @@ import { postgresAdapter, sqliteAdapter, type DialectAdapter } from './dialect.t
 import { CurrentSchemaIntrospector } from './postgres-introspector.ts';
 import type { DatabaseSchema } from './schema.ts';
 import { NotificationHub } from './notification-hub.ts';
+import { Keyring } from '../encryption/keyring.ts';
 
 export interface Database {
   readonly db: Kysely<DatabaseSchema>;
   readonly adapter: DialectAdapter;
   readonly target: DatabaseTarget;
+  /** The keys that seal trigger kwargs, next_kwargs and event payloads as they are written (Keyring.none: none). */
+  readonly keyring: Keyring;
   close(): Promise<void>;
 }
 
@@ -36,6 +39,8 @@ export interface OpenDatabaseOptions {
    * empty one: every command but `db migrate` and standalone, which create it.
    */
   readonly mustExist?: boolean;
+  /** Encryption at rest (see encryption/keyring.ts). @default Keyring.none */
+  readonly keyring?: Keyring;
 }
 
 export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Database {
@@ -54,6 +59,7 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
     db,
     adapter,
     target,
+    keyring: options.keyring ?? Keyring.none,
     close: async () => {
       await NotificationHub.closeFor(db);
       await db.destroy();

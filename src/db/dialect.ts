@@ -28,8 +28,6 @@ export interface DialectAdapter {
   lockSkippingLocked<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
   lockForUpdate<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
   lockForShare<DB, TB extends keyof DB, O>(query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O>;
-  /** `json` (a JSON object column) with `key` set to `value` (a JSON value expression). */
-  jsonSetKey(json: RawBuilder<unknown>, key: string, value: RawBuilder<unknown>): RawBuilder<string>;
   /**
    * Makes a batch of per-trigger JSON values readable by later statements of `trx`, and returns
    * the expression that reads the value of a trigger id expression. One batch at a time per
@@ -80,7 +78,6 @@ export const postgresAdapter: DialectAdapter = {
   lockSkippingLocked: (query) => query.forUpdate().skipLocked(),
   lockForUpdate: (query) => query.forUpdate(),
   lockForShare: (query) => query.forShare(),
-  jsonSetKey: (json, key, value) => sql<string>`jsonb_set(coalesce(${json}, '{}'::jsonb), ${sql.lit(`{${key}}`)}, ${value})`,
   // One jsonb parameter: PostgreSQL looks a key up in a jsonb object by binary search.
   stageTriggerValues: async (_trx, values) => {
     const byTrigger = jsonObjectByTrigger(values);
@@ -111,7 +108,6 @@ export const sqliteAdapter: DialectAdapter = {
   lockSkippingLocked: (query) => query,
   lockForUpdate: (query) => query,
   lockForShare: (query) => query,
-  jsonSetKey: (json, key, value) => sql<string>`json_set(coalesce(${json}, '{}'), ${sql.lit(`$.${key}`)}, ${value})`,
   // SQLite scans a JSON object's keys to look one up, so a JSON parameter would cost
   // batch x batch; a temp table (private to this connection) keyed by trigger id is a lookup.
   stageTriggerValues: async (trx, values) => {

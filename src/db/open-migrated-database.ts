@@ -1,5 +1,6 @@
 import { DatabaseError, DeferflowError } from '../errors.ts';
 import { openDatabase, type Database } from './connect.ts';
+import type { Keyring } from '../encryption/keyring.ts';
 import { redactDatabaseUrl } from './database-url.ts';
 import { assertMigrated } from './migrate.ts';
 
@@ -8,8 +9,8 @@ import { assertMigrated } from './migrate.ts';
  * migrated to exactly this deferflow's migrations, else DF_DATABASE_NOT_MIGRATED says which and
  * how to fix it (exit 2), and nothing is created.
  */
-export async function openMigratedDatabase(url: string): Promise<Database> {
-  const database = openDatabase(url, { mustExist: true });
+export async function openMigratedDatabase(url: string, keyring?: Keyring): Promise<Database> {
+  const database = openDatabase(url, { mustExist: true, keyring });
   try {
     await assertMigrated(database, url);
   } catch (error) {

@@ -55,6 +55,8 @@ export interface TaskInstanceTable {
   state: TaskInstanceState | null;
   next_method: string | null;
   next_kwargs: JsonText | null;
+  /** The event a trigger fired, for the resumed method's kwargs.event (migration 0009); kept apart from next_kwargs so either can be encrypted. */
+  next_event: JsonText | null;
   trigger_id: number | null;
   trigger_timeout: NullableDbTime;
   priority_weight: Generated<number>;

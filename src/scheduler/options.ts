@@ -1,13 +1,15 @@
+import type { Keyring } from '../encryption/keyring.ts';
 import { HTTP_OPTIONS } from '../observability/options.ts';
 import os from 'node:os';
 import { InvalidOptionError } from '../errors.ts';
 import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
-import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
+import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 
 /** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const SCHEDULER_OPTIONS = {
   db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
   'poll-interval': { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
   'heartbeat-interval': {
     env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL',
@@ -30,6 +32,8 @@ export const SCHEDULER_OPTIONS = {
 
 export interface ResolvedSchedulerOptions extends SchedulerOptions {
   readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
 }
@@ -43,6 +47,7 @@ export function resolveSchedulerOptions(raw: RawOptions<typeof SCHEDULER_OPTIONS
   }
   return Object.freeze({
     databaseUrl: String(pick('db')),
+    keyring: keyringOf(pick('encryption-keys-file'), env),
     pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
     heartbeatIntervalMs,
     zombieThresholdMs,

@@ -16,6 +16,7 @@ export const STANDALONE_HTTP_PORT = 8794;
  */
 export const STANDALONE_OPTIONS = {
   db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
   dags: WORKER_OPTIONS.dags,
   concurrency: WORKER_OPTIONS.concurrency,
   capacity: TRIGGERER_OPTIONS.capacity,
@@ -75,7 +76,7 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
   const pick = optionPicker(STANDALONE_OPTIONS, raw, env);
   const logLevel = toLogLevel(pick('log-level'));
   const logFormat = toLogFormat(pick('log-format'));
-  const shared = { db: pick('db') as string, 'log-level': logLevel, 'log-format': logFormat };
+  const shared = { db: pick('db') as string, 'encryption-keys-file': pick('encryption-keys-file') as string, 'log-level': logLevel, 'log-format': logFormat };
   const triggerDag = String(pick('trigger-dag')).trim();
   const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);
   return Object.freeze({

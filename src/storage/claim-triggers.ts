@@ -1,10 +1,15 @@
 import type { StorageContext } from './context.ts';
+import type { EncryptionKeyError } from '../errors.ts';
+import { openTriggerRows } from './sealed-values.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 
 export interface TriggerRow {
   readonly id: number;
   readonly classpath: string;
+  /** JSON text (opened, if it was encrypted). */
   readonly kwargs: string;
+  /** Its kwargs could not be decrypted: the trigger cannot run, and its task instances fail with this. */
+  readonly unreadable?: EncryptionKeyError;
 }
 
 export interface ClaimResult {
@@ -33,7 +38,7 @@ export interface ClaimResult {
  * It is a scalar subquery with a LIMIT, not EXISTS, so PostgreSQL cannot plan it as a semi-join
  * over every task instance.
  */
-export async function claimTriggers({ db, adapter }: StorageContext, jobId: number, limit: number): Promise<ClaimResult> {
+export async function claimTriggers({ db, adapter, keyring }: StorageContext, jobId: number, limit: number): Promise<ClaimResult> {
   if (limit <= 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
   // Row locks must hold from the candidates' SELECT to the UPDATE, so PostgreSQL needs the
   // transaction; SQLite has none to hold, and a transaction there would queue for the write lock
@@ -48,7 +53,7 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
   ) {
     return { claimed: [], examined: 0, orphansDeleted: 0 };
   }
-  return run(async (trx) => {
+  const result = await run(async (trx) => {
     const candidates = await adapter
       .lockSkippingLocked(
         trx
@@ -80,10 +85,12 @@ export async function claimTriggers({ db, adapter }: StorageContext, jobId: numb
     if (claimed.length < ids.length) {
       const owned = new Set(claimed.map((row) => row.id));
       orphansDeleted = await deleteUnusedTriggers(
-        { db: trx, adapter },
+        { db: trx, adapter, keyring },
         ids.filter((id) => !owned.has(id)),
       );
     }
     return { claimed, examined: ids.length, orphansDeleted };
   });
+  // Decrypted after the transaction, which need not hold its row locks meanwhile.
+  return { ...result, claimed: openTriggerRows(keyring, result.claimed) };
 }

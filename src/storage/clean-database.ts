@@ -30,7 +30,7 @@ class DryRun extends Error {
  * DAG's latest scheduled run (the scheduler reads where the next interval, or signal version,
  * starts from it); each signal key's latest signal; job rows still running.
  */
-export async function cleanDatabase({ db, adapter }: StorageContext, before: number, dryRun: boolean): Promise<CleanCounts> {
+export async function cleanDatabase({ db, adapter, keyring }: StorageContext, before: number, dryRun: boolean): Promise<CleanCounts> {
   const cutoff = toDbTime(before);
   try {
     return await db.transaction().execute(async (trx) => {
@@ -72,7 +72,7 @@ export async function cleanDatabase({ db, adapter }: StorageContext, before: num
       }
       const taskLogLines = Number((await trx.deleteFrom('task_log').where('logged_at', '<', cutoff).executeTakeFirst()).numDeletedRows);
       const triggerLogLines = Number((await trx.deleteFrom('trigger_log').where('logged_at', '<', cutoff).executeTakeFirst()).numDeletedRows);
-      const signals = await pruneSignals({ db: trx, adapter }, before);
+      const signals = await pruneSignals({ db: trx, adapter, keyring }, before);
       const jobs = Number(
         (await trx.deleteFrom('job').where('state', '!=', 'running').where('end_date', 'is not', null).where('end_date', '<', cutoff).executeTakeFirst())
           .numDeletedRows,

@@ -23,7 +23,11 @@ export interface ClearResult {
  * on are deleted when nothing else waits on them, so their triggerer stops them promptly. A
  * worker still running one finds it no longer its own and drops its outcome.
  */
-export async function clearTaskInstances({ db, adapter }: StorageContext, taskInstances: readonly TaskInstanceToClear[], now: number): Promise<ClearResult> {
+export async function clearTaskInstances(
+  { db, adapter, keyring }: StorageContext,
+  taskInstances: readonly TaskInstanceToClear[],
+  now: number,
+): Promise<ClearResult> {
   if (taskInstances.length === 0) return { cleared: 0, deletedTriggers: 0 };
   return db.transaction().execute(async (trx) => {
     const ids = taskInstances.map((ti) => ti.id);
@@ -46,6 +50,7 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
           trigger_timeout: null,
           next_method: null,
           next_kwargs: null,
+          next_event: null,
           ready_at: null,
           execution_deadline: null,
           worker_job_id: null,
@@ -63,7 +68,7 @@ export async function clearTaskInstances({ db, adapter }: StorageContext, taskIn
         .executeTakeFirst();
       cleared += Number(result.numUpdatedRows);
     }
-    const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter }, triggerIds);
+    const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter, keyring }, triggerIds);
     if (cleared > 0) await wake(trx, adapter, 'scheduler', ...(deletedTriggers > 0 ? (['triggerer'] as const) : []));
     return { cleared, deletedTriggers };
   });

@@ -18,7 +18,7 @@ export interface NewDagRun {
  * the DAG's tasks. A run whose run id or logical date the DAG already has is not created again
  * (two schedulers, or a repeated trigger, meet at the unique keys): null then.
  */
-export async function createDagRun({ db, adapter }: StorageContext, dag: SchedulerDag, run: NewDagRun, now: number): Promise<number | null> {
+export async function createDagRun({ db, adapter, keyring }: StorageContext, dag: SchedulerDag, run: NewDagRun, now: number): Promise<number | null> {
   return db.transaction().execute(async (trx) => {
     const inserted = await trx
       .insertInto('dag_run')
@@ -57,7 +57,7 @@ export async function createDagRun({ db, adapter }: StorageContext, dag: Schedul
         )
         .returning(['id', 'task_id'])
         .execute();
-      await recordSignalBaselines({ db: trx, adapter }, dag, created);
+      await recordSignalBaselines({ db: trx, adapter, keyring }, dag, created);
     }
     await wake(trx, adapter, 'scheduler');
     return inserted.id;

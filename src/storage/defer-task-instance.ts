@@ -41,17 +41,31 @@ export interface DeferResult {
  * The task instance leaves its worker (the slot is free). A task instance that is no longer
  * deferrable (cleared meanwhile) gets a TaskInstanceStateError and no trigger is left behind.
  */
-export async function deferTaskInstance({ db, adapter }: StorageContext, taskInstanceId: number, deferral: Deferral, now: number): Promise<DeferResult> {
+export async function deferTaskInstance(
+  { db, adapter, keyring }: StorageContext,
+  taskInstanceId: number,
+  deferral: Deferral,
+  now: number,
+): Promise<DeferResult> {
+  // Sealed (when keys are configured) before the transaction opens, not while it holds locks.
+  const nextKwargs = keyring.seal(JSON.stringify(deferral.kwargs), 'task_instance.next_kwargs');
+  const trigger: TriggerValues = {
+    classpath: deferral.serializedTrigger.classpath,
+    kwargs: keyring.seal(JSON.stringify(deferral.serializedTrigger.kwargs), 'trigger.kwargs'),
+    hash: deferral.triggerHash === null ? null : keyring.triggerHash(deferral.triggerHash),
+  };
   return db.transaction().execute(async (trx) => {
     // The task instance's weight, read inside the statements that need it: no round trip of its own.
     const priorityWeight = sql<number>`coalesce((select priority_weight from task_instance where id = ${taskInstanceId}), 1)`;
-    const trigger = await linkTrigger(trx, adapter, deferral, priorityWeight, now);
+    const linked = await linkTrigger(trx, adapter, trigger, priorityWeight, now);
     const ownTimeout = deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs);
     const fields = {
       state: 'deferred' as const,
       next_method: deferral.method,
-      next_kwargs: adapter.jsonParam(JSON.stringify(deferral.kwargs)),
-      trigger_id: trigger.triggerId,
+      next_kwargs: adapter.jsonParam(nextKwargs),
+      // An event the task resumed with earlier is not this wait's.
+      next_event: null,
+      trigger_id: linked.triggerId,
       // The earlier of the deferral's own timeout and the task's execution deadline.
       trigger_timeout:
         ownTimeout === null
@@ -85,14 +99,14 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
         .values({
           task_instance_id: taskInstanceId,
           try_number: sql<number>`(select case when try_number = 0 then 1 else try_number end from task_instance where id = ${taskInstanceId})`,
-          trigger_id: trigger.triggerId,
+          trigger_id: linked.triggerId,
           waited_from: toDbTime(now),
         })
         .onConflict((conflict) => conflict.doNothing())
         .execute();
       // A new trigger row to claim, or a timeout that may be the next deadline to sweep at.
       await wake(trx, adapter, 'triggerer');
-      return trigger;
+      return linked;
     }
     // Not deferrable (cleared, or never there): the throw rolls the trigger back too.
     const ti = await trx.selectFrom('task_instance').select(['state', 'stop_request']).where('id', '=', taskInstanceId).executeTakeFirst();
@@ -109,6 +123,14 @@ export async function deferTaskInstance({ db, adapter }: StorageContext, taskIns
 
 const LINK_ATTEMPTS = 5;
 
+/** The trigger row's values as stored: kwargs sealed and hash keyed when keys are configured. */
+interface TriggerValues {
+  readonly classpath: string;
+  /** JSON text, or its sealed form. */
+  readonly kwargs: string;
+  readonly hash: string | null;
+}
+
 /**
  * Inserts the trigger or, when the unique hash index says an identical wait exists, joins that
  * row. Joining is an UPDATE (raising the trigger's priority_weight to this task's), which
@@ -119,14 +141,14 @@ const LINK_ATTEMPTS = 5;
 async function linkTrigger(
   trx: Transaction<DatabaseSchema>,
   adapter: DialectAdapter,
-  deferral: Deferral,
+  trigger: TriggerValues,
   priorityWeight: RawBuilder<number>,
   now: number,
 ): Promise<DeferResult> {
-  const hash = deferral.triggerHash;
+  const hash = trigger.hash;
   const values = {
-    classpath: deferral.serializedTrigger.classpath,
-    kwargs: adapter.jsonParam(JSON.stringify(deferral.serializedTrigger.kwargs)),
+    classpath: trigger.classpath,
+    kwargs: adapter.jsonParam(trigger.kwargs),
     created_at: toDbTime(now),
     triggerer_id: null,
     hash,

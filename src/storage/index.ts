@@ -1,3 +1,4 @@
+import { Keyring } from '../encryption/keyring.ts';
 import type { Database } from '../db/connect.ts';
 import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
@@ -50,6 +51,7 @@ import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
 import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-triggers.ts';
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
+import { resealValues, type ResealCounts } from './reseal-values.ts';
 import { countTriggers, countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
 import { appendTaskLogLines, appendTriggerLogLines, type TaskLogLine, type TriggerLogLine } from './append-task-log-lines.ts';
@@ -119,8 +121,8 @@ export interface TriggerFailureRecord {
 export class Storage {
   readonly #context: StorageContext;
 
-  constructor(database: Pick<Database, 'db' | 'adapter'>) {
-    this.#context = { db: database.db, adapter: database.adapter };
+  constructor(database: Pick<Database, 'db' | 'adapter'> & Partial<Pick<Database, 'keyring'>>) {
+    this.#context = { db: database.db, adapter: database.adapter, keyring: database.keyring ?? Keyring.none };
   }
 
   createTaskInstance(fields: NewTaskInstance, now = Date.now()): Promise<number | null> {
@@ -368,6 +370,11 @@ export class Storage {
 
   cleanDatabase(before: number, dryRun: boolean): Promise<CleanCounts> {
     return cleanDatabase(this.#context, before, dryRun);
+  }
+
+  /** Re-encrypts every secret-bearing value with the first key (`db rotate-key`). */
+  resealValues(): Promise<ResealCounts> {
+    return resealValues(this.#context);
   }
 
   /** Deferred task instances and unfinished DAG runs by state (for the metrics gauges). */

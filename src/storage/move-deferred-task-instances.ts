@@ -43,25 +43,30 @@ export async function moveDeferredTaskInstances(
   now: number,
 ): Promise<MoveResult> {
   if (outcomes.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0 };
-  const { adapter } = context;
+  const { adapter, keyring } = context;
+  const first = firstOutcomePerTrigger(outcomes);
+  const resumed = first.filter((outcome) => !outcome.endState);
+  // Sealed before the transaction takes its locks. A success end event's payload becomes the
+  // task's return value, which is stored like every return value: in plain.
+  const column = kind === 'event' ? 'task_instance.next_event' : 'task_instance.next_kwargs';
+  const sealed = keyring.encrypting ? resumed.map((outcome) => ({ ...outcome, json: keyring.seal(outcome.json, column) })) : resumed;
   return context.db.transaction().execute(async (trx) => {
     const triggerIds = [...new Set(outcomes.map((outcome) => outcome.triggerId))].sort((a, b) => a - b);
     await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
 
-    const first = firstOutcomePerTrigger(outcomes);
-    const resumed = first.filter((outcome) => !outcome.endState);
     let movedTaskInstances = 0;
     if (resumed.length > 0) {
       // One statement for the whole batch, each task instance reading its trigger's outcome by id.
-      const outcomeOf = await adapter.stageTriggerValues(trx, resumed);
-      const outcome = outcomeOf(sql.ref('task_instance.trigger_id'));
+      const outcomeOf = await adapter.stageTriggerValues(trx, sealed);
+      const outcome = outcomeOf(sql.ref('task_instance.trigger_id')) as RawBuilder<string>;
       const moved = await trx
         // transition: resume
         .updateTable('task_instance')
         .set(
           kind === 'event'
-            ? { next_kwargs: adapter.jsonSetKey(sql.ref('task_instance.next_kwargs'), 'event', outcome) }
-            : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome as RawBuilder<string> },
+            ? // Beside next_kwargs, not merged into it: either may be sealed (the worker joins them).
+              { next_event: outcome }
+            : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome, next_event: null },
         )
         .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
         .where(
@@ -90,6 +95,7 @@ export async function moveDeferredTaskInstances(
           trigger_timeout: null,
           next_method: null,
           next_kwargs: null,
+          next_event: null,
           // A task started from a trigger and ended by it never ran on a worker: the wait was its try.
           try_number: sql<number>`case when task_instance.try_number = 0 then 1 else task_instance.try_number end`,
           start_date: sql<string>`coalesce(task_instance.start_date, task_instance.updated_at)`,

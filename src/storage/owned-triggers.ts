@@ -1,5 +1,6 @@
 import type { StorageContext } from './context.ts';
 import type { TriggerRow } from './claim-triggers.ts';
+import { openTriggerRows } from './sealed-values.ts';
 
 /** The ids of every trigger triggerer `jobId` owns now. */
 export async function listOwnedTriggerIds({ db }: StorageContext, jobId: number): Promise<number[]> {
@@ -24,9 +25,10 @@ export async function ownedTriggersDigest({ db }: StorageContext, jobId: number)
 }
 
 /** The rows of the given triggers that triggerer `jobId` owns (for triggers it owns but does not run). */
-export async function loadOwnedTriggers({ db, adapter }: StorageContext, jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
+export async function loadOwnedTriggers({ db, adapter, keyring }: StorageContext, jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
   if (ids.length === 0) return [];
-  return db.selectFrom('trigger').select(['id', 'classpath', 'kwargs']).where('triggerer_id', '=', jobId).where(adapter.idIn('id', ids)).execute();
+  const rows = await db.selectFrom('trigger').select(['id', 'classpath', 'kwargs']).where('triggerer_id', '=', jobId).where(adapter.idIn('id', ids)).execute();
+  return openTriggerRows(keyring, rows);
 }
 
 /** Unowns every trigger of `jobId` (a graceful stop hands them to peers at once). */

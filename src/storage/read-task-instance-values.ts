@@ -1,12 +1,23 @@
 import type { StorageContext } from './context.ts';
+import { openNextKwargs } from './sealed-values.ts';
 
-/** What resuming a task instance reads: its state, next_method and next_kwargs (JSON text); null when it does not exist. */
+/**
+ * What resuming a task instance reads: its state, next_method and next_kwargs (JSON text, with
+ * the event); null when it does not exist. EncryptionKeyError when they cannot be decrypted.
+ */
 export async function readResumeState(
-  { db }: StorageContext,
+  { db, keyring }: StorageContext,
   taskInstanceId: number,
 ): Promise<{ state: string | null; nextMethod: string | null; nextKwargsJson: string | null } | null> {
-  const row = await db.selectFrom('task_instance').select(['state', 'next_method', 'next_kwargs']).where('id', '=', taskInstanceId).executeTakeFirst();
-  return row ? { state: row.state, nextMethod: row.next_method, nextKwargsJson: row.next_kwargs } : null;
+  const row = await db
+    .selectFrom('task_instance')
+    .select(['state', 'next_method', 'next_kwargs', 'next_event'])
+    .where('id', '=', taskInstanceId)
+    .executeTakeFirst();
+  if (!row) return null;
+  const opened = openNextKwargs(keyring, taskInstanceId, row.next_kwargs, row.next_event);
+  if (opened.unreadable) throw opened.unreadable;
+  return { state: row.state, nextMethod: row.next_method, nextKwargsJson: opened.json };
 }
 
 /** A task instance's return value (JSON text) in a DAG run, by task id: what xcomPull reads; null when none. */

@@ -64,6 +64,7 @@ export async function pendingSignalActions({ db }: StorageContext, limit: number
 const WAIT_DROPPED = {
   next_method: null,
   next_kwargs: null,
+  next_event: null,
   trigger_id: null,
   trigger_timeout: null,
   ready_at: null,
@@ -82,7 +83,7 @@ class StateMovedOn extends Error {}
  * a state that moved on meanwhile rolls both back, for the next look to plan again.
  */
 export async function applySignalAction(
-  { db, adapter }: StorageContext,
+  { db, adapter, keyring }: StorageContext,
   pending: PendingSignalAction,
   plan: Exclude<SignalActionPlan, { kind: 'decide' }>,
   now: number,
@@ -114,7 +115,7 @@ export async function applySignalAction(
         const result = await trx
           // transition: signal-fresh-start
           .updateTable('task_instance')
-          .set({ next_method: null, next_kwargs: null, updated_at: toDbTime(now) })
+          .set({ next_method: null, next_kwargs: null, next_event: null, updated_at: toDbTime(now) })
           .where('id', '=', pending.taskInstanceId)
           .where('state', 'in', ['scheduled', 'queued'])
           .where(inState(pending.state))
@@ -154,7 +155,7 @@ export async function applySignalAction(
         topics.push('stop-request');
       }
       if (changed !== 1) throw new StateMovedOn();
-      if (triggerIds.length > 0 && (await deleteUnusedTriggers({ db: trx, adapter }, triggerIds)) > 0) topics.push('triggerer');
+      if (triggerIds.length > 0 && (await deleteUnusedTriggers({ db: trx, adapter, keyring }, triggerIds)) > 0) topics.push('triggerer');
       await wake(trx, adapter, ...topics);
       return 'acted';
     });
@@ -175,7 +176,12 @@ export interface SignalStart {
  * acted, in one transaction: the task finds them (context.actedSignal) from its first moment.
  * False when it had a state already (another scheduler decided it): nothing is written.
  */
-export async function startOnSignal({ db, adapter }: StorageContext, taskInstanceId: number, starts: readonly SignalStart[], now: number): Promise<boolean> {
+export async function startOnSignal(
+  { db, adapter, keyring }: StorageContext,
+  taskInstanceId: number,
+  starts: readonly SignalStart[],
+  now: number,
+): Promise<boolean> {
   return db.transaction().execute(async (trx) => {
     const result = await trx
       // transition: signal-start
@@ -185,7 +191,7 @@ export async function startOnSignal({ db, adapter }: StorageContext, taskInstanc
       .where('state', 'is', null)
       .executeTakeFirst();
     if (Number(result.numUpdatedRows) !== 1) return false;
-    await recordSignalStarts({ db: trx, adapter }, taskInstanceId, starts);
+    await recordSignalStarts({ db: trx, adapter, keyring }, taskInstanceId, starts);
     await wake(trx, adapter, 'worker');
     return true;
   });

@@ -42,6 +42,7 @@ export function stopRequestCarriedOut(adapter: DialectAdapter, now: number) {
     stop_request: null,
     next_method: null,
     next_kwargs: null,
+    next_event: null,
     return_value: null,
     queued_at: null,
     worker_job_id: null,

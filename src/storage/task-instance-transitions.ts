@@ -1,6 +1,8 @@
 import { sql, type ExpressionBuilder } from 'kysely';
 import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
+import type { EncryptionKeyError } from '../errors.ts';
+import { openNextKwargs } from './sealed-values.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
 import { wake } from './wake.ts';
 
@@ -169,6 +171,8 @@ export interface StartedTaskInstance {
   readonly nextMethod: string | null;
   /** JSON text of the resumed method's kwargs (with the event), or null. */
   readonly nextKwargsJson: string | null;
+  /** next_kwargs or the event could not be decrypted (nextKwargsJson is null): the try fails with this, without retries. */
+  readonly unreadableKwargs?: EncryptionKeyError;
   /** When execution_timeout runs out, or null when the task has none. */
   readonly executionDeadline: number | null;
   /** Epoch ms: when this run started (a resume or a rescheduled run is a run of its own). */
@@ -182,7 +186,7 @@ export interface StartedTaskInstance {
  * no longer queued for this worker (cleared, or reaped as a zombie meanwhile).
  */
 export async function startTaskInstance(
-  { db }: StorageContext,
+  { db, keyring }: StorageContext,
   taskInstanceId: number,
   workerJobId: number,
   executionTimeoutMs: number | null,
@@ -208,7 +212,7 @@ export async function startTaskInstance(
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'queued')
     .where('worker_job_id', '=', workerJobId)
-    .returning(['try_number', 'next_method', 'next_kwargs', 'execution_deadline'])
+    .returning(['try_number', 'next_method', 'next_kwargs', 'next_event', 'execution_deadline'])
     .executeTakeFirst();
   // Already running on this worker: an earlier attempt of this start committed, but its answer
   // was lost with the connection (the worker retries a start through an outage). That start is
@@ -217,16 +221,18 @@ export async function startTaskInstance(
     row ??
     (await db
       .selectFrom('task_instance')
-      .select(['try_number', 'next_method', 'next_kwargs', 'execution_deadline'])
+      .select(['try_number', 'next_method', 'next_kwargs', 'next_event', 'execution_deadline'])
       .where('id', '=', taskInstanceId)
       .where('state', '=', 'running')
       .where('worker_job_id', '=', workerJobId)
       .executeTakeFirst());
   if (!started) return null;
+  const opened = openNextKwargs(keyring, taskInstanceId, started.next_kwargs, started.next_event);
   return {
     tryNumber: started.try_number,
     nextMethod: started.next_method,
-    nextKwargsJson: started.next_kwargs,
+    nextKwargsJson: opened.json,
+    ...(opened.unreadable ? { unreadableKwargs: opened.unreadable } : {}),
     executionDeadline: fromDbTime(started.execution_deadline),
     startedAt: now,
   };
@@ -250,7 +256,7 @@ export type TaskOutcome =
  * carryOutStopRequest): its outcome is dropped, as it must be.
  */
 export async function finishTaskInstance(
-  { db, adapter }: StorageContext,
+  { db, adapter, keyring }: StorageContext,
   taskInstanceId: number,
   workerJobId: number,
   outcome: TaskOutcome,
@@ -259,11 +265,11 @@ export async function finishTaskInstance(
   const terminal: readonly TaskInstanceState[] = ['success', 'skipped', 'failed'];
   if (outcome.state === 'up_for_reschedule') {
     return db.transaction().execute(async (trx) => {
-      const finished = await finishRun({ db: trx, adapter }, taskInstanceId, workerJobId, outcome, terminal, now);
+      const finished = await finishRun({ db: trx, adapter, keyring }, taskInstanceId, workerJobId, outcome, terminal, now);
       if (!finished) return false;
       // The try given back is the one the next run takes again: the number before the decrement.
       await recordTaskReschedule(
-        { db: trx, adapter },
+        { db: trx, adapter, keyring },
         { taskInstanceId, tryNumber: finished.tryNumber + 1, startedAt: outcome.startedAt, endedAt: now, readyAt: outcome.readyAt },
       );
       // The scheduler's next ready_at may be earlier now.
@@ -271,7 +277,7 @@ export async function finishTaskInstance(
       return true;
     });
   }
-  const finished = (await finishRun({ db, adapter }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
+  const finished = (await finishRun({ db, adapter, keyring }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
   // Its downstream tasks may be ready now, or (a retry) the scheduler's next ready_at earlier.
   if (finished) await wake(db, adapter, 'scheduler');
   return finished;
@@ -295,6 +301,7 @@ async function finishRun(
       return_value: outcome.state === 'success' && outcome.returnValueJson !== null ? adapter.jsonParam(outcome.returnValueJson) : null,
       next_method: null,
       next_kwargs: null,
+      next_event: null,
       worker_job_id: null,
       updated_at: toDbTime(now),
       ...(outcome.state === 'up_for_reschedule' ? { try_number: sql<number>`try_number - 1` } : {}),

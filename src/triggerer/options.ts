@@ -1,5 +1,6 @@
+import type { Keyring } from '../encryption/keyring.ts';
 import os from 'node:os';
-import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
+import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { flag, listenHost, listenPort, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 import type { SignalHttpOptions } from '../signals/signal-http.ts';
@@ -14,6 +15,7 @@ import { HTTP_OPTIONS } from '../observability/options.ts';
  */
 export const TRIGGERER_OPTIONS = {
   db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
   capacity: {
     env: 'DEFERFLOW_TRIGGERER_CAPACITY',
     default: 1000,
@@ -104,6 +106,8 @@ export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | n
 
 export interface TriggererOptions {
   readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
   readonly capacity: number;
   readonly heartbeatIntervalMs: number;
   readonly healthCheckThresholdMs: number;
@@ -146,6 +150,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
   const modules = pick('trigger-module');
   const options: TriggererOptions = {
     databaseUrl: String(pick('db')),
+    keyring: keyringOf(pick('encryption-keys-file'), env),
     capacity: positiveInteger(pick('capacity'), 'capacity'),
     heartbeatIntervalMs,
     healthCheckThresholdMs,

@@ -291,6 +291,8 @@ export class TriggerRunner {
     if (this.has(row.id)) return;
     let trigger: BaseTrigger;
     try {
+      // Encrypted kwargs without their key: this trigger's task instances fail, naming the key.
+      if (row.unreadable) throw row.unreadable;
       const cls = this.registry.resolve(row.classpath);
       trigger = constructTrigger(cls, JSON.parse(row.kwargs) as JsonObject);
     } catch (error) {

@@ -1,7 +1,8 @@
+import type { Keyring } from '../encryption/keyring.ts';
 import { HTTP_OPTIONS } from '../observability/options.ts';
 import os from 'node:os';
 import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../config/option-table.ts';
-import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
+import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
 import { InvalidOptionError } from '../errors.ts';
@@ -9,6 +10,7 @@ import { InvalidOptionError } from '../errors.ts';
 /** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
 export const WORKER_OPTIONS = {
   db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
   dags: {
     env: 'DEFERFLOW_DAGS_FOLDER',
     default: './dags',
@@ -69,6 +71,8 @@ export const WORKER_OPTIONS = {
 
 export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
   readonly dagsFolder: string;
   readonly dagProcessIntervalMs: number;
   /** Sensor classes (classpath or class name) switched to the consolidated deferrable mode; 'all'; [] for none. */
@@ -87,6 +91,7 @@ export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}
   const pick = optionPicker(WORKER_OPTIONS, raw, env);
   return Object.freeze({
     databaseUrl: String(pick('db')),
+    keyring: keyringOf(pick('encryption-keys-file'), env),
     dagsFolder: String(pick('dags')),
     concurrency: positiveInteger(pick('concurrency'), 'concurrency'),
     pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),

@@ -303,23 +303,28 @@ export class Worker extends Daemon {
       `running ${label}, try ${started.tryNumber}${started.nextMethod ? `, resuming at ${started.nextMethod}` : ''}`,
     );
     let result: TaskResult;
-    try {
-      // Out of time already (its deferral timed out at the deadline): nothing more may run.
-      if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
-        throw new TaskExecutionTimeoutError(label, started.executionDeadline);
+    if (started.unreadableKwargs) {
+      // Encrypted with a key this worker lacks: nothing runs, and no retry could read them either.
+      result = { kind: 'failed', error: started.unreadableKwargs, retryable: false };
+    } else {
+      try {
+        // Out of time already (its deferral timed out at the deadline): nothing more may run.
+        if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
+          throw new TaskExecutionTimeoutError(label, started.executionDeadline);
+        }
+        result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, label, cancel);
+      } catch (aborted) {
+        // Its code was asked to stop: once it has, what it logged on the way out is in the log.
+        await task.stopped();
+        if (aborted instanceof TaskStoppedBySignalError) {
+          await this.#carryOutStopRequest(taskInstance, label, tryLog);
+          return;
+        }
+        // Handed back at shutdown already (see shutdown()): nothing of this try is recorded.
+        if (aborted instanceof WorkerStoppingError) return;
+        // The execution timeout: a failure like any other, retried if the task may be.
+        result = { kind: 'failed', error: aborted, retryable: true };
       }
-      result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, label, cancel);
-    } catch (aborted) {
-      // Its code was asked to stop: once it has, what it logged on the way out is in the log.
-      await task.stopped();
-      if (aborted instanceof TaskStoppedBySignalError) {
-        await this.#carryOutStopRequest(taskInstance, label, tryLog);
-        return;
-      }
-      // Handed back at shutdown already (see shutdown()): nothing of this try is recorded.
-      if (aborted instanceof WorkerStoppingError) return;
-      // The execution timeout: a failure like any other, retried if the task may be.
-      result = { kind: 'failed', error: aborted, retryable: true };
     }
     if (result.kind === 'returned') {
       await this.#finish(taskInstance, label, tryLog, { state: 'success', returnValueJson: result.returnValueJson });

@@ -127,7 +127,7 @@ describe.each(testDialects)('scheduled runs on %s', (dialect) => {
   async function withDags(...dags: Dag[]) {
     const db = await migratedDatabase(dialect);
     open.push(db);
-    const context = { db: db.db, adapter: db.adapter };
+    const context = { db: db.db, adapter: db.adapter, keyring: db.keyring };
     for (const dag of dags) {
       const serialized = serializeDag(dag, `/dags/${dag.dagId}.ts`);
       await writeSerializedDag(

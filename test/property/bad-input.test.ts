@@ -173,7 +173,7 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
             expect(ti.next_kwargs!.code).toMatch(/^DF_(NOT_JSON|NOT_STORABLE|OUTCOME_REFUSED)$/);
           } else {
             // JSON's own round trip (-0 is 0).
-            expect(ti.next_kwargs!.event, JSON.stringify(value)).toEqual(JSON.parse(JSON.stringify(value ?? null)));
+            expect(ti.next_event, JSON.stringify(value)).toEqual(JSON.parse(JSON.stringify(value ?? null)));
           }
         }
       }),

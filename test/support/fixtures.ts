@@ -45,7 +45,11 @@ export async function createTaskInstance(
 
 export async function taskInstance(database: Database, id: number) {
   const row = await database.db.selectFrom('task_instance').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-  return { ...row, next_kwargs: row.next_kwargs === null ? null : (JSON.parse(row.next_kwargs) as Record<string, unknown>) };
+  return {
+    ...row,
+    next_kwargs: row.next_kwargs === null ? null : (JSON.parse(row.next_kwargs) as Record<string, unknown>),
+    next_event: row.next_event === null ? null : (JSON.parse(row.next_event) as unknown),
+  };
 }
 
 /** Log lines captured from an in-process triggerer. */

@@ -1,0 +1,209 @@
+import { createCipheriv, createDecipheriv, createHmac, createSecretKey, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { EncryptionKeyError, InvalidOptionError } from '../errors.ts';
+
+/**
+ * Encryption at rest of the values that may hold secrets: trigger kwargs, next_kwargs and event
+ * payloads. The storage layer seals them as it writes and opens them as it reads, so nothing
+ * above it sees ciphertext.
+ *
+ * A sealed value is stored as a JSON string (valid in a jsonb column as well as in SQLite's text):
+ *
+ *   "dfenc1:<key id>:<base64 of iv (12 bytes) | GCM tag (16 bytes) | AES-256-GCM ciphertext>"
+ *
+ * The column it belongs to is the GCM associated data, so a sealed value copied into another
+ * column does not open. Anything else is a value written in plain (before encryption was
+ * switched on, or without keys) and reads as it is: plain kwargs and next_kwargs are JSON
+ * objects, and no event payload deferflow writes in plain starts with the prefix either (a
+ * payload that is a string beginning "dfenc1:" is the one value this format cannot tell apart).
+ *
+ * Keys: `<id>:<base64 of 32 random bytes>` (`deferflow db generate-key`). The first key seals;
+ * every key opens what it sealed, so a new key goes first and the old ones stay listed until
+ * `deferflow db rotate-key` has re-sealed every row with the new one.
+ */
+export type SealedColumn = 'trigger.kwargs' | 'task_instance.next_kwargs' | 'task_instance.next_event';
+
+const PREFIX = 'dfenc1:';
+/** The stored text of a sealed value starts with this (the JSON string's quote, then the prefix). */
+const STORED_PREFIX = `"${PREFIX}`;
+const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/;
+const KEY_BYTES = 32;
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+/** IVs are drawn from the CSPRNG in blocks: one call per 4,096 seals instead of one each. */
+const IV_POOL_BYTES = IV_BYTES * 4096;
+
+interface Key {
+  readonly id: string;
+  readonly key: KeyObject;
+}
+
+export class Keyring {
+  /** No keys: values are written in plain; a sealed one cannot be read (EncryptionKeyError). */
+  static readonly none = new Keyring([]);
+
+  readonly #keys: ReadonlyMap<string, Key>;
+  readonly #primary: Key | null;
+  readonly #hashKey: KeyObject | null;
+  #ivPool = Buffer.alloc(0);
+  #ivAt = 0;
+
+  private constructor(keys: readonly Key[]) {
+    this.#keys = new Map(keys.map((key) => [key.id, key]));
+    this.#primary = keys[0] ?? null;
+    // Trigger hashes (which let identical waits share a row) are keyed too: a plain sha256 of
+    // kwargs would let whoever reads the table test guesses of a secret offline.
+    this.#hashKey = this.#primary ? createSecretKey(createHmac('sha256', this.#primary.key).update('deferflow trigger hash').digest()) : null;
+  }
+
+  /**
+   * The keys given as `id:base64` entries (the first seals), from `DEFERFLOW_ENCRYPTION_KEYS`
+   * (comma-separated) and a keys file (one per line, `#` comments); `source` names where they
+   * came from in errors. Refuses a malformed entry, a key that is not 32 bytes and a repeated id.
+   */
+  static fromEntries(entries: readonly string[], source: string): Keyring {
+    const keys: Key[] = [];
+    for (const [index, entry] of entries.entries()) {
+      const colon = entry.indexOf(':');
+      const id = colon < 0 ? '' : entry.slice(0, colon);
+      const material = colon < 0 ? '' : entry.slice(colon + 1);
+      const where = `${source}, key ${index + 1}${KEY_ID.test(id) ? ` (${id})` : ''}`;
+      if (!KEY_ID.test(id)) {
+        throw new InvalidOptionError(
+          source,
+          `key ${index + 1} is not ID:BASE64 with an ID of letters, digits, _ or - (at most 32); make one with \`deferflow db generate-key --id ID\``,
+        );
+      }
+      const bytes = Buffer.from(material, 'base64');
+      if (bytes.length !== KEY_BYTES || bytes.toString('base64') !== material) {
+        throw new InvalidOptionError(
+          where,
+          `expected ${KEY_BYTES} bytes in base64 (44 characters), got ${material.length} characters; make one with \`deferflow db generate-key\``,
+        );
+      }
+      if (keys.some((key) => key.id === id)) throw new InvalidOptionError(where, `the id ${id} is given twice; every key needs its own id`);
+      keys.push({ id, key: createSecretKey(bytes) });
+    }
+    return keys.length === 0 ? Keyring.none : new Keyring(keys);
+  }
+
+  /**
+   * The keyring of a process: the `keys` given (from DEFERFLOW_ENCRYPTION_KEYS, or the embedded
+   * API's encryptionKeys) followed by those in `keysFile` (one a line, `#` comments). With
+   * neither, Keyring.none.
+   */
+  static load(keys: readonly string[], keysFile: string | undefined, fileOption = 'encryption-keys-file', keysOption = 'DEFERFLOW_ENCRYPTION_KEYS'): Keyring {
+    const entries = [...keys];
+    if (keysFile) {
+      let text: string;
+      try {
+        text = readFileSync(keysFile, 'utf8');
+      } catch (error) {
+        throw new InvalidOptionError(fileOption, `cannot read the keys file ${keysFile}: ${(error as Error).message}`);
+      }
+      const fromFile = text
+        .replace(/#.*$/gm, '')
+        .split(/\r?\n/)
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== '');
+      if (fromFile.length === 0)
+        throw new InvalidOptionError(fileOption, `the keys file ${keysFile} holds no key; add one made by \`deferflow db generate-key\``);
+      entries.push(...fromFile);
+    }
+    return Keyring.fromEntries(entries, keys.length > 0 && keysFile ? `${keysOption} and ${fileOption}` : keysFile ? fileOption : keysOption);
+  }
+
+  /** A new key entry, `id:base64`, from the CSPRNG. */
+  static generateEntry(id: string): string {
+    if (!KEY_ID.test(id)) throw new InvalidOptionError('id', `expected letters, digits, _ or - (at most 32), got ${JSON.stringify(id)}`);
+    return `${id}:${randomBytes(KEY_BYTES).toString('base64')}`;
+  }
+
+  /** Whether values are sealed as they are written. */
+  get encrypting(): boolean {
+    return this.#primary !== null;
+  }
+
+  /** The id of the key that seals, or null. */
+  get primaryKeyId(): string | null {
+    return this.#primary?.id ?? null;
+  }
+
+  /** The key ids, the sealing one first (never the keys themselves). */
+  get keyIds(): string[] {
+    return [...this.#keys.keys()];
+  }
+
+  /** Logged configs show which keys, never their bytes. */
+  toJSON(): { keys: string[] } {
+    return { keys: this.keyIds };
+  }
+
+  /** `json` as it is stored in `column`: sealed with the first key, or as it is without keys. */
+  seal(json: string, column: SealedColumn): string {
+    const primary = this.#primary;
+    if (primary === null) return json;
+    const iv = this.#nextIv();
+    const cipher = createCipheriv('aes-256-gcm', primary.key, iv);
+    cipher.setAAD(Buffer.from(column));
+    const encrypted = cipher.update(json, 'utf8');
+    cipher.final();
+    return `${STORED_PREFIX}${primary.id}:${Buffer.concat([iv, cipher.getAuthTag(), encrypted]).toString('base64')}"`;
+  }
+
+  /**
+   * The JSON text of a value as read from `column`: opened if sealed, else as it is. `row` names
+   * the row in the error (`trigger 12`); EncryptionKeyError when the key it was sealed with is
+   * not in this keyring, or the value does not open with it (another key of the same id, or an
+   * altered value).
+   */
+  open(stored: string, column: SealedColumn, row: string): string {
+    if (!stored.startsWith(STORED_PREFIX)) return stored;
+    const body = stored.slice(STORED_PREFIX.length, -1);
+    const colon = body.indexOf(':');
+    const keyId = body.slice(0, colon);
+    const key = this.#keys.get(keyId);
+    if (colon < 0 || key === undefined) {
+      throw new EncryptionKeyError(
+        `${row}: its ${column} is encrypted with key ${JSON.stringify(keyId)}, which is not among this process's keys ` +
+          `(${this.#keys.size === 0 ? 'none configured' : this.keyIds.join(', ')}); give every daemon the same keys (DEFERFLOW_ENCRYPTION_KEYS or --encryption-keys-file)`,
+      );
+    }
+    try {
+      const bytes = Buffer.from(body.slice(colon + 1), 'base64');
+      const decipher = createDecipheriv('aes-256-gcm', key.key, bytes.subarray(0, IV_BYTES));
+      decipher.setAAD(Buffer.from(column));
+      decipher.setAuthTag(bytes.subarray(IV_BYTES, IV_BYTES + TAG_BYTES));
+      return decipher.update(bytes.subarray(IV_BYTES + TAG_BYTES), undefined, 'utf8') + decipher.final('utf8');
+    } catch {
+      throw new EncryptionKeyError(
+        `${row}: its ${column} does not decrypt with key ${JSON.stringify(keyId)}: that key is not the one it was written with, or the row was altered; ` +
+          'check that every daemon has the same key under that id',
+      );
+    }
+  }
+
+  /** The key id a stored value is sealed with, or null for a plain value. */
+  static sealedWith(stored: string): string | null {
+    if (!stored.startsWith(STORED_PREFIX)) return null;
+    const colon = stored.indexOf(':', STORED_PREFIX.length);
+    return colon < 0 ? null : stored.slice(STORED_PREFIX.length, colon);
+  }
+
+  /** The trigger hash as stored: keyed with the sealing key, or as it is without keys. */
+  triggerHash(hash: string): string {
+    return this.#hashKey === null ? hash : createHmac('sha256', this.#hashKey).update(hash).digest('hex');
+  }
+
+  #nextIv(): Buffer {
+    // GCM must never see one IV twice under a key: 96 random bits per value, as NIST SP 800-38D
+    // allows for up to 2^32 values per key; rotate keys long before that.
+    if (this.#ivAt === this.#ivPool.length) {
+      this.#ivPool = randomFillSync(Buffer.alloc(IV_POOL_BYTES));
+      this.#ivAt = 0;
+    }
+    const iv = this.#ivPool.subarray(this.#ivAt, this.#ivAt + IV_BYTES);
+    this.#ivAt += IV_BYTES;
+    return iv;
+  }
+}

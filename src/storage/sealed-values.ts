@@ -1,0 +1,41 @@
+import { EncryptionKeyError } from '../errors.ts';
+import type { Keyring } from '../encryption/keyring.ts';
+import type { TriggerRow } from './claim-triggers.ts';
+
+/**
+ * Reading values that may be sealed (see encryption/keyring.ts). A value that cannot be opened
+ * does not fail the read it came with: the row carries the error, so only its own task instances
+ * fail (the triggerer fails the trigger's, the worker the try's) and every other row goes on.
+ */
+
+/** Trigger rows as read, kwargs opened; a row whose kwargs cannot be has `unreadable` instead. */
+export function openTriggerRows(keyring: Keyring, rows: readonly TriggerRow[]): TriggerRow[] {
+  return rows.map((row) => {
+    try {
+      const kwargs = keyring.open(row.kwargs, 'trigger.kwargs', `trigger ${row.id}`);
+      return kwargs === row.kwargs ? row : { ...row, kwargs };
+    } catch (error) {
+      if (!(error instanceof EncryptionKeyError)) throw error;
+      return { id: row.id, classpath: row.classpath, kwargs: '{}', unreadable: error };
+    }
+  });
+}
+
+/** A resuming task instance's kwargs: next_kwargs with the event (kept in next_event) as `event`. */
+export type OpenedNextKwargs =
+  | { readonly json: string | null; readonly unreadable?: undefined }
+  | { readonly json: null; readonly unreadable: EncryptionKeyError };
+
+export function openNextKwargs(keyring: Keyring, taskInstanceId: number, nextKwargs: string | null, nextEvent: string | null): OpenedNextKwargs {
+  const row = `task instance ${taskInstanceId}`;
+  try {
+    const kwargs = nextKwargs === null ? null : keyring.open(nextKwargs, 'task_instance.next_kwargs', row);
+    if (nextEvent === null) return { json: kwargs };
+    const event = keyring.open(nextEvent, 'task_instance.next_event', row);
+    // As the resumed method has always received it: its kwargs with the event beside them.
+    return { json: JSON.stringify({ ...(kwargs === null ? {} : JSON.parse(kwargs)), event: JSON.parse(event) }) };
+  } catch (error) {
+    if (!(error instanceof EncryptionKeyError)) throw error;
+    return { json: null, unreadable: error };
+  }
+}

@@ -1,0 +1,357 @@
+// Encryption at rest: trigger kwargs, next_kwargs and event payloads sealed with AES-256-GCM,
+// keys rotated with `deferflow db rotate-key`, and a missing or wrong key failing only its rows.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import {
+  BaseOperator,
+  createTaskInstance,
+  deferflow,
+  deferTaskInstance,
+  Keyring,
+  openDatabase,
+  readTaskInstance,
+  resumeTaskInstance,
+  type TaskDeferred,
+  type Database,
+  type Deferflow,
+  type TaskContext,
+} from '../src/index.ts';
+import { migrateToLatest } from '../src/db/migrate.ts';
+import { Storage } from '../src/storage/index.ts';
+import { TRIGGER_FAILURE_METHOD } from '../src/storage/context.ts';
+import { triggerHash } from '../src/triggers/base-trigger.ts';
+import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
+import { dropTestDatabases, freshDatabaseUrl, testDialects } from './support/databases.ts';
+import { waitFor } from './support/fixtures.ts';
+import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
+import { processScratch } from './support/process-scratch.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+
+/** Runs `deferflow ARGS` (the built binary) to its exit. */
+async function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = spawnDeferflow(args, env);
+  const exit = await proc.exit;
+  return { code: exit.code, stdout: proc.text.join('\n'), stderr: proc.stderr.join('\n') };
+}
+
+const K1 = Keyring.generateEntry('k1');
+const K2 = Keyring.generateEntry('k2');
+const GONE = Keyring.generateEntry('gone');
+/** Same id as K1, other bytes: what a daemon given the wrong key file would hold. */
+const K1_IMPOSTOR = Keyring.generateEntry('k1');
+
+function thrownBy(action: () => unknown): { code?: string; message: string } {
+  try {
+    action();
+  } catch (error) {
+    return error as { code?: string; message: string };
+  }
+  throw new Error('expected a throw');
+}
+
+describe('Keyring', () => {
+  it('seals JSON into a JSON string bound to its column, and opens it again; plain values read as they are', () => {
+    const keyring = Keyring.fromEntries([K1], 'test');
+    const sealed = keyring.seal('{"password":"hunter2"}', 'trigger.kwargs');
+    expect(JSON.parse(sealed)).toMatch(/^dfenc1:k1:[A-Za-z0-9+/=]+$/);
+    expect(sealed).not.toContain('hunter2');
+    // A fresh IV each time: equal values do not look equal at rest.
+    expect(keyring.seal('{"password":"hunter2"}', 'trigger.kwargs')).not.toBe(sealed);
+    expect(keyring.open(sealed, 'trigger.kwargs', 'trigger 1')).toBe('{"password":"hunter2"}');
+    expect(keyring.open('{"plain":true}', 'trigger.kwargs', 'trigger 1')).toBe('{"plain":true}');
+    // Copied into another column, it does not open.
+    expect(thrownBy(() => keyring.open(sealed, 'task_instance.next_kwargs', 'task instance 9'))).toMatchObject({ code: 'DF_ENCRYPTION_KEY' });
+    expect(Keyring.sealedWith(sealed)).toBe('k1');
+    expect(Keyring.sealedWith('{"plain":true}')).toBeNull();
+    // Logged configs name the keys, never their bytes.
+    expect(JSON.stringify({ keyring })).toBe('{"keyring":{"keys":["k1"]}}');
+  });
+
+  it('names the row and the key when a value cannot be opened: a key not configured, or another key under the same id', () => {
+    const sealed = Keyring.fromEntries([K1], 'test').seal('{}', 'task_instance.next_event');
+    const missing = thrownBy(() => Keyring.fromEntries([K2], 'test').open(sealed, 'task_instance.next_event', 'task instance 12'));
+    expect(missing.code).toBe('DF_ENCRYPTION_KEY');
+    expect(missing.message).toContain(
+      'task instance 12: its task_instance.next_event is encrypted with key "k1", which is not among this process\'s keys (k2)',
+    );
+    expect(thrownBy(() => Keyring.none.open(sealed, 'task_instance.next_event', 'task instance 12')).message).toContain('(none configured)');
+    const wrong = thrownBy(() => Keyring.fromEntries([K1_IMPOSTOR], 'test').open(sealed, 'task_instance.next_event', 'task instance 12'));
+    expect(wrong.message).toContain('task instance 12: its task_instance.next_event does not decrypt with key "k1"');
+  });
+
+  it('refuses malformed keys by position and says how to make one; reads a keys file with comments, the first key sealing', () => {
+    expect(thrownBy(() => Keyring.fromEntries(['k1'], 'DEFERFLOW_ENCRYPTION_KEYS')).message).toContain('DEFERFLOW_ENCRYPTION_KEYS: key 1 is not ID:BASE64');
+    expect(thrownBy(() => Keyring.fromEntries([K1, 'k2:c2hvcnQ='], 'keys.txt')).message).toContain(
+      'keys.txt, key 2 (k2): expected 32 bytes in base64 (44 characters), got 8 characters; make one with `deferflow db generate-key`',
+    );
+    expect(thrownBy(() => Keyring.fromEntries([K1, K1_IMPOSTOR], 'keys.txt')).message).toContain('the id k1 is given twice');
+    const file = path.join(scratch.dir('keys'), 'keys.txt');
+    writeFileSync(file, `# rotated 2026-11-24\n${K2}\n\n${K1}  # the old one\n`);
+    const keyring = Keyring.load([], file);
+    expect(keyring.keyIds).toEqual(['k2', 'k1']);
+    expect(keyring.primaryKeyId).toBe('k2');
+    writeFileSync(file, '# nothing yet\n');
+    expect(thrownBy(() => Keyring.load([], file)).message).toContain(`the keys file ${file} holds no key`);
+    expect(thrownBy(() => Keyring.load([], path.join(path.dirname(file), 'missing.txt'))).message).toContain('encryption-keys-file: cannot read the keys file');
+  });
+});
+
+class Shout extends BaseOperator {
+  override execute(): never {
+    return this.defer({ trigger: new EchoTrigger({ message: 'hunter2-event' }), method: 'heard', kwargs: { token: 'hunter2-kwarg' } });
+  }
+  heard(_context: TaskContext, event: string, kwargs: { token: string }) {
+    return `${event}/${kwargs.token}`;
+  }
+}
+
+/** The deferral Shout makes, as a worker records it. */
+function shoutDeferral() {
+  try {
+    new Shout({ taskId: 'shout' }).execute();
+  } catch (thrown) {
+    return thrown as TaskDeferred;
+  }
+  throw new Error('Shout did not defer');
+}
+
+async function deferredShout(database: Database, runId: string): Promise<number> {
+  const id = await createTaskInstance(database, { dagId: 'secrets', taskId: 'shout', runId });
+  await deferTaskInstance(database, id, shoutDeferral());
+  return id;
+}
+
+async function rawRows(database: Database, id: number) {
+  const ti = await database.db
+    .selectFrom('task_instance')
+    .select(['next_kwargs', 'next_event', 'trigger_id', 'state', 'next_method'])
+    .where('id', '=', id)
+    .executeTakeFirstOrThrow();
+  const trigger =
+    ti.trigger_id === null ? null : await database.db.selectFrom('trigger').select(['kwargs', 'hash']).where('id', '=', ti.trigger_id).executeTakeFirst();
+  return { ti, trigger };
+}
+
+describe.each(testDialects)('encryption at rest on %s', (dialect) => {
+  const open: Database[] = [];
+  let app: Deferflow | null = null;
+  afterEach(async () => {
+    await app?.stop();
+    app = null;
+    for (const database of open.splice(0)) await database.close();
+  });
+
+  async function databases(url: string, ...keys: string[][]): Promise<Database[]> {
+    const handles = keys.map((entries) => openDatabase(url, { keyring: Keyring.fromEntries(entries, 'test') }));
+    open.push(...handles);
+    await migrateToLatest(handles[0]!);
+    return handles;
+  }
+
+  function triggererApp(databaseUrl: string, encryptionKeys: string[]): Promise<Deferflow> {
+    return deferflow({
+      databaseUrl,
+      worker: false,
+      scheduler: false,
+      triggerer: { pollInterval: 0.1, triggerClasses: [EchoTrigger] },
+      logger: pino({ level: 'silent' }),
+      encryptionKeys,
+    });
+  }
+
+  it('stores kwargs, next_kwargs and events sealed, with no secret in the rows; rows written in plain before still read', async () => {
+    const url = await freshDatabaseUrl(dialect);
+    const [plain, sealed] = await databases(url, [], [K1]);
+    const before = await deferredShout(plain!, 'before');
+    const id = await deferredShout(sealed!, 'after');
+
+    const old = await rawRows(plain!, before);
+    expect(old.trigger!.kwargs).toContain('hunter2-event');
+    expect(old.ti.next_kwargs).toContain('hunter2-kwarg');
+    const raw = await rawRows(plain!, id);
+    for (const value of [raw.trigger!.kwargs, raw.ti.next_kwargs!]) {
+      expect(JSON.parse(value)).toMatch(/^dfenc1:k1:/);
+      expect(value).not.toContain('hunter2');
+    }
+    // The shared-wait hash is keyed: the plain sha256 of the kwargs is nowhere in the table.
+    const plainHash = triggerHash(shoutDeferral().serializedTrigger);
+    expect(old.trigger!.hash).toBe(plainHash);
+    expect(raw.trigger!.hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(raw.trigger!.hash).not.toBe(plainHash);
+    // Identical waits still share a row under the same key.
+    const twin = await deferredShout(sealed!, 'twin');
+    expect((await rawRows(plain!, twin)).ti.trigger_id).toBe(raw.ti.trigger_id);
+
+    app = await triggererApp(url, [K1]);
+    for (const ti of [before, id, twin]) {
+      await waitFor(async () => (await readTaskInstance(sealed!, ti))?.state === 'scheduled', { what: `task instance ${ti} resumed` });
+    }
+    const fired = await rawRows(plain!, id);
+    expect(JSON.parse(fired.ti.next_event!)).toMatch(/^dfenc1:k1:/);
+    expect(fired.ti.next_event).not.toContain('hunter2');
+    // The plain row's event is written by a triggerer with keys: sealed too.
+    expect(JSON.parse((await rawRows(plain!, before)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+
+    for (const ti of [before, id]) {
+      expect(await readTaskInstance(sealed!, ti)).toMatchObject({ nextMethod: 'heard', nextKwargs: { token: 'hunter2-kwarg', event: 'hunter2-event' } });
+      const context: TaskContext = { taskInstance: { id: ti, dagId: 'secrets', taskId: 'shout', runId: 'x', mapIndex: 0, tryNumber: 1 } };
+      expect(await resumeTaskInstance(sealed!, ti, new Shout({ taskId: 'shout' }), context)).toBe('hunter2-event/hunter2-kwarg');
+    }
+    // Without the key, a read names the row and the key instead of handing back ciphertext.
+    await expect(readTaskInstance(plain!, id)).rejects.toMatchObject({
+      code: 'DF_ENCRYPTION_KEY',
+      message: expect.stringContaining(`task instance ${id}: its task_instance.next_kwargs is encrypted with key "k1"`),
+    });
+  }, 60_000);
+
+  it('a trigger whose kwargs were sealed with a missing or wrong key fails only its own task instances; the others fire', async () => {
+    const url = await freshDatabaseUrl(dialect);
+    const [good, gone, impostor] = await databases(url, [K1], [GONE], [K1_IMPOSTOR]);
+    const fine = await deferredShout(good!, 'fine');
+    const missingKey = await deferredShout(gone!, 'missing');
+    const wrongKey = await deferredShout(impostor!, 'wrong');
+    const bystander = await deferredShout(Object.assign({}, good!, { keyring: Keyring.none }) as Database, 'plain');
+
+    app = await triggererApp(url, [K1]);
+    for (const ti of [fine, missingKey, wrongKey, bystander]) {
+      await waitFor(
+        async () => (await good!.db.selectFrom('task_instance').select('state').where('id', '=', ti).executeTakeFirstOrThrow()).state === 'scheduled',
+        {
+          what: `task instance ${ti} moved`,
+        },
+      );
+    }
+    for (const ti of [fine, bystander])
+      expect(await readTaskInstance(good!, ti)).toMatchObject({ nextMethod: 'heard', nextKwargs: { event: 'hunter2-event' } });
+    const triggerOf = async (ti: number) =>
+      (await good!.db.selectFrom('trigger_wait').select('trigger_id').where('task_instance_id', '=', ti).executeTakeFirstOrThrow()).trigger_id;
+    const missing = await readTaskInstance(good!, missingKey);
+    expect(missing).toMatchObject({ nextMethod: TRIGGER_FAILURE_METHOD, nextKwargs: { code: 'DF_ENCRYPTION_KEY' } });
+    expect(String(missing!.nextKwargs!.error)).toContain(
+      `trigger ${await triggerOf(missingKey)}: its trigger.kwargs is encrypted with key "gone", which is not among this process's keys (k1)`,
+    );
+    const wrong = await readTaskInstance(good!, wrongKey);
+    expect(wrong).toMatchObject({ nextMethod: TRIGGER_FAILURE_METHOD, nextKwargs: { code: 'DF_ENCRYPTION_KEY' } });
+    expect(String(wrong!.nextKwargs!.error)).toContain(`trigger ${await triggerOf(wrongKey)}: its trigger.kwargs does not decrypt with key "k1"`);
+    expect(app.triggerer!.jobId).not.toBeNull();
+  }, 60_000);
+
+  it('a try whose next_kwargs cannot be decrypted fails at once without retries, naming the row and the key; the worker runs on', async () => {
+    const project = scratch.dir(`encrypted-dag-${dialect}`);
+    mkdirSync(path.join(project, 'dags'));
+    writeFileSync(
+      path.join(project, 'dags/secrets.mjs'),
+      `import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { EchoTrigger } from ${JSON.stringify(path.resolve('test/fixtures/custom-trigger-module.ts'))};
+class Shout extends BaseOperator {
+  execute(context) { return this.defer({ trigger: new EchoTrigger({ message: 'hunter2-' + context.dagRun.conf.n }), method: 'heard', kwargs: { token: 'kw' } }); }
+  heard(_context, event, kwargs) { return event + '/' + kwargs.token; }
+}
+export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout', retries: 3 }));
+`,
+    );
+    const url = await freshDatabaseUrl(dialect);
+    app = await deferflow({
+      databaseUrl: url,
+      dagsFolder: path.join(project, 'dags'),
+      worker: { concurrency: 2, pollInterval: 0.2, shutdownGrace: 0, taskIsolation: 'none' },
+      scheduler: { pollInterval: 0.2 },
+      triggerer: { pollInterval: 0.2, triggerClasses: [EchoTrigger] },
+      logger: pino({ level: 'silent' }),
+      encryptionKeys: [K2, K1],
+    });
+    // A whole deferring run, every process encrypting.
+    const first = await app.triggerDagRun('secrets', { conf: { n: 1 } });
+    expect(await app.waitForDagRun('secrets', first)).toBe('success');
+    const done = await app.database.db.selectFrom('task_instance').select(['id', 'return_value']).where('run_id', '=', first).executeTakeFirstOrThrow();
+    expect(JSON.parse(done.return_value!)).toBe('hunter2-1/kw');
+
+    // A second run's task, resuming with next_kwargs sealed by a key no process here has.
+    const second = await app.triggerDagRun('secrets', { conf: { n: 2 } });
+    expect(await app.waitForDagRun('secrets', second)).toBe('success');
+    const ti = await app.database.db.selectFrom('task_instance').select('id').where('run_id', '=', second).executeTakeFirstOrThrow();
+    await app.database.db
+      .updateTable('task_instance')
+      .set({
+        state: 'scheduled',
+        next_method: 'heard',
+        next_kwargs: app.database.adapter.jsonParam(Keyring.fromEntries([GONE], 'test').seal('{"token":"kw"}', 'task_instance.next_kwargs')),
+        next_event: null,
+        end_date: null,
+      })
+      .where('id', '=', ti.id)
+      .execute();
+    await app.database.db.updateTable('dag_run').set({ state: 'running', end_date: null }).where('run_id', '=', second).execute();
+    app.worker!.wake();
+    await waitFor(
+      async () =>
+        (await readTaskInstance(Object.assign({}, app!.database, { keyring: Keyring.none }) as Database, ti.id).catch(() => null))?.state === 'failed',
+      {
+        what: 'the unreadable try failed',
+      },
+    ).catch(async (error) => {
+      throw new Error(
+        `${String(error)}; row: ${JSON.stringify(await app!.database.db.selectFrom('task_instance').select(['state', 'try_number']).where('id', '=', ti.id).execute())}`,
+      );
+    });
+    const row = await app.database.db
+      .selectFrom('task_instance')
+      .select(['state', 'try_number', 'max_tries'])
+      .where('id', '=', ti.id)
+      .executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ state: 'failed', try_number: 1, max_tries: 3 });
+    const log = (await new Storage(app.database).readTaskLog(ti.id, 1)).map((line) => line.message).join('\n');
+    expect(log).toContain(`failed: EncryptionKeyError: task instance ${ti.id}: its task_instance.next_kwargs is encrypted with key "gone"`);
+    // The worker goes on: a third run succeeds.
+    const third = await app.triggerDagRun('secrets', { conf: { n: 3 } });
+    expect(await app.waitForDagRun('secrets', third)).toBe('success');
+  }, 90_000);
+
+  it('`deferflow db rotate-key` re-encrypts plain and old-key values with the first key; an unreadable one is named, kept, and exits 1', async () => {
+    const url = await freshDatabaseUrl(dialect);
+    const [plain, old, gone] = await databases(url, [], [K1], [GONE]);
+    const ids = [await deferredShout(plain!, 'plain'), await deferredShout(old!, 'old')];
+    const lost = await deferredShout(gone!, 'gone');
+    const dir = scratch.dir(`rotate-${dialect}`);
+    const keysFile = path.join(dir, 'keys.txt');
+    writeFileSync(keysFile, `${K2}\n${K1}\n`);
+
+    const refused = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: '' });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('error [DF_INVALID_OPTION]: encryption-keys-file: db rotate-key needs the keys');
+
+    const rotated = await runCli(['db', 'rotate-key', '--db', url, '--encryption-keys-file', keysFile]);
+    expect(rotated.stderr).toContain(`error [DF_ENCRYPTION_KEY]: trigger `);
+    expect(rotated.stderr).toContain('encrypted with key "gone"');
+    expect(rotated.stderr).toContain('2 value(s) could not be decrypted and were left as they are');
+    expect(rotated.code).toBe(1);
+    // Plain: trigger kwargs and next_kwargs; k1: the same two. Nothing has fired, so no events.
+    expect(rotated.stdout).toContain('re-encrypted 4 value(s) with key k2 (trigger kwargs 2, next_kwargs 2, events 0); 0 already were');
+
+    const [k2Only] = await databases(url, [K2]);
+    for (const id of ids) {
+      const raw = await rawRows(plain!, id);
+      expect(Keyring.sealedWith(raw.ti.next_kwargs!)).toBe('k2');
+      expect(Keyring.sealedWith(raw.trigger!.kwargs)).toBe('k2');
+      expect(await readTaskInstance(k2Only!, id)).toMatchObject({ nextKwargs: { token: 'hunter2-kwarg' } });
+    }
+    expect(Keyring.sealedWith((await rawRows(plain!, lost)).ti.next_kwargs!)).toBe('gone');
+
+    // Run again with the lost key listed too: everything is on k2, and a further run finds nothing to do.
+    writeFileSync(keysFile, `${K2}\n${K1}\n${GONE}\n`);
+    const again = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS_FILE: keysFile });
+    expect(again.stdout).toContain('re-encrypted 2 value(s) with key k2 (trigger kwargs 1, next_kwargs 1, events 0); 4 already were');
+    expect(again.code).toBe(0);
+    const idle = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: K2 });
+    expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0); 6 already were');
+    expect(idle.code).toBe(0);
+
+    const generated = await runCli(['db', 'generate-key', '--id', 'next']);
+    expect(generated.code).toBe(0);
+    expect(Keyring.fromEntries([generated.stdout.trim()], 'generated').keyIds).toEqual(['next']);
+  }, 60_000);
+});
