@@ -4,7 +4,6 @@
 // another process for longer than its busy timeout.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
 import { triggerDagRun } from '../src/dags/manual-run.ts';
@@ -12,6 +11,7 @@ import { dropTestDatabases } from './support/databases.ts';
 import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { postgresProxy } from './support/postgres-proxy.ts';
 import { processScratch } from './support/process-scratch.ts';
+import { whileLocked } from './support/sqlite-lock.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
@@ -32,22 +32,6 @@ async function setUp(db: TestDatabase) {
   writeFileSync(path.join(dags, 'outage.mjs'), dagSource(flag));
   await processDagFolder(db, dags);
   return { dags, flag };
-}
-
-/**
- * Runs `locked` while another connection holds the SQLite file with an exclusive transaction
- * (its own statements go through), committing when it returns and letting go either way.
- */
-async function whileLocked(db: TestDatabase, locked: (locker: BetterSqlite3.Database) => Promise<void>): Promise<void> {
-  const locker = new BetterSqlite3(db.url.replace(/^sqlite:/, ''));
-  try {
-    locker.exec('BEGIN EXCLUSIVE');
-    await locked(locker);
-    locker.exec('COMMIT');
-  } finally {
-    if (locker.inTransaction) locker.exec('ROLLBACK');
-    locker.close();
-  }
 }
 
 const tiRow = (db: TestDatabase) =>
