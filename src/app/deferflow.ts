@@ -25,6 +25,7 @@ import { resolveDeferflowConfig, type DeferflowConfig, type DeferflowOptions } f
 import { Metrics } from '../observability/metrics.ts';
 import { ObservabilityServer, type ExtraRoutes } from '../observability/http-server.ts';
 import type { AddressInfo } from 'node:net';
+import { WakeSet } from '../time/wake-set.ts';
 
 /** Shortest gap between two wake-ups of the scheduler or the triggerer. */
 const WAKE_GAP_MS = 100;
@@ -77,7 +78,7 @@ export class Deferflow {
   #dagProcessing: { stop(): void } | null = null;
   #stopped: Promise<void> | null = null;
   /** Wakes every waitForDagRun now (a scheduler pass changed runs, or a stop). */
-  readonly #runWatchers = new Set<() => void>();
+  readonly #runWatchers = new WakeSet();
   readonly #dagProcessingLog: Logger;
   readonly #httpLog: Logger;
   readonly #log: Logger;
@@ -216,7 +217,7 @@ export class Deferflow {
   }
 
   #wakeRunWatchers(): void {
-    for (const wake of [...this.#runWatchers]) wake();
+    this.#runWatchers.wakeAll();
   }
 
   /**
@@ -258,15 +259,7 @@ export class Deferflow {
       const state = await this.dagRunState(dagId, runId);
       if (state === null) throw new InvalidOptionError('runId', `DAG ${dagId} has no run ${JSON.stringify(runId)}`);
       if (state === 'success' || state === 'failed') return state;
-      await new Promise<void>((resolve) => {
-        const wake = () => {
-          clearTimeout(timer);
-          this.#runWatchers.delete(wake);
-          resolve();
-        };
-        const timer = setTimeout(wake, RUN_POLL_MS);
-        this.#runWatchers.add(wake);
-      });
+      await this.#runWatchers.sleep(RUN_POLL_MS);
     }
   }
 }

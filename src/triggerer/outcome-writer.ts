@@ -108,6 +108,18 @@ export class OutcomeWriter {
     this.#scheduleFlush();
   }
 
+  /**
+   * Another statement of this process just succeeded (a heartbeat): the database is back, so
+   * writes waiting out their backoff are retried now rather than up to maxRetryDelayMs later.
+   */
+  retryNow(): void {
+    if (this.#retrying.length === 0 && this.#deleteRetryAt === 0) return;
+    const now = Date.now();
+    this.#retrying = this.#retrying.map((failed) => (failed.retryAt > now ? { ...failed, retryAt: now } : failed));
+    this.#deleteRetryAt = Math.min(this.#deleteRetryAt, now);
+    this.#scheduleFlush();
+  }
+
   /** Resolves once everything added so far is written, or `timeoutMs` passed. */
   async drain(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;

@@ -152,6 +152,7 @@ export class Triggerer extends Daemon {
 
   protected override onHeartbeat(): void {
     this.#runner.markLoopEdge();
+    this.#writer.retryNow();
   }
 
   protected override async beforeStart(): Promise<void> {

