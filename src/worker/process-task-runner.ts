@@ -43,6 +43,11 @@ const IDLE_CHECK_MS = 10_000;
  * 15.6 s unbounded).
  */
 const MAX_STARTING = 1;
+/**
+ * What starting a runner is taken to cost until one has been timed (spawn to ready): another
+ * runner starts only for a task that has waited that long for one (see #startForWaiters).
+ */
+const FIRST_START_ESTIMATE_MS = 500;
 
 /**
  * The runner's entry: compiled next to this file. When deferflow runs from its TypeScript source
@@ -184,7 +189,11 @@ export class ProcessTaskRunner implements TaskRunner {
   /** Spawned, not ready yet. */
   readonly #starting = new Set<RunnerProcess>();
   /** Tasks waiting for a runner, oldest first. */
-  readonly #waiters: { resolve(runner: RunnerProcess): void; reject(error: unknown): void; label: string }[] = [];
+  readonly #waiters: { resolve(runner: RunnerProcess): void; reject(error: unknown): void; label: string; since: number }[] = [];
+  /** How long a runner takes to start, smoothed over the starts seen (ms). */
+  #startMs = FIRST_START_ESTIMATE_MS;
+  /** Looks again once the oldest waiter has waited #startMs. */
+  #startCheck: NodeJS.Timeout | undefined;
   readonly #entry = runnerEntry();
   #closed = false;
   #retireTimer: NodeJS.Timeout | undefined;
@@ -307,7 +316,7 @@ export class ProcessTaskRunner implements TaskRunner {
     const idle = this.#popIdle();
     if (idle) return Promise.resolve(idle);
     return new Promise((resolve, reject) => {
-      this.#waiters.push({ resolve, reject, label });
+      this.#waiters.push({ resolve, reject, label, since: performance.now() });
       // Starting a runner costs most of a second of CPU: a few at a time, so a burst of short
       // tasks is served by the warm runners meanwhile instead of starving them of CPU.
       this.#startForWaiters();
@@ -324,8 +333,10 @@ export class ProcessTaskRunner implements TaskRunner {
 
   #spawn(): void {
     if (this.#closed || this.#all.size >= this.options.slots) return;
+    const spawnedAt = performance.now();
     const runner = new RunnerProcess(this.#entry, this.options, this.log, (ready) => {
       this.#starting.delete(ready);
+      this.#startMs = 0.7 * this.#startMs + 0.3 * (performance.now() - spawnedAt);
       this.#offer(ready);
     });
     this.#all.add(runner);
@@ -344,9 +355,25 @@ export class ProcessTaskRunner implements TaskRunner {
     });
   }
 
-  /** Starts a runner if tasks wait for more than are starting (a few at a time, see MAX_STARTING). */
+  /**
+   * Starts a runner if tasks wait for more than are starting (a few at a time, see
+   * MAX_STARTING), and either none runs at all or the task waiting longest has waited as long as
+   * a runner takes to start: a burst of short tasks is served sooner by the warm runners, and
+   * each runner started costs most of a second of CPU that they would lose (bench:runtime: 1,000
+   * deferring tasks on 8 slots start 8 runners otherwise). Long tasks keep their slots busy, so
+   * tasks wait, and runners start up to one per slot.
+   */
   #startForWaiters(): void {
-    if (this.#starting.size < Math.min(this.#waiters.length, MAX_STARTING)) this.#spawn();
+    clearTimeout(this.#startCheck);
+    this.#startCheck = undefined;
+    if (this.#closed || this.#starting.size >= Math.min(this.#waiters.length, MAX_STARTING)) return;
+    const waitedMs = performance.now() - this.#waiters[0]!.since;
+    if (this.#all.size === 0 || waitedMs >= this.#startMs) {
+      this.#spawn();
+      return;
+    }
+    this.#startCheck = setTimeout(() => this.#startForWaiters(), this.#startMs - waitedMs);
+    this.#startCheck.unref();
   }
 
   /** A runner free for a task: to the task waiting longest, else idle. */
@@ -378,6 +405,7 @@ export class ProcessTaskRunner implements TaskRunner {
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#retireTimer);
+    clearTimeout(this.#startCheck);
     for (const waiter of this.#waiters.splice(0)) waiter.reject(new TaskCrashedError(`loading ${waiter.label}`, 'the worker is stopping'));
     this.#idle.length = 0;
     const all = [...this.#all];
