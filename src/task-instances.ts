@@ -1,5 +1,3 @@
-import { Keyring } from './encryption/keyring.ts';
-import { openNextKwargs } from './storage/sealed-values.ts';
 import type { Database } from './db/connect.ts';
 import { fromDbTime, TASK_INSTANCE_STATES, type TaskInstanceState } from './db/schema.ts';
 import { InvalidTaskInstanceError, TaskInstanceStateError } from './errors.ts';
@@ -98,9 +96,10 @@ export async function readTaskInstance(
   database: Pick<Database, 'db' | 'adapter'> & Partial<Pick<Database, 'keyring'>>,
   id: number,
 ): Promise<TaskInstance | null> {
-  const row = await new Storage(database).readTaskInstance({ id });
+  const storage = new Storage(database);
+  const row = await storage.readTaskInstance({ id });
   if (!row) return null;
-  const nextKwargs = openNextKwargs(database.keyring ?? Keyring.none, id, row.next_kwargs, row.next_event);
+  const nextKwargs = storage.openNextKwargs(id, row.next_kwargs, row.next_event);
   if (nextKwargs.unreadable) throw nextKwargs.unreadable;
   const date = (value: Date | string | null) => (value === null ? null : new Date(fromDbTime(value)));
   return {

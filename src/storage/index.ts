@@ -52,6 +52,7 @@ import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-tr
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
 import { resealValues, type ResealCounts } from './reseal-values.ts';
+import { openNextKwargs, type OpenedNextKwargs } from './sealed-values.ts';
 import { countTriggers, countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
 import { appendTaskLogLines, appendTriggerLogLines, type TaskLogLine, type TriggerLogLine } from './append-task-log-lines.ts';
@@ -131,6 +132,11 @@ export class Storage {
 
   readTaskInstance(by: Parameters<typeof readTaskInstance>[1]): ReturnType<typeof readTaskInstance> {
     return readTaskInstance(this.#context, by);
+  }
+
+  /** A row's next_kwargs with its event, decrypted with this storage's keys (see sealed-values.ts). */
+  openNextKwargs(taskInstanceId: number, nextKwargs: string | null, nextEvent: string | null): OpenedNextKwargs {
+    return openNextKwargs(this.#context.keyring, taskInstanceId, nextKwargs, nextEvent);
   }
 
   /** A task instance's reschedules, oldest first: of one try, or (tryNumber null) of all. */
