@@ -298,6 +298,9 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     if (!outageDone && Date.now() >= outageAt) {
       outageDone = true;
       if (server) {
+        // Every daemon up first: one killed just before, still starting, would be refused its
+        // start by the outage (exit 2) and say nothing on /health while it lasts.
+        await pollHealth(60_000, everyDaemonHealthy());
         const current: Outage = { from: Date.now(), to: null, healthFailing: new Set(), loggedBy: new Set() };
         outage = current;
         await server.halt();
@@ -308,12 +311,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
         await server.resume();
         current.to = Date.now();
         // Every daemon's /health says 200 again (a process killed meanwhile answers once restarted).
-        const healthy = new Set<Slot>();
-        const allHealthy = (_kind: Kind, answer: { status: number }, slot: Slot) => {
-          if (answer.status === 200) healthy.add(slot);
-          return healthy.size === slots.length;
-        };
-        if (await pollHealth(60_000, allHealthy)) {
+        if (await pollHealth(60_000, everyDaemonHealthy())) {
           healthRecoveredMs = Date.now() - current.to;
         }
       } else {
@@ -325,10 +323,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
       // The kills the outage held up are not made up for in a burst as it ends.
       nextFaultAt = Math.max(nextFaultAt, Date.now() + args['fault-every'] * 1000);
     }
-    // No kill in the 3 s before the outage: a process started again just then would be refused its
-    // start by the outage (exit 2) and say nothing on /health while it lasts.
-    const nearOutage = !outageDone && Date.now() >= outageAt - 3000;
-    if (Date.now() >= nextFaultAt && Date.now() <= lastDue && !nearOutage) {
+    if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
       const slot = slots[Math.floor(nextRandom() * slots.length)]!;
       slot.child.kill('SIGKILL');
       if (slot.child.exitCode === null && slot.child.signalCode === null) await new Promise((resolve) => slot.child.once('exit', resolve));
@@ -413,6 +408,15 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
   await schema.drop();
   await server?.stop();
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/** For pollHealth: done once every daemon has answered 200 (each at least once since the call). */
+function everyDaemonHealthy(): (kind: Kind, answer: { status: number }, slot: Slot) => boolean {
+  const healthy = new Set<Slot>();
+  return (_kind, answer, slot) => {
+    if (answer.status === 200) healthy.add(slot);
+    return healthy.size === slots.length;
+  };
 }
 
 /**
