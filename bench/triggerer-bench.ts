@@ -23,7 +23,8 @@
  * trigger's kwargs as it claims it and encrypts every event payload as it writes it.
  *
  * The deferrals are bulk-inserted (a multi-row insert per 1,000), as deferTaskInstance would
- * write them with deduplication off (each row is its own wait, which is what is measured).
+ * write them with deduplication off (each row is its own wait, which is what is measured), each
+ * transaction waking the triggerer as deferTaskInstance's does.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -38,6 +39,7 @@ import { migrateToLatest } from '../src/db/migrate.ts';
 import { toDbTime } from '../src/db/schema.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
 import { Keyring } from '../src/encryption/keyring.ts';
+import { wake } from '../src/storage/wake.ts';
 import { benchDatabase, percentile } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
@@ -146,7 +148,7 @@ try {
   rmSync(scratch, { recursive: true, force: true });
 }
 
-async function insertDeferrals({ db }: Database, count: number, dueMs: number): Promise<void> {
+async function insertDeferrals({ db, adapter }: Database, count: number, dueMs: number): Promise<void> {
   const now = toDbTime(Date.now());
   const chunk = 1000;
   for (let start = 0; start < count; start += chunk) {
@@ -179,6 +181,9 @@ async function insertDeferrals({ db }: Database, count: number, dueMs: number): 
           })),
         )
         .execute();
+      // As deferTaskInstance does: on PostgreSQL the triggerer is woken (NOTIFY), not left to
+      // find the rows at its next safety-net poll.
+      await wake(trx, adapter, 'triggerer');
     });
   }
 }

@@ -12,6 +12,7 @@ import * as m0006 from './0006_signal_actions.ts';
 import * as m0007 from './0007_trigger_log.ts';
 import * as m0008 from './0008_trigger_quarantine.ts';
 import * as m0009 from './0009_next_event.ts';
+import * as m0010 from './0010_claimable_trigger_index.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -27,4 +28,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0007_trigger_log': m0007,
   '0008_trigger_quarantine': m0008,
   '0009_next_event': m0009,
+  '0010_claimable_trigger_index': m0010,
 };
