@@ -13,13 +13,14 @@ import {
   openDatabase,
   readTaskInstance,
   resumeTaskInstance,
-  type TaskDeferred,
+  TaskDeferred,
   type Database,
   type Deferflow,
   type TaskContext,
 } from '../src/index.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { Storage } from '../src/storage/index.ts';
+import { SealingThread } from '../src/encryption/sealing-thread.ts';
 import { TRIGGER_FAILURE_METHOD } from '../src/storage/context.ts';
 import { triggerHash } from '../src/triggers/base-trigger.ts';
 import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
@@ -81,6 +82,55 @@ describe('Keyring', () => {
     expect(thrownBy(() => Keyring.none.open(sealed, 'task_instance.next_event', 'task instance 12')).message).toContain('(none configured)');
     const wrong = thrownBy(() => Keyring.fromEntries([K1_IMPOSTOR], 'test').open(sealed, 'task_instance.next_event', 'task instance 12'));
     expect(wrong.message).toContain('task instance 12: its task_instance.next_event does not decrypt with key "k1"');
+  });
+
+  it('the sealing thread writes what Keyring.open reads and reads what Keyring.seal writes; a value it cannot open comes back null', async () => {
+    const keyring = Keyring.fromEntries([K1, K2], 'test');
+    const [id1, base64] = K1.split(':') as [string, string];
+    const [id2, base64b] = K2.split(':') as [string, string];
+    const thread = new SealingThread(
+      [
+        { id: id1, bytes: Buffer.from(base64, 'base64') },
+        { id: id2, bytes: Buffer.from(base64b, 'base64') },
+      ],
+      'k1',
+    );
+    const values = Array.from({ length: 100 }, (_, i) => JSON.stringify({ n: i, secret: `s${i}` }));
+    const sealed = (await thread.seal(values, 'trigger.kwargs')) as string[];
+    expect(sealed.every((value) => Keyring.sealedWith(value) === 'k1' && !value.includes('secret'))).toBe(true);
+    expect(sealed.map((value, i) => keyring.open(value, 'trigger.kwargs', `trigger ${i}`))).toEqual(values);
+    const mixed = [keyring.seal(values[0]!, 'trigger.kwargs'), '{"plain":1}', sealed[1]!, Keyring.fromEntries([GONE], 'test').seal('{}', 'trigger.kwargs')];
+    const wrongColumn = keyring.seal('{}', 'task_instance.next_event');
+    expect(await thread.open([...mixed, wrongColumn, Keyring.fromEntries([K1_IMPOSTOR], 'test').seal('{}', 'trigger.kwargs')], 'trigger.kwargs')).toEqual([
+      values[0],
+      '{"plain":1}',
+      values[1],
+      null,
+      null,
+      null,
+    ]);
+  });
+
+  it('seals and opens batches in order, large ones off the event loop, with an error in place of each value that does not open', async () => {
+    const keyring = Keyring.fromEntries([K1], 'test');
+    for (const size of [3, 300]) {
+      const values = Array.from({ length: size }, (_, i) => JSON.stringify({ n: i }));
+      const sealed = await keyring.sealMany(values, 'task_instance.next_event');
+      expect(new Set(sealed).size).toBe(size);
+      expect(sealed.map((value) => keyring.open(value, 'task_instance.next_event', 'x'))).toEqual(values);
+      const stored = [...sealed];
+      stored[1] = Keyring.fromEntries([GONE], 'test').seal('{}', 'task_instance.next_event');
+      stored[2] = '{"plain":true}';
+      const opened = await keyring.openMany(stored, 'task_instance.next_event', (index) => `task instance ${index + 100}`);
+      expect(opened[0]).toBe(values[0]);
+      expect(opened[1]).toMatchObject({
+        code: 'DF_ENCRYPTION_KEY',
+        message: expect.stringContaining('task instance 101: its task_instance.next_event is encrypted with key "gone"'),
+      });
+      expect(opened[2]).toBe('{"plain":true}');
+      expect(opened.slice(3)).toEqual(values.slice(3));
+    }
+    expect(await Keyring.none.sealMany(['{}'], 'trigger.kwargs')).toEqual(['{}']);
   });
 
   it('refuses malformed keys by position and says how to make one; reads a keys file with comments, the first key sealing', () => {
@@ -206,6 +256,46 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
       code: 'DF_ENCRYPTION_KEY',
       message: expect.stringContaining(`task instance ${id}: its task_instance.next_kwargs is encrypted with key "k1"`),
     });
+  }, 60_000);
+
+  it('a burst of sealed waits is claimed, opened, fired and sealed in large batches, each task instance getting its own event', async () => {
+    const url = await freshDatabaseUrl(dialect);
+    const [sealed] = await databases(url, [K1]);
+    const ids: number[] = [];
+    for (let i = 0; i < 300; i++) {
+      const id = await createTaskInstance(sealed!, { dagId: 'secrets', taskId: `burst_${i}`, runId: 'burst' });
+      await deferTaskInstance(
+        sealed!,
+        id,
+        new TaskDeferred({ trigger: new EchoTrigger({ message: `event-${i}` }), method: 'heard', kwargs: { token: `kwarg-${i}` } }),
+      );
+      ids.push(id);
+    }
+    app = await deferflow({
+      databaseUrl: url,
+      worker: false,
+      scheduler: false,
+      triggerer: { pollInterval: 0.1, claimsPerLoop: 1000, triggerClasses: [EchoTrigger] },
+      logger: pino({ level: 'silent' }),
+      encryptionKeys: [K1],
+    });
+    await waitFor(
+      async () =>
+        Number(
+          (
+            await sealed!.db
+              .selectFrom('task_instance')
+              .select((eb) => eb.fn.countAll().as('n'))
+              .where('state', '=', 'scheduled')
+              .executeTakeFirstOrThrow()
+          ).n,
+        ) === 300,
+      { what: 'all 300 task instances scheduled' },
+    );
+    for (const [i, id] of ids.entries()) {
+      expect(JSON.parse((await rawRows(sealed!, id)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+      expect(await readTaskInstance(sealed!, id)).toMatchObject({ nextKwargs: { token: `kwarg-${i}`, event: `event-${i}` } });
+    }
   }, 60_000);
 
   it('a trigger whose kwargs were sealed with a missing or wrong key fails only its own task instances; the others fire', async () => {

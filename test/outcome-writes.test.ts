@@ -246,5 +246,14 @@ function withSubmitEvents(
   submitEvents: (events: readonly TriggerEventRecord[]) => ReturnType<Storage['submitEvents']>,
   cleanUnusedTriggers: Storage['cleanUnusedTriggers'] = storage.cleanUnusedTriggers.bind(storage),
 ): Storage {
-  return { submitEvents, submitFailures: storage.submitFailures.bind(storage), cleanUnusedTriggers } as Partial<Storage> as Storage;
+  const submitPrepared: Storage['submitPrepared'] = (prepared) =>
+    prepared.kind === 'event'
+      ? submitEvents(prepared.outcomes.map((outcome) => ({ triggerId: outcome.triggerId, payloadJson: outcome.json, endState: outcome.endState ?? null })))
+      : storage.submitPrepared(prepared);
+  return {
+    prepareEvents: storage.prepareEvents.bind(storage),
+    prepareFailures: storage.prepareFailures.bind(storage),
+    submitPrepared,
+    cleanUnusedTriggers,
+  } as Partial<Storage> as Storage;
 }

@@ -304,7 +304,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     for (let i = 0; i < 30; i++) await deferOnto(db, new t.NeverTrigger({ n: i }));
     const storage = new Storage(db);
     const jobId = await storage.registerJob({ jobType: 'TriggererJob', hostname: 'here', pid: 1, capacity: 30 });
-    for (const limit of [1, 2, 5]) expect((await storage.claimTriggers(jobId, limit)).claimed).toHaveLength(limit);
+    for (const limit of [1, 2, 5]) expect((await storage.claimTriggers(jobId, limit)).claimed).toBe(limit);
     const owned = await db.db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId).execute();
     expect(owned).toHaveLength(8);
   });

@@ -13,8 +13,13 @@ export interface TriggerRow {
 }
 
 export interface ClaimResult {
-  /** The triggers now owned by the claiming triggerer. */
-  readonly claimed: TriggerRow[];
+  /** How many triggers are now owned by the claiming triggerer. */
+  readonly claimed: number;
+  /**
+   * Their rows, kwargs opened. A separate promise because a large batch of encrypted kwargs is
+   * opened on the keyring's thread: the claimer can send its next claim meanwhile.
+   */
+  readonly rows: Promise<TriggerRow[]>;
   /** Unowned rows looked at: fewer than asked for means no more were waiting. */
   readonly examined: number;
   /** Orphans among them (no task instance waits on them), deleted instead of claimed. */
@@ -39,7 +44,8 @@ export interface ClaimResult {
  * over every task instance.
  */
 export async function claimTriggers({ db, adapter, keyring }: StorageContext, jobId: number, limit: number): Promise<ClaimResult> {
-  if (limit <= 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
+  const none: ClaimResult = { claimed: 0, rows: Promise.resolve([]), examined: 0, orphansDeleted: 0 };
+  if (limit <= 0) return none;
   // Row locks must hold from the candidates' SELECT to the UPDATE, so PostgreSQL needs the
   // transaction; SQLite has none to hold, and a transaction there would queue for the write lock
   // behind every inserting transaction before even reading (the UPDATE and DELETE are each
@@ -51,7 +57,7 @@ export async function claimTriggers({ db, adapter, keyring }: StorageContext, jo
     adapter.supportsRowLocks &&
     !(await db.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).where('quarantined_at', 'is', null).limit(1).executeTakeFirst())
   ) {
-    return { claimed: [], examined: 0, orphansDeleted: 0 };
+    return none;
   }
   const result = await run(async (trx) => {
     const candidates = await adapter
@@ -92,5 +98,5 @@ export async function claimTriggers({ db, adapter, keyring }: StorageContext, jo
     return { claimed, examined: ids.length, orphansDeleted };
   });
   // Decrypted after the transaction, which need not hold its row locks meanwhile.
-  return { ...result, claimed: openTriggerRows(keyring, result.claimed) };
+  return { claimed: result.claimed.length, rows: openTriggerRows(keyring, result.claimed), examined: result.examined, orphansDeleted: result.orphansDeleted };
 }

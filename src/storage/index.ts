@@ -5,7 +5,7 @@ import type { FailureKwargs, StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
-import { moveDeferredTaskInstances, type MoveResult } from './move-deferred-task-instances.ts';
+import { moveDeferredTaskInstances, prepareMove, type MoveResult, type PreparedMove } from './move-deferred-task-instances.ts';
 import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers } from './release-dead-triggerers.ts';
 import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
@@ -77,7 +77,7 @@ import {
 
 export type { ClaimResult, TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
-export type { MoveResult } from './move-deferred-task-instances.ts';
+export type { MoveResult, PreparedMove } from './move-deferred-task-instances.ts';
 export type { Deferral, DeferResult } from './defer-task-instance.ts';
 export type { JobFields } from './jobs.ts';
 export type { NewDagRun } from './create-dag-run.ts';
@@ -214,22 +214,37 @@ export class Storage {
     return releaseOwnedTriggers(this.#context, jobId);
   }
 
-  submitEvents(events: readonly TriggerEventRecord[], now = Date.now()): Promise<MoveResult> {
-    return moveDeferredTaskInstances(
+  /**
+   * Events (or failures) made ready to submit: their values sealed now, a large batch on another
+   * thread, so the batch after the one being written is ready when that write ends.
+   */
+  prepareEvents(events: readonly TriggerEventRecord[]): PreparedMove {
+    return prepareMove(
       this.#context,
       events.map((event) => ({ triggerId: event.triggerId, json: event.payloadJson, endState: event.endState ?? null })),
       'event',
-      now,
     );
   }
 
-  submitFailures(failures: readonly TriggerFailureRecord[], now = Date.now()): Promise<MoveResult> {
-    return moveDeferredTaskInstances(
+  prepareFailures(failures: readonly TriggerFailureRecord[]): PreparedMove {
+    return prepareMove(
       this.#context,
       failures.map((failure) => ({ triggerId: failure.triggerId, json: JSON.stringify(failure.failure) })),
       'failure',
-      now,
     );
+  }
+
+  /** Moves the task instances of prepared events or failures (see move-deferred-task-instances.ts). */
+  submitPrepared(prepared: PreparedMove, now = Date.now()): Promise<MoveResult> {
+    return moveDeferredTaskInstances(this.#context, prepared, now);
+  }
+
+  submitEvents(events: readonly TriggerEventRecord[], now = Date.now()): Promise<MoveResult> {
+    return this.submitPrepared(this.prepareEvents(events), now);
+  }
+
+  submitFailures(failures: readonly TriggerFailureRecord[], now = Date.now()): Promise<MoveResult> {
+    return this.submitPrepared(this.prepareFailures(failures), now);
   }
 
   /** Deletes the given triggers (or, without ids, any) that no task instance points at. */

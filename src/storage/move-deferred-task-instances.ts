@@ -36,28 +36,50 @@ export interface MoveResult {
  * between the two finds the row still there, still owned, and not deleted (it points at it);
  * its triggerer runs it again and the new task instance gets its own event.
  */
-export async function moveDeferredTaskInstances(
-  context: StorageContext,
-  outcomes: readonly TriggerOutcome[],
-  kind: 'event' | 'failure',
-  now: number,
-): Promise<MoveResult> {
-  if (outcomes.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0 };
-  const { adapter, keyring } = context;
+export interface PreparedMove {
+  readonly kind: 'event' | 'failure';
+  /** The first outcome of each trigger (see firstOutcomePerTrigger). */
+  readonly outcomes: readonly TriggerOutcome[];
+  /** Those that resume their task instances, with their JSON as stored (sealed, with keys). */
+  readonly stored: Promise<readonly TriggerOutcome[]>;
+}
+
+/**
+ * A batch made ready for moveDeferredTaskInstances: its values are sealed now, before the
+ * transaction takes its locks, and a large batch on the keyring's thread, so a writer that
+ * prepares its next batch while writing this one does not wait for the sealing. A success end
+ * event's payload becomes the task's return value, stored like every return value: in plain.
+ */
+export function prepareMove({ keyring }: StorageContext, outcomes: readonly TriggerOutcome[], kind: 'event' | 'failure'): PreparedMove {
   const first = firstOutcomePerTrigger(outcomes);
   const resumed = first.filter((outcome) => !outcome.endState);
-  // Sealed before the transaction takes its locks. A success end event's payload becomes the
-  // task's return value, which is stored like every return value: in plain.
   const column = kind === 'event' ? 'task_instance.next_event' : 'task_instance.next_kwargs';
-  const sealed = keyring.encrypting ? resumed.map((outcome) => ({ ...outcome, json: keyring.seal(outcome.json, column) })) : resumed;
+  const stored = keyring.encrypting
+    ? keyring
+        .sealMany(
+          resumed.map((outcome) => outcome.json),
+          column,
+        )
+        .then((sealed) => resumed.map((outcome, index) => ({ ...outcome, json: sealed[index]! })))
+    : Promise.resolve(resumed);
+  // Awaited when the batch is written; until then a failure must not count as unhandled.
+  stored.catch(() => {});
+  return { kind, outcomes: first, stored };
+}
+
+export async function moveDeferredTaskInstances(context: StorageContext, prepared: PreparedMove, now: number): Promise<MoveResult> {
+  const { kind, outcomes: first } = prepared;
+  if (first.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0 };
+  const { adapter } = context;
+  const resumed = await prepared.stored;
   return context.db.transaction().execute(async (trx) => {
-    const triggerIds = [...new Set(outcomes.map((outcome) => outcome.triggerId))].sort((a, b) => a - b);
+    const triggerIds = first.map((outcome) => outcome.triggerId).sort((a, b) => a - b);
     await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
 
     let movedTaskInstances = 0;
     if (resumed.length > 0) {
       // One statement for the whole batch, each task instance reading its trigger's outcome by id.
-      const outcomeOf = await adapter.stageTriggerValues(trx, sealed);
+      const outcomeOf = await adapter.stageTriggerValues(trx, resumed);
       const outcome = outcomeOf(sql.ref('task_instance.trigger_id')) as RawBuilder<string>;
       const moved = await trx
         // transition: resume

@@ -1,7 +1,7 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../errors.ts';
-import type { FailureKwargs, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
+import type { FailureKwargs, PreparedMove, Storage, TriggerEventRecord, TriggerFailureRecord } from '../storage/index.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import type { TriggererMetrics } from '../observability/metrics.ts';
 
@@ -27,6 +27,13 @@ type Kind = 'event' | 'failure';
 /** An event, with when it was yielded (performance.now()) for the fire-to-commit latency. */
 type PendingEvent = TriggerEventRecord & { readonly firedAt: number };
 type Outcome = PendingEvent | TriggerFailureRecord;
+
+/** A batch cut from the queue and made ready (sealed) ahead of its write. */
+interface ReadyBatch {
+  readonly kind: Kind;
+  readonly batch: Outcome[];
+  readonly prepared: PreparedMove;
+}
 
 /** A batch whose write failed, waiting for its retry. */
 interface FailedBatch {
@@ -64,6 +71,12 @@ const SPLIT_AFTER_FAILURES = 3;
 export class OutcomeWriter {
   #events: PendingEvent[] = [];
   #failures: TriggerFailureRecord[] = [];
+  /**
+   * The next round's batches, cut and being sealed while this round's are written (with
+   * encryption, sealing a large batch happens on another thread: see Keyring.sealMany).
+   */
+  #ahead: ReadyBatch[] = [];
+  #aheadCount = 0;
   /** Triggers whose task instances were moved; their rows are still to be deleted. */
   #moved: number[] = [];
   /** Batches waiting for a retry, and how many outcomes they hold. */
@@ -95,7 +108,7 @@ export class OutcomeWriter {
 
   /** Outcomes not fully written yet. */
   get pending(): number {
-    return this.#events.length + this.#failures.length + this.#moved.length + this.#retryingCount;
+    return this.#events.length + this.#failures.length + this.#aheadCount + this.#moved.length + this.#retryingCount;
   }
 
   addEvent(triggerId: number, payloadJson: string, endState: TaskEndState | null = null): void {
@@ -167,10 +180,18 @@ export class OutcomeWriter {
         this.#retryingCount -= failed.batch.length;
         writes.push(this.#moveBatch(failed.kind, failed.batch, failed.failures));
       }
-      while (writes.length < this.options.concurrency && this.#failures.length + this.#events.length > 0) {
-        const kind: Kind = this.#failures.length > 0 ? 'failure' : 'event';
-        const queue: Outcome[] = kind === 'failure' ? this.#failures : this.#events;
-        writes.push(this.#moveBatch(kind, queue.splice(0, this.options.batchSize), 0));
+      while (writes.length < this.options.concurrency) {
+        const ahead = this.#ahead.shift();
+        if (ahead) this.#aheadCount -= ahead.batch.length;
+        const ready = ahead ?? this.#cutBatch();
+        if (!ready) break;
+        writes.push(this.#moveBatch(ready.kind, ready.batch, 0, ready.prepared));
+      }
+      // A backlog: the next round's full batches are cut now, to be sealed while these are written.
+      while (writes.length > 0 && this.#ahead.length < this.options.concurrency && this.#failures.length + this.#events.length >= this.options.batchSize) {
+        const ready = this.#cutBatch()!;
+        this.#ahead.push(ready);
+        this.#aheadCount += ready.batch.length;
       }
       if (writes.length === 0 && this.#moved.length > 0 && this.#deleteRetryAt <= now) writes.push(this.#deleteBatch());
       if (writes.length === 0) {
@@ -181,6 +202,19 @@ export class OutcomeWriter {
       // Give timers (fires, heartbeats) a turn between batches.
       await nextTurn();
     }
+  }
+
+  /** The next batch from the queues (failures first), made ready to write; null when both are empty. */
+  #cutBatch(): ReadyBatch | null {
+    if (this.#failures.length + this.#events.length === 0) return null;
+    const kind: Kind = this.#failures.length > 0 ? 'failure' : 'event';
+    const queue: Outcome[] = kind === 'failure' ? this.#failures : this.#events;
+    const batch = queue.splice(0, this.options.batchSize);
+    return { kind, batch, prepared: this.#prepare(kind, batch) };
+  }
+
+  #prepare(kind: Kind, batch: Outcome[]): PreparedMove {
+    return kind === 'failure' ? this.storage.prepareFailures(batch as TriggerFailureRecord[]) : this.storage.prepareEvents(batch as PendingEvent[]);
   }
 
   /** Waits until the next retry (of a move or a delete) is due, or new outcomes come in. */
@@ -197,10 +231,10 @@ export class OutcomeWriter {
     this.#wakeFlush = null;
   }
 
-  async #moveBatch(kind: Kind, batch: Outcome[], failures: number): Promise<void> {
+  /** Writes one batch; `prepared` when it was made ready ahead, else (a retry) it is made ready now. */
+  async #moveBatch(kind: Kind, batch: Outcome[], failures: number, prepared?: PreparedMove): Promise<void> {
     try {
-      const { movedTaskInstances, endedTaskInstances } =
-        kind === 'failure' ? await this.storage.submitFailures(batch as TriggerFailureRecord[]) : await this.storage.submitEvents(batch as PendingEvent[]);
+      const { movedTaskInstances, endedTaskInstances } = await this.storage.submitPrepared(prepared ?? this.#prepare(kind, batch));
       this.onDatabaseCall();
       const metrics = this.options.metrics;
       if (kind === 'event' && metrics) {

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { describeThrown, errorFields, InvalidOptionError, TriggerRuntimeError } from '../errors.ts';
 import { SignalHttpServer } from '../signals/signal-http.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
-import { Storage } from '../storage/index.ts';
+import { Storage, type TriggerRow } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
 import { Daemon, PUSHED_POLL_MAX_MS } from '../jobs/daemon.ts';
 import type { JobRow } from '../jobs/job-row.ts';
@@ -283,19 +283,23 @@ export class Triggerer extends Daemon {
     let claimedTotal = 0;
     // Claim in statements of at most CLAIM_STATEMENT_ROWS so no single (on SQLite, synchronous)
     // statement holds the loop long, letting due triggers fire in between.
+    // Each claim's triggers start once their kwargs are opened, which with encryption happens on
+    // another thread while the next claim runs; the pass ends when all have started.
+    const starting: Promise<void>[] = [];
     while (claimedTotal < room && this.isRunning) {
       const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
-      const { claimed, examined, orphansDeleted } = await storage.claimTriggers(jobId, want);
+      const { claimed, rows, examined, orphansDeleted } = await storage.claimTriggers(jobId, want);
       this.#runner.markLoopEdge();
-      for (const row of claimed) this.#runner.startTrigger(row);
-      claimedTotal += claimed.length;
+      starting.push(rows.then((opened) => this.#startClaimed(opened)));
+      claimedTotal += claimed;
       if (orphansDeleted > 0)
         this.log.info({ deleted_triggers: orphansDeleted }, `deleted ${orphansDeleted} unowned trigger(s) no task instance waits on instead of claiming them`);
       // Fewer looked at than asked for: nothing more is waiting. Nothing claimed nor deleted
       // (orphans a peer holds locked): try again next pass rather than spin.
-      if (examined < want || claimed.length + orphansDeleted === 0) break;
+      if (examined < want || claimed + orphansDeleted === 0) break;
       await nextTurn();
     }
+    await Promise.all(starting);
     if (claimedTotal > 0) {
       this.metrics.triggerer().claimBatchSize.observe(claimedTotal);
       this.log.info({ claimed: claimedTotal, running: this.#runner.runningCount }, `claimed ${claimedTotal} trigger(s); running ${this.#runner.runningCount}`);
@@ -314,6 +318,11 @@ export class Triggerer extends Daemon {
         this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
     }
     return claimedFull;
+  }
+
+  #startClaimed(rows: readonly TriggerRow[]): void {
+    for (const row of rows) this.#runner.startTrigger(row);
+    this.#runner.markLoopEdge();
   }
 
   /**
