@@ -213,6 +213,8 @@ export { dag };
     const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-tasks', '2', ...FAST], RUNNER_PROCESSES);
     await scheduler.waitForJob(20_000);
     await worker.waitForJob(20_000);
+    // One runner starts with the worker, so the first task need not wait for one.
+    await waitFor(() => childrenOf(worker.pid!).length === 1, { what: 'a runner started with the worker', timeoutMs: 10_000 });
     await triggerDagRun(db, 'recycle');
     await waitFor(async () => Object.values(await states(db)).filter((state) => state === 'success').length === 6, {
       what: 'six tasks done one after another',
@@ -289,3 +291,12 @@ export { dag };
     expect(lateness.at(-1), `lateness of the five moves, ms: ${lateness.join(', ')}`).toBeLessThan(1_000);
   }, 90_000);
 });
+
+/** The live child processes of `pid` (its runners). */
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number).filter(alive);
+  } catch {
+    return [];
+  }
+}
