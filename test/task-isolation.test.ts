@@ -190,6 +190,17 @@ export const after = new Dag({ dagId: 'after' }).add(new Fine({ taskId: 'after' 
 });
 
 describe('runner processes on sqlite', () => {
+  it('a worker stopped while its first runner is still starting exits 0 with nothing on stderr', async () => {
+    const db = await scratch.database('sqlite');
+    const dags = await withDag(db, 'idle', `export const dag = new Dag({ dagId: 'idle' });\n`);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], RUNNER_PROCESSES);
+    await worker.waitForJob(20_000);
+    await waitFor(() => runnersOf(worker.pid!).length === 1, { what: 'a runner started with the worker', timeoutMs: 10_000 });
+    worker.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    expect(worker.stderr.join('\n')).toBe('');
+  }, 30_000);
+
   it('are replaced after --runner-max-tasks tasks, and none is left once the worker stops', async () => {
     const db = await scratch.database('sqlite');
     const dags = await withDag(
@@ -214,7 +225,7 @@ export { dag };
     await scheduler.waitForJob(20_000);
     await worker.waitForJob(20_000);
     // One runner starts with the worker, so the first task need not wait for one.
-    await waitFor(() => childrenOf(worker.pid!).length === 1, { what: 'a runner started with the worker', timeoutMs: 10_000 });
+    await waitFor(() => runnersOf(worker.pid!).length === 1, { what: 'a runner started with the worker', timeoutMs: 10_000 });
     await triggerDagRun(db, 'recycle');
     await waitFor(async () => Object.values(await states(db)).filter((state) => state === 'success').length === 6, {
       what: 'six tasks done one after another',
@@ -292,10 +303,15 @@ export { dag };
   }, 90_000);
 });
 
-/** The live child processes of `pid` (its runners). */
-function childrenOf(pid: number): number[] {
+/** The live task runner processes of worker `pid` (not its other children, such as esbuild's service). */
+function runnersOf(pid: number): number[] {
   try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number).filter(alive);
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number)
+      .filter((child) => alive(child) && readFileSync(`/proc/${child}/cmdline`, 'utf8').includes('task-runner-main'));
   } catch {
     return [];
   }

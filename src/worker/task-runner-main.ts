@@ -14,7 +14,11 @@ import { fromWireError, toWireError, type FromRunner, type ToRunner, type WireTa
 import { runToResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 
-const send = (message: FromRunner) => process.send!(message);
+// Nothing to tell once the worker has let go (it stopped, or retired this runner while it was
+// starting): the disconnect handler ends the process.
+const send = (message: FromRunner) => {
+  if (process.connected) process.send!(message);
+};
 const smartSensors = JSON.parse(process.env.DEFERFLOW_RUNNER_SMART_SENSORS ?? 'null') as SmartSensors | null;
 
 let task: { dag: Dag; operator: AnyOperator } | null = null;
