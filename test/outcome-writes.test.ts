@@ -49,7 +49,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const w = new OutcomeWriter(
       storage,
       pino({ level: 'debug' }, logs),
-      { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, ...retry },
+      { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, unavailable: db.adapter.unavailable, ...retry },
       onWritten,
     );
     open.writers.push(w);
@@ -186,6 +186,40 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     for (const [i, least] of [40, 80, 160, 160, 160].entries()) expect(pauses[i]).toBeGreaterThanOrEqual(least - 5);
     await waitFor(() => logs.matching((l) => typeof l.failed_writes === 'number').length === 2, { what: 'the second recovery reported' });
     expect(logs.matching((l) => typeof l.failed_writes === 'number').map((l) => l.failed_writes)).toEqual([1, 5]);
+  });
+
+  it('a batch failing while the database is unavailable is kept whole, and written in one transaction once it is back', async () => {
+    const db = await database();
+    const waits = await Promise.all([1, 2, 3, 4, 5].map((n) => deferOnto(db, new t.NeverTrigger({ n }))));
+    const storage = new Storage(db);
+    const attempts: number[] = [];
+    let unavailable = true;
+    const failing = withSubmitEvents(storage, async (events) => {
+      attempts.push(events.length);
+      if (unavailable) {
+        // What each dialect's driver raises then: a server gone, or SQLite's lock held elsewhere.
+        throw db.adapter.name === 'sqlite'
+          ? Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' })
+          : Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+      }
+      return storage.submitEvents(events);
+    });
+    const w = writer(db, failing, new LogCapture(), { retryDelayMs: 10, maxRetryDelayMs: 20 });
+    for (const { triggerId } of waits.slice(0, 3)) w.addEvent(triggerId, '"fired"');
+    await waitFor(() => attempts.length >= 1, { what: 'a first failed write' });
+    // Fired while the database is away: their first write fails on its own; retried, they join the others.
+    for (const { triggerId } of waits.slice(3)) w.addEvent(triggerId, '"fired"');
+    await waitFor(() => attempts.length >= 8, { what: 'eight failed writes' });
+    unavailable = false;
+    await waitFor(async () => (await Promise.all(waits.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'the events written once the database is back',
+    });
+    // Never split, and joined: after the newcomers' own first failure every attempt carried all
+    // five (split or kept apart, they would be written one piece at a time).
+    const joined = attempts.slice(attempts.indexOf(2) + 1);
+    expect(attempts.slice(0, attempts.indexOf(2)).every((size) => size === 3)).toBe(true);
+    expect(joined.length).toBeGreaterThanOrEqual(3);
+    expect(joined.every((size) => size === 5)).toBe(true);
   });
 
   it('an outcome whose write keeps failing for a reason the dialect does not recognise does not hold up the others', async () => {

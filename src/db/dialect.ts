@@ -47,6 +47,13 @@ export interface DialectAdapter {
    * split to find them. Anything else (a lost connection, a lock timeout) may pass on a retry.
    */
   refusesValues(error: unknown): boolean;
+  /**
+   * Whether `error` says the database cannot be used for now, whatever a statement carries: a
+   * lost or refused connection, a server starting or shutting down, SQLite's write lock held by
+   * another process past the busy timeout. The same write works once it is back, so a failing
+   * batch is kept whole (splitting it to find a culprit only multiplies the writes to redo).
+   */
+  unavailable(error: unknown): boolean;
   /** Whether a table of that name exists where unqualified names resolve (PostgreSQL: the search_path). */
   hasTable(db: Kysely<any>, table: string): Promise<boolean>;
   /**
@@ -91,6 +98,13 @@ export const postgresAdapter: DialectAdapter = {
     const code = errorCode(error);
     return code !== null && (code.startsWith('22') || code === '54000');
   },
+  // SQLSTATE class 08 is "connection exception"; 57P01-57P03: the server shutting down or starting.
+  unavailable: (error) => {
+    const code = errorCode(error);
+    if (code !== null && (NETWORK_ERRORS.has(code) || code.startsWith('08') || /^57P0[123]$/.test(code))) return true;
+    // What pg raises itself for a connection that went away, without a code.
+    return error instanceof Error && /Connection terminated|connection timeout|Client has encountered a connection error/i.test(error.message);
+  },
   hasTable: async (db, table) => (await sql<{ present: boolean }>`select to_regclass(${table}) is not null as present`.execute(db)).rows[0]?.present === true,
   supportsNotify: true,
   notify: async (trx, channel, payload) => {
@@ -125,6 +139,10 @@ export const sqliteAdapter: DialectAdapter = {
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   supportsNotify: false,
   notify: async () => {},
+  unavailable: (error) => {
+    const code = errorCode(error);
+    return code !== null && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'));
+  },
   refusesValues: (error) => {
     const code = errorCode(error);
     if (code === 'SQLITE_TOOBIG' || code === 'SQLITE_MISMATCH') return true;
@@ -132,6 +150,9 @@ export const sqliteAdapter: DialectAdapter = {
     return code === 'SQLITE_ERROR' && /malformed JSON|JSON cannot hold BLOB/i.test((error as Error).message);
   },
 };
+
+/** Node's codes for a connection that could not be made or was lost. */
+const NETWORK_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND']);
 
 function errorCode(error: unknown): string | null {
   const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;

@@ -113,6 +113,7 @@ export class Triggerer extends Daemon {
         retryDelayMs: 1000,
         maxRetryDelayMs: 30_000,
         refusesValues: database.adapter.refusesValues,
+        unavailable: database.adapter.unavailable,
         metrics: triggererMetrics,
       },
       (ids) => {
