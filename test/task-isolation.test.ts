@@ -201,6 +201,33 @@ describe('runner processes on sqlite', () => {
     expect(worker.stderr.join('\n')).toBe('');
   }, 30_000);
 
+  it('the last runner, retired at --runner-max-tasks, is replaced at once, with no task waiting for it', async () => {
+    const db = await scratch.database('sqlite');
+    const dags = await withDag(
+      db,
+      'once',
+      `class Note extends BaseOperator {
+  async execute() { appendFileSync(here + '/pids.log', process.pid + '\\n'); return process.pid; }
+}
+export const dag = new Dag({ dagId: 'once' }).add(new Note({ taskId: 'note' }));
+`,
+    );
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+    // One slot: one runner at most, so no spare is alive when it retires.
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', '--runner-max-tasks', '1', ...FAST], RUNNER_PROCESSES);
+    await scheduler.waitForJob(20_000);
+    await worker.waitForJob(20_000);
+    await triggerDagRun(db, 'once');
+    await waitFor(async () => Object.values(await states(db)).includes('success'), { what: 'the task done', timeoutMs: 30_000 });
+    const [ranOn] = readFileSync(path.join(dags, 'pids.log'), 'utf8').trim().split('\n').map(Number);
+    await waitFor(() => runnersOf(worker.pid!).some((pid) => pid !== ranOn), { what: 'a new runner in place of the retired one', timeoutMs: 10_000 });
+    expect(alive(ranOn!)).toBe(false);
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    await scheduler.exit;
+  }, 60_000);
+
   it('are replaced after --runner-max-tasks tasks, and none is left once the worker stops', async () => {
     const db = await scratch.database('sqlite');
     const dags = await withDag(
