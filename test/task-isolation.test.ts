@@ -189,6 +189,17 @@ export const after = new Dag({ dagId: 'after' }).add(new Fine({ taskId: 'after' 
   }, 120_000);
 });
 
+/** An operator that logs the pid of the process running it to pids.log in its DAG folder. */
+const NOTE_OPERATOR = `class Note extends BaseOperator {
+  async execute() { appendFileSync(here + '/pids.log', process.pid + '\\n'); return process.pid; }
+}
+`;
+
+/** The pids Note tasks logged, in order. */
+function pidsLogged(dags: string): number[] {
+  return readFileSync(path.join(dags, 'pids.log'), 'utf8').trim().split('\n').map(Number);
+}
+
 describe('runner processes on sqlite', () => {
   it('a worker stopped while its first runner is still starting exits 0 with nothing on stderr', async () => {
     const db = await scratch.database('sqlite');
@@ -206,10 +217,7 @@ describe('runner processes on sqlite', () => {
     const dags = await withDag(
       db,
       'once',
-      `class Note extends BaseOperator {
-  async execute() { appendFileSync(here + '/pids.log', process.pid + '\\n'); return process.pid; }
-}
-export const dag = new Dag({ dagId: 'once' }).add(new Note({ taskId: 'note' }));
+      `${NOTE_OPERATOR}export const dag = new Dag({ dagId: 'once' }).add(new Note({ taskId: 'note' }));
 `,
     );
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
@@ -219,7 +227,7 @@ export const dag = new Dag({ dagId: 'once' }).add(new Note({ taskId: 'note' }));
     await worker.waitForJob(20_000);
     await triggerDagRun(db, 'once');
     await waitFor(async () => Object.values(await states(db)).includes('success'), { what: 'the task done', timeoutMs: 30_000 });
-    const [ranOn] = readFileSync(path.join(dags, 'pids.log'), 'utf8').trim().split('\n').map(Number);
+    const [ranOn] = pidsLogged(dags);
     await waitFor(() => runnersOf(worker.pid!).some((pid) => pid !== ranOn), { what: 'a new runner in place of the retired one', timeoutMs: 10_000 });
     expect(alive(ranOn!)).toBe(false);
     worker.kill('SIGTERM');
@@ -233,10 +241,7 @@ export const dag = new Dag({ dagId: 'once' }).add(new Note({ taskId: 'note' }));
     const dags = await withDag(
       db,
       'recycle',
-      `class Note extends BaseOperator {
-  async execute() { appendFileSync(here + '/pids.log', process.pid + '\\n'); return process.pid; }
-}
-const dag = new Dag({ dagId: 'recycle' });
+      `${NOTE_OPERATOR}const dag = new Dag({ dagId: 'recycle' });
 let last = null;
 for (let i = 0; i < 6; i++) {
   const task = new Note({ taskId: 'note_' + i });
@@ -258,7 +263,7 @@ export { dag };
       what: 'six tasks done one after another',
       timeoutMs: 30_000,
     });
-    const pids = readFileSync(path.join(dags, 'pids.log'), 'utf8').trim().split('\n').map(Number);
+    const pids = pidsLogged(dags);
     expect(pids).toHaveLength(6);
     const uses = new Map<number, number>();
     for (const pid of pids) uses.set(pid, (uses.get(pid) ?? 0) + 1);

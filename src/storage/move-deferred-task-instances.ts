@@ -19,23 +19,6 @@ export interface MoveResult {
   readonly endedTaskInstances: number;
 }
 
-/**
- * The one write behind events and failures: every task instance still deferred on one of the
- * given triggers goes to scheduled carrying its outcome, in one transaction and a fixed number
- * of statements per batch. An end event (TaskEndEvent) instead finishes its task instances in
- * its state (success keeps the payload as the return value): nothing is left for a worker.
- *
- * The update is conditional on (state = deferred AND trigger_id = that trigger): a duplicate
- * or late outcome (a triggerer that lost ownership during a pause, a timeout that came first)
- * changes nothing. The trigger rows are locked first, in id order, as the timeout sweep does,
- * so two writers touching the same task instances wait for each other instead of deadlocking.
- *
- * The triggers themselves are deleted afterwards (deleteUnusedTriggers with their ids), off the
- * path that makes task instances runnable: on PostgreSQL the foreign key checks every deleted
- * trigger with a lookup of its own, which doubled this write. A deferral that joins a trigger
- * between the two finds the row still there, still owned, and not deleted (it points at it);
- * its triggerer runs it again and the new task instance gets its own event.
- */
 export interface PreparedMove {
   readonly kind: 'event' | 'failure';
   /** The first outcome of each trigger (see firstOutcomePerTrigger). */
@@ -67,6 +50,23 @@ export function prepareMove({ keyring }: StorageContext, outcomes: readonly Trig
   return { kind, outcomes: first, stored };
 }
 
+/**
+ * The one write behind events and failures: every task instance still deferred on one of the
+ * given triggers goes to scheduled carrying its outcome, in one transaction and a fixed number
+ * of statements per batch. An end event (TaskEndEvent) instead finishes its task instances in
+ * its state (success keeps the payload as the return value): nothing is left for a worker.
+ *
+ * The update is conditional on (state = deferred AND trigger_id = that trigger): a duplicate
+ * or late outcome (a triggerer that lost ownership during a pause, a timeout that came first)
+ * changes nothing. The trigger rows are locked first, in id order, as the timeout sweep does,
+ * so two writers touching the same task instances wait for each other instead of deadlocking.
+ *
+ * The triggers themselves are deleted afterwards (deleteUnusedTriggers with their ids), off the
+ * path that makes task instances runnable: on PostgreSQL the foreign key checks every deleted
+ * trigger with a lookup of its own, which doubled this write. A deferral that joins a trigger
+ * between the two finds the row still there, still owned, and not deleted (it points at it);
+ * its triggerer runs it again and the new task instance gets its own event.
+ */
 export async function moveDeferredTaskInstances(context: StorageContext, prepared: PreparedMove, now: number): Promise<MoveResult> {
   const { kind, outcomes: first } = prepared;
   if (first.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0 };
