@@ -93,3 +93,12 @@ export {
   type TriggererConfig,
   type WorkerConfig,
 } from './app/config.ts';
+
+// This module and the built-in triggers' are the ones a DAG file or trigger module importing
+// deferflow gets (not a second copy of the library): see shareWithUserCode.
+import * as publicApi from './index.ts';
+import * as builtinTriggers from '../triggers/index.ts';
+import { shareWithUserCode } from './user-code/shared-modules.ts';
+
+shareWithUserCode(import.meta.url, publicApi);
+shareWithUserCode(new URL(`../triggers/index${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url).href, builtinTriggers);

@@ -279,6 +279,41 @@ export { dag };
   }, 90_000);
 });
 
+describe("a DAG file's deferflow, on sqlite", () => {
+  it.each([
+    ['in a runner process', RUNNER_PROCESSES],
+    ["on the worker's loop", { DEFERFLOW_TASK_ISOLATION: 'none' }],
+  ])(
+    "is the runtime's own module, not a second copy compiled for it (%s)",
+    async (_where, env) => {
+      const db = await scratch.database('sqlite');
+      const dags = await withDag(
+        db,
+        'same',
+        `import { DateTimeTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+// import() always gives the process's own ES modules; what the file imported must be the same.
+class Same extends BaseOperator {
+  async execute() {
+    const api = await import(${JSON.stringify(PACKAGE_ENTRY)});
+    const triggers = await import(${JSON.stringify(PACKAGE_TRIGGERS)});
+    return { dag: api.Dag === Dag, operator: api.BaseOperator === BaseOperator, trigger: triggers.DateTimeTrigger === DateTimeTrigger };
+  }
+}
+export const dag = new Dag({ dagId: 'same' }).add(new Same({ taskId: 'same' }));
+`,
+      );
+      const standalone = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'same', '--exit-when-done'], env);
+      expect((await standalone.exit).code).toBe(0);
+      const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();
+      expect({ state: row.state, returned: JSON.parse(row.return_value!) }).toEqual({
+        state: 'success',
+        returned: { dag: true, operator: true, trigger: true },
+      });
+    },
+    60_000,
+  );
+});
+
 describe('standalone with a CPU-bound task, on sqlite', () => {
   it("keeps its triggerer's moments: triggers due while a task spins the CPU fire on time", async () => {
     const db = await scratch.database('sqlite');

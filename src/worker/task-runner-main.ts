@@ -86,8 +86,7 @@ process.on('disconnect', () => process.exit(0));
 
 // What every DAG file needs (deferflow's public API, the TypeScript hooks) is loaded before the
 // runner says it is ready: the worker hands it a task only then, and meanwhile gives that task
-// to any runner that frees up first.
-await Promise.all([import(new URL(import.meta.url.endsWith('.ts') ? '../index.ts' : '../index.js', import.meta.url).href), registerTypeScriptHooks()]).catch(
-  () => {},
-);
+// to any runner that frees up first. deferflow first: once the hooks are registered, every module
+// loaded goes through them (spawn to ready: about 460 ms with both at once, 430 ms so).
+await import(new URL(import.meta.url.endsWith('.ts') ? '../index.ts' : '../index.js', import.meta.url).href).then(registerTypeScriptHooks).catch(() => {});
 send({ type: 'ready' });

@@ -1,0 +1,27 @@
+import Module from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * Hands one of deferflow's public entry points, already loaded in this process, to the user code
+ * this process loads: a DAG file or trigger module that imports `deferflow` (or
+ * `deferflow/triggers`) from the same installation gets this very module.
+ *
+ * Why: user files are compiled to CommonJS (see importUserModule), and under tsx's require hooks
+ * a `require` of deferflow's ES modules compiles a second copy of the whole library, which costs
+ * a quarter of a second of CPU and its memory in every process that loads a DAG (each task runner
+ * process among them), and gives the file classes that are not the runtime's own. Node's require
+ * cache is checked before any hook, and entries may be added to it (documented under
+ * `require.cache`). A DAG importing another installation of deferflow still gets that one.
+ */
+export function shareWithUserCode(moduleUrl: string, namespace: object): void {
+  const file = fileURLToPath(moduleUrl);
+  const cache = Module.createRequire(file).cache;
+  if (cache[file] !== undefined) return;
+  const module = new Module(file);
+  module.filename = file;
+  module.exports = namespace;
+  module.paths = (Module as unknown as { _nodeModulePaths(dir: string): string[] })._nodeModulePaths(path.dirname(file));
+  module.loaded = true;
+  cache[file] = module;
+}
