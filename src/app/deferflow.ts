@@ -27,9 +27,6 @@ import { ObservabilityServer, type ExtraRoutes } from '../observability/http-ser
 import type { AddressInfo } from 'node:net';
 import { WakeSet } from '../time/wake-set.ts';
 
-/** Shortest gap between two wake-ups of the scheduler or the triggerer. */
-const WAKE_GAP_MS = 100;
-
 /** How often waitForDagRun looks at the run. */
 const RUN_POLL_MS = 200;
 
@@ -131,12 +128,11 @@ export class Deferflow {
     this.worker = options.worker
       ? new Worker(database, options.worker, taskRunnerOf(database, options.worker, child('worker')), child('worker'), metrics)
       : null;
-    // The worker claims on every wake-up (a free slot is worth filling at once); a scheduler or
-    // triggerer pass reads a whole run or every owned trigger, so a burst of finished tasks
-    // wakes each of them at most once per WAKE_GAP_MS.
+    // The scheduler and the triggerer space the passes wake-ups start (WOKEN_PASS_GAP_MS): a burst
+    // of finished tasks is one pass of each.
     const wakeWorker = () => this.worker?.wake();
-    const wakeScheduler = atMostEvery(WAKE_GAP_MS, () => this.scheduler?.wake());
-    const wakeTriggerer = atMostEvery(WAKE_GAP_MS, () => this.triggerer?.wake());
+    const wakeScheduler = () => this.scheduler?.wake();
+    const wakeTriggerer = () => this.triggerer?.wake();
     const wakeRunWatchers = () => this.#wakeRunWatchers();
     if (this.worker) {
       this.worker.onWork = () => {
@@ -147,6 +143,7 @@ export class Deferflow {
     if (this.scheduler) {
       this.scheduler.onWork = () => {
         wakeWorker();
+        this.worker?.lookForStopRequests();
         wakeTriggerer();
         wakeRunWatchers();
       };
@@ -262,27 +259,6 @@ export class Deferflow {
       await this.#runWatchers.sleep(RUN_POLL_MS);
     }
   }
-}
-
-/** `wake`, at once if it has not run for `gapMs`, else once when the gap is over. */
-function atMostEvery(gapMs: number, wake: () => void): () => void {
-  let last = 0;
-  let pending: NodeJS.Timeout | null = null;
-  return () => {
-    if (pending) return;
-    const wait = last + gapMs - performance.now();
-    if (wait <= 0) {
-      last = performance.now();
-      wake();
-      return;
-    }
-    pending = setTimeout(() => {
-      pending = null;
-      last = performance.now();
-      wake();
-    }, wait);
-    pending.unref();
-  };
 }
 
 /** A killed task's runner gets this long to end on its own after its signal aborts. */

@@ -10,6 +10,15 @@ import { Metrics } from '../observability/metrics.ts';
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 10;
 export const PUSHED_POLL_MAX_MS = 10_000;
+/**
+ * The shortest time between two passes of the scheduler or the triggerer that wake-ups started,
+ * in ms: each pass reads every run under way or every owned trigger, and wake-ups come with
+ * every finished task and every deferral (PostgreSQL NOTIFY, or standalone's components waking
+ * each other), so a burst of them is served by one pass every this long. bench:runtime on
+ * PostgreSQL with task runner processes: 858 scheduler passes for 2,000 task runs unpaced, 10.0 →
+ * 8.6 s and 7.7 → 5.6 s of the process's CPU with this gap.
+ */
+export const WOKEN_PASS_GAP_MS = 100;
 
 /** /health calls a worker or a scheduler failing once its heartbeat is this many intervals old. */
 export const HEALTH_HEARTBEAT_INTERVALS = 6;

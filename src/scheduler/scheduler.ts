@@ -3,7 +3,7 @@ import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
 import { describeThrown, errorFields, TaskInstanceStateError } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Daemon, HEALTH_HEARTBEAT_INTERVALS } from '../jobs/daemon.ts';
+import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_GAP_MS } from '../jobs/daemon.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 import { signalRunId, Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
@@ -114,6 +114,7 @@ export class Scheduler extends Daemon {
 
   async #passes(): Promise<void> {
     while (this.isRunning) {
+      const passStartedAt = performance.now();
       const endTimer = this.metrics.scheduler().passDuration.startTimer();
       try {
         await this.pass();
@@ -121,7 +122,9 @@ export class Scheduler extends Daemon {
       } catch (error) {
         this.log.error(errorFields(error, 'DF_DATABASE'), 'scheduler pass failed; retrying next pass');
       }
-      await this.#pause.sleep(await this.#pauseAfterPass());
+      // However often it is woken (each finished task pushes a wake-up), a pass reads every run
+      // under way: bursts of wake-ups share one pass every WOKEN_PASS_GAP_MS.
+      await this.#pause.sleep(await this.#pauseAfterPass(), passStartedAt + Math.min(WOKEN_PASS_GAP_MS, this.options.pollIntervalMs) - performance.now());
     }
   }
 

@@ -7,19 +7,31 @@ export class InterruptibleSleep {
   #wake: (() => void) | null = null;
   #woken = false;
 
-  sleep(ms: number): Promise<void> {
+  /**
+   * Waits `ms`, or less if woken, but never less than `floorMs`: a wake before then ends the
+   * pause at `floorMs` (a loop whose passes read a lot spaces them out however often it is woken).
+   */
+  sleep(ms: number, floorMs = 0): Promise<void> {
+    const floor = Math.min(ms, floorMs);
     if (this.#woken) {
       this.#woken = false;
-      return Promise.resolve();
+      return floor > 0 ? new Promise<void>((resolve) => setTimeout(resolve, floor)) : Promise.resolve();
     }
+    const sleptFrom = performance.now();
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        if (this.#wake === done) this.#wake = null;
+        if (this.#wake === wake) this.#wake = null;
         resolve();
       };
-      const timer = setTimeout(done, ms);
-      this.#wake = done;
+      const wake = () => {
+        const floorLeft = floor - (performance.now() - sleptFrom);
+        if (floorLeft <= 0) return done();
+        clearTimeout(timer);
+        timer = setTimeout(done, floorLeft);
+      };
+      let timer = setTimeout(done, ms);
+      this.#wake = wake;
     });
   }
 

@@ -8,7 +8,7 @@ import { SignalHttpServer } from '../signals/signal-http.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage, type TriggerRow } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Daemon, PUSHED_POLL_MAX_MS } from '../jobs/daemon.ts';
+import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_GAP_MS } from '../jobs/daemon.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
@@ -248,6 +248,7 @@ export class Triggerer extends Daemon {
 
   async #runPasses(): Promise<void> {
     while (this.isRunning) {
+      const passStartedAt = performance.now();
       let again = false;
       try {
         again = await this.#pass();
@@ -256,7 +257,12 @@ export class Triggerer extends Daemon {
       }
       this.#runner.markLoopEdge();
       if (!this.isRunning) break;
-      await this.#pause.sleep(again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs));
+      // A full claim goes on at once; otherwise a burst of wake-ups (one per deferral) shares a
+      // pass every WOKEN_PASS_GAP_MS.
+      await this.#pause.sleep(
+        again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs),
+        passStartedAt + Math.min(WOKEN_PASS_GAP_MS, this.options.pollIntervalMs) - performance.now(),
+      );
     }
   }
 

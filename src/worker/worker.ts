@@ -118,12 +118,17 @@ export class Worker extends Daemon {
     return this.#slotMs;
   }
 
-  /**
-   * Looks for scheduled task instances now instead of at the next poll, and for signals stopping
-   * running ones (standalone calls it when its scheduler or triggerer made work).
-   */
+  /** Looks for scheduled task instances now instead of at the next poll (standalone calls it when its scheduler or triggerer made work). */
   wake(): void {
     this.#pause.wake();
+  }
+
+  /**
+   * Looks for signals stopping running tries now instead of at the next heartbeat (standalone
+   * calls it when its scheduler acted on signals; the triggerer's events never stop a try, and
+   * looking at each of them was a query per finished trigger while tasks ran).
+   */
+  lookForStopRequests(): void {
     this.#checkStopRequests();
   }
 
