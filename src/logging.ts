@@ -1,8 +1,11 @@
 import pino, { type Logger } from 'pino';
-import pretty from 'pino-pretty';
+import type PinoPretty from 'pino-pretty';
+import { lazyPackage } from './lazy-package.ts';
 import type { LogFormat, LogLevel } from './config/common-options.ts';
 
 export type { Logger } from 'pino';
+
+const pretty = lazyPackage<typeof PinoPretty>('pino-pretty');
 
 /**
  * pino to stdout (or stderr with `stderr: true`, when stdout shows something else). Writes are synchronous so nothing is lost when the process exits right after
@@ -13,7 +16,7 @@ export function createLogger(options: { level: LogLevel; format: LogFormat; name
   const fd = options.stderr ? 2 : 1;
   if (options.format === 'pretty') {
     const stream = options.stderr ? process.stderr : process.stdout;
-    return pino(base, pretty({ colorize: stream.isTTY ?? false, sync: true, translateTime: 'SYS:HH:MM:ss.l', destination: fd }));
+    return pino(base, pretty()({ colorize: stream.isTTY ?? false, sync: true, translateTime: 'SYS:HH:MM:ss.l', destination: fd }));
   }
   return pino(base, pino.destination({ dest: fd, sync: true }));
 }

@@ -1,8 +1,9 @@
 // Rules of the code's shape that review alone would let slip.
+import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { REPO_ROOT } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT } from './support/processes.ts';
 
 const sources = (dir: string) =>
   readdirSync(path.join(REPO_ROOT, dir), { recursive: true, encoding: 'utf8' })
@@ -52,6 +53,18 @@ describe('the code', () => {
         .map((target) => `${file} imports ${target}`),
     );
     expect(reaching).toEqual([]);
+  });
+});
+
+describe('the built package', () => {
+  it('loads the database drivers, metrics, pretty logs and cron parsing when they are used, not when its API is imported (every task runner imports it)', () => {
+    const script = `import { createRequire } from 'node:module';
+await import(${JSON.stringify(PACKAGE_ENTRY)});
+await import(${JSON.stringify(PACKAGE_TRIGGERS)});
+const cache = Object.keys(createRequire(import.meta.url).cache);
+console.log(JSON.stringify(['pg', 'better-sqlite3', 'prom-client', 'pino-pretty', 'cron-parser'].filter((name) => cache.some((file) => file.includes('/node_modules/' + name + '/')))));`;
+    const loaded = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: REPO_ROOT, encoding: 'utf8' })) as string[];
+    expect(loaded).toEqual([]);
   });
 });
 

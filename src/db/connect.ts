@@ -1,4 +1,4 @@
-import BetterSqlite3 from 'better-sqlite3';
+import type BetterSqlite3 from 'better-sqlite3';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
   CompiledQuery,
@@ -12,7 +12,11 @@ import {
   type DialectAdapter as KyselyAdapter,
   type Driver,
 } from 'kysely';
-import pg from 'pg';
+import type pg from 'pg';
+import { lazyPackage } from '../lazy-package.ts';
+
+const sqliteDriver = lazyPackage<typeof BetterSqlite3>('better-sqlite3');
+const pgDriver = lazyPackage<typeof pg>('pg');
 import { existsSync } from 'node:fs';
 import { DatabaseNotMigratedError } from '../errors.ts';
 import { parseDatabaseUrl, redactDatabaseUrl, type DatabaseTarget } from './database-url.ts';
@@ -73,7 +77,7 @@ const SQLITE_BUSY_TIMEOUT_MS = 5000;
 function openSqlite(file: string): BetterSqlite3.Database {
   // busy_timeout: another process (a worker, a second triggerer) may hold the write lock
   // for a short transaction; wait for it instead of failing.
-  const sqlite = new BetterSqlite3(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
+  const sqlite = new (sqliteDriver())(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
   sqlite.pragma('journal_mode = WAL');
   sqlite.pragma('synchronous = NORMAL');
   sqlite.pragma('foreign_keys = ON');
@@ -112,7 +116,7 @@ const PG_JSON = 114;
 const PG_JSONB = 3802;
 
 function openPostgresPool(connectionString: string, max: number): pg.Pool {
-  const pool = new pg.Pool({
+  const pool = new (pgDriver().Pool)({
     connectionString,
     max,
     types: {
@@ -121,7 +125,7 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
         if (oid === PG_INT8) return (value: string) => Number(value);
         // JSON columns are read as text on both dialects.
         if (oid === PG_JSON || oid === PG_JSONB) return (value: string) => value;
-        return pg.types.getTypeParser(oid, format as 'text');
+        return pgDriver().types.getTypeParser(oid, format as 'text');
       }) as typeof pg.types.getTypeParser,
     },
   });

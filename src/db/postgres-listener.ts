@@ -1,4 +1,7 @@
-import pg from 'pg';
+import type pg from 'pg';
+import { lazyPackage } from '../lazy-package.ts';
+
+const pgDriver = lazyPackage<typeof pg>('pg');
 import { DatabaseError, InvalidOptionError } from '../errors.ts';
 
 export interface PostgresListenerEvents {
@@ -71,7 +74,7 @@ export class PostgresListener {
 
   async #connect(): Promise<void> {
     if (this.#closed) return;
-    const client = new pg.Client({ connectionString: this.#url, application_name: this.#applicationName });
+    const client = new (pgDriver().Client)({ connectionString: this.#url, application_name: this.#applicationName });
     this.#client = client;
     let failed = false;
     const fail = (error: unknown) => {

@@ -1,4 +1,7 @@
-import { CronExpressionParser } from 'cron-parser';
+import type { CronExpressionParser } from 'cron-parser';
+import { lazyPackage } from '../lazy-package.ts';
+
+const cronParser = lazyPackage<{ CronExpressionParser: typeof CronExpressionParser }>('cron-parser');
 import { DateTime, Duration, IANAZone } from 'luxon';
 import type { JsonObject } from '../serialization/json.ts';
 
@@ -55,7 +58,7 @@ export function cronProblem(cron: string, timezone: string): string | null {
   if (expression.trim().split(/\s+/).length !== 5)
     return `cron expression ${JSON.stringify(cron)} must have five fields (minute hour day month weekday) or be one of ${Object.keys(PRESETS).join(', ')}`;
   try {
-    CronExpressionParser.parse(expression, { tz: timezone, strict: false });
+    cronParser().CronExpressionParser.parse(expression, { tz: timezone, strict: false });
     return null;
   } catch (error) {
     return `cron expression ${JSON.stringify(cron)} is invalid: ${(error as Error).message}`;
@@ -126,7 +129,7 @@ function latestCompletedStart(window: ScheduleWindow, now: number): number | nul
 }
 
 function expression(schedule: Extract<Schedule, { kind: 'cron' }>, currentDate: number) {
-  return CronExpressionParser.parse(PRESETS[schedule.cron] ?? schedule.cron, { currentDate: new Date(currentDate), tz: schedule.timezone });
+  return cronParser().CronExpressionParser.parse(PRESETS[schedule.cron] ?? schedule.cron, { currentDate: new Date(currentDate), tz: schedule.timezone });
 }
 
 /** The first fire time strictly after `moment`. */

@@ -1,4 +1,8 @@
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type * as PromClient from 'prom-client';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { lazyPackage } from '../lazy-package.ts';
+
+const prom = lazyPackage<typeof PromClient>('prom-client');
 import type { WaitingWorkCounts } from '../storage/count-waiting-work.ts';
 
 /**
@@ -12,7 +16,7 @@ import type { WaitingWorkCounts } from '../storage/count-waiting-work.ts';
  * histogram is a few arithmetic operations; gauges that describe a state are read when scraped.
  */
 export class Metrics {
-  readonly registry = new Registry();
+  readonly registry: Registry = new (prom().Registry)();
   #triggerer: TriggererMetrics | null = null;
   #worker: WorkerMetrics | null = null;
   #scheduler: SchedulerMetrics | null = null;
@@ -54,7 +58,7 @@ export class Metrics {
   collectProcessMetrics(): void {
     if (this.#processMetrics) return;
     this.#processMetrics = true;
-    collectDefaultMetrics({ register: this.registry });
+    prom().collectDefaultMetrics({ register: this.registry });
   }
 
   /** The Prometheus text exposition of every metric registered. */
@@ -91,7 +95,7 @@ export class TriggererMetrics {
 
   constructor(registry: Registry) {
     const sources = () => this.#sources;
-    this.running = new Gauge({
+    this.running = new (prom().Gauge)({
       name: 'deferflow_triggers_running',
       help: 'Triggers running on this triggerer',
       registers: [registry],
@@ -100,7 +104,7 @@ export class TriggererMetrics {
         if (from) this.set(from.running());
       },
     });
-    this.capacityLeft = new Gauge({
+    this.capacityLeft = new (prom().Gauge)({
       name: 'deferflow_triggerer_capacity_left',
       help: 'Triggers this triggerer may still claim (capacity minus triggers held)',
       registers: [registry],
@@ -109,47 +113,47 @@ export class TriggererMetrics {
         if (from) this.set(Math.max(0, from.capacity - from.held()));
       },
     });
-    this.blockedMainThread = new Counter({
+    this.blockedMainThread = new (prom().Counter)({
       name: 'deferflow_triggers_blocked_main_thread_total',
       help: "Trigger steps that held the event loop longer than the triggerer's block threshold",
       labelNames: ['classpath'],
       registers: [registry],
     });
-    this.blockedMainThreadSeconds = new Counter({
+    this.blockedMainThreadSeconds = new (prom().Counter)({
       name: 'deferflow_triggers_blocked_main_thread_seconds_total',
       help: 'Seconds the event loop was held by trigger steps past the block threshold',
       labelNames: ['classpath'],
       registers: [registry],
     });
-    this.failed = new Counter({
+    this.failed = new (prom().Counter)({
       name: 'deferflow_triggers_failed_total',
       help: 'Triggers that failed (threw, ended without an event, could not be built); their task instances resume at the failure method',
       labelNames: ['classpath'],
       registers: [registry],
     });
-    this.succeeded = new Counter({
+    this.succeeded = new (prom().Counter)({
       name: 'deferflow_triggers_succeeded_total',
       help: 'Triggers that yielded their event',
       labelNames: ['classpath'],
       registers: [registry],
     });
-    this.timedOut = new Counter({
+    this.timedOut = new (prom().Counter)({
       name: 'deferflow_triggers_timed_out_total',
       help: 'Deferred task instances failed because their deferral timeout passed',
       registers: [registry],
     });
-    this.eventsWritten = new Counter({
+    this.eventsWritten = new (prom().Counter)({
       name: 'deferflow_trigger_events_written_total',
       help: 'Trigger events whose task instances were moved in a committed transaction',
       registers: [registry],
     });
-    this.eventCommitLatency = new Histogram({
+    this.eventCommitLatency = new (prom().Histogram)({
       name: 'deferflow_trigger_event_commit_latency_seconds',
       help: 'From a trigger yielding its event to the commit that moved its task instances',
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers: [registry],
     });
-    this.claimBatchSize = new Histogram({
+    this.claimBatchSize = new (prom().Histogram)({
       name: 'deferflow_triggerer_claim_batch_size',
       help: 'Triggers claimed by one triggerer pass that claimed any',
       buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000],
@@ -184,7 +188,7 @@ export class WorkerMetrics {
 
   constructor(registry: Registry) {
     const sources = () => this.#sources;
-    this.openSlots = new Gauge({
+    this.openSlots = new (prom().Gauge)({
       name: 'deferflow_executor_open_slots',
       help: 'Free slots of this worker (its concurrency minus task instances running)',
       registers: [registry],
@@ -193,7 +197,7 @@ export class WorkerMetrics {
         if (from) this.set(Math.max(0, from.slots - from.running()));
       },
     });
-    this.runningTasks = new Gauge({
+    this.runningTasks = new (prom().Gauge)({
       name: 'deferflow_executor_running_tasks',
       help: 'Task instances this worker runs now',
       registers: [registry],
@@ -202,13 +206,13 @@ export class WorkerMetrics {
         if (from) this.set(from.running());
       },
     });
-    this.outcomes = new Counter({
+    this.outcomes = new (prom().Counter)({
       name: 'deferflow_ti_finish_total',
       help: 'Tries (or their runs, for deferred) that ended on this worker, by the state they left the task instance in',
       labelNames: ['state', 'operator'],
       registers: [registry],
     });
-    this.duration = new Histogram({
+    this.duration = new (prom().Histogram)({
       name: 'deferflow_task_duration_seconds',
       help: 'How long task code ran on this worker, from the start of a run of a try to its outcome',
       labelNames: ['operator'],
@@ -229,13 +233,13 @@ export class SchedulerMetrics {
   readonly dagRunsFinished: Counter<'state'>;
 
   constructor(registry: Registry) {
-    this.passDuration = new Histogram({
+    this.passDuration = new (prom().Histogram)({
       name: 'deferflow_scheduler_loop_duration_seconds',
       help: 'How long one scheduler pass took',
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [registry],
     });
-    this.dagRunsFinished = new Counter({
+    this.dagRunsFinished = new (prom().Counter)({
       name: 'deferflow_dag_runs_finished_total',
       help: 'DAG runs this scheduler finished, by final state',
       labelNames: ['state'],
@@ -255,7 +259,7 @@ export class JobMetrics {
 
   constructor(registry: Registry) {
     const sources = this.#sources;
-    new Gauge({
+    new (prom().Gauge)({
       name: 'deferflow_job_heartbeat_age_seconds',
       help: "Seconds since this process's job last wrote its heartbeat (peers judge it dead past their threshold)",
       labelNames: ['job_type'],
@@ -290,7 +294,7 @@ class DatabaseGauges {
     private readonly minIntervalMs: number,
   ) {
     const counts = () => this.#current();
-    new Gauge({
+    new (prom().Gauge)({
       name: 'deferflow_task_instances_deferred',
       help: 'Task instances deferred now, counted in the database (every triggerer and DAG)',
       registers: [registry],
@@ -299,7 +303,7 @@ class DatabaseGauges {
         if (last) this.set(last.deferredTaskInstances);
       },
     });
-    new Gauge({
+    new (prom().Gauge)({
       name: 'deferflow_dag_runs',
       help: 'Unfinished DAG runs by state, counted in the database',
       labelNames: ['state'],

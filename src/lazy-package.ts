@@ -1,0 +1,18 @@
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+
+/**
+ * A package loaded when first used rather than when a module naming it is imported. Every
+ * deferflow process imports the whole public API (a task runner too, for its DAG files), but
+ * most need only some of these: a runner no database driver, metrics or pretty logs; a SQLite
+ * process no pg. Loading pg, better-sqlite3, prom-client, pino-pretty and cron-parser up front
+ * was about 130 ms of every process start (a task runner's 430 ms, a CLI command's).
+ */
+export function lazyPackage<T>(name: string): () => T {
+  let loaded: T | undefined;
+  return () => {
+    loaded ??= require(name) as T;
+    return loaded;
+  };
+}
