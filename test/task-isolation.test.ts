@@ -236,6 +236,40 @@ describe('runner processes on sqlite', () => {
     await scheduler.exit;
   }, 60_000);
 
+  it("starts tasks with their DAG file's settings as they are now: an edit is seen by tasks starting a couple of seconds after it", async () => {
+    const db = await scratch.database('sqlite');
+    // flaky runs after first, whose loading told the worker the settings of every task of the DAG.
+    const source = (retries: number) => `class First extends BaseOperator { execute() { return 'ok'; } }
+class Flaky extends BaseOperator { execute() { throw new Error('flaky failed'); } }
+const first = new First({ taskId: 'first' });
+const flaky = new Flaky({ taskId: 'flaky', retries: ${retries}, retryDelay: 3600 });
+first.before(flaky);
+export const dag = new Dag({ dagId: 'edited' }).add(first, flaky);
+`;
+    const dags = await withDag(db, 'edited', source(0));
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], RUNNER_PROCESSES);
+    await scheduler.waitForJob(20_000);
+    await worker.waitForJob(20_000);
+    const flakyState = async (runId: string) =>
+      (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', runId).where('task_id', '=', 'flaky').executeTakeFirst())?.state;
+    const before = await triggerDagRun(db, 'edited');
+    await waitFor(async () => (await flakyState(before)) === 'failed', { what: 'flaky failed without retries', timeoutMs: 30_000 });
+
+    const file = path.join(dags, 'edited.mjs');
+    writeFileSync(file, readFileSync(file, 'utf8').replace('retries: 0', 'retries: 1'));
+    await processDagFolder(db, dags);
+    // What the worker and its runners know of a DAG file is looked at again once a second.
+    const editedAt = Date.now();
+    await waitFor(async () => Date.now() - editedAt > 2_100, { what: 'two seconds after the edit' });
+    const after = await triggerDagRun(db, 'edited', { runId: 'after_the_edit' });
+    await waitFor(async () => (await flakyState(after)) === 'up_for_retry', { what: 'flaky up for retry, as the edit allows', timeoutMs: 30_000 });
+    worker.kill('SIGTERM');
+    scheduler.kill('SIGTERM');
+    expect((await worker.exit).code).toBe(0);
+    await scheduler.exit;
+  }, 60_000);
+
   it('are replaced after --runner-max-tasks tasks, and none is left once the worker stops', async () => {
     const db = await scratch.database('sqlite');
     const dags = await withDag(

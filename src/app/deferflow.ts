@@ -160,6 +160,8 @@ export class Deferflow {
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new LifecycleError('deferflow', this.#state);
     this.#state = 'running';
+    // Its first runner process boots meanwhile (bench:runtime: the first task no longer waits for it).
+    this.worker?.prewarm();
     if (this.options.http) {
       // First: a port that cannot be had fails the start before any job row is written.
       const daemons = [this.triggerer, this.scheduler, this.worker].filter((daemon) => daemon !== null);

@@ -83,8 +83,7 @@ async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<UserModule>
   // (compiling one costs milliseconds), and a worker re-checks a file's mtime at most every maxAgeMs.
   const cached = imported.get(fileloc);
   if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.module;
-  // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
-  const version = String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+  const version = await dagFileVersion(fileloc);
   const module = cached?.version === version ? cached.module : await importUserModule(fileloc, version);
   imported.set(fileloc, { version, module, checkedAt: performance.now() });
   return module;
@@ -92,8 +91,19 @@ async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<UserModule>
 
 const imported = new Map<string, { version: string; module: UserModule; checkedAt: number }>();
 
+/** A DAG file's version as this process sees it now: its mtime, in whole microseconds. */
+export async function dagFileVersion(fileloc: string): Promise<string> {
+  // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
+  return String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+}
+
+/** The version of `fileloc` this process last loaded (see loadDagFromFile), if it has. */
+export function loadedDagFileVersion(fileloc: string): string | undefined {
+  return imported.get(fileloc)?.version;
+}
+
 /** How stale a worker's view of a DAG file may be: an edit is picked up by tasks starting this long after it. */
-const WORKER_RECHECK_MS = 1_000;
+export const WORKER_RECHECK_MS = 1_000;
 
 /** The DAG `dagId` as defined in `fileloc` now (as of at most a second ago), validated; throws, naming both, when it is not there. */
 export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {

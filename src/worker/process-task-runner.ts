@@ -10,6 +10,7 @@ import type { SmartSensors } from '../sensors/base-sensor.ts';
 import type { TaskServices } from './dag-file-resolver.ts';
 import { fromWireError, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
 import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
+import { RunSettingsCache, type RunSettings } from './run-settings-cache.ts';
 import type { TryLoggers } from './task-log-writer.ts';
 
 export interface ProcessTaskRunnerOptions {
@@ -188,7 +189,9 @@ export class ProcessTaskRunner implements TaskRunner {
   readonly #all = new Set<RunnerProcess>();
   /** Spawned, not ready yet. */
   readonly #starting = new Set<RunnerProcess>();
-  /** Tasks waiting for a runner, oldest first. */
+  /** What runners said of the tasks of each DAG file: most tasks start without asking one. */
+  readonly #settings = new RunSettingsCache();
+  /** Tasks waiting for a runner: started tasks' runs first, then tasks to prepare, oldest first. */
   readonly #waiters: { resolve(runner: RunnerProcess): void; reject(error: unknown): void; label: string; since: number }[] = [];
   /** How long a runner takes to start, smoothed over the starts seen (ms). */
   #startMs = FIRST_START_ESTIMATE_MS;
@@ -205,7 +208,14 @@ export class ProcessTaskRunner implements TaskRunner {
     private readonly log: Logger,
   ) {}
 
+  /**
+   * A task whose DAG file's settings the worker knows (RunSettingsCache) is ready at once: its
+   * run is the one round trip to a runner. Otherwise a runner loads it first, and says the
+   * settings of every task of its DAG.
+   */
   async prepare(claimed: ClaimedTaskInstance): Promise<PreparedTask> {
+    const known = await this.#settings.lookup(claimed);
+    if (known) return this.#prepared(known, undefined);
     const label = `${claimed.dagId}.${claimed.taskId} (task instance ${claimed.id})`;
     const runner = await this.#acquire(label);
     let answer: FromRunner;
@@ -214,37 +224,45 @@ export class ProcessTaskRunner implements TaskRunner {
     } catch (crash) {
       throw new TaskCrashedError(`loading ${label}`, (crash as Error).message);
     }
-    if (answer.type !== 'prepared') {
-      this.#offer(runner);
-      if (answer.type === 'prepare-failed') throw fromWireError(answer.error);
-      throw new TaskCrashedError(`loading ${label}`, `its runner answered ${answer.type} to prepare`);
-    }
-    // The runner goes back to the pool as soon as its run has ended (the worker then records the
-    // outcome without holding it: with short tasks that write is most of a try), or when the
-    // worker lets go of a try it never ran. After an abort the worker moves on at once, and the
-    // runner comes back once it has ended (or been killed).
-    let offered = false;
-    const offer = () => {
-      if (offered) return;
-      offered = true;
-      this.#offer(runner);
-    };
-    let ran = false;
+    // The runner goes back to the pool now, while the worker records the start (with short tasks
+    // that write is a third of a try: held through it, one runner served 8 slots one task after
+    // another), and again as soon as the run has ended (the worker then records the outcome
+    // without holding it).
+    this.#offer(runner);
+    if (answer.type === 'prepare-failed') throw fromWireError(answer.error);
+    if (answer.type !== 'prepared') throw new TaskCrashedError(`loading ${label}`, `its runner answered ${answer.type} to prepare`);
+    this.#settings.store(claimed, answer.version, answer.dagTasks);
+    return this.#prepared(answer, runner);
+  }
+
+  /**
+   * A task ready to run: its run takes `loadedBy` again if it is free (it has the task loaded),
+   * else whichever runner is free first, which loads it. After an abort the worker moves on at
+   * once, and the runner comes back once it has ended (or been killed).
+   */
+  #prepared(settings: RunSettings, loadedBy: RunnerProcess | undefined): PreparedTask {
     let running: Promise<unknown> = Promise.resolve();
     return {
-      retry: answer.retry,
-      executionTimeoutMs: answer.executionTimeoutMs,
-      run: (taskLabel, claimedAgain, started, tryLog, signal) => {
-        ran = true;
-        const run = this.#run(runner, taskLabel, claimedAgain, started, tryLog, signal).finally(offer);
+      retry: settings.retry,
+      executionTimeoutMs: settings.executionTimeoutMs,
+      run: (taskLabel, claimed, started, tryLog, signal) => {
+        const run = this.#acquire(taskLabel, { loadedBy, signal }).then(
+          (runs) => {
+            if (signal.aborted) {
+              // Timed out or stopped while it waited for a runner: its code never starts.
+              this.#offer(runs);
+              return { kind: 'failed', error: signal.reason, retryable: true } satisfies TaskResult;
+            }
+            return this.#run(runs, taskLabel, claimed, started, tryLog, signal).finally(() => this.#offer(runs));
+          },
+          (error: unknown): TaskResult => ({ kind: 'failed', error, retryable: true }),
+        );
         running = run;
         return run;
       },
       // The run ends (its result, or its runner's death: killed at the grace) within the grace.
       stopped: async () => void (await running),
-      release: () => {
-        if (!ran) offer(); // never run (its start was refused): nothing to wait for
-      },
+      release: () => {},
     };
   }
 
@@ -307,6 +325,7 @@ export class ProcessTaskRunner implements TaskRunner {
    * runners beyond it.
    */
   start(): void {
+    if (this.#retireTimer !== undefined || this.#closed) return; // started already (prewarmed)
     for (let i = 0; i < KEEP_IDLE; i++) this.#spawn();
     this.#retireTimer = setInterval(() => this.#retireIdle(), IDLE_CHECK_MS);
     this.#retireTimer.unref();
@@ -317,15 +336,42 @@ export class ProcessTaskRunner implements TaskRunner {
    * one a finished task gives back (a burst of short tasks keeps the warm runners busy rather
    * than waiting for new processes to start). New runners start while slots are left.
    */
-  #acquire(label: string): Promise<RunnerProcess> {
-    const idle = this.#popIdle();
+  #acquire(label: string, run?: { readonly loadedBy: RunnerProcess | undefined; readonly signal: AbortSignal }): Promise<RunnerProcess> {
+    const signal = run?.signal;
+    const idle = this.#takeIdle(run?.loadedBy) ?? this.#popIdle();
     if (idle) return Promise.resolve(idle);
     return new Promise((resolve, reject) => {
-      this.#waiters.push({ resolve, reject, label, since: performance.now() });
+      const waiter = {
+        resolve: (runner: RunnerProcess) => {
+          signal?.removeEventListener('abort', giveUp);
+          resolve(runner);
+        },
+        reject,
+        label,
+        since: performance.now(),
+      };
+      // A started task's run that times out or is stopped meanwhile stops waiting.
+      const giveUp = () => {
+        const at = this.#waiters.indexOf(waiter);
+        if (at >= 0) this.#waiters.splice(at, 1);
+        reject(signal!.reason);
+      };
+      signal?.addEventListener('abort', giveUp, { once: true });
+      // A started task's run goes before the tasks still to be prepared: it is further along.
+      if (run) this.#waiters.unshift(waiter);
+      else this.#waiters.push(waiter);
       // Starting a runner costs most of a second of CPU: a few at a time, so a burst of short
       // tasks is served by the warm runners meanwhile instead of starving them of CPU.
       this.#startForWaiters();
     });
+  }
+
+  /** `runner`, if it is idle and may take a task. */
+  #takeIdle(runner: RunnerProcess | undefined): RunnerProcess | undefined {
+    const at = runner === undefined ? -1 : this.#idle.indexOf(runner);
+    if (at < 0 || !runner!.alive || runner!.retiring) return undefined;
+    this.#idle.splice(at, 1);
+    return runner;
   }
 
   #popIdle(): RunnerProcess | undefined {
@@ -388,7 +434,7 @@ export class ProcessTaskRunner implements TaskRunner {
     clearTimeout(this.#startCheck);
     this.#startCheck = undefined;
     if (this.#closed || this.#starting.size >= Math.min(this.#waiters.length, MAX_STARTING)) return;
-    const waitedMs = performance.now() - this.#waiters[0]!.since;
+    const waitedMs = performance.now() - Math.min(...this.#waiters.map((waiter) => waiter.since));
     if (this.#all.size === 0 || waitedMs >= this.#startMs) {
       this.#spawn();
       return;

@@ -1,4 +1,5 @@
 import type { RetryPolicy } from '../model/retry-policy.ts';
+import type { DagRunSettings } from './run-settings-cache.ts';
 import type { ClaimedTaskInstance, StartedTaskInstance } from '../storage/index.ts';
 import type { TaskResult } from './task-runner.ts';
 import type { TASK_SERVICE_NAMES } from './dag-file-resolver.ts';
@@ -9,7 +10,10 @@ import type { TASK_SERVICE_NAMES } from './dag-file-resolver.ts';
  *
  *   runner → worker: ready (started and warm)
  *   worker → runner: prepare (load the DAG file and task) → runner: prepared | prepare-failed
+ *                    (only for a task whose DAG file the worker has no settings of: RunSettingsCache)
  *   worker → runner: run (execute or resume)            → runner: log*, call*, result
+ *                    (the worker lets go of the runner between the two while it records the start:
+ *                    a run may come to another runner, which loads the task itself)
  *   worker → runner: abort (timeout, signal, stop)       the runner is killed if it does not end soon
  *   worker → runner: reply (to a call: a database service of the task's context)
  */
@@ -43,7 +47,17 @@ export type WireTaskResult = Exclude<TaskResult, { kind: 'failed' }> | { readonl
 export type FromRunner =
   /** Started, with deferflow and the TypeScript hooks loaded: a task given to it now does not wait for them. */
   | { readonly type: 'ready' }
-  | { readonly type: 'prepared'; readonly retry: RetryPolicy; readonly executionTimeoutMs: number | null }
+  /**
+   * The task's settings, and those of every task of its DAG in the version of the DAG file loaded
+   * (null if unknown): the worker starts them without asking again (see RunSettingsCache).
+   */
+  | {
+      readonly type: 'prepared';
+      readonly retry: RetryPolicy;
+      readonly executionTimeoutMs: number | null;
+      readonly version: string | null;
+      readonly dagTasks: DagRunSettings;
+    }
   | { readonly type: 'prepare-failed'; readonly error: WireError }
   /** A line the task's code logged: pino JSON text, bound to the try. */
   | { readonly type: 'log'; readonly text: string }

@@ -4,14 +4,16 @@
  * what a task's context reads or writes is asked of the worker (a `call`), which holds the
  * connections. When the channel closes (the worker stopped or died) the runner exits.
  */
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import type { Dag } from '../dags/dag.ts';
 import { taskSettings } from '../dags/task-settings.ts';
+import { loadedDagFileVersion } from '../dags/loader.ts';
+import type { DagRunSettings, RunSettings } from './run-settings-cache.ts';
 import type { AnyOperator } from '../operators/base-operator.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
 import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './dag-file-resolver.ts';
 import { fromWireError, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
-import { runToResult } from './task-runner.ts';
+import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 
 // Nothing to tell once the worker has let go (it stopped, or retired this runner while it was
@@ -21,7 +23,8 @@ const send = (message: FromRunner) => {
 };
 const smartSensors = JSON.parse(process.env.DEFERFLOW_RUNNER_SMART_SENSORS ?? 'null') as SmartSensors | null;
 
-let task: { dag: Dag; operator: AnyOperator } | null = null;
+/** The task last loaded, and the task instance it was loaded for. */
+let task: { dag: Dag; operator: AnyOperator; taskInstanceId: number } | null = null;
 let running: AbortController | null = null;
 const calls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 let nextCall = 0;
@@ -43,9 +46,15 @@ async function handle(message: ToRunner): Promise<void> {
   switch (message.type) {
     case 'prepare': {
       try {
-        task = await loadClaimedTask(message.claimed);
+        task = { ...(await loadClaimedTask(message.claimed)), taskInstanceId: message.claimed.id };
         const settings = taskSettings(task.dag, task.operator);
-        send({ type: 'prepared', retry: settings.retry, executionTimeoutMs: settings.executionTimeoutMs });
+        send({
+          type: 'prepared',
+          retry: settings.retry,
+          executionTimeoutMs: settings.executionTimeoutMs,
+          version: loadedDagFileVersion(message.claimed.fileloc!) ?? null,
+          dagTasks: runSettingsOf(task.dag),
+        });
       } catch (error) {
         task = null;
         send({ type: 'prepare-failed', error: toWireError(error) });
@@ -53,16 +62,25 @@ async function handle(message: ToRunner): Promise<void> {
       return;
     }
     case 'run': {
-      const loaded = task!;
       const abort = new AbortController();
       running = abort;
-      const taskLog = pino({ level: message.log.level, base: null }, { write: (text: string) => send({ type: 'log', text }) }).child(message.log.bindings);
-      const result = await runToResult(
-        message.label,
-        loaded.operator,
-        () => runtimeContext(loaded, message.claimed, message.started, taskLog, abort.signal, services, smartSensors ?? undefined),
-        message.started,
-      );
+      const taskLog = taskLoggerAt(message.log.level).child(message.log.bindings);
+      let result: TaskResult;
+      try {
+        // Another runner may have prepared it (the worker lets go of a runner while it records the
+        // start): the task is loaded here too, from this runner's copy of the DAG file if it has one.
+        if (task?.taskInstanceId !== message.claimed.id) task = { ...(await loadClaimedTask(message.claimed)), taskInstanceId: message.claimed.id };
+        const loaded = task;
+        result = await runToResult(
+          message.label,
+          loaded.operator,
+          () => runtimeContext(loaded, message.claimed, message.started, taskLog, abort.signal, services, smartSensors ?? undefined),
+          message.started,
+        );
+      } catch (error) {
+        // The DAG file changed or broke since another runner loaded it.
+        result = { kind: 'failed', error, retryable: true };
+      }
       running = null;
       const wire: WireTaskResult = result.kind === 'failed' ? { kind: 'failed', error: toWireError(result.error), retryable: result.retryable } : result;
       send({ type: 'result', result: wire, rss: process.memoryUsage.rss() });
@@ -79,6 +97,32 @@ async function handle(message: ToRunner): Promise<void> {
       return;
     }
   }
+}
+
+/**
+ * The logger a task's lines go to the worker through, one per level: making a pino logger costs
+ * a fifth of a millisecond, as much as the rest of a short task's run here; a child, little.
+ */
+const taskLoggers = new Map<string, Logger>();
+function taskLoggerAt(level: string): Logger {
+  let logger = taskLoggers.get(level);
+  if (!logger) {
+    logger = pino({ level, base: null }, { write: (text: string) => send({ type: 'log', text }) });
+    taskLoggers.set(level, logger);
+  }
+  return logger;
+}
+
+/** The run settings of every task of `dag` whose settings are valid (the others are prepared one by one, and fail there). */
+function runSettingsOf(dag: Dag): DagRunSettings {
+  const tasks = new Map<string, RunSettings>();
+  for (const operator of dag.tasks) {
+    try {
+      const { retry, executionTimeoutMs } = taskSettings(dag, operator);
+      tasks.set(operator.taskId, { retry, executionTimeoutMs });
+    } catch {}
+  }
+  return tasks;
 }
 
 process.on('message', (message: ToRunner) => void handle(message));

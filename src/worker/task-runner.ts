@@ -47,9 +47,9 @@ export interface PreparedTask {
 export interface TaskRunner {
   /** Loads the task of a claimed task instance; rejects, naming the task, when it cannot. */
   prepare(claimed: ClaimedTaskInstance): Promise<PreparedTask>;
-  /** The worker started: runners that should be ready before the first task may start now. */
+  /** The worker is starting: runners that should be ready before the first task may start now (called again once it runs). */
   start?(): void;
-  /** The worker stopped: end every runner. */
+  /** The worker stopped: end every runner (called again if it was already). */
   close(): Promise<void>;
 }
 
