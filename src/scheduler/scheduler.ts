@@ -3,7 +3,8 @@ import type { Database } from '../db/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../db/schema.ts';
 import { describeThrown, errorFields, TaskInstanceStateError } from '../errors.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_GAP_MS } from '../jobs/daemon.ts';
+import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_PACING } from '../jobs/daemon.ts';
+import { PassPacer } from '../time/pass-pacer.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 import { signalRunId, Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
@@ -55,6 +56,8 @@ export interface SchedulerOptions {
 export class Scheduler extends Daemon {
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
+  /** Paces the passes wake-ups start (one per finished task): see WOKEN_PASS_PACING. */
+  readonly #pacer = new PassPacer(WOKEN_PASS_PACING);
   /** Per DAG: when to look for due scheduled runs again (null: never, until its JSON changes). */
   readonly #nextScheduleCheck = new Map<string, { hash: string; at: number | null }>();
   /** Unfinished runs whose DAG is not among the serialized DAGs, already warned about. */
@@ -114,7 +117,7 @@ export class Scheduler extends Daemon {
 
   async #passes(): Promise<void> {
     while (this.isRunning) {
-      const passStartedAt = performance.now();
+      this.#pacer.passStarted();
       const endTimer = this.metrics.scheduler().passDuration.startTimer();
       try {
         await this.pass();
@@ -123,8 +126,8 @@ export class Scheduler extends Daemon {
         this.log.error(errorFields(error, 'DF_DATABASE'), 'scheduler pass failed; retrying next pass');
       }
       // However often it is woken (each finished task pushes a wake-up), a pass reads every run
-      // under way: bursts of wake-ups share one pass every WOKEN_PASS_GAP_MS.
-      await this.#pause.sleep(await this.#pauseAfterPass(), passStartedAt + Math.min(WOKEN_PASS_GAP_MS, this.options.pollIntervalMs) - performance.now());
+      // under way: a storm of wake-ups shares a pass every WOKEN_PASS_PACING.gapMs.
+      await this.#pause.sleep(await this.#pauseAfterPass(), this.#pacer.floorMs());
     }
   }
 

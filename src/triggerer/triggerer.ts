@@ -8,7 +8,8 @@ import { SignalHttpServer } from '../signals/signal-http.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage, type TriggerRow } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_GAP_MS } from '../jobs/daemon.ts';
+import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_PACING } from '../jobs/daemon.ts';
+import { PassPacer } from '../time/pass-pacer.ts';
 import type { JobRow } from '../jobs/job-row.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
@@ -51,6 +52,8 @@ export class Triggerer extends Daemon {
   #signalHttp: SignalHttpServer | null = null;
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
+  /** Paces the passes wake-ups start (one per deferral): see WOKEN_PASS_PACING. */
+  readonly #pacer = new PassPacer(WOKEN_PASS_PACING);
   #sweepTimer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
   /** When the next timeout sweep is due (epoch ms). */
@@ -248,7 +251,7 @@ export class Triggerer extends Daemon {
 
   async #runPasses(): Promise<void> {
     while (this.isRunning) {
-      const passStartedAt = performance.now();
+      this.#pacer.passStarted();
       let again = false;
       try {
         again = await this.#pass();
@@ -257,12 +260,9 @@ export class Triggerer extends Daemon {
       }
       this.#runner.markLoopEdge();
       if (!this.isRunning) break;
-      // A full claim goes on at once; otherwise a burst of wake-ups (one per deferral) shares a
-      // pass every WOKEN_PASS_GAP_MS.
-      await this.#pause.sleep(
-        again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs),
-        passStartedAt + Math.min(WOKEN_PASS_GAP_MS, this.options.pollIntervalMs) - performance.now(),
-      );
+      // A full claim goes on at once; otherwise a storm of wake-ups (one per deferral) shares a
+      // pass every WOKEN_PASS_PACING.gapMs.
+      await this.#pause.sleep(again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs), this.#pacer.floorMs());
     }
   }
 
