@@ -7,6 +7,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { WORKER_RECHECK_MS } from '../src/dags/loader.ts';
 import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor, type TestDatabase } from './support/fixtures.ts';
@@ -29,6 +30,27 @@ ${body}`,
   );
   await processDagFolder(db, dags);
   return dags;
+}
+
+/**
+ * A scheduler, and a worker running task code in runner processes with `workerFlags`, both up;
+ * stop() ends them with SIGTERM and checks that both exit 0. Returns the worker's job id too.
+ */
+async function schedulerAndWorker(db: TestDatabase, dags: string, workerFlags: readonly string[] = []) {
+  const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+  const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...workerFlags, ...FAST], RUNNER_PROCESSES);
+  await scheduler.waitForJob(20_000);
+  const workerJobId = await worker.waitForJob(20_000);
+  return {
+    worker,
+    workerJobId,
+    stop: async () => {
+      worker.kill('SIGTERM');
+      scheduler.kill('SIGTERM');
+      expect((await worker.exit).code).toBe(0);
+      expect((await scheduler.exit).code).toBe(0);
+    },
+  };
 }
 
 const states = async (db: TestDatabase) =>
@@ -83,10 +105,7 @@ export const dag = new Dag({ dagId: 'spin' })
   .add(new Steady({ taskId: 'steady' }));
 `,
     );
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], RUNNER_PROCESSES);
-    await scheduler.waitForJob(20_000);
-    const jobId = await worker.waitForJob(20_000);
+    const { worker, workerJobId: jobId, stop } = await schedulerAndWorker(db, dags);
     await triggerDagRun(db, 'spin');
     await waitFor(async () => (await states(db)).spin === 'running', { what: 'the spinning task running', timeoutMs: 20_000 });
 
@@ -117,10 +136,7 @@ export const dag = new Dag({ dagId: 'spin' })
     const spinPid = Number(readFileSync(path.join(dags, 'spin.pid'), 'utf8'));
     await waitFor(() => !alive(spinPid), { what: 'the spinning runner killed', timeoutMs: 5_000 });
     expect(worker.exited).toBeNull();
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    expect((await scheduler.exit).code).toBe(0);
+    await stop();
   }, 90_000);
 
   it('a task that exits, throws outside its promise chain or runs out of memory fails only its own try, saying what happened; the worker carries on', async () => {
@@ -154,10 +170,7 @@ export const dag = new Dag({ dagId: 'crashes' })
 export const after = new Dag({ dagId: 'after' }).add(new Fine({ taskId: 'after' }));
 `,
     );
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-memory', '96', ...FAST], RUNNER_PROCESSES);
-    await scheduler.waitForJob(20_000);
-    await worker.waitForJob(20_000);
+    const { worker, stop } = await schedulerAndWorker(db, dags, ['--runner-max-memory', '96']);
     await triggerDagRun(db, 'crashes');
     await waitFor(
       async () => {
@@ -182,10 +195,7 @@ export const after = new Dag({ dagId: 'after' }).add(new Fine({ taskId: 'after' 
     expect(worker.exited).toBeNull();
     await triggerDagRun(db, 'after');
     await waitFor(async () => (await states(db)).after === 'success', { what: 'a task after the crashes', timeoutMs: 20_000 });
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    expect((await scheduler.exit).code).toBe(0);
+    await stop();
   }, 120_000);
 });
 
@@ -220,20 +230,14 @@ describe('runner processes on sqlite', () => {
       `${NOTE_OPERATOR}export const dag = new Dag({ dagId: 'once' }).add(new Note({ taskId: 'note' }));
 `,
     );
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
     // One slot: one runner at most, so no spare is alive when it retires.
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', '--runner-max-tasks', '1', ...FAST], RUNNER_PROCESSES);
-    await scheduler.waitForJob(20_000);
-    await worker.waitForJob(20_000);
+    const { worker, stop } = await schedulerAndWorker(db, dags, ['--concurrency', '1', '--runner-max-tasks', '1']);
     await triggerDagRun(db, 'once');
     await waitFor(async () => Object.values(await states(db)).includes('success'), { what: 'the task done', timeoutMs: 30_000 });
     const [ranOn] = pidsLogged(dags);
     await waitFor(() => runnersOf(worker.pid!).some((pid) => pid !== ranOn), { what: 'a new runner in place of the retired one', timeoutMs: 10_000 });
     expect(alive(ranOn!)).toBe(false);
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    await scheduler.exit;
+    await stop();
   }, 60_000);
 
   it("starts tasks with their DAG file's settings as they are now: an edit is seen by tasks starting a couple of seconds after it", async () => {
@@ -247,10 +251,7 @@ first.before(flaky);
 export const dag = new Dag({ dagId: 'edited' }).add(first, flaky);
 `;
     const dags = await withDag(db, 'edited', source(0));
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], RUNNER_PROCESSES);
-    await scheduler.waitForJob(20_000);
-    await worker.waitForJob(20_000);
+    const { stop } = await schedulerAndWorker(db, dags);
     const flakyState = async (runId: string) =>
       (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', runId).where('task_id', '=', 'flaky').executeTakeFirst())?.state;
     const before = await triggerDagRun(db, 'edited');
@@ -259,15 +260,13 @@ export const dag = new Dag({ dagId: 'edited' }).add(first, flaky);
     const file = path.join(dags, 'edited.mjs');
     writeFileSync(file, readFileSync(file, 'utf8').replace('retries: 0', 'retries: 1'));
     await processDagFolder(db, dags);
-    // What the worker and its runners know of a DAG file is looked at again once a second.
+    // What the worker and its runners know of a DAG file is looked at again once a second (each
+    // may report what it saw up to a second before): the edit counts for tasks starting after both.
     const editedAt = Date.now();
-    await waitFor(async () => Date.now() - editedAt > 2_100, { what: 'two seconds after the edit' });
+    await waitFor(async () => Date.now() - editedAt > 2 * WORKER_RECHECK_MS + 100, { what: 'two recheck intervals after the edit' });
     const after = await triggerDagRun(db, 'edited', { runId: 'after_the_edit' });
     await waitFor(async () => (await flakyState(after)) === 'up_for_retry', { what: 'flaky up for retry, as the edit allows', timeoutMs: 30_000 });
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    await scheduler.exit;
+    await stop();
   }, 60_000);
 
   it('are replaced after --runner-max-tasks tasks, and none is left once the worker stops', async () => {
@@ -286,10 +285,7 @@ for (let i = 0; i < 6; i++) {
 export { dag };
 `,
     );
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--runner-max-tasks', '2', ...FAST], RUNNER_PROCESSES);
-    await scheduler.waitForJob(20_000);
-    await worker.waitForJob(20_000);
+    const { worker, stop } = await schedulerAndWorker(db, dags, ['--runner-max-tasks', '2']);
     // One runner starts with the worker, so the first task need not wait for one.
     await waitFor(() => runnersOf(worker.pid!).length === 1, { what: 'a runner started with the worker', timeoutMs: 10_000 });
     await triggerDagRun(db, 'recycle');
@@ -305,10 +301,7 @@ export { dag };
     expect(Math.max(...uses.values())).toBeLessThanOrEqual(2);
     expect(uses.size).toBeGreaterThanOrEqual(3);
     expect(pids).not.toContain(worker.pid);
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    await scheduler.exit;
+    await stop();
     for (const pid of uses.keys()) await waitFor(() => !alive(pid), { what: `runner ${pid} gone`, timeoutMs: 5_000 });
   }, 90_000);
 });

@@ -128,8 +128,8 @@ export class Deferflow {
     this.worker = options.worker
       ? new Worker(database, options.worker, taskRunnerOf(database, options.worker, child('worker')), child('worker'), metrics)
       : null;
-    // The scheduler and the triggerer space the passes wake-ups start (WOKEN_PASS_GAP_MS): a burst
-    // of finished tasks is one pass of each.
+    // The scheduler and the triggerer pace the passes wake-ups start (WOKEN_PASS_PACING): a storm
+    // of finished tasks is not a pass each.
     const wakeWorker = () => this.worker?.wake();
     const wakeScheduler = () => this.scheduler?.wake();
     const wakeTriggerer = () => this.triggerer?.wake();

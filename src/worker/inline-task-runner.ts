@@ -17,7 +17,6 @@ export class InlineTaskRunner implements TaskRunner {
       run: (label, claimedAgain, started, tryLog, signal) =>
         runToResult(label, task.operator, () => task.context(claimedAgain, started, tryLog.task, signal), started),
       stopped: async () => {},
-      release: () => {},
     };
   }
 

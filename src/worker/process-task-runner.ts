@@ -262,7 +262,6 @@ export class ProcessTaskRunner implements TaskRunner {
       },
       // The run ends (its result, or its runner's death: killed at the grace) within the grace.
       stopped: async () => void (await running),
-      release: () => {},
     };
   }
 

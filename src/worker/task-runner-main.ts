@@ -11,6 +11,7 @@ import { loadedDagFileVersion } from '../dags/loader.ts';
 import type { DagRunSettings, RunSettings } from './run-settings-cache.ts';
 import type { AnyOperator } from '../operators/base-operator.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
+import type { ClaimedTaskInstance } from '../storage/index.ts';
 import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './dag-file-resolver.ts';
 import { fromWireError, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
 import { runToResult, type TaskResult } from './task-runner.ts';
@@ -24,7 +25,16 @@ const send = (message: FromRunner) => {
 const smartSensors = JSON.parse(process.env.DEFERFLOW_RUNNER_SMART_SENSORS ?? 'null') as SmartSensors | null;
 
 /** The task last loaded, and the task instance it was loaded for. */
-let task: { dag: Dag; operator: AnyOperator; taskInstanceId: number } | null = null;
+let task: LoadedTask | null = null;
+interface LoadedTask {
+  readonly dag: Dag;
+  readonly operator: AnyOperator;
+  readonly taskInstanceId: number;
+}
+
+async function loadTask(claimed: ClaimedTaskInstance): Promise<LoadedTask> {
+  return { ...(await loadClaimedTask(claimed)), taskInstanceId: claimed.id };
+}
 let running: AbortController | null = null;
 const calls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 let nextCall = 0;
@@ -46,7 +56,7 @@ async function handle(message: ToRunner): Promise<void> {
   switch (message.type) {
     case 'prepare': {
       try {
-        task = { ...(await loadClaimedTask(message.claimed)), taskInstanceId: message.claimed.id };
+        task = await loadTask(message.claimed);
         const settings = taskSettings(task.dag, task.operator);
         send({
           type: 'prepared',
@@ -69,7 +79,7 @@ async function handle(message: ToRunner): Promise<void> {
       try {
         // Another runner may have prepared it (the worker lets go of a runner while it records the
         // start): the task is loaded here too, from this runner's copy of the DAG file if it has one.
-        if (task?.taskInstanceId !== message.claimed.id) task = { ...(await loadClaimedTask(message.claimed)), taskInstanceId: message.claimed.id };
+        if (task?.taskInstanceId !== message.claimed.id) task = await loadTask(message.claimed);
         const loaded = task;
         result = await runToResult(
           message.label,

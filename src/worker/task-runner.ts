@@ -35,8 +35,6 @@ export interface PreparedTask {
    * was killed; code on the worker's own loop cannot be stopped, so it resolves at once.
    */
   stopped(): Promise<void>;
-  /** The try is over: its runner may take the next task (or is replaced, if it must be). */
-  release(): void;
 }
 
 /**

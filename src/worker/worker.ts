@@ -294,24 +294,20 @@ export class Worker extends Daemon {
       }
       return;
     }
+    // Like an outcome, a start is kept through an outage: a claimed task instance that could not
+    // be started would otherwise stay queued on this (live) worker until it stops.
+    const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
+      this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
+    );
+    if (!started) return; // cleared or reaped meanwhile
+    const cancel = new AbortController();
+    this.#cancels.set(taskInstance.id, cancel);
     try {
-      // Like an outcome, a start is kept through an outage: a claimed task instance that could not
-      // be started would otherwise stay queued on this (live) worker until it stops.
-      const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
-        this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
-      );
-      if (!started) return; // cleared or reaped meanwhile
-      const cancel = new AbortController();
-      this.#cancels.set(taskInstance.id, cancel);
-      try {
-        await this.#runStarted(taskInstance, label, task, started, cancel);
-      } finally {
-        this.#taskLogs.release(taskInstance.id, started.tryNumber);
-        // Not the next try's (a restart may have started it here already).
-        if (this.#cancels.get(taskInstance.id) === cancel) this.#cancels.delete(taskInstance.id);
-      }
+      await this.#runStarted(taskInstance, label, task, started, cancel);
     } finally {
-      task.release();
+      this.#taskLogs.release(taskInstance.id, started.tryNumber);
+      // Not the next try's (a restart may have started it here already).
+      if (this.#cancels.get(taskInstance.id) === cancel) this.#cancels.delete(taskInstance.id);
     }
   }
 
