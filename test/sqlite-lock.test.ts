@@ -1,6 +1,8 @@
 // SQLite locked by another writer for 10 s while every daemon runs: they wait (busy timeout) and
-// retry, nothing is lost, nothing crashes, and every task instance moves once.
+// retry, nothing is lost, nothing crashes, and every task instance moves once. And the wait for
+// the lock happens on the event loop, not in a synchronous busy handler that freezes it.
 import { writeFileSync } from 'node:fs';
+import { sql } from 'kysely';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
@@ -20,6 +22,33 @@ const LOCK_MS = 10_000;
 const LEAD_MS = 12_000;
 /** The moment comes 2 s into the lock: its event's write waits out the 5 s busy timeout, fails, and is retried. */
 const LOCK_BEFORE_MOMENT_MS = 2_000;
+
+describe('a statement waiting for the SQLite write lock', () => {
+  it('leaves the event loop free meanwhile, and goes through once the other writer lets go', async () => {
+    const db = await scratch.database('sqlite');
+    let ticks = 0;
+    const ticker = setInterval(() => ticks++, 5);
+    try {
+      let settled = false;
+      let write: Promise<unknown> = Promise.resolve();
+      await whileLocked(db, async () => {
+        // Outside a transaction, as the triggerer's claims on SQLite are; the lock is held by
+        // another connection of this very process, so a synchronous wait could never end.
+        write = sql`create table lock_probe (x integer)`.execute(db.db).finally(() => {
+          settled = true;
+        });
+        write.catch(() => {});
+        const ticksBefore = ticks;
+        await waitFor(() => ticks >= ticksBefore + 5, { what: 'timers to run while the statement waits', timeoutMs: 4_000 });
+        expect(settled, 'the statement ended while the lock was still held').toBe(false);
+      });
+      await write;
+      expect(await db.adapter.hasTable(db.db, 'lock_probe')).toBe(true);
+    } finally {
+      clearInterval(ticker);
+    }
+  });
+});
 
 describe('SQLite locked for 10 s with a scheduler, a worker and a triggerer running', () => {
   it('they wait and retry; every run finishes once the lock is gone, each task in its first try, and no process exits', async () => {

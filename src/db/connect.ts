@@ -11,6 +11,7 @@ import {
   type DatabaseIntrospector,
   type DialectAdapter as KyselyAdapter,
   type Driver,
+  type QueryResult,
 } from 'kysely';
 import type pg from 'pg';
 import { lazyPackage } from '../lazy-package.ts';
@@ -81,6 +82,9 @@ function openSqlite(file: string): BetterSqlite3.Database {
   sqlite.pragma('journal_mode = WAL');
   sqlite.pragma('synchronous = NORMAL');
   sqlite.pragma('foreign_keys = ON');
+  // From here on, waits for the lock happen between tries, on the event loop (see
+  // LockWaitingSqliteConnection); the opening pragmas above may wait synchronously.
+  sqlite.pragma('busy_timeout = 0');
   cachePreparedStatements(sqlite);
   return sqlite;
 }
@@ -180,34 +184,75 @@ class TransactionalDdlSqliteAdapter extends SqliteAdapter {
 
 class ImmediateSqliteDriver extends SqliteDriver {
   readonly #sqlite: BetterSqlite3.Database;
+  readonly #connections = new WeakMap<DatabaseConnection, DatabaseConnection>();
 
   constructor(config: ConstructorParameters<typeof SqliteDriver>[0], sqlite: BetterSqlite3.Database) {
     super(config);
     this.#sqlite = sqlite;
   }
 
-  /**
-   * better-sqlite3 waits out busy_timeout synchronously, which would freeze this process's event
-   * loop (every trigger, every timer) while another process holds the write lock, and deadlock
-   * two connections of one process outright. So the lock is asked for without waiting and the
-   * wait happens between tries, on the event loop. kysely's connection mutex keeps anyone else
-   * off this connection meanwhile, so the pragma is ours to flip.
-   */
-  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
-    const deadline = Date.now() + SQLITE_BUSY_TIMEOUT_MS;
-    this.#sqlite.pragma('busy_timeout = 0');
-    try {
-      for (let pauseMs = 1; ; pauseMs = Math.min(pauseMs * 2, 25)) {
-        try {
-          await connection.executeQuery(CompiledQuery.raw('begin immediate'));
-          return;
-        } catch (error) {
-          if ((error as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() >= deadline) throw error;
-        }
-        await delay(pauseMs);
-      }
-    } finally {
-      this.#sqlite.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
+  override async acquireConnection(): Promise<DatabaseConnection> {
+    const connection = await super.acquireConnection();
+    let waiting = this.#connections.get(connection);
+    if (!waiting) {
+      waiting = new LockWaitingSqliteConnection(connection, this.#sqlite);
+      this.#connections.set(connection, waiting);
     }
+    return waiting;
+  }
+
+  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+  }
+}
+
+/** The first pause after SQLITE_BUSY; each next one doubles, up to the last. */
+const SQLITE_LOCK_FIRST_PAUSE_MS = 1;
+/**
+ * The longest pause between two tries for the lock: the delay between another process letting
+ * go and this one noticing (SQLite's own busy handler sleeps up to 100 ms), against a failed try
+ * (a few µs) every this many ms while it waits.
+ */
+const SQLITE_LOCK_LAST_PAUSE_MS = 4;
+
+/**
+ * better-sqlite3 waits out busy_timeout synchronously, which would freeze this process's event
+ * loop (every trigger, every timer) while another process holds the write lock, for up to the
+ * whole timeout, and deadlock two connections of one process outright. So the connection asks
+ * for the lock without waiting (busy_timeout 0) and a statement refused with SQLITE_BUSY is tried
+ * again after a short pause on the event loop, until SQLITE_BUSY_TIMEOUT_MS have passed.
+ *
+ * Only outside a transaction: there a refused statement is its own transaction, so it did
+ * nothing and can be run again, and BEGIN IMMEDIATE is such a statement. Inside one, this
+ * connection already holds the write lock (every transaction begins IMMEDIATE), so in WAL mode
+ * nothing it runs waits for a lock. kysely's connection mutex keeps any other statement of this
+ * process off the connection during the pauses.
+ */
+class LockWaitingSqliteConnection implements DatabaseConnection {
+  readonly #connection: DatabaseConnection;
+  readonly #sqlite: BetterSqlite3.Database;
+
+  constructor(connection: DatabaseConnection, sqlite: BetterSqlite3.Database) {
+    this.#connection = connection;
+    this.#sqlite = sqlite;
+  }
+
+  async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
+    if (this.#sqlite.inTransaction) return this.#connection.executeQuery(query);
+    let deadline = 0;
+    for (let pauseMs = SQLITE_LOCK_FIRST_PAUSE_MS; ; pauseMs = Math.min(pauseMs * 2, SQLITE_LOCK_LAST_PAUSE_MS)) {
+      try {
+        return await this.#connection.executeQuery(query);
+      } catch (error) {
+        if (!String((error as { code?: unknown }).code).startsWith('SQLITE_BUSY')) throw error;
+        deadline ||= Date.now() + SQLITE_BUSY_TIMEOUT_MS;
+        if (Date.now() >= deadline) throw error;
+      }
+      await delay(pauseMs);
+    }
+  }
+
+  streamQuery<R>(query: CompiledQuery, chunkSize?: number): AsyncIterableIterator<QueryResult<R>> {
+    return this.#connection.streamQuery(query, chunkSize);
   }
 }
