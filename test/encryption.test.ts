@@ -111,6 +111,17 @@ describe('Keyring', () => {
     ]);
   });
 
+  it('a sealing thread takes batches only once started and warmed up, and opens what it sealed', async () => {
+    const [id, base64] = K1.split(':') as [string, string];
+    const thread = new SealingThread([{ id, bytes: Buffer.from(base64, 'base64') }], id);
+    // Starting takes tens of ms: a caller told no does its batch itself.
+    expect(thread.accepting()).toBe(false);
+    await waitFor(() => thread.accepting(), { what: 'the sealing thread to take batches', timeoutMs: 10_000 });
+    const values = Array.from({ length: 100 }, (_, i) => JSON.stringify({ n: i }));
+    const sealed = (await thread.seal(values, 'task_instance.next_event')) as string[];
+    expect(await thread.open(sealed, 'task_instance.next_event')).toEqual(values);
+  });
+
   it('seals and opens batches in order, large ones off the event loop, with an error in place of each value that does not open', async () => {
     const keyring = Keyring.fromEntries([K1], 'test');
     for (const size of [3, 300]) {

@@ -257,8 +257,9 @@ export class Keyring {
       [...this.#keys.values()].map((key) => ({ id: key.id, bytes: key.key.export() })),
       primary.id,
     );
-    // A thread that failed once is not tried again: batches are then done on the loop.
-    return this.#thread.failed ? null : this.#thread;
+    // While it starts or warms up, batches are done on the loop rather than waiting for it. A
+    // thread that failed once is not tried again: batches are then done on the loop.
+    return this.#thread.accepting() ? this.#thread : null;
   }
 
   #nextIv(): Buffer {
