@@ -84,8 +84,8 @@ describe('a worker losing its database as a task finishes', () => {
       writeFileSync(flag, '');
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
         what: 'the failed write reported',
-        // Every statement the worker makes while the file is locked (claims, heartbeats, log
-        // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
+        // The lock must be held for the 5 s busy timeout before any statement fails; a margin
+        // beyond that for a loaded machine.
         timeoutMs: 60_000,
       });
     });
@@ -132,8 +132,8 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
       writeFileSync(flag, '');
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('recording its deferral of task instance')), {
         what: 'the failed deferral write reported',
-        // Every statement the worker makes while the file is locked (claims, heartbeats, log
-        // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
+        // The lock must be held for the 5 s busy timeout before any statement fails; a margin
+        // beyond that for a loaded machine.
         timeoutMs: 60_000,
       });
     });
@@ -162,8 +162,8 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
         .run(jobId, new Date().toISOString(), new Date().toISOString());
       await waitFor(() => worker.lines.some((line) => String(line.msg).includes('claiming task instances failed')), {
         what: 'a failed claim',
-        // Every statement the worker makes while the file is locked (claims, heartbeats, log
-        // writes) waits out the 5 s busy timeout, synchronously, before this one's turn comes.
+        // The lock must be held for the 5 s busy timeout before any statement fails; a margin
+        // beyond that for a loaded machine.
         timeoutMs: 60_000,
       });
     });

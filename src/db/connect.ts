@@ -220,7 +220,8 @@ const SQLITE_LOCK_LAST_PAUSE_MS = 4;
  * loop (every trigger, every timer) while another process holds the write lock, for up to the
  * whole timeout, and deadlock two connections of one process outright. So the connection asks
  * for the lock without waiting (busy_timeout 0) and a statement refused with SQLITE_BUSY is tried
- * again after a short pause on the event loop, until SQLITE_BUSY_TIMEOUT_MS have passed.
+ * again after a short pause on the event loop, until the lock has been taken for
+ * SQLITE_BUSY_TIMEOUT_MS.
  *
  * Only outside a transaction: there a refused statement is its own transaction, so it did
  * nothing and can be run again, and BEGIN IMMEDIATE is such a statement. Inside one, this
@@ -231,6 +232,15 @@ const SQLITE_LOCK_LAST_PAUSE_MS = 4;
 class LockWaitingSqliteConnection implements DatabaseConnection {
   readonly #connection: DatabaseConnection;
   readonly #sqlite: BetterSqlite3.Database;
+  /**
+   * Since when statements have found the lock taken, until one gets it. The timeout counts from
+   * there for every statement, not from each one's own first try: the loop stays free during a
+   * wait, so the daemons' loops queue statements behind it, and each waiting 5 s in turn would
+   * keep a write queued behind them (an outcome, say) from failing and being reported for a
+   * minute and more. So once the lock has been held elsewhere for the timeout, every statement
+   * fails at its first refusal, as all do while a PostgreSQL server is unreachable.
+   */
+  #lockedSince: number | null = null;
 
   constructor(connection: DatabaseConnection, sqlite: BetterSqlite3.Database) {
     this.#connection = connection;
@@ -239,14 +249,15 @@ class LockWaitingSqliteConnection implements DatabaseConnection {
 
   async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
     if (this.#sqlite.inTransaction) return this.#connection.executeQuery(query);
-    let deadline = 0;
     for (let pauseMs = SQLITE_LOCK_FIRST_PAUSE_MS; ; pauseMs = Math.min(pauseMs * 2, SQLITE_LOCK_LAST_PAUSE_MS)) {
       try {
-        return await this.#connection.executeQuery(query);
+        const result = await this.#connection.executeQuery<R>(query);
+        this.#lockedSince = null;
+        return result;
       } catch (error) {
         if (!String((error as { code?: unknown }).code).startsWith('SQLITE_BUSY')) throw error;
-        deadline ||= Date.now() + SQLITE_BUSY_TIMEOUT_MS;
-        if (Date.now() >= deadline) throw error;
+        this.#lockedSince ??= Date.now();
+        if (Date.now() - this.#lockedSince >= SQLITE_BUSY_TIMEOUT_MS) throw error;
       }
       await delay(pauseMs);
     }
