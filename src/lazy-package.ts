@@ -1,4 +1,6 @@
 import { createRequire } from 'node:module';
+import type BetterSqlite3 from 'better-sqlite3';
+import type pg from 'pg';
 
 const require = createRequire(import.meta.url);
 
@@ -16,3 +18,7 @@ export function lazyPackage<T>(name: string): () => T {
     return loaded;
   };
 }
+
+/** The database drivers, named once for every module that opens a connection. */
+export const betterSqlite3Package: () => typeof BetterSqlite3 = lazyPackage('better-sqlite3');
+export const pgPackage: () => typeof pg = lazyPackage('pg');

@@ -1,6 +1,6 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import type pg from 'pg';
-import { lazyPackage } from '../lazy-package.ts';
+import { betterSqlite3Package, pgPackage } from '../lazy-package.ts';
 import { parseDatabaseUrl } from '../db/database-url.ts';
 import { InvalidOptionError } from '../errors.ts';
 import type { JsonValue } from '../serialization/json.ts';
@@ -24,7 +24,7 @@ export async function queryFirstCell(connectionName: string, query: string, para
   if (target.dialect === 'sqlite') {
     let handle = sqliteHandles.get(target.file);
     if (!handle) {
-      handle = new (sqliteDriver())(target.file, { readonly: true, fileMustExist: true });
+      handle = new (betterSqlite3Package())(target.file, { readonly: true, fileMustExist: true });
       handle.pragma('busy_timeout = 5000');
       sqliteHandles.set(target.file, handle);
     }
@@ -36,7 +36,7 @@ export async function queryFirstCell(connectionName: string, query: string, para
   }
   let pool = pgPools.get(target.url);
   if (!pool) {
-    pool = new (pgDriver().Pool)({ connectionString: target.url, max: 2, idleTimeoutMillis: 10_000, allowExitOnIdle: true });
+    pool = new (pgPackage().Pool)({ connectionString: target.url, max: 2, idleTimeoutMillis: 10_000, allowExitOnIdle: true });
     // An idle client's error (the server restarted) must not crash the process: the next query reconnects.
     pool.on('error', () => {});
     pgPools.set(target.url, pool);
@@ -50,7 +50,5 @@ export function isTruthyCell(cell: unknown): boolean {
   return !(cell === undefined || cell === null || cell === false || cell === 0 || cell === 0n || cell === '0' || cell === '');
 }
 
-const sqliteDriver = lazyPackage<typeof BetterSqlite3>('better-sqlite3');
-const pgDriver = lazyPackage<typeof pg>('pg');
 const sqliteHandles = new Map<string, BetterSqlite3.Database>();
 const pgPools = new Map<string, pg.Pool>();

@@ -14,10 +14,7 @@ import {
   type QueryResult,
 } from 'kysely';
 import type pg from 'pg';
-import { lazyPackage } from '../lazy-package.ts';
-
-const sqliteDriver = lazyPackage<typeof BetterSqlite3>('better-sqlite3');
-const pgDriver = lazyPackage<typeof pg>('pg');
+import { betterSqlite3Package, pgPackage } from '../lazy-package.ts';
 import { existsSync } from 'node:fs';
 import { DatabaseNotMigratedError } from '../errors.ts';
 import { parseDatabaseUrl, redactDatabaseUrl, type DatabaseTarget } from './database-url.ts';
@@ -76,9 +73,9 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
 const SQLITE_BUSY_TIMEOUT_MS = 5000;
 
 function openSqlite(file: string): BetterSqlite3.Database {
-  // busy_timeout: another process (a worker, a second triggerer) may hold the write lock
-  // for a short transaction; wait for it instead of failing.
-  const sqlite = new (sqliteDriver())(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
+  // Opening may wait for another process's lock (switching to WAL takes it), synchronously:
+  // the process is starting.
+  const sqlite = new (betterSqlite3Package())(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
   sqlite.pragma('journal_mode = WAL');
   sqlite.pragma('synchronous = NORMAL');
   sqlite.pragma('foreign_keys = ON');
@@ -120,7 +117,7 @@ const PG_JSON = 114;
 const PG_JSONB = 3802;
 
 function openPostgresPool(connectionString: string, max: number): pg.Pool {
-  const pool = new (pgDriver().Pool)({
+  const pool = new (pgPackage().Pool)({
     connectionString,
     max,
     types: {
@@ -129,7 +126,7 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
         if (oid === PG_INT8) return (value: string) => Number(value);
         // JSON columns are read as text on both dialects.
         if (oid === PG_JSON || oid === PG_JSONB) return (value: string) => value;
-        return pgDriver().types.getTypeParser(oid, format as 'text');
+        return pgPackage().types.getTypeParser(oid, format as 'text');
       }) as typeof pg.types.getTypeParser,
     },
   });
@@ -184,7 +181,8 @@ class TransactionalDdlSqliteAdapter extends SqliteAdapter {
 
 class ImmediateSqliteDriver extends SqliteDriver {
   readonly #sqlite: BetterSqlite3.Database;
-  readonly #connections = new WeakMap<DatabaseConnection, DatabaseConnection>();
+  /** kysely's one SQLite connection, wrapped (made at the first acquire, which creates it). */
+  #lockWaiting: LockWaitingSqliteConnection | null = null;
 
   constructor(config: ConstructorParameters<typeof SqliteDriver>[0], sqlite: BetterSqlite3.Database) {
     super(config);
@@ -193,12 +191,8 @@ class ImmediateSqliteDriver extends SqliteDriver {
 
   override async acquireConnection(): Promise<DatabaseConnection> {
     const connection = await super.acquireConnection();
-    let waiting = this.#connections.get(connection);
-    if (!waiting) {
-      waiting = new LockWaitingSqliteConnection(connection, this.#sqlite);
-      this.#connections.set(connection, waiting);
-    }
-    return waiting;
+    this.#lockWaiting ??= new LockWaitingSqliteConnection(connection, this.#sqlite);
+    return this.#lockWaiting;
   }
 
   override async beginTransaction(connection: DatabaseConnection): Promise<void> {

@@ -1,7 +1,5 @@
 import type pg from 'pg';
-import { lazyPackage } from '../lazy-package.ts';
-
-const pgDriver = lazyPackage<typeof pg>('pg');
+import { pgPackage } from '../lazy-package.ts';
 import { DatabaseError, InvalidOptionError } from '../errors.ts';
 
 export interface PostgresListenerEvents {
@@ -74,7 +72,7 @@ export class PostgresListener {
 
   async #connect(): Promise<void> {
     if (this.#closed) return;
-    const client = new (pgDriver().Client)({ connectionString: this.#url, application_name: this.#applicationName });
+    const client = new (pgPackage().Client)({ connectionString: this.#url, application_name: this.#applicationName });
     this.#client = client;
     let failed = false;
     const fail = (error: unknown) => {

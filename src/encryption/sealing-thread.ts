@@ -31,11 +31,6 @@ export class SealingThread {
     this.#primaryId = primaryId;
   }
 
-  /** Whether the thread failed (it could not start, or it died): the caller does its batches itself from then on. */
-  get failed(): boolean {
-    return this.#failed;
-  }
-
   /**
    * Whether a batch given now is served at once. If not, the caller does that batch itself,
    * which is quicker than waiting: a thread that is down is started, and takes batches once it

@@ -1,9 +1,9 @@
 import type { CronExpressionParser } from 'cron-parser';
 import { lazyPackage } from '../lazy-package.ts';
-
-const cronParser = lazyPackage<{ CronExpressionParser: typeof CronExpressionParser }>('cron-parser');
 import { DateTime, Duration, IANAZone } from 'luxon';
 import type { JsonObject } from '../serialization/json.ts';
+
+const cronParser = lazyPackage<{ CronExpressionParser: typeof CronExpressionParser }>('cron-parser');
 
 /*
  * When a DAG runs by itself. As in Airflow, a scheduled run covers a data interval

@@ -1,9 +1,9 @@
 import type * as PromClient from 'prom-client';
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { lazyPackage } from '../lazy-package.ts';
+import type { WaitingWorkCounts } from '../storage/count-waiting-work.ts';
 
 const prom = lazyPackage<typeof PromClient>('prom-client');
-import type { WaitingWorkCounts } from '../storage/count-waiting-work.ts';
 
 /**
  * deferflow's Prometheus metrics. Names follow Airflow's metric of the same meaning (as the
