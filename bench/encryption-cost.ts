@@ -67,7 +67,8 @@ async function benchRun(encrypted: boolean): Promise<Run> {
   );
   let output = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  // 'close', not 'exit': only then has all of its output been read.
+  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
   const last = output.trim().split('\n').pop() ?? '';
   if (code !== 0) throw new Error(`triggerer-bench.ts${encrypted ? ' --encrypt' : ''} exited with ${code}; its output ended: ${last}`);
   return JSON.parse(last) as Run;
