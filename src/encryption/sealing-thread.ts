@@ -12,7 +12,7 @@ import { Worker } from 'node:worker_threads';
  * null: the Keyring opens that one itself, to raise the error that names the row.
  *
  * The thread does not keep the process alive: it is referenced only while a batch is out, and it
- * ends when idle.
+ * ends after IDLE_MS without a batch.
  */
 export class SealingThread {
   readonly #keys: readonly { readonly id: string; readonly bytes: Buffer }[];
@@ -132,8 +132,15 @@ const READY_MESSAGE_ID = 0;
 /** Values it seals and opens to warm up when it starts. */
 const WARM_UP_VALUES = 2000;
 
-/** A thread idle this long ends; the next large batch starts another (off the loop, which does batches meanwhile). */
-const IDLE_MS = 10_000;
+/**
+ * A thread idle this long ends; the next large batch starts another (off the loop, which does
+ * batches meanwhile). Long, because a thread started again at a mass firing costs the loop: the
+ * first batches are sealed on it while the new thread starts, then the young thread is slow on
+ * the core it shares with V8's collector. With 10 s (the triggerer benchmark fires 25 s after
+ * loading) encryption cost SQLite's fire p99 +21.5%; with the thread still there, +14% (four
+ * rounds each). What it keeps meanwhile is 10–20 MB.
+ */
+const IDLE_MS = 10 * 60_000;
 
 const SEALING_THREAD_SOURCE = `
 'use strict';
