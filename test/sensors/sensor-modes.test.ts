@@ -447,13 +447,16 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       soft: [{ taskId: 'wait', flag: 'soft.flag', options: { mode: 'poke', pokeInterval: 0.1, softFail: true } }],
     });
     for (const name of ['loud', 'silent', 'soft']) writeFileSync(proj.flag(`${name}.flag.broken`), '');
-    const { app } = await start(proj);
+    const { app, logs } = await start(proj);
     const [loud, silent, soft] = [await app.triggerDagRun('loud'), await app.triggerDagRun('silent'), await app.triggerDagRun('soft')];
     expect(await app.waitForDagRun('loud', loud)).toBe('failed');
     expect(await app.waitForDagRun('soft', soft)).toBe('success');
     expect(await states(app, soft)).toEqual({ wait: 'skipped', after: 'skipped' });
     await waitFor(() => proj.pokes('silent.flag').worker >= 3, { what: 'the silent sensor poking on' });
-    expect((await row(app, silent, 'wait')).state).not.toBe('failed');
+    // Failed once in CI (2026-11-24, not reproduced since): should it again, the message says why,
+    // with what was logged at warn and above besides silentFail's own warnings.
+    const unexpected = logs.matching((line) => (line.level as number) >= 40 && !String(line.msg).includes('silentFail'));
+    expect((await row(app, silent, 'wait')).state, JSON.stringify(unexpected)).not.toBe('failed');
     rmSync(proj.flag('silent.flag.broken'));
     writeFileSync(proj.flag('silent.flag'), 'fine now');
     expect(await app.waitForDagRun('silent', silent)).toBe('success');
