@@ -6,6 +6,7 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import {
   BaseOperator,
+  BaseTrigger,
   createTaskInstance,
   deferflow,
   deferTaskInstance,
@@ -14,8 +15,10 @@ import {
   readTaskInstance,
   resumeTaskInstance,
   TaskDeferred,
+  TriggerEvent,
   type Database,
   type Deferflow,
+  type SerializedTrigger,
   type TaskContext,
 } from '../src/index.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
@@ -99,9 +102,14 @@ describe('Keyring', () => {
     const sealed = (await thread.seal(values, 'trigger.kwargs')) as string[];
     expect(sealed.every((value) => Keyring.sealedWith(value) === 'k1' && !value.includes('secret'))).toBe(true);
     expect(sealed.map((value, i) => keyring.open(value, 'trigger.kwargs', `trigger ${i}`))).toEqual(values);
-    const mixed = [keyring.seal(values[0]!, 'trigger.kwargs'), '{"plain":1}', sealed[1]!, Keyring.fromEntries([GONE], 'test').seal('{}', 'trigger.kwargs')];
-    const wrongColumn = keyring.seal('{}', 'task_instance.next_event');
-    expect(await thread.open([...mixed, wrongColumn, Keyring.fromEntries([K1_IMPOSTOR], 'test').seal('{}', 'trigger.kwargs')], 'trigger.kwargs')).toEqual([
+    const mixed = [
+      keyring.seal(values[0]!, 'trigger.kwargs'),
+      '{"plain":1}',
+      sealed[1]!,
+      Keyring.fromEntries([GONE], 'test').seal('{"n":1}', 'trigger.kwargs'),
+    ];
+    const wrongColumn = keyring.seal('{"n":1}', 'task_instance.next_event');
+    expect(await thread.open([...mixed, wrongColumn, Keyring.fromEntries([K1_IMPOSTOR], 'test').seal('{"n":1}', 'trigger.kwargs')], 'trigger.kwargs')).toEqual([
       values[0],
       '{"plain":1}',
       values[1],
@@ -144,6 +152,21 @@ describe('Keyring', () => {
     expect(await Keyring.none.sealMany(['{}'], 'trigger.kwargs')).toEqual(['{}']);
   });
 
+  it('keeps empty kwargs plain (their ciphertext would say no more) and seals an empty event payload, one at a time and in batches', async () => {
+    const keyring = Keyring.fromEntries([K1], 'test');
+    expect(keyring.seal('{}', 'trigger.kwargs')).toBe('{}');
+    expect(keyring.seal('{}', 'task_instance.next_kwargs')).toBe('{}');
+    expect(Keyring.sealedWith(keyring.seal('{}', 'task_instance.next_event'))).toBe('k1');
+    expect(Keyring.sealedWith(keyring.seal('{"a":1}', 'task_instance.next_kwargs'))).toBe('k1');
+    // A batch large enough for the sealing thread, empty and non-empty kwargs mixed.
+    const values = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? '{}' : JSON.stringify({ n: i })));
+    const stored = await keyring.sealMany(values, 'task_instance.next_kwargs');
+    expect(stored.map((value, i) => (i % 3 === 0 ? value : Keyring.sealedWith(value)))).toEqual(values.map((_, i) => (i % 3 === 0 ? '{}' : 'k1')));
+    expect((await keyring.openMany(stored, 'task_instance.next_kwargs', String)) as string[]).toEqual(values);
+    const events = await keyring.sealMany(values, 'task_instance.next_event');
+    expect(events.every((value) => Keyring.sealedWith(value) === 'k1')).toBe(true);
+  });
+
   it('refuses malformed keys by position and says how to make one; reads a keys file with comments, the first key sealing', () => {
     expect(thrownBy(() => Keyring.fromEntries(['k1'], 'DEFERFLOW_ENCRYPTION_KEYS')).message).toContain('DEFERFLOW_ENCRYPTION_KEYS: key 1 is not ID:BASE64');
     expect(thrownBy(() => Keyring.fromEntries([K1, 'k2:c2hvcnQ='], 'keys.txt')).message).toContain(
@@ -170,14 +193,37 @@ class Shout extends BaseOperator {
   }
 }
 
-/** The deferral Shout makes, as a worker records it. */
-function shoutDeferral() {
+/** A trigger without kwargs, firing at once. */
+class QuietTrigger extends BaseTrigger {
+  static readonly classpath = 'test.QuietTrigger';
+  serialize(): SerializedTrigger {
+    return { classpath: QuietTrigger.classpath, kwargs: {} };
+  }
+  async *run(): AsyncGenerator<TriggerEvent<string>> {
+    yield new TriggerEvent('quiet');
+  }
+}
+
+/** Defers with no kwargs onto a trigger with none. */
+class Quiet extends BaseOperator {
+  override execute(): never {
+    return this.defer({ trigger: new QuietTrigger(), method: 'heard' });
+  }
+}
+
+/** The deferral an operator makes, as a worker records it. */
+function deferralOf(operator: { execute(): never }): TaskDeferred {
   try {
-    new Shout({ taskId: 'shout' }).execute();
+    operator.execute();
   } catch (thrown) {
     return thrown as TaskDeferred;
   }
-  throw new Error('Shout did not defer');
+  throw new Error(`${operator.constructor.name} did not defer`);
+}
+
+/** The deferral Shout makes. */
+function shoutDeferral(): TaskDeferred {
+  return deferralOf(new Shout({ taskId: 'shout' }));
 }
 
 async function deferredShout(database: Database, runId: string): Promise<number> {
@@ -218,7 +264,7 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
       databaseUrl,
       worker: false,
       scheduler: false,
-      triggerer: { pollInterval: 0.1, triggerClasses: [EchoTrigger] },
+      triggerer: { pollInterval: 0.1, triggerClasses: [EchoTrigger, QuietTrigger] },
       logger: pino({ level: 'silent' }),
       encryptionKeys,
     });
@@ -246,9 +292,14 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
     // Identical waits still share a row under the same key.
     const twin = await deferredShout(sealed!, 'twin');
     expect((await rawRows(plain!, twin)).ti.trigger_id).toBe(raw.ti.trigger_id);
+    // A deferral without kwargs: its empty next_kwargs and trigger kwargs are stored as they are.
+    const quiet = await createTaskInstance(sealed!, { dagId: 'secrets', taskId: 'quiet', runId: 'quiet' });
+    await deferTaskInstance(sealed!, quiet, deferralOf(new Quiet({ taskId: 'quiet' })));
+    const quietRaw = await rawRows(plain!, quiet);
+    expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs].map((value) => JSON.parse(value!))).toEqual([{}, {}]);
 
     app = await triggererApp(url, [K1]);
-    for (const ti of [before, id, twin]) {
+    for (const ti of [before, id, twin, quiet]) {
       await waitFor(async () => (await readTaskInstance(sealed!, ti))?.state === 'scheduled', { what: `task instance ${ti} resumed` });
     }
     const fired = await rawRows(plain!, id);
@@ -256,6 +307,9 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
     expect(fired.ti.next_event).not.toContain('hunter2');
     // The plain row's event is written by a triggerer with keys: sealed too.
     expect(JSON.parse((await rawRows(plain!, before)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+
+    expect(JSON.parse((await rawRows(plain!, quiet)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+    expect(await readTaskInstance(sealed!, quiet)).toMatchObject({ nextMethod: 'heard', nextKwargs: { event: 'quiet' } });
 
     for (const ti of [before, id]) {
       expect(await readTaskInstance(sealed!, ti)).toMatchObject({ nextMethod: 'heard', nextKwargs: { token: 'hunter2-kwarg', event: 'hunter2-event' } });
@@ -408,6 +462,9 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     const [plain, old, gone] = await databases(url, [], [K1], [GONE]);
     const ids = [await deferredShout(plain!, 'plain'), await deferredShout(old!, 'old')];
     const lost = await deferredShout(gone!, 'gone');
+    // Empty kwargs: kept plain with keys too, so rotating leaves them (counted with those already done).
+    const quiet = await createTaskInstance(plain!, { dagId: 'secrets', taskId: 'quiet', runId: 'quiet' });
+    await deferTaskInstance(plain!, quiet, deferralOf(new Quiet({ taskId: 'quiet' })));
     const dir = scratch.dir(`rotate-${dialect}`);
     const keysFile = path.join(dir, 'keys.txt');
     writeFileSync(keysFile, `${K2}\n${K1}\n`);
@@ -422,7 +479,7 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     expect(rotated.stderr).toContain('2 value(s) could not be decrypted and were left as they are');
     expect(rotated.code).toBe(1);
     // Plain: trigger kwargs and next_kwargs; k1: the same two. Nothing has fired, so no events.
-    expect(rotated.stdout).toContain('re-encrypted 4 value(s) with key k2 (trigger kwargs 2, next_kwargs 2, events 0); 0 already were');
+    expect(rotated.stdout).toContain('re-encrypted 4 value(s) with key k2 (trigger kwargs 2, next_kwargs 2, events 0); 2 already were');
 
     const [k2Only] = await databases(url, [K2]);
     for (const id of ids) {
@@ -432,14 +489,16 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
       expect(await readTaskInstance(k2Only!, id)).toMatchObject({ nextKwargs: { token: 'hunter2-kwarg' } });
     }
     expect(Keyring.sealedWith((await rawRows(plain!, lost)).ti.next_kwargs!)).toBe('gone');
+    const quietRaw = await rawRows(plain!, quiet);
+    expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs]).toEqual(['{}', '{}']);
 
     // Run again with the lost key listed too: everything is on k2, and a further run finds nothing to do.
     writeFileSync(keysFile, `${K2}\n${K1}\n${GONE}\n`);
     const again = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS_FILE: keysFile });
-    expect(again.stdout).toContain('re-encrypted 2 value(s) with key k2 (trigger kwargs 1, next_kwargs 1, events 0); 4 already were');
+    expect(again.stdout).toContain('re-encrypted 2 value(s) with key k2 (trigger kwargs 1, next_kwargs 1, events 0); 6 already were');
     expect(again.code).toBe(0);
     const idle = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: K2 });
-    expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0); 6 already were');
+    expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0); 8 already were');
     expect(idle.code).toBe(0);
 
     const generated = await runCli(['db', 'generate-key', '--id', 'next']);

@@ -39,6 +39,19 @@ const IV_POOL_BYTES = IV_BYTES * 4096;
  */
 const THREAD_BATCH_VALUES = 64;
 
+/**
+ * Whether `json` is written as it is even with keys: empty kwargs. Sealing them would hide
+ * nothing, since AES-GCM keeps a value's length and kwargs are always JSON objects, of which `{}`
+ * is the only one of two characters; and they are what most deferrals carry (a defer() without
+ * kwargs), where sealed they would take 55 bytes instead of 2 in every deferred row. That size
+ * is not free: the encrypted triggerer benchmark fired 5% slower on SQLite with it (fire p50
+ * 966 → 1,014 ms, p99 1,415 → 1,491 ms; six interleaved rounds).
+ * An event payload can be any JSON value, so an empty one is sealed like any other.
+ */
+function keptPlain(json: string, column: SealedColumn): boolean {
+  return json === '{}' && column !== 'task_instance.next_event';
+}
+
 interface Key {
   readonly id: string;
   readonly key: KeyObject;
@@ -147,10 +160,10 @@ export class Keyring {
     return { keys: this.keyIds };
   }
 
-  /** `json` as it is stored in `column`: sealed with the first key, or as it is without keys. */
+  /** `json` as it is stored in `column`: sealed with the first key; as it is without keys, or if kept plain (keptPlain). */
   seal(json: string, column: SealedColumn): string {
     const primary = this.#primary;
-    if (primary === null) return json;
+    if (primary === null || keptPlain(json, column)) return json;
     const iv = this.#nextIv();
     const cipher = createCipheriv('aes-256-gcm', primary.key, iv);
     cipher.setAAD(Buffer.from(column));
@@ -197,12 +210,18 @@ export class Keyring {
    */
   async sealMany(jsons: readonly string[], column: SealedColumn): Promise<string[]> {
     if (this.#primary === null) return [...jsons];
-    const thread = jsons.length >= THREAD_BATCH_VALUES ? this.#sealingThread() : null;
-    if (thread) {
-      const sealed = await thread.seal(jsons, column);
-      if (sealed?.every((value) => value !== null)) return sealed as string[];
-    }
-    return jsons.map((json) => this.seal(json, column));
+    const results = [...jsons];
+    const sealedAt = jsons.flatMap((json, index) => (keptPlain(json, column) ? [] : [index]));
+    const sealed = await this.#onThread(
+      'seal',
+      sealedAt.map((index) => jsons[index]!),
+      column,
+    );
+    // What the thread did not seal (none of it, if it failed meanwhile) is sealed here.
+    sealedAt.forEach((index, k) => {
+      results[index] = sealed?.[k] ?? this.seal(jsons[index]!, column);
+    });
+    return results;
   }
 
   /**
@@ -214,13 +233,11 @@ export class Keyring {
     const results: (string | EncryptionKeyError)[] = [...stored];
     const sealedAt = stored.flatMap((value, index) => (value.startsWith(STORED_PREFIX) ? [index] : []));
     if (sealedAt.length === 0) return results;
-    const thread = sealedAt.length >= THREAD_BATCH_VALUES ? this.#sealingThread() : null;
-    const opened = thread
-      ? await thread.open(
-          sealedAt.map((index) => stored[index]!),
-          column,
-        )
-      : null;
+    const opened = await this.#onThread(
+      'open',
+      sealedAt.map((index) => stored[index]!),
+      column,
+    );
     sealedAt.forEach((index, k) => {
       const value = opened?.[k];
       if (typeof value === 'string') {
@@ -248,6 +265,15 @@ export class Keyring {
   /** The trigger hash as stored: keyed with the sealing key, or as it is without keys. */
   triggerHash(hash: string): string {
     return this.#hashKey === null ? hash : createHmac('sha256', this.#hashKey).update(hash).digest('hex');
+  }
+
+  /**
+   * `values` sealed or opened on the sealing thread, null in place of each it could not do; null
+   * when the batch is to be done here: too small for the round trip, or no thread taking batches.
+   */
+  async #onThread(op: 'seal' | 'open', values: readonly string[], column: SealedColumn): Promise<(string | null)[] | null> {
+    const thread = values.length >= THREAD_BATCH_VALUES ? this.#sealingThread() : null;
+    return thread ? thread[op](values, column) : null;
   }
 
   #sealingThread(): SealingThread | null {

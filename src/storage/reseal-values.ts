@@ -7,7 +7,7 @@ import type { StorageContext } from './context.ts';
 export interface ResealCounts {
   /** Values now sealed with the first key, that were plain or sealed with another, by column. */
   readonly resealed: Readonly<Record<SealedColumn, number>>;
-  /** Values sealed with the first key already. */
+  /** Values as the first key writes them already: sealed with it, or empty kwargs (kept plain). */
   readonly current: number;
   /** Values that could not be opened (their key is missing or wrong): left as they are. */
   readonly unreadable: readonly string[];
@@ -55,7 +55,10 @@ export async function resealValues({ db, adapter, keyring }: StorageContext): Pr
           continue;
         }
         try {
-          rewrites.push({ id, from: value, to: keyring.seal(keyring.open(value, sealed, `${rowName} ${id}`), sealed) });
+          const to = keyring.seal(keyring.open(value, sealed, `${rowName} ${id}`), sealed);
+          // Empty kwargs stay plain (see Keyring): as the first key would write them already.
+          if (to === value) current++;
+          else rewrites.push({ id, from: value, to });
         } catch (error) {
           if (!(error instanceof EncryptionKeyError)) throw error;
           unreadable.push(error.message);
