@@ -19,7 +19,7 @@
  *   encrypted               whether --encrypt was given
  *
  * --encrypt: the triggerer gets an encryption key, and the rows are inserted with their kwargs
- * and next_kwargs encrypted (as a worker with that key writes them): the triggerer decrypts every
+ * encrypted and their empty next_kwargs plain (as a worker with that key writes them): the triggerer decrypts every
  * trigger's kwargs as it claims it and encrypts every event payload as it writes it.
  *
  * The deferrals are bulk-inserted (a multi-row insert per 1,000), as deferTaskInstance would
