@@ -19,8 +19,9 @@
  *   encrypted               whether --encrypt was given
  *
  * --encrypt: the triggerer gets an encryption key, and the rows are inserted with their kwargs
- * encrypted and their empty next_kwargs plain (as a worker with that key writes them): the triggerer decrypts every
- * trigger's kwargs as it claims it and encrypts every event payload as it writes it.
+ * encrypted and their empty next_kwargs plain (as a worker with that key writes them): the
+ * triggerer decrypts every trigger's kwargs as it claims it and encrypts every event payload as
+ * it writes it.
  *
  * The deferrals are bulk-inserted (a multi-row insert per 1,000), as deferTaskInstance would
  * write them with deduplication off (each row is its own wait, which is what is measured), each

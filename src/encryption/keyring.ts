@@ -210,18 +210,12 @@ export class Keyring {
    */
   async sealMany(jsons: readonly string[], column: SealedColumn): Promise<string[]> {
     if (this.#primary === null) return [...jsons];
-    const results = [...jsons];
-    const sealedAt = jsons.flatMap((json, index) => (keptPlain(json, column) ? [] : [index]));
-    const sealed = await this.#onThread(
-      'seal',
-      sealedAt.map((index) => jsons[index]!),
-      column,
-    );
-    // What the thread did not seal (none of it, if it failed meanwhile) is sealed here.
-    sealedAt.forEach((index, k) => {
-      results[index] = sealed?.[k] ?? this.seal(jsons[index]!, column);
-    });
-    return results;
+    const toSeal = jsons.filter((json) => !keptPlain(json, column));
+    const sealed = await this.#onThread('seal', toSeal, column);
+    // In order: each value not kept plain takes the next of the thread's; what the thread did not
+    // seal (none of it, if it failed meanwhile) is sealed here.
+    let next = 0;
+    return jsons.map((json) => (keptPlain(json, column) ? json : (sealed?.[next++] ?? this.seal(json, column))));
   }
 
   /**
