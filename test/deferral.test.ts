@@ -16,7 +16,16 @@ import { Storage } from '../src/storage/index.ts';
 import { DateTimeTrigger, TimeDeltaTrigger } from '../triggers/index.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from './support/fixtures.ts';
+import {
+  createTaskInstance,
+  migratedDatabase,
+  parsePlain,
+  startTriggerer,
+  taskInstance,
+  type TestDatabase,
+  type TestTriggerer,
+  waitFor,
+} from './support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -77,7 +86,7 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     expect(new Date(deferred.trigger_timeout!).getTime()).toBeGreaterThanOrEqual(before + 5 * 60_000);
     const trigger = await db.db.selectFrom('trigger').selectAll().where('id', '=', deferred.trigger_id!).executeTakeFirstOrThrow();
     expect(trigger.classpath).toBe('deferflow.triggers.DateTimeTrigger');
-    expect(JSON.parse(trigger.kwargs)).toEqual({ moment: new DateTimeTrigger({ moment }).moment });
+    expect(parsePlain(trigger.kwargs)).toEqual({ moment: new DateTimeTrigger({ moment }).moment });
 
     opened.triggerers.push(await startTriggerer(db));
     await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the event' });
@@ -170,7 +179,7 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     expect(same).toEqual({ triggerId: first.triggerId, reusedTrigger: true });
     const row = await db.db.selectFrom('trigger').selectAll().where('id', '=', first.triggerId).executeTakeFirstOrThrow();
     expect(row.priority_weight).toBe(9);
-    expect(JSON.parse(row.kwargs)).toEqual({ moment });
+    expect(parsePlain(row.kwargs)).toEqual({ moment });
     const waiting = await db.db.selectFrom('task_instance').select('id').where('trigger_id', '=', first.triggerId).execute();
     expect(waiting).toHaveLength(5);
     // TimeDeltaTrigger is stored as the absolute moment, so it dedupes with a DateTimeTrigger.
@@ -241,7 +250,7 @@ describe('deferral races on postgres', () => {
     expect(rows).toHaveLength(240);
     for (const row of rows) {
       expect(row.state).toBe('scheduled');
-      expect(JSON.parse(row.next_event!)).toBe(moment);
+      expect(parsePlain(row.next_event!)).toBe(moment);
     }
     expect(joined).toBeGreaterThan(0);
     const moved = tr.logs.matching((l) => l.kind === 'event').reduce((s, l) => s + Number(l.moved_task_instances), 0);

@@ -28,7 +28,8 @@ import { TRIGGER_FAILURE_METHOD } from '../src/storage/context.ts';
 import { triggerHash } from '../src/triggers/base-trigger.ts';
 import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects } from './support/databases.ts';
-import { waitFor } from './support/fixtures.ts';
+import { parsePlain, waitFor } from './support/fixtures.ts';
+import type { SealableJson } from '../src/db/schema.ts';
 import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
 import { processScratch } from './support/process-scratch.ts';
 
@@ -75,6 +76,45 @@ describe('Keyring', () => {
     expect(JSON.stringify({ keyring })).toBe('{"keyring":{"keys":["k1"]}}');
   });
 
+  it('seals into bytes for a database that keeps blobs: shorter, same key and column binding; other bytes are named, not opened', () => {
+    const keyring = Keyring.fromEntries([K1, K2], 'test');
+    const json = '"2026-11-25T02:09:27.000Z"';
+    const sealed = keyring.seal(json, 'task_instance.next_event', 'bytes') as Uint8Array;
+    expect(sealed).toBeInstanceOf(Uint8Array);
+    // Format byte, id length, id, IV, tag, ciphertext: no base64, no prefix.
+    expect(sealed.byteLength).toBe(json.length + 2 + 'k1'.length + 12 + 16);
+    expect(sealed.byteLength).toBeLessThan(keyring.seal(json, 'task_instance.next_event').length - 20);
+    expect(Buffer.from(sealed).toString('latin1')).not.toContain('2026');
+    expect(Keyring.sealedWith(sealed)).toBe('k1');
+    expect(keyring.open(sealed, 'task_instance.next_event', 'task instance 1')).toBe(json);
+    // A copy of the bytes opens too (a driver hands back its own buffer).
+    expect(keyring.open(new Uint8Array(sealed), 'task_instance.next_event', 'task instance 1')).toBe(json);
+    expect(thrownBy(() => keyring.open(sealed, 'task_instance.next_kwargs', 'task instance 1')).message).toContain(
+      'task instance 1: its task_instance.next_kwargs does not decrypt with key "k1"',
+    );
+    expect(thrownBy(() => Keyring.fromEntries([K2], 'test').open(sealed, 'task_instance.next_event', 'task instance 1')).message).toContain(
+      'is encrypted with key "k1", which is not among this process\'s keys (k2)',
+    );
+    // The same value in text form (what a database storing text gets, should bytes reach it) opens alike.
+    const asText = Keyring.textForm(sealed);
+    expect(JSON.parse(asText)).toMatch(/^dfenc1:k1:[A-Za-z0-9+/=]+$/);
+    expect(keyring.open(asText, 'task_instance.next_event', 'task instance 1')).toBe(json);
+    expect(Keyring.textForm('{"plain":true}')).toBe('{"plain":true}');
+    // Empty kwargs stay plain text in either form.
+    expect(keyring.seal('{}', 'trigger.kwargs', 'bytes')).toBe('{}');
+    // Bytes of another format (a newer deferflow's, or altered): named, with what to do.
+    const foreign = Buffer.from(sealed);
+    foreign[0] = 2;
+    expect(Keyring.sealedWith(foreign)).toBeNull();
+    expect(thrownBy(() => keyring.open(foreign, 'task_instance.next_event', 'task instance 7'))).toMatchObject({
+      code: 'DF_ENCRYPTION_KEY',
+      message: expect.stringContaining(
+        `task instance 7: its task_instance.next_event holds ${sealed.byteLength} bytes that are not a value deferflow sealed (format byte 2`,
+      ),
+    });
+    expect(thrownBy(() => keyring.open(sealed.subarray(0, 20), 'task_instance.next_event', 'task instance 7')).message).toContain('20 bytes that are not');
+  });
+
   it('names the row and the key when a value cannot be opened: a key not configured, or another key under the same id', () => {
     const sealed = Keyring.fromEntries([K1], 'test').seal('{}', 'task_instance.next_event');
     const missing = thrownBy(() => Keyring.fromEntries([K2], 'test').open(sealed, 'task_instance.next_event', 'task instance 12'));
@@ -99,24 +139,21 @@ describe('Keyring', () => {
       'k1',
     );
     const values = Array.from({ length: 100 }, (_, i) => JSON.stringify({ n: i, secret: `s${i}` }));
-    const sealed = (await thread.seal(values, 'trigger.kwargs')) as string[];
-    expect(sealed.every((value) => Keyring.sealedWith(value) === 'k1' && !value.includes('secret'))).toBe(true);
-    expect(sealed.map((value, i) => keyring.open(value, 'trigger.kwargs', `trigger ${i}`))).toEqual(values);
-    const mixed = [
-      keyring.seal(values[0]!, 'trigger.kwargs'),
-      '{"plain":1}',
-      sealed[1]!,
-      Keyring.fromEntries([GONE], 'test').seal('{"n":1}', 'trigger.kwargs'),
-    ];
-    const wrongColumn = keyring.seal('{"n":1}', 'task_instance.next_event');
-    expect(await thread.open([...mixed, wrongColumn, Keyring.fromEntries([K1_IMPOSTOR], 'test').seal('{"n":1}', 'trigger.kwargs')], 'trigger.kwargs')).toEqual([
-      values[0],
-      '{"plain":1}',
-      values[1],
-      null,
-      null,
-      null,
-    ]);
+    for (const form of ['text', 'bytes'] as const) {
+      const sealed = (await thread.seal(values, 'trigger.kwargs', form))!;
+      expect(sealed.every((value) => (typeof value === 'string' ? 'text' : 'bytes') === form)).toBe(true);
+      expect(sealed.every((value) => Keyring.sealedWith(value!) === 'k1' && !Buffer.from(value!).toString('latin1').includes('secret'))).toBe(true);
+      expect(sealed.map((value, i) => keyring.open(value!, 'trigger.kwargs', `trigger ${i}`))).toEqual(values);
+      const mixed = [
+        keyring.seal(values[0]!, 'trigger.kwargs', form),
+        '{"plain":1}',
+        sealed[1]!,
+        Keyring.fromEntries([GONE], 'test').seal('{"n":1}', 'trigger.kwargs', form),
+      ];
+      const wrongColumn = keyring.seal('{"n":1}', 'task_instance.next_event', form);
+      const impostor = Keyring.fromEntries([K1_IMPOSTOR], 'test').seal('{"n":1}', 'trigger.kwargs', form);
+      expect(await thread.open([...mixed, wrongColumn, impostor], 'trigger.kwargs')).toEqual([values[0], '{"plain":1}', values[1], null, null, null]);
+    }
   });
 
   it('a sealing thread takes batches only once started and warmed up, and opens what it sealed', async () => {
@@ -126,19 +163,25 @@ describe('Keyring', () => {
     expect(thread.accepting()).toBe(false);
     await waitFor(() => thread.accepting(), { what: 'the sealing thread to take batches', timeoutMs: 10_000 });
     const values = Array.from({ length: 100 }, (_, i) => JSON.stringify({ n: i }));
-    const sealed = (await thread.seal(values, 'task_instance.next_event')) as string[];
-    expect(await thread.open(sealed, 'task_instance.next_event')).toEqual(values);
+    const sealed = (await thread.seal(values, 'task_instance.next_event', 'bytes'))!;
+    expect(await thread.open(sealed as Uint8Array[], 'task_instance.next_event')).toEqual(values);
   });
 
   it('seals and opens batches in order, large ones off the event loop, with an error in place of each value that does not open', async () => {
     const keyring = Keyring.fromEntries([K1], 'test');
-    for (const size of [3, 300]) {
+    for (const [size, form] of [
+      [3, 'text'],
+      [300, 'text'],
+      [3, 'bytes'],
+      [300, 'bytes'],
+    ] as const) {
       const values = Array.from({ length: size }, (_, i) => JSON.stringify({ n: i }));
-      const sealed = await keyring.sealMany(values, 'task_instance.next_event');
-      expect(new Set(sealed).size).toBe(size);
+      const sealed = await keyring.sealMany(values, 'task_instance.next_event', form);
+      expect(sealed.every((value) => (typeof value === 'string' ? 'text' : 'bytes') === form)).toBe(true);
+      expect(new Set(sealed.map((value) => Buffer.from(value).toString('base64'))).size).toBe(size);
       expect(sealed.map((value) => keyring.open(value, 'task_instance.next_event', 'x'))).toEqual(values);
       const stored = [...sealed];
-      stored[1] = Keyring.fromEntries([GONE], 'test').seal('{}', 'task_instance.next_event');
+      stored[1] = Keyring.fromEntries([GONE], 'test').seal('{}', 'task_instance.next_event', form);
       stored[2] = '{"plain":true}';
       const opened = await keyring.openMany(stored, 'task_instance.next_event', (index) => `task instance ${index + 100}`);
       expect(opened[0]).toBe(values[0]);
@@ -232,6 +275,21 @@ async function deferredShout(database: Database, runId: string): Promise<number>
   return id;
 }
 
+/**
+ * The key a stored value is sealed with, checking its form: an event's is the one `database`
+ * stores events in (bytes on SQLite, a JSON string on PostgreSQL), any other value's is text.
+ */
+function sealedKeyOf(database: Database, value: SealableJson | null | undefined, column: 'event' | 'other' = 'other'): string | null {
+  if (value === null || value === undefined) throw new Error('expected a stored value, found none');
+  expect(typeof value === 'string' ? 'text' : 'bytes').toBe(column === 'event' ? database.adapter.sealedEventForm : 'text');
+  return Keyring.sealedWith(value);
+}
+
+/** What someone reading the table sees of a stored value. */
+function seenAtRest(value: SealableJson | null): string {
+  return value === null || typeof value === 'string' ? String(value) : Buffer.from(value).toString('latin1');
+}
+
 async function rawRows(database: Database, id: number) {
   const ti = await database.db
     .selectFrom('task_instance')
@@ -281,8 +339,8 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
     expect(old.ti.next_kwargs).toContain('hunter2-kwarg');
     const raw = await rawRows(plain!, id);
     for (const value of [raw.trigger!.kwargs, raw.ti.next_kwargs!]) {
-      expect(JSON.parse(value)).toMatch(/^dfenc1:k1:/);
-      expect(value).not.toContain('hunter2');
+      expect(sealedKeyOf(plain!, value)).toBe('k1');
+      expect(seenAtRest(value)).not.toContain('hunter2');
     }
     // The shared-wait hash is keyed: the plain sha256 of the kwargs is nowhere in the table.
     const plainHash = triggerHash(shoutDeferral().serializedTrigger);
@@ -296,19 +354,19 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
     const quiet = await createTaskInstance(sealed!, { dagId: 'secrets', taskId: 'quiet', runId: 'quiet' });
     await deferTaskInstance(sealed!, quiet, deferralOf(new Quiet({ taskId: 'quiet' })));
     const quietRaw = await rawRows(plain!, quiet);
-    expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs].map((value) => JSON.parse(value!))).toEqual([{}, {}]);
+    expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs].map((value) => parsePlain(value!))).toEqual([{}, {}]);
 
     app = await triggererApp(url, [K1]);
     for (const ti of [before, id, twin, quiet]) {
       await waitFor(async () => (await readTaskInstance(sealed!, ti))?.state === 'scheduled', { what: `task instance ${ti} resumed` });
     }
     const fired = await rawRows(plain!, id);
-    expect(JSON.parse(fired.ti.next_event!)).toMatch(/^dfenc1:k1:/);
-    expect(fired.ti.next_event).not.toContain('hunter2');
+    expect(sealedKeyOf(plain!, fired.ti.next_event, 'event')).toBe('k1');
+    expect(seenAtRest(fired.ti.next_event)).not.toContain('hunter2');
     // The plain row's event is written by a triggerer with keys: sealed too.
-    expect(JSON.parse((await rawRows(plain!, before)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+    expect(sealedKeyOf(plain!, (await rawRows(plain!, before)).ti.next_event, 'event')).toBe('k1');
 
-    expect(JSON.parse((await rawRows(plain!, quiet)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+    expect(sealedKeyOf(plain!, (await rawRows(plain!, quiet)).ti.next_event, 'event')).toBe('k1');
     expect(await readTaskInstance(sealed!, quiet)).toMatchObject({ nextMethod: 'heard', nextKwargs: { event: 'quiet' } });
 
     for (const ti of [before, id]) {
@@ -316,6 +374,12 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
       const context: TaskContext = { taskInstance: { id: ti, dagId: 'secrets', taskId: 'shout', runId: 'x', mapIndex: 0, tryNumber: 1 } };
       expect(await resumeTaskInstance(sealed!, ti, new Shout({ taskId: 'shout' }), context)).toBe('hunter2-event/hunter2-kwarg');
     }
+    // A value sealed in text form (all that deferflow wrote before the bytes form, SQLite included) still reads.
+    const legacy = await deferredShout(sealed!, 'legacy');
+    const legacyKwargs = Keyring.fromEntries([K1], 'test').seal('{"token":"legacy-kwarg"}', 'task_instance.next_kwargs');
+    await plain!.db.updateTable('task_instance').set({ next_kwargs: legacyKwargs }).where('id', '=', legacy).execute();
+    expect((await rawRows(plain!, legacy)).ti.next_kwargs).toBe(legacyKwargs);
+    expect(await readTaskInstance(sealed!, legacy)).toMatchObject({ nextKwargs: { token: 'legacy-kwarg' } });
     // Without the key, a read names the row and the key instead of handing back ciphertext.
     await expect(readTaskInstance(plain!, id)).rejects.toMatchObject({
       code: 'DF_ENCRYPTION_KEY',
@@ -358,7 +422,7 @@ describe.each(testDialects)('encryption at rest on %s', (dialect) => {
       { what: 'all 300 task instances scheduled' },
     );
     for (const [i, id] of ids.entries()) {
-      expect(JSON.parse((await rawRows(sealed!, id)).ti.next_event!)).toMatch(/^dfenc1:k1:/);
+      expect(sealedKeyOf(sealed!, (await rawRows(sealed!, id)).ti.next_event, 'event')).toBe('k1');
       expect(await readTaskInstance(sealed!, id)).toMatchObject({ nextKwargs: { token: `kwarg-${i}`, event: `event-${i}` } });
     }
   }, 60_000);
@@ -465,6 +529,12 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     // Empty kwargs: kept plain with keys too, so rotating leaves them (counted with those already done).
     const quiet = await createTaskInstance(plain!, { dagId: 'secrets', taskId: 'quiet', runId: 'quiet' });
     await deferTaskInstance(plain!, quiet, deferralOf(new Quiet({ taskId: 'quiet' })));
+    // An event sealed in text form with k1 (as written before SQLite stored events as bytes).
+    await plain!.db
+      .updateTable('task_instance')
+      .set({ next_event: Keyring.fromEntries([K1], 'test').seal('"an event"', 'task_instance.next_event') })
+      .where('id', '=', ids[1]!)
+      .execute();
     const dir = scratch.dir(`rotate-${dialect}`);
     const keysFile = path.join(dir, 'keys.txt');
     writeFileSync(keysFile, `${K2}\n${K1}\n`);
@@ -478,16 +548,19 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     expect(rotated.stderr).toContain('encrypted with key "gone"');
     expect(rotated.stderr).toContain('2 value(s) could not be decrypted and were left as they are');
     expect(rotated.code).toBe(1);
-    // Plain: trigger kwargs and next_kwargs; k1: the same two. Nothing has fired, so no events.
-    expect(rotated.stdout).toContain('re-encrypted 4 value(s) with key k2 (trigger kwargs 2, next_kwargs 2, events 0); 2 already were');
+    // Plain: trigger kwargs and next_kwargs; k1: the same two and the event.
+    expect(rotated.stdout).toContain('re-encrypted 5 value(s) with key k2 (trigger kwargs 2, next_kwargs 2, events 1); 2 already were');
 
     const [k2Only] = await databases(url, [K2]);
     for (const id of ids) {
       const raw = await rawRows(plain!, id);
-      expect(Keyring.sealedWith(raw.ti.next_kwargs!)).toBe('k2');
-      expect(Keyring.sealedWith(raw.trigger!.kwargs)).toBe('k2');
+      expect(sealedKeyOf(plain!, raw.ti.next_kwargs)).toBe('k2');
+      expect(sealedKeyOf(plain!, raw.trigger!.kwargs)).toBe('k2');
       expect(await readTaskInstance(k2Only!, id)).toMatchObject({ nextKwargs: { token: 'hunter2-kwarg' } });
     }
+    // The event is now in the form events are written in (bytes on SQLite).
+    expect(sealedKeyOf(plain!, (await rawRows(plain!, ids[1]!)).ti.next_event, 'event')).toBe('k2');
+    expect(await readTaskInstance(k2Only!, ids[1]!)).toMatchObject({ nextKwargs: { event: 'an event' } });
     expect(Keyring.sealedWith((await rawRows(plain!, lost)).ti.next_kwargs!)).toBe('gone');
     const quietRaw = await rawRows(plain!, quiet);
     expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs]).toEqual(['{}', '{}']);
@@ -495,10 +568,10 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     // Run again with the lost key listed too: everything is on k2, and a further run finds nothing to do.
     writeFileSync(keysFile, `${K2}\n${K1}\n${GONE}\n`);
     const again = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS_FILE: keysFile });
-    expect(again.stdout).toContain('re-encrypted 2 value(s) with key k2 (trigger kwargs 1, next_kwargs 1, events 0); 6 already were');
+    expect(again.stdout).toContain('re-encrypted 2 value(s) with key k2 (trigger kwargs 1, next_kwargs 1, events 0); 7 already were');
     expect(again.code).toBe(0);
     const idle = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: K2 });
-    expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0); 8 already were');
+    expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0); 9 already were');
     expect(idle.code).toBe(0);
 
     const generated = await runCli(['db', 'generate-key', '--id', 'next']);

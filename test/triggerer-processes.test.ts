@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { toDbTime } from '../src/db/schema.ts';
 import { dropTestDatabases } from './support/databases.ts';
-import { migratedDatabase, waitFor, type TestDatabase } from './support/fixtures.ts';
+import { migratedDatabase, parsePlain, type TestDatabase, waitFor } from './support/fixtures.ts';
 import { killLeftovers, spawnTriggerer, type LogLine, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
@@ -100,7 +100,7 @@ async function deferMany(db: TestDatabase, specs: readonly DeferSpec[]): Promise
         .execute();
       const nToTrigger = new Map<number, number>();
       for (const row of triggers) {
-        const n = Number((JSON.parse(row.kwargs) as { n: number }).n);
+        const n = Number((parsePlain(row.kwargs) as { n: number }).n);
         nToTrigger.set(n, row.id);
         triggerToN.set(row.id, n);
       }
@@ -206,7 +206,7 @@ describe('triggerer processes on postgres (high availability)', () => {
     for (const ti of tis) {
       const n = Number(ti.task_id.slice(1));
       expect(ti).toMatchObject({ state: 'scheduled', trigger_id: null, next_method: 'resume' });
-      expect(JSON.parse(ti.next_event!)).toEqual({ n });
+      expect(parsePlain(ti.next_event!)).toEqual({ n });
     }
     await waitFor(async () => (await triggerCount(db)) === 0, { what: 'the fired triggers deleted' });
 
@@ -290,7 +290,7 @@ describe('triggerer processes on postgres (high availability)', () => {
     expect(tis).toHaveLength(500);
     for (const ti of tis) {
       expect(ti.state).toBe('scheduled');
-      expect(JSON.parse(ti.next_event!)).toEqual({ n: Number(ti.task_id.slice(1)) });
+      expect(parsePlain(ti.next_event!)).toEqual({ n: Number(ti.task_id.slice(1)) });
     }
     await waitFor(async () => (await triggerCount(db)) === 0, { what: 'the fired triggers deleted' });
 

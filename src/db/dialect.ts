@@ -1,4 +1,5 @@
 import { sql, type Kysely, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
+import { Keyring, type SealedForm, type StoredValue } from '../encryption/keyring.ts';
 
 /**
  * Every difference between SQLite and PostgreSQL that a query needs lives here; storage
@@ -20,6 +21,14 @@ export interface DialectAdapter {
   readonly maxBindParameters: number;
   readonly types: { readonly json: string; readonly time: string; readonly bigint: string };
   /**
+   * How sealed event payloads (task_instance.next_event) are stored (see encryption/keyring.ts):
+   * a JSON string where the column must hold JSON (jsonb), or their bytes where a text column
+   * keeps a blob as it is (SQLite), a third fewer bytes, which a firing writes by the thousand
+   * and a worker reads one at a time. Other sealed values are text on both: the triggerer reads
+   * trigger kwargs by the thousand, and a Buffer each costs it more than the shorter value saves.
+   */
+  readonly sealedEventForm: SealedForm;
+  /**
    * How the driver itself spells the `position`-th bind parameter (1-based) of a statement
    * written as text for a bare connection (not kysely): `$1` or `?`.
    */
@@ -39,8 +48,8 @@ export interface DialectAdapter {
    * planning a list of 2,000 parameters costs more than the lookups it asks for.
    */
   idIn(column: string, ids: readonly number[]): RawBuilder<SqlBool>;
-  /** A bind parameter holding JSON text, typed for this dialect's JSON column. */
-  jsonParam(jsonText: string): RawBuilder<string>;
+  /** A bind parameter holding JSON text (or a sealed value in the form this dialect stores it), typed for this dialect's JSON column. */
+  jsonParam<T extends StoredValue>(value: T): RawBuilder<T>;
   /**
    * Whether `error` says the database refused the values a statement carried (malformed JSON,
    * text it cannot store, a value too large): the same values would fail again, so a batch is
@@ -66,13 +75,13 @@ export interface DialectAdapter {
 
 export interface TriggerValue {
   readonly triggerId: number;
-  /** JSON text. */
-  readonly json: string;
+  /** JSON text, or a sealed value in the form this dialect stores it. */
+  readonly json: StoredValue;
 }
 
 /** The batch as one JSON object keyed by trigger id (ids are integers: no escaping needed). */
 function jsonObjectByTrigger(values: readonly TriggerValue[]): string {
-  return `{${values.map((value) => `"${value.triggerId}":${value.json}`).join(',')}}`;
+  return `{${values.map((value) => `"${value.triggerId}":${Keyring.textForm(value.json)}`).join(',')}}`;
 }
 
 export const postgresAdapter: DialectAdapter = {
@@ -81,6 +90,7 @@ export const postgresAdapter: DialectAdapter = {
   concurrentWrites: 2,
   maxBindParameters: 60_000,
   types: { json: 'jsonb', time: 'timestamptz', bigint: 'bigint' },
+  sealedEventForm: 'text',
   parameter: (position) => `$${position}`,
   lockSkippingLocked: (query) => query.forUpdate().skipLocked(),
   lockForUpdate: (query) => query.forUpdate(),
@@ -91,7 +101,7 @@ export const postgresAdapter: DialectAdapter = {
     return (triggerId) => sql`(cast(${byTrigger} as jsonb) -> cast(${triggerId} as text))`;
   },
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} = any(cast(${[...ids]} as bigint[]))`,
-  jsonParam: (jsonText) => sql<string>`cast(${jsonText} as jsonb)`,
+  jsonParam: <T extends StoredValue>(value: T) => sql<T>`cast(${Keyring.textForm(value)} as jsonb)`,
   // SQLSTATE class 22 is "data exception" (22P02 invalid JSON, 22P05 untranslatable character,
   // 22003 out of range, …); 54000 is "program limit exceeded" (a jsonb value too large).
   refusesValues: (error) => {
@@ -118,6 +128,7 @@ export const sqliteAdapter: DialectAdapter = {
   concurrentWrites: 1,
   maxBindParameters: 30_000,
   types: { json: 'text', time: 'text', bigint: 'integer' },
+  sealedEventForm: 'bytes',
   parameter: () => '?',
   lockSkippingLocked: (query) => query,
   lockForUpdate: (query) => query,
@@ -132,10 +143,11 @@ export const sqliteAdapter: DialectAdapter = {
         trx,
       );
     }
-    return (triggerId) => sql`json((select json from temp.deferflow_trigger_value where trigger_id = ${triggerId}))`;
+    // Text is checked to be JSON (and minified); sealed bytes are written as they are.
+    return (triggerId) => sql`(select iif(typeof(json) = 'blob', json, json(json)) from temp.deferflow_trigger_value where trigger_id = ${triggerId})`;
   },
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} in (${sql.join([...ids])})`,
-  jsonParam: (jsonText) => sql<string>`${jsonText}`,
+  jsonParam: <T extends StoredValue>(value: T) => sql<T>`${value}`,
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   supportsNotify: false,
   notify: async () => {},

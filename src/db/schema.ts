@@ -1,4 +1,5 @@
 import type { ColumnType, Generated } from 'kysely';
+import type { StoredValue } from '../encryption/keyring.ts';
 
 /**
  * The tables, named after Airflow's so its users feel at home.
@@ -12,6 +13,11 @@ import type { ColumnType, Generated } from 'kysely';
 export type DbTime = ColumnType<Date | string, string, string>;
 export type NullableDbTime = ColumnType<Date | string | null, string | null, string | null>;
 export type JsonText = string;
+/**
+ * A JSON column that may hold a secret: JSON text, or, sealed on SQLite, the sealed bytes (a blob;
+ * see encryption/keyring.ts). Read through Keyring.open.
+ */
+export type SealableJson = StoredValue;
 
 export const TASK_INSTANCE_STATES = [
   'scheduled',
@@ -31,7 +37,7 @@ export type TaskInstanceState = (typeof TASK_INSTANCE_STATES)[number];
 export interface TriggerTable {
   id: Generated<number>;
   classpath: string;
-  kwargs: JsonText;
+  kwargs: SealableJson;
   created_at: DbTime;
   /** The job id of the triggerer that owns (runs) this trigger; null while unowned. */
   triggerer_id: number | null;
@@ -54,9 +60,9 @@ export interface TaskInstanceTable {
   try_number: Generated<number>;
   state: TaskInstanceState | null;
   next_method: string | null;
-  next_kwargs: JsonText | null;
+  next_kwargs: SealableJson | null;
   /** The event a trigger fired, for the resumed method's kwargs.event (migration 0009); kept apart from next_kwargs so either can be encrypted. */
-  next_event: JsonText | null;
+  next_event: SealableJson | null;
   trigger_id: number | null;
   trigger_timeout: NullableDbTime;
   priority_weight: Generated<number>;

@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import type { SealedForm, StoredValue } from './keyring.ts';
 
 /**
  * A thread that seals and opens batches of values for a Keyring (see keyring.ts), so that the
@@ -7,7 +8,7 @@ import { Worker } from 'node:worker_threads';
  * batch over costs the loop ~0.5 µs a value (copying the strings both ways).
  *
  * Its code is plain CommonJS run with `eval`, so the same text works from the sources and the
- * built package. It writes the format Keyring.seal writes and reads what Keyring.open reads
+ * built package. It writes both forms Keyring.seal writes and reads what Keyring.open reads
  * (test/encryption.test.ts checks each opens the other's). A value it cannot open comes back as
  * null: the Keyring opens that one itself, to raise the error that names the row.
  *
@@ -20,7 +21,7 @@ export class SealingThread {
   /** Started with the first batch, ended after IDLE_MS without one (a thread holds 10–20 MB). */
   #worker: Worker | null = null;
   #idleTimer: NodeJS.Timeout | null = null;
-  readonly #waiting = new Map<number, (results: (string | null)[] | null) => void>();
+  readonly #waiting = new Map<number, (results: (StoredValue | null)[] | null) => void>();
   /** Batch ids start after READY_MESSAGE_ID. */
   #nextId = READY_MESSAGE_ID + 1;
   #failed = false;
@@ -47,20 +48,22 @@ export class SealingThread {
     return this.#online;
   }
 
-  /** Each value sealed with the primary key for `column`; null if the thread failed meanwhile. */
-  seal(values: readonly string[], column: string): Promise<(string | null)[] | null> {
-    return this.#send('seal', values, column);
+  /** Each value sealed with the primary key for `column`, in `form`; null if the thread failed meanwhile. */
+  seal(values: readonly string[], column: string, form: SealedForm): Promise<(StoredValue | null)[] | null> {
+    return this.#send('seal', values, column, form);
   }
 
   /**
    * Each sealed value opened, null where it did not open (unknown key, altered value); null for
    * the whole batch if the thread failed meanwhile.
    */
-  open(values: readonly string[], column: string): Promise<(string | null)[] | null> {
-    return this.#send('open', values, column);
+  open(values: readonly StoredValue[], column: string): Promise<(string | null)[] | null> {
+    // A view into a larger buffer (Node's pool) would be copied whole into the message.
+    const own = values.map((value) => (typeof value === 'string' || value.byteLength === value.buffer.byteLength ? value : new Uint8Array(value)));
+    return this.#send('open', own, column, 'text') as Promise<(string | null)[] | null>;
   }
 
-  #send(op: 'seal' | 'open', values: readonly string[], column: string): Promise<(string | null)[] | null> {
+  #send(op: 'seal' | 'open', values: readonly StoredValue[], column: string, form: SealedForm): Promise<(StoredValue | null)[] | null> {
     let worker: Worker;
     try {
       if (this.#failed) return Promise.resolve(null);
@@ -75,7 +78,7 @@ export class SealingThread {
     return new Promise((resolve) => {
       if (this.#waiting.size === 0) worker.ref();
       this.#waiting.set(id, resolve);
-      worker.postMessage({ id, op, column, values });
+      worker.postMessage({ id, op, column, form, values });
     });
   }
 
@@ -91,14 +94,15 @@ export class SealingThread {
     this.#idleTimer = setTimeout(() => this.#stop(worker), IDLE_MS);
     this.#idleTimer.unref();
     worker.unref();
-    worker.on('message', ({ id, results }: { id: number; results: (string | null)[] }) => {
+    worker.on('message', (message: { id: number; results: (StoredValue | null)[] } | { id: number; bytes: ArrayBuffer; ends: Uint32Array }) => {
+      const id = message.id;
       if (id === READY_MESSAGE_ID) {
         if (this.#worker === worker) this.#online = true;
         return;
       }
       const waiter = this.#waiting.get(id);
       this.#waiting.delete(id);
-      waiter?.(results);
+      waiter?.('results' in message ? message.results : unpacked(message.bytes, message.ends));
       if (this.#waiting.size > 0) return;
       worker.unref();
       this.#idleTimer = setTimeout(() => this.#stop(worker), IDLE_MS);
@@ -125,6 +129,17 @@ export class SealingThread {
     this.#online = false;
     void worker.terminate();
   }
+}
+
+/** Values sealed as bytes, as the thread sends them back: views of the one buffer they share. */
+function unpacked(bytes: ArrayBuffer, ends: Uint32Array): Uint8Array[] {
+  const values = new Array<Uint8Array>(ends.length);
+  let start = 0;
+  for (let i = 0; i < ends.length; i++) {
+    values[i] = new Uint8Array(bytes, start, ends[i]! - start);
+    start = ends[i]!;
+  }
+  return values;
 }
 
 /** What the thread sends, warmed up, before any batch: it takes batches at full speed from then on. */
@@ -165,27 +180,52 @@ function nextIv() {
   return iv;
 }
 
-function seal(json, aad) {
+const header = Buffer.from([1, primaryId.length, ...Buffer.from(primaryId, 'latin1')]);
+
+function seal(json, aad, form) {
   const iv = nextIv();
   const cipher = createCipheriv('aes-256-gcm', primary, iv);
   cipher.setAAD(aad);
   const encrypted = cipher.update(json, 'utf8');
   cipher.final();
-  return PREFIX + primaryId + ':' + Buffer.concat([iv, cipher.getAuthTag(), encrypted]).toString('base64') + '"';
+  if (form === 'text') return PREFIX + primaryId + ':' + Buffer.concat([iv, cipher.getAuthTag(), encrypted]).toString('base64') + '"';
+  return Buffer.concat([header, iv, cipher.getAuthTag(), encrypted]);
+}
+
+/**
+ * Values sealed as bytes, sent back as one buffer and where each ends: one buffer moved to the
+ * loop, instead of one copied and allocated there for each value.
+ */
+function packed(sealed) {
+  let total = 0;
+  const ends = new Uint32Array(sealed.length);
+  for (let i = 0; i < sealed.length; i++) ends[i] = total += sealed[i].length;
+  const bytes = Buffer.allocUnsafeSlow(total);
+  for (let i = 0; i < sealed.length; i++) sealed[i].copy(bytes, i === 0 ? 0 : ends[i - 1]);
+  return { bytes: bytes.buffer, ends };
 }
 
 function open(stored, aad) {
-  if (!stored.startsWith(PREFIX)) return stored;
-  const body = stored.slice(PREFIX.length, -1);
-  const colon = body.indexOf(':');
-  const key = colon < 0 ? undefined : keys.get(body.slice(0, colon));
+  let key;
+  let body;
+  if (typeof stored === 'string') {
+    if (!stored.startsWith(PREFIX)) return stored;
+    const text = stored.slice(PREFIX.length, -1);
+    const colon = text.indexOf(':');
+    key = colon < 0 ? undefined : keys.get(text.slice(0, colon));
+    body = key && Buffer.from(text.slice(colon + 1), 'base64');
+  } else {
+    const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
+    if (bytes[0] !== 1 || bytes.length < 30 + bytes[1]) return null;
+    key = keys.get(bytes.toString('latin1', 2, 2 + bytes[1]));
+    body = bytes.subarray(2 + bytes[1]);
+  }
   if (key === undefined) return null;
   try {
-    const bytes = Buffer.from(body.slice(colon + 1), 'base64');
-    const decipher = createDecipheriv('aes-256-gcm', key, bytes.subarray(0, 12));
+    const decipher = createDecipheriv('aes-256-gcm', key, body.subarray(0, 12));
     decipher.setAAD(aad);
-    decipher.setAuthTag(bytes.subarray(12, 28));
-    return decipher.update(bytes.subarray(28), undefined, 'utf8') + decipher.final('utf8');
+    decipher.setAuthTag(body.subarray(12, 28));
+    return decipher.update(body.subarray(28), undefined, 'utf8') + decipher.final('utf8');
   } catch {
     return null;
   }
@@ -195,14 +235,19 @@ function open(stored, aad) {
 // internals (25 ms of the thread's first batch in a profile) and runs unoptimized code.
 {
   const aad = Buffer.from('warm-up');
-  for (let i = 0; i < WARM_UP_VALUES; i++) open(seal('{"warm":' + i + '}', aad), aad);
+  for (let i = 0; i < WARM_UP_VALUES; i++) open(seal('{"warm":' + i + '}', aad, i % 2 ? 'text' : 'bytes'), aad);
 }
 parentPort.postMessage({ id: READY_MESSAGE_ID });
 
-parentPort.on('message', ({ id, op, column, values }) => {
+parentPort.on('message', ({ id, op, column, form, values }) => {
   const aad = Buffer.from(column);
   const results = new Array(values.length);
-  for (let i = 0; i < values.length; i++) results[i] = op === 'seal' ? seal(values[i], aad) : open(values[i], aad);
-  parentPort.postMessage({ id, results });
+  for (let i = 0; i < values.length; i++) results[i] = op === 'seal' ? seal(values[i], aad, form) : open(values[i], aad);
+  if (op === 'seal' && form === 'bytes') {
+    const { bytes, ends } = packed(results);
+    parentPort.postMessage({ id, bytes, ends }, [bytes, ends.buffer]);
+  } else {
+    parentPort.postMessage({ id, results });
+  }
 });
 `;

@@ -1,4 +1,4 @@
-import { Keyring } from '../encryption/keyring.ts';
+import { Keyring, type StoredValue } from '../encryption/keyring.ts';
 import type { Database } from '../db/connect.ts';
 import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
@@ -135,7 +135,7 @@ export class Storage {
   }
 
   /** A row's next_kwargs with its event, decrypted with this storage's keys (see sealed-values.ts). */
-  openNextKwargs(taskInstanceId: number, nextKwargs: string | null, nextEvent: string | null): OpenedNextKwargs {
+  openNextKwargs(taskInstanceId: number, nextKwargs: StoredValue | null, nextEvent: StoredValue | null): OpenedNextKwargs {
     return openNextKwargs(this.#context.keyring, taskInstanceId, nextKwargs, nextEvent);
   }
 

@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import { toDbTime } from '../db/schema.ts';
+import type { TriggerValue } from '../db/dialect.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import { wake } from './wake.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';
@@ -24,7 +25,7 @@ export interface PreparedMove {
   /** The first outcome of each trigger (see firstOutcomePerTrigger). */
   readonly outcomes: readonly TriggerOutcome[];
   /** Those that resume their task instances, with their JSON as stored (sealed, with keys). */
-  readonly stored: Promise<readonly TriggerOutcome[]>;
+  readonly stored: Promise<readonly TriggerValue[]>;
 }
 
 /**
@@ -33,15 +34,16 @@ export interface PreparedMove {
  * prepares its next batch while writing this one does not wait for the sealing. A success end
  * event's payload becomes the task's return value, stored like every return value: in plain.
  */
-export function prepareMove({ keyring }: StorageContext, outcomes: readonly TriggerOutcome[], kind: 'event' | 'failure'): PreparedMove {
+export function prepareMove({ keyring, adapter }: StorageContext, outcomes: readonly TriggerOutcome[], kind: 'event' | 'failure'): PreparedMove {
   const first = firstOutcomePerTrigger(outcomes);
   const resumed = first.filter((outcome) => !outcome.endState);
-  const column = kind === 'event' ? 'task_instance.next_event' : 'task_instance.next_kwargs';
+  const [column, form] = kind === 'event' ? (['task_instance.next_event', adapter.sealedEventForm] as const) : (['task_instance.next_kwargs', 'text'] as const);
   const stored = keyring.encrypting
     ? keyring
         .sealMany(
           resumed.map((outcome) => outcome.json),
           column,
+          form,
         )
         .then((sealed) => resumed.map((outcome, index) => ({ ...outcome, json: sealed[index]! })))
     : Promise.resolve(resumed);

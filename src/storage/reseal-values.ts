@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { Keyring, type SealedColumn } from '../encryption/keyring.ts';
+import { Keyring, type SealedColumn, type StoredValue } from '../encryption/keyring.ts';
 import { EncryptionKeyError } from '../errors.ts';
 import type { StorageContext } from './context.ts';
 
@@ -36,6 +36,8 @@ export async function resealValues({ db, adapter, keyring }: StorageContext): Pr
   let current = 0;
   const unreadable: string[] = [];
   for (const { table, column, sealed, row: rowName } of COLUMNS) {
+    // As the daemons write them (see DialectAdapter.sealedEventForm).
+    const form = sealed === 'task_instance.next_event' ? adapter.sealedEventForm : 'text';
     let after = 0;
     for (;;) {
       const rows = (await db
@@ -45,17 +47,17 @@ export async function resealValues({ db, adapter, keyring }: StorageContext): Pr
         .where(sql.ref(column), 'is not', null)
         .orderBy('id')
         .limit(BATCH)
-        .execute()) as { id: number; value: string }[];
+        .execute()) as { id: number; value: StoredValue }[];
       if (rows.length === 0) break;
       after = rows[rows.length - 1]!.id;
-      const rewrites: { id: number; from: string; to: string }[] = [];
+      const rewrites: { id: number; from: StoredValue; to: StoredValue }[] = [];
       for (const { id, value } of rows) {
         if (Keyring.sealedWith(value) === primary) {
           current++;
           continue;
         }
         try {
-          const to = keyring.seal(keyring.open(value, sealed, `${rowName} ${id}`), sealed);
+          const to = keyring.seal(keyring.open(value, sealed, `${rowName} ${id}`), sealed, form);
           // Empty kwargs stay plain (see Keyring): as the first key would write them already.
           if (to === value) current++;
           else rewrites.push({ id, from: value, to });

@@ -1,5 +1,5 @@
 import { EncryptionKeyError } from '../errors.ts';
-import type { Keyring } from '../encryption/keyring.ts';
+import type { Keyring, StoredValue } from '../encryption/keyring.ts';
 import type { TriggerRow } from './claim-triggers.ts';
 
 /**
@@ -12,7 +12,7 @@ import type { TriggerRow } from './claim-triggers.ts';
  * Trigger rows as read, kwargs opened (a large batch on the keyring's sealing thread); a row whose
  * kwargs cannot be has `unreadable` instead.
  */
-export async function openTriggerRows(keyring: Keyring, rows: readonly TriggerRow[]): Promise<TriggerRow[]> {
+export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTriggerRow[]): Promise<TriggerRow[]> {
   const opened = await keyring.openMany(
     rows.map((row) => row.kwargs),
     'trigger.kwargs',
@@ -21,8 +21,15 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly TriggerRo
   return rows.map((row, index) => {
     const kwargs = opened[index]!;
     if (kwargs instanceof EncryptionKeyError) return { id: row.id, classpath: row.classpath, kwargs: '{}', unreadable: kwargs };
-    return kwargs === row.kwargs ? row : { ...row, kwargs };
+    return { id: row.id, classpath: row.classpath, kwargs };
   });
+}
+
+/** A trigger row as read: its kwargs possibly sealed. */
+export interface StoredTriggerRow {
+  readonly id: number;
+  readonly classpath: string;
+  readonly kwargs: StoredValue;
 }
 
 /** A resuming task instance's kwargs: next_kwargs with the event (kept in next_event) as `event`. */
@@ -30,7 +37,7 @@ export type OpenedNextKwargs =
   | { readonly json: string | null; readonly unreadable?: undefined }
   | { readonly json: null; readonly unreadable: EncryptionKeyError };
 
-export function openNextKwargs(keyring: Keyring, taskInstanceId: number, nextKwargs: string | null, nextEvent: string | null): OpenedNextKwargs {
+export function openNextKwargs(keyring: Keyring, taskInstanceId: number, nextKwargs: StoredValue | null, nextEvent: StoredValue | null): OpenedNextKwargs {
   const row = `task instance ${taskInstanceId}`;
   try {
     const kwargs = nextKwargs === null ? null : keyring.open(nextKwargs, 'task_instance.next_kwargs', row);

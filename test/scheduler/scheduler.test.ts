@@ -13,7 +13,7 @@ import { NO_RETRIES } from '../../src/model/retry-policy.ts';
 import { Worker, type TaskResolver } from '../../src/worker/worker.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { LogCapture, migratedDatabase, startTriggerer, waitFor, type TestDatabase, type TestTriggerer } from '../support/fixtures.ts';
+import { LogCapture, migratedDatabase, parsePlain, startTriggerer, type TestDatabase, type TestTriggerer, waitFor } from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -255,7 +255,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     await rt.scheduler.pass(Date.parse('2030-01-01T05:00:00Z'));
     expect((await rt.states('manual__1')).wait_a_minute).toBe('deferred');
     const trigger = await rt.db.db.selectFrom('trigger').select(['classpath', 'kwargs']).executeTakeFirstOrThrow();
-    expect(JSON.parse(trigger.kwargs)).toEqual({ moment: '2030-01-01T05:01:00.000Z' });
+    expect(parsePlain(trigger.kwargs)).toEqual({ moment: '2030-01-01T05:01:00.000Z' });
   });
 
   it('task instances of a worker whose heartbeat went stale are retried (or requeued) and finish elsewhere', async () => {

@@ -9,7 +9,7 @@ import { deferflow, type Deferflow } from '../../src/index.ts';
 import { DagRunStateBatcher } from '../../src/model/dag-run-state-batcher.ts';
 import { Storage } from '../../src/storage/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
-import { LogCapture, migratedDatabase, waitFor } from '../support/fixtures.ts';
+import { LogCapture, migratedDatabase, parsePlain, waitFor } from '../support/fixtures.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
@@ -89,7 +89,7 @@ export const dag = new Dag({ dagId: 'consumer' }).add(
     const triggers = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
     expect(triggers.every((row) => row.classpath === 'deferflow.triggers.TaskStateTrigger')).toBe(true);
     // by_delta and by_fn watch the same run the same way: one row between them.
-    const watched = triggers.map((row) => JSON.parse(row.kwargs)).map(({ dagId, taskIds, logicalDates }) => JSON.stringify({ dagId, taskIds, logicalDates }));
+    const watched = triggers.map((row) => parsePlain(row.kwargs)).map(({ dagId, taskIds, logicalDates }) => JSON.stringify({ dagId, taskIds, logicalDates }));
     expect(watched.sort()).toEqual(
       [
         { dagId: 'producer', taskIds: null, logicalDates: [AT] },

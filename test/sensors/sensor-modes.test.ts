@@ -10,7 +10,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { deferflow, fromDbTime, openDatabase, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
-import { LogCapture, waitFor } from '../support/fixtures.ts';
+import { LogCapture, parsePlain, waitFor } from '../support/fixtures.ts';
 import { backoffPause } from '../../src/sensors/poke-result.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
@@ -335,7 +335,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
       const [row] = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
       expect(row!.classpath).toBe('deferflow.triggers.HttpTrigger');
-      expect(JSON.parse(row!.kwargs)).toMatchObject({ connection: 'jobs', url: '/job' });
+      expect(parsePlain(row!.kwargs)).toMatchObject({ connection: 'jobs', url: '/job' });
       expect(row!.kwargs).not.toContain('s3cret');
       ready = true;
       expect(await app.waitForDagRun('http', runId)).toBe('success');
@@ -412,7 +412,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
       const [row] = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
       expect(row!.classpath).toBe('deferflow.triggers.SqlTrigger');
-      expect(JSON.parse(row!.kwargs)).toMatchObject({ connection: 'target', sql: 'select count(*) from ready' });
+      expect(parsePlain(row!.kwargs)).toMatchObject({ connection: 'target', sql: 'select count(*) from ready' });
       expect(row!.kwargs).not.toContain(targetUrl);
       await sql`insert into ready (n) values (1)`.execute(target.db);
       expect(await app.waitForDagRun('sql', runId)).toBe('success');
@@ -476,7 +476,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     });
     // The consolidated wait carries the backoff in its kwargs.
     const triggerRows = await app.database.db.selectFrom('trigger').select('kwargs').execute();
-    expect(triggerRows.map((row) => JSON.parse(row.kwargs))).toEqual([expect.objectContaining({ exponentialBackoff: true, maxWait: 0.4 })]);
+    expect(triggerRows.map((row) => parsePlain(row.kwargs))).toEqual([expect.objectContaining({ exponentialBackoff: true, maxWait: 0.4 })]);
     writeFileSync(proj.flag('b.flag'), 'x');
     writeFileSync(proj.flag('d.flag'), 'x');
     expect(await app.waitForDagRun('backoff', runId)).toBe('success');
@@ -525,7 +525,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       timeoutMs: 60_000,
     });
     const triggers = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
-    const flags = triggers.map((t) => JSON.parse(t.kwargs).pokeContext.flag as string).sort();
+    const flags = triggers.map((t) => parsePlain(t.kwargs).pokeContext.flag as string).sort();
     expect(flags).toEqual([proj.flag('a.flag'), proj.flag('b.flag'), proj.flag('shared.flag')].sort());
     expect(new Set(triggers.map((t) => t.classpath))).toEqual(new Set(['deferflow.SensorPokeTrigger']));
     // No slot held while they wait.

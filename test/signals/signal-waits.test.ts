@@ -7,7 +7,7 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { canonicalJson, deferflow, type Deferflow, type JsonValue } from '../../src/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
-import { LogCapture, waitFor } from '../support/fixtures.ts';
+import { LogCapture, parsePlain, waitFor } from '../support/fixtures.ts';
 import { PACKAGE_ENTRY } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
@@ -92,7 +92,7 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
     const rows = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
     expect(rows.every((row) => row.classpath === 'deferflow.triggers.SignalTrigger')).toBe(true);
     // (never.sent's row may already be gone: its task times out after 5 s.)
-    const waits = rows.map((row) => canonicalJson(JSON.parse(row.kwargs))).filter((kwargs) => !kwargs.includes('never.sent'));
+    const waits = rows.map((row) => canonicalJson(parsePlain(row.kwargs))).filter((kwargs) => !kwargs.includes('never.sent'));
     expect(waits.sort()).toEqual(
       (
         [
@@ -159,7 +159,7 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
               .where('task_instance.task_id', '=', `race_${i}`)
               .executeTakeFirstOrThrow();
             if (row.state === 'success') return { resumedWith: JSON.parse(row.return_value!).version as number };
-            if (row.state === 'deferred' && row.kwargs !== null) return { sinceVersion: JSON.parse(row.kwargs).sinceVersion as number };
+            if (row.state === 'deferred' && row.kwargs !== null) return { sinceVersion: parsePlain(row.kwargs).sinceVersion as number };
             return null;
           },
           { what: `race_${i} settled` },

@@ -2,7 +2,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { openDatabase, type Database } from '../../src/db/connect.ts';
 import { migrateToLatest } from '../../src/db/migrate.ts';
-import { toDbTime, type TaskInstanceState } from '../../src/db/schema.ts';
+import { toDbTime, type SealableJson, type TaskInstanceState } from '../../src/db/schema.ts';
 import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { TriggerRegistry } from '../../src/triggers/registry.ts';
 import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/triggerer/options.ts';
@@ -47,9 +47,15 @@ export async function taskInstance(database: Database, id: number) {
   const row = await database.db.selectFrom('task_instance').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
   return {
     ...row,
-    next_kwargs: row.next_kwargs === null ? null : (JSON.parse(row.next_kwargs) as Record<string, unknown>),
-    next_event: row.next_event === null ? null : (JSON.parse(row.next_event) as unknown),
+    next_kwargs: row.next_kwargs === null ? null : (parsePlain(row.next_kwargs) as Record<string, unknown>),
+    next_event: row.next_event === null ? null : parsePlain(row.next_event),
   };
+}
+
+/** A column value that may be sealed, read from a database without keys: parsed, it must be plain. */
+export function parsePlain(value: SealableJson): any {
+  if (typeof value !== 'string') throw new Error(`expected a plain JSON value, got ${value.byteLength} sealed bytes`);
+  return JSON.parse(value);
 }
 
 /** Log lines captured from an in-process triggerer. */
