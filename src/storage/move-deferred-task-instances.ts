@@ -3,6 +3,7 @@ import { toDbTime } from '../db/schema.ts';
 import type { TriggerValue } from '../db/dialect.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
 import { wake } from './wake.ts';
+import { sealedFormOf } from './sealed-values.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';
 
 export interface TriggerOutcome {
@@ -37,13 +38,13 @@ export interface PreparedMove {
 export function prepareMove({ keyring, adapter }: StorageContext, outcomes: readonly TriggerOutcome[], kind: 'event' | 'failure'): PreparedMove {
   const first = firstOutcomePerTrigger(outcomes);
   const resumed = first.filter((outcome) => !outcome.endState);
-  const [column, form] = kind === 'event' ? (['task_instance.next_event', adapter.sealedEventForm] as const) : (['task_instance.next_kwargs', 'text'] as const);
+  const column = kind === 'event' ? 'task_instance.next_event' : 'task_instance.next_kwargs';
   const stored = keyring.encrypting
     ? keyring
         .sealMany(
           resumed.map((outcome) => outcome.json),
           column,
-          form,
+          sealedFormOf(adapter, column),
         )
         .then((sealed) => resumed.map((outcome, index) => ({ ...outcome, json: sealed[index]! })))
     : Promise.resolve(resumed);

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { Keyring, type SealedColumn, type StoredValue } from '../encryption/keyring.ts';
 import { EncryptionKeyError } from '../errors.ts';
 import type { StorageContext } from './context.ts';
+import { sealedFormOf } from './sealed-values.ts';
 
 /** What `db rotate-key` did, by column. */
 export interface ResealCounts {
@@ -36,8 +37,7 @@ export async function resealValues({ db, adapter, keyring }: StorageContext): Pr
   let current = 0;
   const unreadable: string[] = [];
   for (const { table, column, sealed, row: rowName } of COLUMNS) {
-    // As the daemons write them (see DialectAdapter.sealedEventForm).
-    const form = sealed === 'task_instance.next_event' ? adapter.sealedEventForm : 'text';
+    const form = sealedFormOf(adapter, sealed);
     let after = 0;
     for (;;) {
       const rows = (await db

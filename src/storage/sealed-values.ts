@@ -1,5 +1,6 @@
 import { EncryptionKeyError } from '../errors.ts';
-import type { Keyring, StoredValue } from '../encryption/keyring.ts';
+import type { Keyring, SealedColumn, SealedForm, StoredValue } from '../encryption/keyring.ts';
+import type { DialectAdapter } from '../db/dialect.ts';
 import type { TriggerRow } from './claim-triggers.ts';
 
 /**
@@ -21,8 +22,14 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTri
   return rows.map((row, index) => {
     const kwargs = opened[index]!;
     if (kwargs instanceof EncryptionKeyError) return { id: row.id, classpath: row.classpath, kwargs: '{}', unreadable: kwargs };
-    return { id: row.id, classpath: row.classpath, kwargs };
+    // A plain row (kwargs read as they are) is passed on as it is: no copy per claimed trigger.
+    return kwargs === row.kwargs ? (row as TriggerRow) : { id: row.id, classpath: row.classpath, kwargs };
   });
+}
+
+/** The form the daemons seal `column`'s values in on this dialect (see DialectAdapter.sealedEventForm). */
+export function sealedFormOf(adapter: DialectAdapter, column: SealedColumn): SealedForm {
+  return column === 'task_instance.next_event' ? adapter.sealedEventForm : 'text';
 }
 
 /** A trigger row as read: its kwargs possibly sealed. */
