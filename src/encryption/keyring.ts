@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { EncryptionKeyError, InvalidOptionError } from '../errors.ts';
+import { bytesHeader, IV_BYTES, IV_POOL_BYTES, notSealedBytesError, sealedBytesKeyId, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
 import { SealingThread } from './sealing-thread.ts';
 
 /**
@@ -8,10 +9,8 @@ import { SealingThread } from './sealing-thread.ts';
  * payloads. The storage layer seals them as it writes and opens them as it reads, so nothing
  * above it sees ciphertext.
  *
- * A sealed value is stored in one of two forms:
- *
- *   text:  "dfenc1:<key id>:<base64 of iv (12 bytes) | GCM tag (16 bytes) | AES-256-GCM ciphertext>"
- *   bytes: 0x01 | key id length (1 byte) | key id (ASCII) | iv | GCM tag | ciphertext
+ * A sealed value is stored in one of two forms (their layout: sealed-format.ts), text
+ * ("dfenc1:<key id>:<base64>") or bytes.
  *
  * The text form is a JSON string, which PostgreSQL's jsonb columns require, and what trigger
  * kwargs and next_kwargs are everywhere. SQLite keeps a blob in a text column as it is, so there
@@ -39,17 +38,8 @@ export type SealedForm = 'text' | 'bytes';
 /** A value as a sealable column holds it: JSON text (plain, or sealed in text form), or sealed bytes. */
 export type StoredValue = string | Uint8Array;
 
-const PREFIX = 'dfenc1:';
-/** The stored text of a sealed value starts with this (the JSON string's quote, then the prefix). */
-const STORED_PREFIX = `"${PREFIX}`;
 const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/;
-/** The first byte of a value sealed in bytes form; another first byte is a format this version does not read. */
-const BYTES_FORMAT = 1;
 const KEY_BYTES = 32;
-const IV_BYTES = 12;
-const TAG_BYTES = 16;
-/** IVs are drawn from the CSPRNG in blocks: one call per 4,096 seals instead of one each. */
-const IV_POOL_BYTES = IV_BYTES * 4096;
 /**
  * Batches of at least this many values are sealed or opened on the sealing thread; a smaller
  * one is done at once, cheaper than the thread's round trip (tens of µs).
@@ -74,10 +64,6 @@ interface Key {
   readonly key: KeyObject;
   /** What a value sealed with it in bytes form starts with: the format, the id's length, the id. */
   readonly header: Buffer;
-}
-
-function keyHeader(id: string): Buffer {
-  return Buffer.from([BYTES_FORMAT, id.length, ...Buffer.from(id, 'latin1')]);
 }
 
 export class Keyring {
@@ -126,7 +112,7 @@ export class Keyring {
         );
       }
       if (keys.some((key) => key.id === id)) throw new InvalidOptionError(where, `the id ${id} is given twice; every key needs its own id`);
-      keys.push({ id, key: createSecretKey(bytes), header: keyHeader(id) });
+      keys.push({ id, key: createSecretKey(bytes), header: bytesHeader(id) });
     }
     return keys.length === 0 ? Keyring.none : new Keyring(keys);
   }
@@ -198,7 +184,7 @@ export class Keyring {
     const encrypted = cipher.update(json, 'utf8');
     cipher.final();
     if (form === 'bytes') return Buffer.concat([primary.header, iv, cipher.getAuthTag(), encrypted]);
-    return `${STORED_PREFIX}${primary.id}:${Buffer.concat([iv, cipher.getAuthTag(), encrypted]).toString('base64')}"`;
+    return `${STORED_TEXT_PREFIX}${primary.id}:${Buffer.concat([iv, cipher.getAuthTag(), encrypted]).toString('base64')}"`;
   }
 
   /**
@@ -209,19 +195,14 @@ export class Keyring {
    */
   open(stored: StoredValue, column: SealedColumn, row: string): string {
     if (typeof stored === 'string') {
-      if (!stored.startsWith(STORED_PREFIX)) return stored;
-      const body = stored.slice(STORED_PREFIX.length, -1);
+      if (!stored.startsWith(STORED_TEXT_PREFIX)) return stored;
+      const body = stored.slice(STORED_TEXT_PREFIX.length, -1);
       const colon = body.indexOf(':');
       return this.#openSealed(body.slice(0, colon), colon < 0 ? null : Buffer.from(body.slice(colon + 1), 'base64'), column, row);
     }
     const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
     const keyId = sealedBytesKeyId(bytes);
-    if (keyId === null) {
-      throw new EncryptionKeyError(
-        `${row}: its ${column} holds ${bytes.length} bytes that are not a value deferflow sealed (format byte ${bytes[0] ?? 'missing'}, ` +
-          `this version reads ${BYTES_FORMAT}): it was altered, or written by a newer deferflow; run every daemon on the same version`,
-      );
-    }
+    if (keyId === null) throw notSealedBytesError(bytes, `${row}: its ${column}`);
     return this.#openSealed(keyId, bytes.subarray(2 + keyId.length), column, row);
   }
 
@@ -269,7 +250,7 @@ export class Keyring {
    */
   async openMany(stored: readonly StoredValue[], column: SealedColumn, rowName: (index: number) => string): Promise<(string | EncryptionKeyError)[]> {
     const results: (StoredValue | EncryptionKeyError)[] = [...stored];
-    const sealedAt = stored.flatMap((value, index) => (typeof value !== 'string' || value.startsWith(STORED_PREFIX) ? [index] : []));
+    const sealedAt = stored.flatMap((value, index) => (typeof value !== 'string' || value.startsWith(STORED_TEXT_PREFIX) ? [index] : []));
     const thread = this.#threadFor(sealedAt.length);
     const opened = thread
       ? await thread.open(
@@ -298,9 +279,9 @@ export class Keyring {
   /** The key id a stored value is sealed with, or null for a plain value. */
   static sealedWith(stored: StoredValue): string | null {
     if (typeof stored !== 'string') return sealedBytesKeyId(stored);
-    if (!stored.startsWith(STORED_PREFIX)) return null;
-    const colon = stored.indexOf(':', STORED_PREFIX.length);
-    return colon < 0 ? null : stored.slice(STORED_PREFIX.length, colon);
+    if (!stored.startsWith(STORED_TEXT_PREFIX)) return null;
+    const colon = stored.indexOf(':', STORED_TEXT_PREFIX.length);
+    return colon < 0 ? null : stored.slice(STORED_TEXT_PREFIX.length, colon);
   }
 
   /**
@@ -310,9 +291,8 @@ export class Keyring {
   static textForm(stored: StoredValue): string {
     if (typeof stored === 'string') return stored;
     const keyId = sealedBytesKeyId(stored);
-    if (keyId === null)
-      throw new EncryptionKeyError(`${stored.byteLength} bytes given as a sealed value are not one deferflow sealed (format byte ${stored[0] ?? 'missing'})`);
-    return `${STORED_PREFIX}${keyId}:${Buffer.from(stored.buffer, stored.byteOffset + 2 + keyId.length, stored.byteLength - 2 - keyId.length).toString('base64')}"`;
+    if (keyId === null) throw notSealedBytesError(stored);
+    return `${STORED_TEXT_PREFIX}${keyId}:${Buffer.from(stored.buffer, stored.byteOffset + 2 + keyId.length, stored.byteLength - 2 - keyId.length).toString('base64')}"`;
   }
 
   /** The trigger hash as stored: keyed with the sealing key, or as it is without keys. */
@@ -348,11 +328,4 @@ export class Keyring {
     this.#ivAt += IV_BYTES;
     return iv;
   }
-}
-
-/** The key id of a value sealed in bytes form; null if it is not one (another format byte, too short). */
-function sealedBytesKeyId(stored: Uint8Array): string | null {
-  const length = stored[1];
-  if (stored[0] !== BYTES_FORMAT || length === undefined || stored.length < 2 + length + IV_BYTES + TAG_BYTES) return null;
-  return Buffer.from(stored.buffer, stored.byteOffset + 2, length).toString('latin1');
 }

@@ -1,15 +1,18 @@
 import { Worker } from 'node:worker_threads';
 import type { SealedForm, StoredValue } from './keyring.ts';
+import { BYTES_FORMAT, IV_BYTES, IV_POOL_BYTES, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
 
 /**
  * A thread that seals and opens batches of values for a Keyring (see keyring.ts), so that the
  * ~5 µs of node:crypto each value costs is not spent on the event loop: a triggerer claiming or
  * firing 100,000 triggers would otherwise spend a second of its one thread on it. Handing a
- * batch over costs the loop ~0.5 µs a value (copying the strings both ways).
+ * batch over costs the loop 0.07–0.15 µs a value (copying the strings there; sealed bytes come
+ * back as one buffer), though the triggerer benchmark shows more than that: see the README.
  *
  * Its code is plain CommonJS run with `eval`, so the same text works from the sources and the
- * built package. It writes both forms Keyring.seal writes and reads what Keyring.open reads
- * (test/encryption.test.ts checks each opens the other's). A value it cannot open comes back as
+ * built package; the format's constants are written into it from sealed-format.ts. It writes
+ * both forms Keyring.seal writes and reads what Keyring.open reads (test/encryption.test.ts
+ * checks each opens the other's). A value it cannot open comes back as
  * null: the Keyring opens that one itself, to raise the error that names the row.
  *
  * The thread does not keep the process alive: it is referenced only while a batch is out, and it
@@ -161,7 +164,11 @@ const SEALING_THREAD_SOURCE = `
 'use strict';
 const { parentPort, workerData } = require('node:worker_threads');
 const { createCipheriv, createDecipheriv, createSecretKey, randomFillSync } = require('node:crypto');
-const PREFIX = '"dfenc1:';
+const PREFIX = ${JSON.stringify(STORED_TEXT_PREFIX)};
+const BYTES_FORMAT = ${BYTES_FORMAT};
+const IV_BYTES = ${IV_BYTES};
+const TAG_BYTES = ${TAG_BYTES};
+const IV_POOL_BYTES = ${IV_POOL_BYTES};
 const READY_MESSAGE_ID = ${READY_MESSAGE_ID};
 const WARM_UP_VALUES = ${WARM_UP_VALUES};
 const keys = new Map(workerData.keys.map((key) => [key.id, createSecretKey(Buffer.from(key.bytes))]));
@@ -172,15 +179,15 @@ let ivAt = 0;
 
 function nextIv() {
   if (ivAt === ivPool.length) {
-    ivPool = randomFillSync(Buffer.alloc(12 * 4096));
+    ivPool = randomFillSync(Buffer.alloc(IV_POOL_BYTES));
     ivAt = 0;
   }
-  const iv = ivPool.subarray(ivAt, ivAt + 12);
-  ivAt += 12;
+  const iv = ivPool.subarray(ivAt, ivAt + IV_BYTES);
+  ivAt += IV_BYTES;
   return iv;
 }
 
-const header = Buffer.from([1, primaryId.length, ...Buffer.from(primaryId, 'latin1')]);
+const header = Buffer.from([BYTES_FORMAT, primaryId.length, ...Buffer.from(primaryId, 'latin1')]);
 
 function seal(json, aad, form) {
   const iv = nextIv();
@@ -216,16 +223,16 @@ function open(stored, aad) {
     body = key && Buffer.from(text.slice(colon + 1), 'base64');
   } else {
     const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
-    if (bytes[0] !== 1 || bytes.length < 30 + bytes[1]) return null;
+    if (bytes[0] !== BYTES_FORMAT || bytes.length < 2 + bytes[1] + IV_BYTES + TAG_BYTES) return null;
     key = keys.get(bytes.toString('latin1', 2, 2 + bytes[1]));
     body = bytes.subarray(2 + bytes[1]);
   }
   if (key === undefined) return null;
   try {
-    const decipher = createDecipheriv('aes-256-gcm', key, body.subarray(0, 12));
+    const decipher = createDecipheriv('aes-256-gcm', key, body.subarray(0, IV_BYTES));
     decipher.setAAD(aad);
-    decipher.setAuthTag(body.subarray(12, 28));
-    return decipher.update(body.subarray(28), undefined, 'utf8') + decipher.final('utf8');
+    decipher.setAuthTag(body.subarray(IV_BYTES, IV_BYTES + TAG_BYTES));
+    return decipher.update(body.subarray(IV_BYTES + TAG_BYTES), undefined, 'utf8') + decipher.final('utf8');
   } catch {
     return null;
   }
