@@ -121,15 +121,22 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     return { app, logs, url };
   }
 
-  const states = async (running: Deferflow, runId: string) =>
+  // A run is named by its DAG and its id: runs of two DAGs triggered in the same millisecond
+  // share the id manual__<logical date> (as in Airflow, run ids are unique per DAG only).
+  const states = async (running: Deferflow, dagId: string, runId: string) =>
     Object.fromEntries(
-      (await running.database.db.selectFrom('task_instance').select(['task_id', 'state']).where('run_id', '=', runId).execute()).map((row) => [
-        row.task_id,
-        row.state,
-      ]),
+      (
+        await running.database.db.selectFrom('task_instance').select(['task_id', 'state']).where('dag_id', '=', dagId).where('run_id', '=', runId).execute()
+      ).map((row) => [row.task_id, row.state]),
     );
-  const row = (running: Deferflow, runId: string, taskId: string) =>
-    running.database.db.selectFrom('task_instance').selectAll().where('run_id', '=', runId).where('task_id', '=', taskId).executeTakeFirstOrThrow();
+  const row = (running: Deferflow, dagId: string, runId: string, taskId: string) =>
+    running.database.db
+      .selectFrom('task_instance')
+      .selectAll()
+      .where('dag_id', '=', dagId)
+      .where('run_id', '=', runId)
+      .where('task_id', '=', taskId)
+      .executeTakeFirstOrThrow();
 
   it('poke mode holds its slot between pokes; reschedule mode gives it back with a reschedule row per poke; both succeed once the flag appears', async () => {
     const proj = project(`modes-${dialect}`, {
@@ -140,41 +147,43 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const poking = await app.triggerDagRun('poking');
     const rescheduling = await app.triggerDagRun('rescheduling');
     await waitFor(() => proj.pokes('poke.flag').worker >= 3 && proj.pokes('resched.flag').worker >= 3, { what: 'three pokes of each' });
-    expect((await row(app, poking, 'wait')).state).toBe('running');
-    await waitFor(async () => (await row(app, rescheduling, 'wait')).state === 'up_for_reschedule', { what: 'the rescheduling sensor between pokes' });
+    expect((await row(app, 'poking', poking, 'wait')).state).toBe('running');
+    await waitFor(async () => (await row(app, 'rescheduling', rescheduling, 'wait')).state === 'up_for_reschedule', {
+      what: 'the rescheduling sensor between pokes',
+    });
     writeFileSync(proj.flag('poke.flag'), 'poked');
     writeFileSync(proj.flag('resched.flag'), 'rescheduled');
     expect(await app.waitForDagRun('poking', poking)).toBe('success');
     expect(await app.waitForDagRun('rescheduling', rescheduling)).toBe('success');
-    for (const [runId, value] of [
-      [poking, 'poked'],
-      [rescheduling, 'rescheduled'],
+    for (const [dagId, runId, value] of [
+      ['poking', poking, 'poked'],
+      ['rescheduling', rescheduling, 'rescheduled'],
     ] as const) {
-      const wait = await row(app, runId, 'wait');
+      const wait = await row(app, dagId, runId, 'wait');
       expect([wait.state, wait.try_number, JSON.parse(wait.return_value!)]).toEqual(['success', 1, value]);
     }
     const reschedules = await app.database.db
       .selectFrom('task_reschedule')
       .innerJoin('task_instance', 'task_instance.id', 'task_reschedule.task_instance_id')
-      .select(['task_instance.run_id', 'task_reschedule.try_number'])
+      .select(['task_instance.dag_id', 'task_instance.run_id', 'task_reschedule.try_number'])
       .execute();
-    expect(reschedules.filter((r) => r.run_id === poking)).toEqual([]);
-    const ofRescheduling = reschedules.filter((r) => r.run_id === rescheduling);
+    expect(reschedules.filter((r) => r.dag_id === 'poking' && r.run_id === poking)).toEqual([]);
+    const ofRescheduling = reschedules.filter((r) => r.dag_id === 'rescheduling' && r.run_id === rescheduling);
     expect(ofRescheduling.length).toBeGreaterThanOrEqual(2);
     expect(new Set(ofRescheduling.map((r) => r.try_number))).toEqual(new Set([1]));
     // Every poke of the rescheduling sensor but the last ended its run with a reschedule row.
     expect(ofRescheduling.length).toBe(proj.pokes('resched.flag').worker - 1);
     // What the CLI shows of it: the count in tasks list, the history in tasks reschedules.
-    const listed = spawnDeferflow(['tasks', 'list', '--db', url, '--run', rescheduling]);
+    const listed = spawnDeferflow(['tasks', 'list', '--db', url, '--dag', 'rescheduling', '--run', rescheduling]);
     expect((await listed.exit).code).toBe(0);
     expect(listed.text[0]).toMatch(/^DAG ID +TASK ID +STATE +TRY +RESCHEDULES +HOST$/);
     expect(listed.text.find((line) => / wait /.test(line))).toMatch(new RegExp(`^rescheduling +wait +success +1 +${ofRescheduling.length} `));
-    const history = spawnDeferflow(['tasks', 'reschedules', '--db', url, '--run', rescheduling, '--task', 'wait']);
+    const history = spawnDeferflow(['tasks', 'reschedules', '--db', url, '--dag', 'rescheduling', '--run', rescheduling, '--task', 'wait']);
     expect((await history.exit).code).toBe(0);
     expect(history.text[0]).toBe(`${ofRescheduling.length} reschedule(s) of rescheduling.wait (run ${rescheduling}), now success, try 1`);
     expect(history.text[1]).toMatch(/^TRY +POKE STARTED +POKE ENDED +NEXT POKE AT$/);
     expect(history.text.slice(2).filter((line) => /^1 +\d{4}-/.test(line))).toHaveLength(ofRescheduling.length);
-    const none = spawnDeferflow(['tasks', 'reschedules', '--db', url, '--run', poking, '--task', 'wait', '--json']);
+    const none = spawnDeferflow(['tasks', 'reschedules', '--db', url, '--dag', 'poking', '--run', poking, '--task', 'wait', '--json']);
     expect((await none.exit).code).toBe(0);
     expect(JSON.parse(none.text.join(''))).toEqual([]);
   }, 60_000);
@@ -198,10 +207,10 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     expect(await app.waitForDagRun('hard', hard)).toBe('failed');
     expect(await app.waitForDagRun('soft', soft)).toBe('success');
     expect(Date.now() - startedAt).toBeGreaterThanOrEqual(1_200);
-    expect(await states(app, hard)).toEqual({ resched: 'failed', deferred: 'failed', after: 'upstream_failed' });
-    expect(await states(app, soft)).toEqual({ resched: 'skipped', deferred: 'skipped', poked: 'skipped', after: 'skipped' });
+    expect(await states(app, 'hard', hard)).toEqual({ resched: 'failed', deferred: 'failed', after: 'upstream_failed' });
+    expect(await states(app, 'soft', soft)).toEqual({ resched: 'skipped', deferred: 'skipped', poked: 'skipped', after: 'skipped' });
     // No retry: retries: 3, yet one try each.
-    for (const taskId of ['resched', 'deferred']) expect((await row(app, hard, taskId)).try_number).toBe(1);
+    for (const taskId of ['resched', 'deferred']) expect((await row(app, 'hard', hard, taskId)).try_number).toBe(1);
     const timeouts = logs.matching((line) => line.code === 'DF_SENSOR_TIMEOUT');
     expect(timeouts.length).toBe(2);
     // The deferred sensor waited on the triggerer: pokes there too, after its first one on the worker.
@@ -332,7 +341,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       );
       const { app } = await start(proj);
       const runId = await app.triggerDagRun('http');
-      await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
+      await waitFor(async () => (await states(app, 'http', runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
       const [row] = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
       expect(row!.classpath).toBe('deferflow.triggers.HttpTrigger');
       expect(parsePlain(row!.kwargs)).toMatchObject({ connection: 'jobs', url: '/job' });
@@ -363,7 +372,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     });
     const { app, url } = await start(proj);
     const runId = await app.triggerDagRun('shared');
-    await waitFor(async () => (await states(app, runId)).cleared === 'deferred' && (await states(app, runId)).patient === 'deferred', {
+    await waitFor(async () => (await states(app, 'shared', runId)).cleared === 'deferred' && (await states(app, 'shared', runId)).patient === 'deferred', {
       what: 'the sensors deferred',
     });
     const rows = await app.database.db.selectFrom('trigger').select('id').execute();
@@ -374,23 +383,23 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     // The hasty and strict ones time out on their own (1 s); the row stays for the others.
     await waitFor(
       async () => {
-        const now = await states(app, runId);
+        const now = await states(app, 'shared', runId);
         return now.hasty === 'skipped' && now.strict === 'failed';
       },
       { what: 'the two short timeouts' },
     );
-    expect((await states(app, runId)).patient).toBe('deferred');
+    expect((await states(app, 'shared', runId)).patient).toBe('deferred');
     expect(await app.database.db.selectFrom('trigger').select('id').execute()).toEqual(rows);
     // A sensor of another run joins the same wait late.
     const lateRun = await app.triggerDagRun('late');
-    await waitFor(async () => (await states(app, lateRun)).latecomer === 'deferred', { what: 'the latecomer deferred' });
+    await waitFor(async () => (await states(app, 'late', lateRun)).latecomer === 'deferred', { what: 'the latecomer deferred' });
     expect(await app.database.db.selectFrom('trigger').select('id').execute()).toEqual(rows);
     writeFileSync(proj.flag('one.flag'), 'here');
     expect(await app.waitForDagRun('late', lateRun)).toBe('success');
     // The run ends either way: its leaf `after` (all_success) is skipped or upstream_failed,
     // whichever of hasty's skip and strict's failure the scheduler saw first, as in Airflow.
     await app.waitForDagRun('shared', runId);
-    const final = await states(app, runId);
+    const final = await states(app, 'shared', runId);
     expect([final.patient, final.hasty, final.strict, final.cleared]).toEqual(['success', 'skipped', 'failed', 'success']);
   }, 60_000);
 
@@ -409,7 +418,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       );
       const { app } = await start(proj);
       const runId = await app.triggerDagRun('sql');
-      await waitFor(async () => (await states(app, runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
+      await waitFor(async () => (await states(app, 'sql', runId)).deferrable === 'deferred', { what: 'the deferrable sensor deferred' });
       const [row] = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
       expect(row!.classpath).toBe('deferflow.triggers.SqlTrigger');
       expect(parsePlain(row!.kwargs)).toMatchObject({ connection: 'target', sql: 'select count(*) from ready' });
@@ -451,12 +460,11 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const [loud, silent, soft] = [await app.triggerDagRun('loud'), await app.triggerDagRun('silent'), await app.triggerDagRun('soft')];
     expect(await app.waitForDagRun('loud', loud)).toBe('failed');
     expect(await app.waitForDagRun('soft', soft)).toBe('success');
-    expect(await states(app, soft)).toEqual({ wait: 'skipped', after: 'skipped' });
+    expect(await states(app, 'soft', soft)).toEqual({ wait: 'skipped', after: 'skipped' });
     await waitFor(() => proj.pokes('silent.flag').worker >= 3, { what: 'the silent sensor poking on' });
-    // Failed once in CI (2026-11-24, not reproduced since): should it again, the message says why,
-    // with what was logged at warn and above besides silentFail's own warnings.
-    const unexpected = logs.matching((line) => (line.level as number) >= 40 && !String(line.msg).includes('silentFail'));
-    expect((await row(app, silent, 'wait')).state, JSON.stringify(unexpected)).not.toBe('failed');
+    expect((await row(app, 'silent', silent, 'wait')).state).not.toBe('failed');
+    const silenced = logs.matching((line) => line.dag_id === 'silent' && String(line.msg).includes('poke failed: flag unreadable; silentFail'));
+    expect(silenced.length).toBeGreaterThanOrEqual(3);
     rmSync(proj.flag('silent.flag.broken'));
     writeFileSync(proj.flag('silent.flag'), 'fine now');
     expect(await app.waitForDagRun('silent', silent)).toBe('success');
@@ -509,18 +517,19 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const { app } = await start(proj, { concurrency: 16, smartSensors: ['FlagSensor'] });
     const sharedRun = await app.triggerDagRun('shared');
     const switchedRun = await app.triggerDagRun('switched');
-    const deferredCount = async (runId: string) =>
+    const deferredCount = async (dagId: string, runId: string) =>
       Number(
         (
           await app.database.db
             .selectFrom('task_instance')
             .select((eb) => eb.fn.countAll().as('n'))
+            .where('dag_id', '=', dagId)
             .where('run_id', '=', runId)
             .where('state', '=', 'deferred')
             .executeTakeFirstOrThrow()
         ).n,
       );
-    await waitFor(async () => (await deferredCount(sharedRun)) === 500 && (await deferredCount(switchedRun)) === 5, {
+    await waitFor(async () => (await deferredCount('shared', sharedRun)) === 500 && (await deferredCount('switched', switchedRun)) === 5, {
       what: 'every sensor deferred',
       timeoutMs: 60_000,
     });
@@ -539,7 +548,12 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     for (const flag of ['shared.flag', 'a.flag', 'b.flag']) writeFileSync(proj.flag(flag), flag);
     expect(await app.waitForDagRun('shared', sharedRun)).toBe('success');
     expect(await app.waitForDagRun('switched', switchedRun)).toBe('success');
-    const values = await app.database.db.selectFrom('task_instance').select(['task_id', 'return_value']).where('run_id', '=', switchedRun).execute();
+    const values = await app.database.db
+      .selectFrom('task_instance')
+      .select(['task_id', 'return_value'])
+      .where('dag_id', '=', 'switched')
+      .where('run_id', '=', switchedRun)
+      .execute();
     expect(Object.fromEntries(values.map((v) => [v.task_id, JSON.parse(v.return_value!)]))).toEqual({
       a0: 'a.flag',
       a1: 'a.flag',
