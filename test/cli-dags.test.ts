@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
@@ -71,6 +72,10 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     const again = await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--logical-date', '2026-03-01T10:00:00Z']));
     expect(again.exit.code).toBe(2);
     expect(again.err).toContain('logical-date: DAG adhoc already has a run manual__2026-03-01T10:00:00.000Z or a run at 2026-03-01T10:00:00.000Z');
+    // Triggered in one millisecond with neither a date nor an id (calls made together, a script's
+    // loop): each gets its run, the later ones at the next free millisecond.
+    const together = await Promise.all([1, 2, 3].map(() => triggerDagRun(db, 'adhoc', {}, Date.parse('2026-04-01T00:00:00Z'))));
+    expect(together.sort()).toEqual(['000', '001', '002'].map((ms) => `manual__2026-04-01T00:00:00.${ms}Z`));
     const naive = await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--logical-date', '2026-03-01 10:00']));
     expect(naive.exit.code).toBe(2);
     expect(naive.err).toContain('logical-date: "2026-03-01 10:00" is not an ISO-8601 moment with an offset or Z');

@@ -18,21 +18,29 @@ export interface ManualRunOptions {
  * Creates a manual run of a serialized DAG (`deferflow dags trigger`, standalone's
  * --trigger-dag) and returns its run id. Refuses, naming the option, a DAG the database does
  * not know, a logical date that names no moment, and a run id or logical date the DAG already has.
+ * Given neither, the run is at `now`; a run of the DAG already there (triggered in the same
+ * millisecond: a script's loop, calls made together) moves it to the next free millisecond.
  */
 export async function triggerDagRun(database: Database, dagId: string, options: ManualRunOptions = {}, now = Date.now()): Promise<string> {
   const dag = await serializedDagSource(database)(dagId);
   if (!dag) throw new InvalidOptionError('dag-id', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs (see deferflow dags list)`);
-  const logicalDate = options.logicalDate === undefined ? now : parseLogicalDate(options.logicalDate);
-  const runId = options.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
-  const created = await new Storage(database).createDagRun(dag, { runId, runType: 'manual', logicalDate, conf: options.conf ?? {} }, now);
-  if (created === null) {
-    throw new InvalidOptionError(
-      options.runId === undefined && options.logicalDate !== undefined ? 'logical-date' : 'run-id',
-      `DAG ${dag.dagId} already has a run ${runId} or a run at ${new Date(logicalDate).toISOString()}`,
-    );
+  const asked = options.logicalDate === undefined ? now : parseLogicalDate(options.logicalDate);
+  const attempts = options.logicalDate === undefined && options.runId === undefined ? SAME_MOMENT_ATTEMPTS : 1;
+  const storage = new Storage(database);
+  for (let attempt = 0; attempt < attempts; attempt++) {
+    const logicalDate = asked + attempt;
+    const runId = options.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
+    const created = await storage.createDagRun(dag, { runId, runType: 'manual', logicalDate, conf: options.conf ?? {} }, now);
+    if (created !== null) return runId;
   }
-  return runId;
+  throw new InvalidOptionError(
+    options.runId === undefined && options.logicalDate !== undefined ? 'logical-date' : 'run-id',
+    `DAG ${dag.dagId} already has a run ${options.runId ?? `manual__${new Date(asked).toISOString()}`} or a run at ${new Date(asked).toISOString()}`,
+  );
 }
+
+/** Milliseconds after `now` an unnamed manual run may move to when earlier ones are taken. */
+const SAME_MOMENT_ATTEMPTS = 100;
 
 function parseLogicalDate(text: string): number {
   const ms = typeof text === 'string' ? momentMs(text.trim()) : null;
