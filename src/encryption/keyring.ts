@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, randomBytes, randomFillSync, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { EncryptionKeyError, InvalidOptionError } from '../errors.ts';
-import { bytesHeader, IV_BYTES, IV_POOL_BYTES, notSealedBytesError, sealedBytesKeyId, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
+import { bytesHeader, IV_BYTES, IV_POOL_BYTES, notSealedBytesError, sealedBytesParts, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
 import { SealingThread } from './sealing-thread.ts';
 
 /**
@@ -200,10 +200,9 @@ export class Keyring {
       const colon = body.indexOf(':');
       return this.#openSealed(body.slice(0, colon), colon < 0 ? null : Buffer.from(body.slice(colon + 1), 'base64'), column, row);
     }
-    const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
-    const keyId = sealedBytesKeyId(bytes);
-    if (keyId === null) throw notSealedBytesError(bytes, `${row}: its ${column}`);
-    return this.#openSealed(keyId, bytes.subarray(2 + keyId.length), column, row);
+    const parts = sealedBytesParts(stored);
+    if (parts === null) throw notSealedBytesError(stored, `${row}: its ${column}`);
+    return this.#openSealed(parts.keyId, parts.body, column, row);
   }
 
   /** `body` (iv | tag | ciphertext) opened with key `keyId`; null body: the value names no key. */
@@ -278,7 +277,7 @@ export class Keyring {
 
   /** The key id a stored value is sealed with, or null for a plain value. */
   static sealedWith(stored: StoredValue): string | null {
-    if (typeof stored !== 'string') return sealedBytesKeyId(stored);
+    if (typeof stored !== 'string') return sealedBytesParts(stored)?.keyId ?? null;
     if (!stored.startsWith(STORED_TEXT_PREFIX)) return null;
     const colon = stored.indexOf(':', STORED_TEXT_PREFIX.length);
     return colon < 0 ? null : stored.slice(STORED_TEXT_PREFIX.length, colon);
@@ -290,9 +289,9 @@ export class Keyring {
    */
   static textForm(stored: StoredValue): string {
     if (typeof stored === 'string') return stored;
-    const keyId = sealedBytesKeyId(stored);
-    if (keyId === null) throw notSealedBytesError(stored);
-    return `${STORED_TEXT_PREFIX}${keyId}:${Buffer.from(stored.buffer, stored.byteOffset + 2 + keyId.length, stored.byteLength - 2 - keyId.length).toString('base64')}"`;
+    const parts = sealedBytesParts(stored);
+    if (parts === null) throw notSealedBytesError(stored);
+    return `${STORED_TEXT_PREFIX}${parts.keyId}:${parts.body.toString('base64')}"`;
   }
 
   /** The trigger hash as stored: keyed with the sealing key, or as it is without keys. */

@@ -12,7 +12,7 @@ import { EncryptionKeyError } from '../errors.ts';
  * A stored value read back starts with a format marker this version knows (the prefix, or the
  * format byte) or it is not a sealed value: a later format takes a new prefix and a new byte.
  */
-export const TEXT_PREFIX = 'dfenc1:';
+const TEXT_PREFIX = 'dfenc1:';
 /** The stored text of a sealed value starts with this: the JSON string's quote, then the prefix. */
 export const STORED_TEXT_PREFIX = `"${TEXT_PREFIX}`;
 /** The first byte of a value sealed in bytes form; another first byte is a format this version does not read. */
@@ -29,11 +29,15 @@ export function bytesHeader(id: string): Buffer {
   return Buffer.from([BYTES_FORMAT, id.length, ...Buffer.from(id, 'latin1')]);
 }
 
-/** The key id of a value sealed in bytes form; null if it is not one (another format byte, too short). */
-export function sealedBytesKeyId(stored: Uint8Array): string | null {
+/**
+ * A value sealed in bytes form taken apart: the key id, and the body (iv | tag | ciphertext)
+ * as a view of the same bytes; null if it is not one (another format byte, too short).
+ */
+export function sealedBytesParts(stored: Uint8Array): { readonly keyId: string; readonly body: Buffer } | null {
   const length = stored[1];
   if (stored[0] !== BYTES_FORMAT || length === undefined || stored.length < 2 + length + IV_BYTES + TAG_BYTES) return null;
-  return Buffer.from(stored.buffer, stored.byteOffset + 2, length).toString('latin1');
+  const bytes = Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength);
+  return { keyId: bytes.toString('latin1', 2, 2 + length), body: bytes.subarray(2 + length) };
 }
 
 /**
