@@ -26,16 +26,17 @@ export async function triggerDagRun(database: Database, dagId: string, options: 
   if (!dag) throw new InvalidOptionError('dag-id', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs (see deferflow dags list)`);
   const asked = options.logicalDate === undefined ? now : parseLogicalDate(options.logicalDate);
   const attempts = options.logicalDate === undefined && options.runId === undefined ? SAME_MOMENT_ATTEMPTS : 1;
+  const runIdAt = (logicalDate: number) => options.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
   const storage = new Storage(database);
   for (let attempt = 0; attempt < attempts; attempt++) {
     const logicalDate = asked + attempt;
-    const runId = options.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
+    const runId = runIdAt(logicalDate);
     const created = await storage.createDagRun(dag, { runId, runType: 'manual', logicalDate, conf: options.conf ?? {} }, now);
     if (created !== null) return runId;
   }
   throw new InvalidOptionError(
     options.runId === undefined && options.logicalDate !== undefined ? 'logical-date' : 'run-id',
-    `DAG ${dag.dagId} already has a run ${options.runId ?? `manual__${new Date(asked).toISOString()}`} or a run at ${new Date(asked).toISOString()}`,
+    `DAG ${dag.dagId} already has a run ${runIdAt(asked)} or a run at ${new Date(asked).toISOString()}`,
   );
 }
 
