@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { SealedForm, StoredValue } from './keyring.ts';
-import { BYTES_FORMAT, IV_BYTES, IV_POOL_BYTES, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
+import { bytesHeader, BYTES_FORMAT, IV_BYTES, IV_POOL_BYTES, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
 
 /**
  * A thread that seals and opens batches of values for a Keyring (see keyring.ts), so that the
@@ -89,7 +89,8 @@ export class SealingThread {
     if (this.#worker) return this.#worker;
     const worker = new Worker(SEALING_THREAD_SOURCE, {
       eval: true,
-      workerData: { keys: this.#keys, primaryId: this.#primaryId },
+      // The bytes form's header comes built (sealed-format.ts): the thread's text cannot import it.
+      workerData: { keys: this.#keys, primaryId: this.#primaryId, header: bytesHeader(this.#primaryId) },
       // Its garbage is short-lived strings: a small young generation keeps the thread ~10 MB smaller.
       resourceLimits: { maxYoungGenerationSizeMb: 2 },
     });
@@ -187,7 +188,7 @@ function nextIv() {
   return iv;
 }
 
-const header = Buffer.from([BYTES_FORMAT, primaryId.length, ...Buffer.from(primaryId, 'latin1')]);
+const header = Buffer.from(workerData.header);
 
 function seal(json, aad, form) {
   const iv = nextIv();
