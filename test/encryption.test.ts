@@ -13,6 +13,7 @@ import {
   Keyring,
   openDatabase,
   readTaskInstance,
+  resolveDeferflowConfig,
   resumeTaskInstance,
   TaskDeferred,
   TriggerEvent,
@@ -22,6 +23,7 @@ import {
   type TaskContext,
 } from '../src/index.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
+import { resolveStandaloneOptions } from '../src/standalone/options.ts';
 import { Storage } from '../src/storage/index.ts';
 import { SealingThread } from '../src/encryption/sealing-thread.ts';
 import { TRIGGER_FAILURE_METHOD } from '../src/storage/context.ts';
@@ -224,6 +226,19 @@ describe('Keyring', () => {
     writeFileSync(file, '# nothing yet\n');
     expect(thrownBy(() => Keyring.load([], file)).message).toContain(`the keys file ${file} holds no key`);
     expect(thrownBy(() => Keyring.load([], path.join(path.dirname(file), 'missing.txt'))).message).toContain('encryption-keys-file: cannot read the keys file');
+  });
+
+  it('are loaded once for a process running several components: standalone and an embedded config give each the same keys', () => {
+    const file = path.join(scratch.dir('keys-once'), 'keys.txt');
+    writeFileSync(file, `${K2}\n${K1}\n`);
+    const standalone = resolveStandaloneOptions({ 'encryption-keys-file': file }, {});
+    expect(standalone.worker.keyring.keyIds).toEqual(['k2', 'k1']);
+    expect(standalone.scheduler.keyring).toBe(standalone.worker.keyring);
+    expect(standalone.triggerer.keyring).toBe(standalone.worker.keyring);
+    // Embedded: the components hold the app's keyring, not one of their own without keys.
+    const embedded = resolveDeferflowConfig({ encryptionKeys: [K1] });
+    expect(embedded.keyring.keyIds).toEqual(['k1']);
+    for (const component of [embedded.worker!, embedded.scheduler!, embedded.triggerer!]) expect(component.keyring).toBe(embedded.keyring);
   });
 });
 

@@ -219,10 +219,12 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
 
   const keyring = keyringOfConfig(config.encryptionKeys, config.encryptionKeysFile);
 
-  const worker = section(config.worker, 'worker', WORKER_OPTIONS, [], (raw) => resolveWorkerOptions({ ...shared, dags: dagsFolder, ...raw }, {}));
-  const scheduler = section(config.scheduler, 'scheduler', SCHEDULER_OPTIONS, [], (raw) => resolveSchedulerOptions({ ...shared, ...raw }, {}));
+  const worker = section(config.worker, 'worker', WORKER_OPTIONS, [], (raw) => resolveWorkerOptions({ ...shared, dags: dagsFolder, ...raw }, {}, keyring));
+  const scheduler = section(config.scheduler, 'scheduler', SCHEDULER_OPTIONS, [], (raw) => resolveSchedulerOptions({ ...shared, ...raw }, {}, keyring));
   const triggerClasses = config.triggerer === false ? [] : triggerClassesOf(config.triggerer?.triggerClasses);
-  const triggerer = section(config.triggerer, 'triggerer', TRIGGERER_OPTIONS, ['triggerClasses'], (raw) => resolveTriggererOptions({ ...shared, ...raw }, {}));
+  const triggerer = section(config.triggerer, 'triggerer', TRIGGERER_OPTIONS, ['triggerClasses'], (raw) =>
+    resolveTriggererOptions({ ...shared, ...raw }, {}, keyring),
+  );
   return Object.freeze({
     databaseUrl: shared.db,
     dagsFolder,

@@ -38,7 +38,12 @@ export interface ResolvedSchedulerOptions extends SchedulerOptions {
   readonly logFormat: LogFormat;
 }
 
-export function resolveSchedulerOptions(raw: RawOptions<typeof SCHEDULER_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): ResolvedSchedulerOptions {
+/** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
+export function resolveSchedulerOptions(
+  raw: RawOptions<typeof SCHEDULER_OPTIONS> = {},
+  env: NodeJS.ProcessEnv = process.env,
+  keyring?: Keyring,
+): ResolvedSchedulerOptions {
   const pick = optionPicker(SCHEDULER_OPTIONS, raw, env);
   const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
   const zombieThresholdMs = seconds(pick('zombie-threshold'), 'zombie-threshold');
@@ -47,7 +52,7 @@ export function resolveSchedulerOptions(raw: RawOptions<typeof SCHEDULER_OPTIONS
   }
   return Object.freeze({
     databaseUrl: String(pick('db')),
-    keyring: keyringOf(pick('encryption-keys-file'), env),
+    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
     pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
     heartbeatIntervalMs,
     zombieThresholdMs,

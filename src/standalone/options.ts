@@ -79,19 +79,25 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
   const shared = { db: pick('db') as string, 'encryption-keys-file': pick('encryption-keys-file') as string, 'log-level': logLevel, 'log-format': logFormat };
   const triggerDag = String(pick('trigger-dag')).trim();
   const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);
+  // The keyring is loaded once, with the worker's options, and shared: one process, one database.
+  const worker = resolveWorkerOptions(
+    {
+      ...shared,
+      dags: pick('dags') as string,
+      concurrency: pick('concurrency') as number,
+      'shutdown-grace': pick('shutdown-grace') as number,
+      'smart-sensors': pick('smart-sensors') as string,
+    },
+    env,
+  );
   return Object.freeze({
-    worker: resolveWorkerOptions(
-      {
-        ...shared,
-        dags: pick('dags') as string,
-        concurrency: pick('concurrency') as number,
-        'shutdown-grace': pick('shutdown-grace') as number,
-        'smart-sensors': pick('smart-sensors') as string,
-      },
+    worker,
+    scheduler: resolveSchedulerOptions(shared, env, worker.keyring),
+    triggerer: resolveTriggererOptions(
+      { ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] },
       env,
+      worker.keyring,
     ),
-    scheduler: resolveSchedulerOptions(shared, env),
-    triggerer: resolveTriggererOptions({ ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] }, env),
     triggerDag: triggerDag === '' ? null : triggerDag,
     exitWhenDone: flag(pick('exit-when-done'), 'exit-when-done'),
     http,

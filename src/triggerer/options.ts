@@ -136,7 +136,8 @@ export interface TriggererOptions {
   readonly hostname: string;
 }
 
-export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: NodeJS.ProcessEnv = process.env): TriggererOptions {
+/** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
+export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: NodeJS.ProcessEnv = process.env, keyring?: Keyring): TriggererOptions {
   const pick = optionPicker(TRIGGERER_OPTIONS, raw, env);
   const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
   const healthCheckThresholdMs = seconds(pick('health-check-threshold'), 'health-check-threshold');
@@ -150,7 +151,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
   const modules = pick('trigger-module');
   const options: TriggererOptions = {
     databaseUrl: String(pick('db')),
-    keyring: keyringOf(pick('encryption-keys-file'), env),
+    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
     capacity: positiveInteger(pick('capacity'), 'capacity'),
     heartbeatIntervalMs,
     healthCheckThresholdMs,

@@ -87,11 +87,16 @@ export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly logFormat: LogFormat;
 }
 
-export function resolveWorkerOptions(raw: RawOptions<typeof WORKER_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): ResolvedWorkerOptions {
+/** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
+export function resolveWorkerOptions(
+  raw: RawOptions<typeof WORKER_OPTIONS> = {},
+  env: NodeJS.ProcessEnv = process.env,
+  keyring?: Keyring,
+): ResolvedWorkerOptions {
   const pick = optionPicker(WORKER_OPTIONS, raw, env);
   return Object.freeze({
     databaseUrl: String(pick('db')),
-    keyring: keyringOf(pick('encryption-keys-file'), env),
+    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
     dagsFolder: String(pick('dags')),
     concurrency: positiveInteger(pick('concurrency'), 'concurrency'),
     pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
