@@ -20,9 +20,14 @@ const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-package-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 /** Runs a command to its end; resolves to its exit code and output whatever the code. */
-async function exec(command: string, args: readonly string[], cwd: string, timeoutMs = 240_000) {
+async function exec(command: string, args: readonly string[], cwd: string, timeoutMs = 240_000, env: Record<string, string> = {}) {
   try {
-    const { stdout, stderr } = await run(command, [...args], { cwd, timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, env: { ...process.env, NO_COLOR: '1' } });
+    const { stdout, stderr } = await run(command, [...args], {
+      cwd,
+      timeout: timeoutMs,
+      maxBuffer: 64 * 1024 * 1024,
+      env: { ...process.env, NO_COLOR: '1', ...env },
+    });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const failed = error as { code?: number | string; stdout?: string; stderr?: string };
@@ -104,6 +109,26 @@ class Countdown extends BaseOperator<RuntimeContext> {
 export const dag = new Dag({ dagId: 'countdown' }).add(new Countdown({ taskId: 'count' }));
 `;
 
+/**
+ * Where a user's install finds better-sqlite3's native module. Online, its install script
+ * downloads a prebuilt one for the platform in a second or two; this machine has no internet, so
+ * it would compile SQLite from source instead (~85 s of CPU, most of this test's time, slowing
+ * every test running beside it). The binary this repository's own install made is offered as that
+ * download, through prebuild-install's documented local-prebuilds setting: the same file, for the
+ * same version, Node ABI and platform. Should the project resolve another version, the name does
+ * not match and the install builds it as before.
+ */
+async function betterSqlitePrebuild(): Promise<Record<string, string>> {
+  const module = path.join(REPO_ROOT, 'node_modules/better-sqlite3');
+  const { version } = JSON.parse(readFileSync(path.join(module, 'package.json'), 'utf8')) as { version: string };
+  const folder = path.join(scratch, 'prebuilds');
+  mkdirSync(folder, { recursive: true });
+  const name = `better-sqlite3-v${version}-node-v${process.versions.modules}-${process.platform}-${process.arch}.tar.gz`;
+  const packed = await exec('tar', ['-czf', path.join(folder, name), 'build/Release/better_sqlite3.node'], module);
+  expect(packed.code, packed.stderr).toBe(0);
+  return { npm_config_better_sqlite3_local_prebuilds: folder };
+}
+
 describe('the packed package in a project of its own', () => {
   it('installs from its tarball, imports with plain node, type-checks as a consumer, and runs a DAG and a trigger of that project', async () => {
     const { version } = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
@@ -138,7 +163,7 @@ describe('the packed package in a project of its own', () => {
         allowScripts: { 'better-sqlite3': true, esbuild: true },
       }),
     );
-    const installed = await exec('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], project, 280_000);
+    const installed = await exec('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], project, 280_000, await betterSqlitePrebuild());
     expect(installed.code, installed.stderr).toBe(0);
 
     // (a) plain node, no loader.
