@@ -130,7 +130,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     expect(proc.text.find((line) => line.startsWith('triggered happy run manual__'))).toBeDefined();
     expect(proc.text.filter((line) => / done \d+\/4 /.test(line)).length).toBeGreaterThanOrEqual(2);
     expect(proc.text.find((line) => line.includes('done 4/4'))).toBeDefined();
-    expect(proc.text.at(-1)).toMatch(/^happy manual__\S+: success in [\d.]+ s\. 4 tasks took \d+ s in all/);
+    expect(proc.text.at(-1)).toMatch(/^happy manual__\S+: success in [\d.]+ s\. 4 tasks took [\d.]+ s in all/);
 
     const tis = await taskInstances();
     expect(Object.fromEntries(Object.entries(tis).map(([id, ti]) => [id, ti.state]))).toEqual({

@@ -40,7 +40,8 @@ export function progressLine(figures: ProgressFigures, elapsedMs: number, width 
 /**
  * The closing summary: what the run cost in worker slots against what its tasks took. Had each
  * task held its slot while it waited, `slots` slots would have needed at least the tasks'
- * summed time divided by the slots.
+ * summed time divided by the slots; that is said only when it is longer than the run took, since
+ * otherwise the waits were too short for holding slots to have slowed the run.
  */
 export function summaryLine(
   run: { dagId: string; runId: string; state: string },
@@ -52,9 +53,16 @@ export function summaryLine(
 ): string {
   const figures = progressFigures(progress);
   const blockingMs = finishedTaskMs / slots;
+  const comparison =
+    blockingMs > wallMs ? `; holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${seconds(blockingMs)}.` : '.';
   return (
     `${run.dagId} ${run.runId}: ${run.state} in ${(wallMs / 1000).toFixed(1)} s. ` +
-    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${(finishedTaskMs / 1000).toFixed(0)} s in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s; ` +
-    `holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${(blockingMs / 1000).toFixed(0)} s.`
+    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${seconds(finishedTaskMs)} in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s` +
+    comparison
   );
+}
+
+/** Seconds with a decimal below 10 s, where whole seconds would round a short run to 0. */
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(ms < 9950 ? 1 : 0)} s`;
 }
