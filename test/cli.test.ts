@@ -142,6 +142,27 @@ describe('triggerer option validation', () => {
     }
   });
 
+  it('refuses a mistyped flag, suggesting the flag of that command it most resembles', async () => {
+    const cases = [
+      { proc: spawnTriggerer(['--capacty', '5', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: capacty', 'capacty: did you mean --capacity?'] },
+      {
+        proc: spawnDeferflow(['worker', '--concurency', '3', '--pol-interval', '1', '--zzz', '--db', UNOPENABLE_DB]),
+        // One line for each flag meant, though yargs lists pol-interval camel-cased too; none for zzz.
+        stderr: [
+          'error: Unknown arguments: concurency, pol-interval, polInterval, zzz',
+          'concurency: did you mean --concurrency?',
+          'pol-interval: did you mean --poll-interval?',
+        ],
+      },
+      // A flag of another command is not suggested: `dags list` has no --concurrency.
+      { proc: spawnDeferflow(['dags', 'list', '--concurency', '3', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: concurency'] },
+    ];
+    for (const { proc, stderr } of cases) {
+      expect(await exitOf(proc), proc.describe()).toEqual({ code: 2, signal: null });
+      expect(proc.stderr, proc.args.join(' ')).toEqual([...stderr, 'run with --help for usage']);
+    }
+  });
+
   it('refuses a database URL of an unsupported kind', async () => {
     const tr = spawnTriggerer(['--db', 'mysql://x']);
     expect(await exitOf(tr)).toEqual({ code: 2, signal: null });

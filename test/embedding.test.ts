@@ -77,7 +77,7 @@ describe('deferflow({...}) options', () => {
     await expectRefused(
       () => deferflow({ databaseUrl, worker: { concurency: 4 } as never }),
       'DF_INVALID_OPTION',
-      'worker.concurency: is not an option; the options here are concurrency, pollInterval',
+      'worker.concurency: is not an option (did you mean concurrency?); the options here are concurrency, pollInterval',
     );
     await expectRefused(
       () => deferflow({ databaseUrl, worker: { concurrency: 0 } }),
@@ -104,7 +104,16 @@ describe('deferflow({...}) options', () => {
       'DF_INVALID_OPTION',
       'http.port: expected a port (1-65535, or 0 for any free one), got 70000',
     );
-    await expectRefused(() => deferflow({ databaseUrl, http: { prot: 8080 } as never }), 'DF_INVALID_OPTION', 'http.prot: is not an option');
+    await expectRefused(
+      () => deferflow({ databaseUrl, http: { prot: 8080 } as never }),
+      'DF_INVALID_OPTION',
+      'http.prot: is not an option (did you mean port?)',
+    );
+    await expectRefused(
+      () => deferflow({ databaseUrl, triggerer: { speed: 2 } as never }),
+      'DF_INVALID_OPTION',
+      'triggerer.speed: is not an option; the options here are',
+    );
     await expectRefused(() => deferflow({ databaseUrl, dagsFolder: path.join(dir, 'missing') }), 'DF_INVALID_OPTION', 'does not exist');
     await expectRefused(() => deferflow({ databaseUrl, migrate: false, worker: false }), 'DF_DATABASE_NOT_MIGRATED', 'never.db');
     expect(existsSync(path.join(dir, 'never.db'))).toBe(false);

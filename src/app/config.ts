@@ -2,6 +2,7 @@ import { Duration } from 'luxon';
 import type { Logger } from 'pino';
 import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import type { OptionTable, RawOptions } from '../config/option-table.ts';
+import { closestName } from '../config/suggest.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { Keyring } from '../encryption/keyring.ts';
 import type { DurationInput } from '../time/duration.ts';
@@ -359,7 +360,9 @@ function triggerClassesOf(given: unknown): TriggerClass[] {
 
 function refuseUnknownKeys(values: object, known: readonly string[], prefix: string): void {
   for (const key of Object.keys(values)) {
-    if (!known.includes(key)) throw new InvalidOptionError(`${prefix}${key}`, `is not an option; the options here are ${known.join(', ')}`);
+    if (known.includes(key)) continue;
+    const meant = closestName(key, known);
+    throw new InvalidOptionError(`${prefix}${key}`, `is not an option${meant ? ` (did you mean ${meant}?)` : ''}; the options here are ${known.join(', ')}`);
   }
 }
 

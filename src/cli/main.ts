@@ -5,6 +5,7 @@ import { registerSignalCommands } from './signal-commands.ts';
 import { registerDbCommands } from './db-commands.ts';
 import { registerInitCommand } from './init-command.ts';
 import { ownPackage } from './own-package.ts';
+import { closestName } from '../config/suggest.ts';
 import { registerJobsCommands } from './jobs-commands.ts';
 import { registerDagsCommands } from './dags-commands.ts';
 import { registerRuntimeCommands } from './runtime-commands.ts';
@@ -23,11 +24,11 @@ export async function main(argv: readonly string[]): Promise<void> {
     .demandCommand(1, 'name a command')
     .recommendCommands()
     .wrap(Math.min(110, process.stdout.columns ?? 110))
-    .fail((message, error) => {
+    .fail((message, error, usage) => {
       if (error) {
         process.stderr.write(`${formatCliError(error)}\n`);
       } else {
-        process.stderr.write(`error: ${message}\nrun with --help for usage\n`);
+        process.stderr.write(`error: ${message}\n${suggestions(message, usage)}run with --help for usage\n`);
       }
       process.exit(DEFERFLOW_ERROR_EXIT);
     })
@@ -48,4 +49,23 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerConnectionsCommands(cli);
   registerSignalCommands(cli);
   await cli.parseAsync();
+}
+
+/**
+ * `did you mean --concurrency?` for each unknown flag in a refusal that resembles a flag of the
+ * command given. yargs hands its failure handler the command's usage, whose descriptions are
+ * keyed by that command's flags; without them (another yargs) there is simply no suggestion.
+ */
+function suggestions(message: string, usage: unknown): string {
+  const unknown = /^Unknown arguments?: (.+)$/.exec(message)?.[1];
+  const describedFlags = (usage as { getDescriptions?: () => Record<string, unknown> } | undefined)?.getDescriptions?.();
+  if (!unknown || !describedFlags) return '';
+  const flags = Object.keys(describedFlags);
+  // yargs lists a mistyped `--pol-interval` twice, as given and camel-cased: one line each flag meant.
+  const meantBy = new Map<string, string>();
+  for (const given of unknown.split(', ')) {
+    const meant = closestName(given, flags);
+    if (meant && !meantBy.has(meant)) meantBy.set(meant, given);
+  }
+  return [...meantBy].map(([meant, given]) => `${given}: did you mean --${meant}?\n`).join('');
 }
