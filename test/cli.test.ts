@@ -163,6 +163,15 @@ describe('triggerer option validation', () => {
     }
   });
 
+  it('warns of a mistyped DEFERFLOW_ variable, naming the one it resembles, and goes on with the command', async () => {
+    const proc = spawnDeferflow(['--version'], { DEFERFLOW_TRIGERER_CAPACITY: '5', DEFERFLOW_MY_OWN_SETTING: 'x' });
+    expect(await exitOf(proc), proc.describe()).toEqual({ code: 0, signal: null });
+    expect(proc.stderr).toEqual([
+      'warning: DEFERFLOW_TRIGERER_CAPACITY is not a deferflow variable and is ignored; did you mean DEFERFLOW_TRIGGERER_CAPACITY?',
+    ]);
+    expect(proc.text).toHaveLength(1);
+  });
+
   it('refuses a database URL of an unsupported kind', async () => {
     const tr = spawnTriggerer(['--db', 'mysql://x']);
     expect(await exitOf(tr)).toEqual({ code: 2, signal: null });

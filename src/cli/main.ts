@@ -6,6 +6,7 @@ import { registerDbCommands } from './db-commands.ts';
 import { registerInitCommand } from './init-command.ts';
 import { ownPackage } from './own-package.ts';
 import { closestName } from '../config/suggest.ts';
+import { mistypedVariableWarnings } from './environment-check.ts';
 import { registerJobsCommands } from './jobs-commands.ts';
 import { registerDagsCommands } from './dags-commands.ts';
 import { registerRuntimeCommands } from './runtime-commands.ts';
@@ -17,6 +18,7 @@ import { registerWebCommand } from './web-command.ts';
 
 /** Runs the deferflow CLI with `argv` (without node and the script). */
 export async function main(argv: readonly string[]): Promise<void> {
+  for (const warning of mistypedVariableWarnings(process.env)) process.stderr.write(`${warning}\n`);
   const cli: Argv = yargs([...argv])
     .scriptName('deferflow')
     .usage('$0 <command> [options]')

@@ -1,0 +1,39 @@
+import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV } from '../config/common-options.ts';
+import type { OptionTable } from '../config/option-table.ts';
+import { closestName } from '../config/suggest.ts';
+import { CONNECTION_ENV_PREFIX } from '../connections/connections.ts';
+import { HTTP_OPTIONS } from '../observability/options.ts';
+import { SCHEDULER_OPTIONS } from '../scheduler/options.ts';
+import { STANDALONE_OPTIONS } from '../standalone/options.ts';
+import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { WEB_OPTIONS } from '../web/options.ts';
+import { WORKER_OPTIONS } from '../worker/options.ts';
+
+const PREFIX = 'DEFERFLOW_';
+
+/**
+ * Every environment variable deferflow reads: each option table's, the keys (never a flag:
+ * `ps` would show them), and the one a worker sets for its task runners. A connection's
+ * (DEFERFLOW_CONN_<NAME>) is named by the user and never counts as mistyped.
+ */
+export function knownVariables(): Set<string> {
+  const tables: OptionTable[] = [COMMON_OPTIONS, HTTP_OPTIONS, WEB_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, TRIGGERER_OPTIONS, STANDALONE_OPTIONS];
+  return new Set([...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)), ENCRYPTION_KEYS_ENV, 'DEFERFLOW_RUNNER_SMART_SENSORS']);
+}
+
+/**
+ * A warning for each DEFERFLOW_ variable set that deferflow does not read but that looks like a
+ * typo of one it does (`DEFERFLOW_TRIGERER_CAPACITY`): it would be ignored without a word, and
+ * the daemon would run on the default. Variables unlike any of deferflow's are the user's own
+ * business and pass in silence.
+ */
+export function mistypedVariableWarnings(env: NodeJS.ProcessEnv): string[] {
+  const known = knownVariables();
+  const knownSuffixes = [...known].map((name) => name.slice(PREFIX.length));
+  return Object.keys(env)
+    .filter((name) => name.startsWith(PREFIX) && !known.has(name) && !name.startsWith(CONNECTION_ENV_PREFIX))
+    .flatMap((name) => {
+      const meant = closestName(name.slice(PREFIX.length), knownSuffixes);
+      return meant ? [`warning: ${name} is not a deferflow variable and is ignored; did you mean ${PREFIX}${meant}?`] : [];
+    });
+}
