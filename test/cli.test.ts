@@ -142,7 +142,7 @@ describe('triggerer option validation', () => {
     }
   });
 
-  it('refuses a mistyped flag, suggesting the flag of that command it most resembles', async () => {
+  it('refuses a mistyped flag or choice, suggesting the one of that command it most resembles', async () => {
     const cases = [
       { proc: spawnTriggerer(['--capacty', '5', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: capacty', 'capacty: did you mean --capacity?'] },
       {
@@ -156,6 +156,14 @@ describe('triggerer option validation', () => {
       },
       // A flag of another command is not suggested: `dags list` has no --concurrency.
       { proc: spawnDeferflow(['dags', 'list', '--concurency', '3', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: concurency'] },
+      {
+        proc: spawnDeferflow(['db', 'migrat', '--db', UNOPENABLE_DB]),
+        stderr: [
+          'error: Invalid values:',
+          '  Argument: action, Given: "migrat", Choices: "migrate", "schema", "clean", "generate-key", "rotate-key"',
+          'migrat: did you mean migrate?',
+        ],
+      },
     ];
     for (const { proc, stderr } of cases) {
       expect(await exitOf(proc), proc.describe()).toEqual({ code: 2, signal: null });

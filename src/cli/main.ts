@@ -55,10 +55,20 @@ export async function main(argv: readonly string[]): Promise<void> {
 
 /**
  * `did you mean --concurrency?` for each unknown flag in a refusal that resembles a flag of the
- * command given. yargs hands its failure handler the command's usage, whose descriptions are
- * keyed by that command's flags; without them (another yargs) there is simply no suggestion.
+ * command given, or `did you mean migrate?` for a value that resembles one of the choices of an
+ * argument that has them. yargs hands its failure handler the command's usage, whose descriptions
+ * are keyed by that command's flags; without them (another yargs) there is simply no suggestion.
  */
 function suggestions(message: string, usage: unknown): string {
+  // An argument with choices: `deferflow db migrat`, `dags runs --state sucess`.
+  const choice = /Given: "(.*)", Choices: (.+)$/m.exec(message);
+  if (choice) {
+    const meant = closestName(
+      choice[1]!,
+      choice[2]!.split(', ').map((quoted) => JSON.parse(quoted) as string),
+    );
+    return meant ? `${choice[1]}: did you mean ${meant}?\n` : '';
+  }
   const unknown = /^Unknown arguments?: (.+)$/.exec(message)?.[1];
   const describedFlags = (usage as { getDescriptions?: () => Record<string, unknown> } | undefined)?.getDescriptions?.();
   if (!unknown || !describedFlags) return '';
