@@ -1,6 +1,7 @@
 // What the triggerer writes when the database refuses some of it: one bad outcome never holds up
 // another, text PostgreSQL cannot store is handled the same way on both dialects, and a write
 // that keeps failing backs off and is reported once.
+import { sql } from 'kysely';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred, TRIGGER_FAILURE_METHOD } from '../src/index.ts';
@@ -220,6 +221,78 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     expect(attempts.slice(0, attempts.indexOf(2)).every((size) => size === 3)).toBe(true);
     expect(joined.length).toBeGreaterThanOrEqual(3);
     expect(joined.every((size) => size === 5)).toBe(true);
+  });
+
+  it('tells a database that cannot be used for now from one refusing values, by the errors it really raises', async () => {
+    const db = await database();
+    const raised = async (statement: () => Promise<unknown>): Promise<unknown> => {
+      try {
+        await statement();
+      } catch (error) {
+        return error;
+      }
+      throw new Error('the statement was expected to fail');
+    };
+    const cases: [what: string, error: unknown, unavailable: boolean, refusesValues: boolean][] = [];
+    if (dialect === 'sqlite') {
+      const pages = Number((await sql<{ page_count: number }>`pragma page_count`.execute(db.db)).rows[0]!.page_count);
+      await sql.raw(`pragma max_page_count = ${pages}`).execute(db.db);
+      cases.push(['disk full', await raised(() => sql`create table filler (x)`.execute(db.db)), true, false]);
+      await sql.raw('pragma max_page_count = 1073741823').execute(db.db);
+      await sql`pragma query_only = 1`.execute(db.db);
+      cases.push(['read-only', await raised(() => sql`create table filler (x)`.execute(db.db)), true, false]);
+      await sql`pragma query_only = 0`.execute(db.db);
+      cases.push(['not JSON', await raised(() => sql`select json('not json')`.execute(db.db)), false, true]);
+    } else {
+      const readOnly = () =>
+        db.db.transaction().execute(async (trx) => {
+          await sql`set transaction read only`.execute(trx);
+          await sql`create table filler (x int)`.execute(trx);
+        });
+      cases.push(['read-only (a standby)', await raised(readOnly), true, false]);
+      cases.push(['not JSON', await raised(() => sql`select cast('not json' as jsonb)`.execute(db.db)), false, true]);
+      const { default: pg } = await import('pg');
+      cases.push(['connection refused', await raised(() => new pg.Client({ host: '127.0.0.1', port: 1 }).connect()), true, false]);
+    }
+    const told = cases.map(([what, error]) => [what, db.adapter.unavailable(error), db.adapter.refusesValues(error)]);
+    expect(told).toEqual(cases.map(([what, , unavailable, refusesValues]) => [what, unavailable, refusesValues]));
+  });
+
+  it.runIf(dialect === 'sqlite')('a full disk fails no task instance: the batch is kept whole and written once there is room', async () => {
+    const db = await database();
+    const waits = await Promise.all([1, 2, 3, 4, 5].map((n) => deferOnto(db, new t.NeverTrigger({ n }))));
+    const storage = new Storage(db);
+    const attempts: number[] = [];
+    const counting = withSubmitEvents(storage, (events) => {
+      attempts.push(events.length);
+      return storage.submitEvents(events);
+    });
+    // A real SQLITE_FULL: the file may not grow by a page, and each payload needs overflow pages.
+    const pages = Number((await sql<{ page_count: number }>`pragma page_count`.execute(db.db)).rows[0]!.page_count);
+    await sql.raw(`pragma max_page_count = ${pages}`).execute(db.db);
+    const payload = JSON.stringify({ report: 'x'.repeat(20_000) });
+    const logs = new LogCapture();
+    const w = writer(db, counting, logs, { retryDelayMs: 10, maxRetryDelayMs: 20 });
+    for (const { triggerId } of waits.slice(0, 3)) w.addEvent(triggerId, payload);
+    await waitFor(() => attempts.length >= 1, { what: 'a first failed write' });
+    for (const { triggerId } of waits.slice(3)) w.addEvent(triggerId, payload);
+    await waitFor(() => attempts.length >= 8, { what: 'eight failed writes' });
+    expect(logs.matching((l) => l.code === 'DF_DATABASE' && /database or disk is full/.test(String(l.error))).length).toBeGreaterThanOrEqual(1);
+    await sql.raw('pragma max_page_count = 1073741823').execute(db.db);
+    await waitFor(async () => (await Promise.all(waits.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
+      what: 'the events written once there is room',
+    });
+    for (const { id } of waits) {
+      const ti = await taskInstance(db, id);
+      expect(ti.next_method).toBe('resume');
+      expect(ti.next_event).toEqual(JSON.parse(payload));
+    }
+    // Never split (that is for finding a culprit value), and joined with the newcomers.
+    const joined = attempts.slice(attempts.indexOf(2) + 1);
+    expect(attempts.slice(0, attempts.indexOf(2)).every((size) => size === 3)).toBe(true);
+    expect(joined.length).toBeGreaterThanOrEqual(3);
+    expect(joined.every((size) => size === 5)).toBe(true);
+    expect(logs.matching((l) => l.code === 'DF_OUTCOME_REFUSED')).toEqual([]);
   });
 
   it('an outcome whose write keeps failing for a reason the dialect does not recognise does not hold up the others', async () => {

@@ -59,8 +59,10 @@ export interface DialectAdapter {
   /**
    * Whether `error` says the database cannot be used for now, whatever a statement carries: a
    * lost or refused connection, a server starting or shutting down, SQLite's write lock held by
-   * another process past the busy timeout. The same write works once it is back, so a failing
-   * batch is kept whole (splitting it to find a culprit only multiplies the writes to redo).
+   * another process past the busy timeout, a full disk, an I/O error, a database that became
+   * read-only (a PostgreSQL primary demoted in a failover). The same write works once it is
+   * back, so a failing batch is kept whole (splitting it to find a culprit only multiplies the
+   * writes to redo) and its outcomes are never failed for it.
    */
   unavailable(error: unknown): boolean;
   /** Whether a table of that name exists where unqualified names resolve (PostgreSQL: the search_path). */
@@ -108,10 +110,13 @@ export const postgresAdapter: DialectAdapter = {
     const code = errorCode(error);
     return code !== null && (code.startsWith('22') || code === '54000');
   },
-  // SQLSTATE class 08 is "connection exception"; 57P01-57P03: the server shutting down or starting.
+  // SQLSTATE class 08 is "connection exception"; 57P01-57P03: the server shutting down or
+  // starting; class 53 "insufficient resources" (53100 disk full, 53200 out of memory, 53300 too
+  // many connections); 25006: a read-only transaction, what a standby (a demoted primary) answers.
   unavailable: (error) => {
     const code = errorCode(error);
-    if (code !== null && (NETWORK_ERRORS.has(code) || code.startsWith('08') || /^57P0[123]$/.test(code))) return true;
+    if (code !== null && (NETWORK_ERRORS.has(code) || code.startsWith('08') || code.startsWith('53') || /^57P0[123]$/.test(code) || code === '25006'))
+      return true;
     // What pg raises itself for a connection that went away, without a code.
     return error instanceof Error && /Connection terminated|connection timeout|Client has encountered a connection error/i.test(error.message);
   },
@@ -151,9 +156,11 @@ export const sqliteAdapter: DialectAdapter = {
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   supportsNotify: false,
   notify: async () => {},
+  // The lock held elsewhere past the busy timeout, a full disk (or max_page_count), an I/O error,
+  // a file made read-only or gone, memory exhausted; extended codes (SQLITE_IOERR_WRITE, …) too.
   unavailable: (error) => {
     const code = errorCode(error);
-    return code !== null && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'));
+    return code !== null && SQLITE_UNAVAILABLE.some((unavailable) => code === unavailable || code.startsWith(`${unavailable}_`));
   },
   refusesValues: (error) => {
     const code = errorCode(error);
@@ -162,6 +169,8 @@ export const sqliteAdapter: DialectAdapter = {
     return code === 'SQLITE_ERROR' && /malformed JSON|JSON cannot hold BLOB/i.test((error as Error).message);
   },
 };
+
+const SQLITE_UNAVAILABLE = ['SQLITE_BUSY', 'SQLITE_LOCKED', 'SQLITE_FULL', 'SQLITE_IOERR', 'SQLITE_READONLY', 'SQLITE_CANTOPEN', 'SQLITE_NOMEM'];
 
 /** Node's codes for a connection that could not be made or was lost. */
 const NETWORK_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND']);
