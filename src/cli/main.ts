@@ -30,7 +30,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       if (error) {
         process.stderr.write(`${formatCliError(error)}\n`);
       } else {
-        process.stderr.write(`error: ${message}\n${suggestions(message, usage)}run with --help for usage\n`);
+        process.stderr.write(`error: ${message}\n${suggestionsOrNone(message, usage)}run with --help for usage\n`);
       }
       process.exit(DEFERFLOW_ERROR_EXIT);
     })
@@ -59,13 +59,22 @@ export async function main(argv: readonly string[]): Promise<void> {
  * argument that has them. yargs hands its failure handler the command's usage, whose descriptions
  * are keyed by that command's flags; without them (another yargs) there is simply no suggestion.
  */
+function suggestionsOrNone(message: string, usage: unknown): string {
+  try {
+    return suggestions(message, usage);
+  } catch {
+    // yargs worded its refusal otherwise: the refusal itself is what matters.
+    return '';
+  }
+}
+
 function suggestions(message: string, usage: unknown): string {
   // An argument with choices: `deferflow db migrat`, `dags runs --state sucess`.
   const choice = /Given: "(.*)", Choices: (.+)$/m.exec(message);
   if (choice) {
     const meant = closestName(
       choice[1]!,
-      choice[2]!.split(', ').map((quoted) => JSON.parse(quoted) as string),
+      choice[2]!.split(', ').map((quoted) => String(JSON.parse(quoted))),
     );
     return meant ? `${choice[1]}: did you mean ${meant}?\n` : '';
   }
