@@ -129,6 +129,18 @@ async function betterSqlitePrebuild(): Promise<Record<string, string>> {
   return { npm_config_better_sqlite3_local_prebuilds: folder };
 }
 
+/**
+ * The README's TypeScript modules: every ```ts block (a ```ts fragment is a piece of code shown
+ * in passing, not a module), with the extension its first-line comment names (`// dags/etl.mts`).
+ */
+function readmeTypeScript(): { code: string; extension: string }[] {
+  const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
+  return [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map(([, code]) => ({
+    code: code!,
+    extension: /^\/\/ \S+(\.[cm]?ts)\n/.exec(code!)?.[1] ?? '.ts',
+  }));
+}
+
 describe('the packed package in a project of its own', () => {
   it('installs from its tarball, imports with plain node, type-checks as a consumer, and runs a DAG and a trigger of that project', async () => {
     const { version } = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
@@ -183,6 +195,18 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     writeFileSync(path.join(project, 'dags/countdown.ts'), DAG);
     mkdirSync(path.join(project, 'service'));
     writeFileSync(path.join(project, 'service/embed.ts'), EMBED_TYPED);
+    // The README's TypeScript, as a user pastes it into this project: each module it shows is
+    // checked against the packed declarations below, so an example cannot drift from the API.
+    const readmeModules = readmeTypeScript();
+    expect(readmeModules.length).toBeGreaterThanOrEqual(6);
+    mkdirSync(path.join(project, 'readme'));
+    for (const [index, module] of readmeModules.entries()) {
+      // Written one folder down, as a DAG file is: the README's paths from the project root move up one.
+      const code = module.code.replaceAll("from './", "from '../");
+      writeFileSync(path.join(project, 'readme', `example-${index + 1}${module.extension}`), code);
+      // Its DAG example imports the README's trigger from where a project keeps it.
+      if (code.includes('export class HttpStatusTrigger')) writeFileSync(path.join(project, 'triggers/http-status-trigger.ts'), code);
+    }
     writeFileSync(
       path.join(project, 'tsconfig.json'),
       JSON.stringify({
@@ -196,7 +220,7 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
           allowImportingTsExtensions: true,
           types: ['node'],
         },
-        include: ['dags', 'triggers', 'service'],
+        include: ['dags', 'triggers', 'service', 'readme'],
       }),
     );
     const typecheck = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', project], project);
