@@ -24,6 +24,8 @@ describe('closestName', () => {
     expect(closestName('zzz', WORKER)).toBeNull();
     expect(closestName('interval', WORKER)).toBeNull();
     expect(closestName('concurrency', [])).toBeNull();
+    expect(closestName('xy', ['db', 'dags'])).toBeNull();
+    expect(closestName('polInterval', ['heartbeat-interval'])).toBeNull();
   });
 
   it('prefers the nearest of several candidates', () => {

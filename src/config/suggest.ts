@@ -5,9 +5,9 @@
  */
 export function closestName(given: string, known: Iterable<string>): string | null {
   const wanted = comparable(given);
-  // Up to a third of the name may be wrong (two edits at least): closer names than that are
-  // typos; farther ones are other words, and naming them would mislead.
-  const limit = Math.max(2, Math.floor(wanted.length / 3));
+  // Up to a third of the name may be wrong (one edit at least): closer names than that are
+  // typos; farther ones are other words, and naming them would mislead (`--xy` is not `--db`).
+  const limit = Math.max(1, Math.floor(wanted.length / 3));
   let best: string | null = null;
   let bestDistance = limit + 1;
   for (const name of known) {
