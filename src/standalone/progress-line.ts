@@ -54,15 +54,15 @@ export function summaryLine(
   const figures = progressFigures(progress);
   const blockingMs = finishedTaskMs / slots;
   const comparison =
-    blockingMs > wallMs ? `; holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${seconds(blockingMs)}.` : '.';
+    blockingMs > wallMs ? `; holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${secondsText(blockingMs)}.` : '.';
   return (
     `${run.dagId} ${run.runId}: ${run.state} in ${(wallMs / 1000).toFixed(1)} s. ` +
-    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${seconds(finishedTaskMs)} in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s` +
+    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${secondsText(finishedTaskMs)} in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s` +
     comparison
   );
 }
 
 /** Seconds with a decimal below 10 s, where whole seconds would round a short run to 0. */
-function seconds(ms: number): string {
+function secondsText(ms: number): string {
   return `${(ms / 1000).toFixed(ms < 9950 ? 1 : 0)} s`;
 }
