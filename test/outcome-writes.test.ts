@@ -215,12 +215,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     await waitFor(async () => (await Promise.all(waits.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
       what: 'the events written once the database is back',
     });
-    // Never split, and joined: after the newcomers' own first failure every attempt carried all
-    // five (split or kept apart, they would be written one piece at a time).
-    const joined = attempts.slice(attempts.indexOf(2) + 1);
-    expect(attempts.slice(0, attempts.indexOf(2)).every((size) => size === 3)).toBe(true);
-    expect(joined.length).toBeGreaterThanOrEqual(3);
-    expect(joined.every((size) => size === 5)).toBe(true);
+    expectKeptWholeAndJoined(attempts);
   });
 
   it('tells a database that cannot be used for now from one refusing values, by the errors it really raises', async () => {
@@ -288,10 +283,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
       expect(ti.next_event).toEqual(JSON.parse(payload));
     }
     // Never split (that is for finding a culprit value), and joined with the newcomers.
-    const joined = attempts.slice(attempts.indexOf(2) + 1);
-    expect(attempts.slice(0, attempts.indexOf(2)).every((size) => size === 3)).toBe(true);
-    expect(joined.length).toBeGreaterThanOrEqual(3);
-    expect(joined.every((size) => size === 5)).toBe(true);
+    expectKeptWholeAndJoined(attempts);
     expect(logs.matching((l) => l.code === 'DF_OUTCOME_REFUSED')).toEqual([]);
   });
 
@@ -348,6 +340,18 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
 });
 
 /** `storage`, its event writes going through `submitEvents` (a database that fails on cue). */
+/**
+ * Three outcomes failing, two more added while the database is away: the batch was never split,
+ * and after the newcomers' own first failure (their attempt of 2) every attempt carried all five
+ * (split or kept apart, they would be written one piece at a time).
+ */
+function expectKeptWholeAndJoined(attempts: readonly number[]): void {
+  const joined = attempts.slice(attempts.indexOf(2) + 1);
+  expect(attempts.slice(0, attempts.indexOf(2)).every((size) => size === 3)).toBe(true);
+  expect(joined.length).toBeGreaterThanOrEqual(3);
+  expect(joined.every((size) => size === 5)).toBe(true);
+}
+
 function withSubmitEvents(
   storage: Storage,
   submitEvents: (events: readonly TriggerEventRecord[]) => ReturnType<Storage['submitEvents']>,
