@@ -172,11 +172,13 @@ describe('the packed package in a project of its own', () => {
         type: 'module',
         dependencies: { deferflow: `file:${tarball}` },
         devDependencies: { '@types/node': nodeTypes },
-        allowScripts: { 'better-sqlite3': true, esbuild: true },
+        // What the README tells a user installing from a tarball to allow: deferflow under its source.
+        allowScripts: { 'better-sqlite3': true, esbuild: true, [`file:${tarball}`]: true },
       }),
     );
     const installed = await exec('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], project, 280_000, await betterSqlitePrebuild());
     expect(installed.code, installed.stderr).toBe(0);
+    expect(installed.stderr).not.toContain('not yet covered by allowScripts');
 
     // (a) plain node, no loader.
     writeFileSync(
@@ -269,12 +271,26 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
 
     // (d) deferflow init: a project a user starts from. Its dependencies are the ones just
     // installed (the same tarball): linked, not installed a second time.
-    const scaffolded = await exec('npx', ['deferflow', 'init', 'app', '--deferflow', `file:${tarball}`], project);
+    // Given by a path relative to where init runs; npm would read it from the project's folder.
+    const scaffolded = await exec('npx', ['deferflow', 'init', 'app', '--deferflow', path.relative(project, tarball)], project);
     expect(scaffolded.code, scaffolded.stderr).toBe(0);
     expect(scaffolded.stdout).toContain('npm start');
     const app = path.join(project, 'app');
     const manifest = readFileSync(path.join(app, 'package.json'), 'utf8');
-    expect(JSON.parse(manifest)).toMatchObject({ type: 'module', dependencies: { deferflow: `file:${tarball}` } });
+    // Not from the registry: npm counts deferflow's `prepare` among the scripts allowScripts covers.
+    expect(JSON.parse(manifest)).toMatchObject({
+      type: 'module',
+      dependencies: { deferflow: `file:${tarball}` },
+      allowScripts: { 'better-sqlite3': true, esbuild: true, [`file:${tarball}`]: true },
+    });
+    const fromRegistry = await exec('npx', ['deferflow', 'init', 'registry-app'], project);
+    expect(fromRegistry.code, fromRegistry.stderr).toBe(0);
+    const registryManifest = JSON.parse(readFileSync(path.join(project, 'registry-app', 'package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+      allowScripts: Record<string, boolean>;
+    };
+    expect(registryManifest.dependencies.deferflow).toMatch(/^\^\d+\.\d+\.\d+/);
+    expect(registryManifest.allowScripts).toEqual({ 'better-sqlite3': true, esbuild: true });
     const again = await exec('npx', ['deferflow', 'init', 'app'], project);
     expect(again.code).toBe(2);
     expect(again.stderr).toContain('is not empty; init writes only into a new or empty folder and never overwrites a file');

@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Argv } from 'yargs';
 import { InvalidOptionError } from '../errors.ts';
@@ -26,7 +27,7 @@ export function registerInitCommand(cli: Argv, version: string): void {
           .toLowerCase()
           .replace(/[^a-z0-9-_.]/g, '-')
           .replace(/^[._-]+/, '') || 'deferflow-project';
-      const spec = typeof args.deferflow === 'string' && args.deferflow !== '' ? args.deferflow : `^${version}`;
+      const spec = typeof args.deferflow === 'string' && args.deferflow !== '' ? dependencySpec(args.deferflow) : `^${version}`;
       for (const [file, text] of Object.entries(projectFiles(name, spec, version))) {
         mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
         writeFileSync(path.join(dir, file), text, { flag: 'wx' });
@@ -44,6 +45,26 @@ export function registerInitCommand(cli: Argv, version: string): void {
 function relativeOrAbsolute(dir: string): string {
   const relative = path.relative(process.cwd(), dir);
   return relative === '' ? '.' : relative.startsWith('..') ? dir : relative;
+}
+
+/**
+ * The dependency as the project's package.json must say it. npm resolves a path there from the
+ * project's folder, not from where init ran, so a tarball or folder given by path is written as
+ * an absolute `file:` spec.
+ */
+function dependencySpec(given: string): string {
+  if (/^file:/.test(given)) return `file:${path.resolve(given.slice('file:'.length))}`;
+  const isPath = /^(\.{1,2}[/\\]|[/\\]|~[/\\])/.test(given) || (/\.(tgz|tar\.gz)$/.test(given) && !/^[a-z][\w+.-]*:/i.test(given));
+  return isPath ? `file:${path.resolve(given.replace(/^~(?=[/\\])/, os.homedir()))}` : given;
+}
+
+/**
+ * A version range or dist-tag comes from the registry, built. From anywhere else (a tarball, a
+ * folder, a git URL) npm counts deferflow's own `prepare` (which builds a git checkout) among
+ * the scripts allowScripts must allow, under that source as its key, and warns if it is missing.
+ */
+function fromRegistry(spec: string): boolean {
+  return !/[/\\:]|\.tgz$|\.tar\.gz$/.test(spec);
 }
 
 function projectFiles(name: string, deferflowSpec: string, version: string): Record<string, string> {
@@ -67,7 +88,7 @@ function projectFiles(name: string, deferflowSpec: string, version: string): Rec
     dependencies: { deferflow: deferflowSpec },
     devDependencies: { '@types/node': devDependency('@types/node', '^20.19.0'), typescript: devDependency('typescript', '^5.9.0') },
     // npm runs a dependency's install script only when listed here: better-sqlite3 builds its addon.
-    allowScripts: { 'better-sqlite3': true, esbuild: true },
+    allowScripts: { 'better-sqlite3': true, esbuild: true, ...(fromRegistry(deferflowSpec) ? {} : { [deferflowSpec]: true }) },
   };
   return {
     'package.json': `${JSON.stringify(manifest, null, 2)}\n`,
