@@ -18,10 +18,13 @@ import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 
 // Nothing to tell once the worker has let go (it stopped, or retired this runner while it was
-// starting): the disconnect handler ends the process.
+// starting): the disconnect handler ends the process. A worker that died (SIGKILL) is noticed
+// only when a write fails (EPIPE); without a callback that failure would be an unhandled
+// 'error' event, crashing the runner with a stack trace instead of ending it quietly.
 const send = (message: FromRunner) => {
-  if (process.connected) process.send!(message);
+  if (process.connected) process.send!(message, undefined, undefined, ignoreLostWorker);
 };
+function ignoreLostWorker(): void {}
 const smartSensors = JSON.parse(process.env.DEFERFLOW_RUNNER_SMART_SENSORS ?? 'null') as SmartSensors | null;
 
 /** The task last loaded, and the task instance it was loaded for. */
