@@ -84,6 +84,39 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');
   }, 60_000);
 
+  it('dags reserialize and dags list show import errors beside the DAGs that loaded, a compiler message of several lines in its own column', async () => {
+    const db = await scratch.database(dialect);
+    const dir = scratch.dir('dags');
+    writeFileSync(path.join(dir, 'dags.mts'), DAGS);
+    writeFileSync(
+      path.join(dir, 'broken.ts'),
+      `import { Dag } from ${JSON.stringify(PACKAGE_ENTRY)};\nexport const dag = new Dag({ dagId: 'broken'\nconst x = 1;\n`,
+    );
+    const broken = path.join(dir, 'broken.ts');
+    const expected = (firstLines: string[]) => {
+      const errorAt = firstLines.findIndex((line) => line.startsWith('IMPORT ERROR IN'));
+      return firstLines.slice(errorAt);
+    };
+
+    const reserialized = await run(spawnDeferflow(['dags', 'reserialize', '--dags', dir, '--db', db.url]));
+    // A file that does not load fails the command, but the DAGs that did load are written.
+    expect(reserialized.exit.code).toBe(1);
+    expect(reserialized.out.slice(0, 3)).toEqual(['DAG ID   RESULT', 'adhoc    created', 'nightly  created']);
+    const errors = expected(reserialized.out);
+    const column = errors[0]!.indexOf('ERROR', 'IMPORT ERROR IN'.length);
+    expect(column).toBe(broken.length + 2);
+    expect(errors[1]!.startsWith(`${broken}  could not be loaded:`)).toBe(true);
+    // esbuild's message has a line of its own naming the place: under the first, not under the file.
+    expect(errors.length).toBeGreaterThan(2);
+    for (const continued of errors.slice(2)) expect(continued.slice(0, column)).toBe(' '.repeat(column));
+    expect(errors.slice(2).join('\n')).toMatch(/broken\.ts:3:\d+: ERROR: Expected "\}" but found "const"/);
+
+    const listed = await run(spawnDeferflow(['dags', 'list', '--db', db.url]));
+    expect(listed.exit.code).toBe(0);
+    expect(listed.out.slice(0, 3).map((line) => line.split(/ {2,}/)[0])).toEqual(['DAG ID', 'adhoc', 'nightly']);
+    expect(expected(listed.out)).toEqual(errors);
+  }, 60_000);
+
   it('dags reserialize on a folder holding none of the DAG files processed before refuses and deletes nothing; --remove-missing does it', async () => {
     const db = await scratch.database(dialect);
     const dir = scratch.dir('dags');

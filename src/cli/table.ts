@@ -1,15 +1,21 @@
 /**
  * A table as the CLI prints it for people: a header row, then one row per item, columns padded
- * to their widest cell and two spaces apart (the last column unpadded). Scripts use --json.
+ * to their widest cell and two spaces apart (the last column unpadded). A cell of several lines
+ * (an import error's compiler message) keeps them in its own column. Scripts use --json.
  */
 export function formatTable(headers: readonly string[], rows: readonly (readonly string[])[]): string {
-  const widths = headers.map((header, column) => Math.max(header.length, ...rows.map((row) => (row[column] ?? '').length)));
-  const line = (cells: readonly string[]) =>
-    cells
-      .map((cell, column) => (column === cells.length - 1 ? cell : cell.padEnd(widths[column]!)))
-      .join('  ')
-      .trimEnd();
-  return `${[line(headers), ...rows.map(line)].join('\n')}\n`;
+  const split = rows.map((row) => row.map((cell) => cell.split('\n')));
+  const widths = headers.map((header, column) =>
+    Math.max(header.length, ...split.map((row) => Math.max(0, ...(row[column] ?? []).map((text) => text.length)))),
+  );
+  const line = (cells: readonly (readonly string[])[]) =>
+    Array.from({ length: Math.max(1, ...cells.map((cell) => cell.length)) }, (_, at) =>
+      cells
+        .map((cell, column) => (column === cells.length - 1 ? (cell[at] ?? '') : (cell[at] ?? '').padEnd(widths[column]!)))
+        .join('  ')
+        .trimEnd(),
+    ).join('\n');
+  return `${[line(headers.map((header) => [header])), ...split.map(line)].join('\n')}\n`;
 }
 
 /**
