@@ -1,6 +1,7 @@
 // Rules of the code's shape that review alone would let slip.
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT } from './support/processes.ts';
@@ -66,12 +67,48 @@ console.log(JSON.stringify(['pg', 'better-sqlite3', 'prom-client', 'pino-pretty'
     const loaded = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: REPO_ROOT, encoding: 'utf8' })) as string[];
     expect(loaded).toEqual([]);
   });
+
+  it("loads a CLI command's modules when that command runs: --help, --version and init load neither the database layer nor the compiler", () => {
+    const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-cli-loads-'));
+    try {
+      // A module hook that writes down every module loaded (hooks run on their own thread: a file).
+      const record = path.join(scratch, 'loaded.txt');
+      writeFileSync(
+        path.join(scratch, 'hook.mjs'),
+        `import { appendFileSync } from 'node:fs';\nexport async function load(url, context, next) { appendFileSync(${JSON.stringify(record)}, url + '\\n'); return next(url, context); }\n`,
+      );
+      writeFileSync(path.join(scratch, 'register.mjs'), `import { register } from 'node:module';\nregister('./hook.mjs', import.meta.url);\n`);
+      const loadedBy = (args: readonly string[]) => {
+        rmSync(record, { force: true });
+        execFileSync(process.execPath, ['--import', path.join(scratch, 'register.mjs'), path.join(REPO_ROOT, 'bin/deferflow.js'), ...args], {
+          cwd: scratch,
+          stdio: 'ignore',
+        });
+        return readFileSync(record, 'utf8');
+      };
+      const heavy = (loaded: string) => ['/node_modules/kysely/', '/node_modules/esbuild/', '/dist/src/storage/'].filter((part) => loaded.includes(part));
+      expect(heavy(loadedBy(['--help']))).toEqual([]);
+      expect(heavy(loadedBy(['--version']))).toEqual([]);
+      expect(heavy(loadedBy(['init', 'project']))).toEqual([]);
+      // The hook itself is seen working: a command that reads the database loads what it needs.
+      const db = `sqlite:${path.join(scratch, 'x.db')}`;
+      expect(heavy(loadedBy(['db', 'migrate', '--db', db]))).toEqual(['/node_modules/kysely/']);
+      expect(heavy(loadedBy(['jobs', 'list', '--db', db]))).toEqual(['/node_modules/kysely/', '/dist/src/storage/']);
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
 });
 
-/** The repository files `file` imports by relative path (packages and node: builtins left out). */
+/**
+ * The repository files `file` imports by relative path (packages and node: builtins left out),
+ * statically or with `await import(...)` (the CLI loads a command's modules when it runs).
+ */
 function importsOf(file: string): string[] {
   const text = readFileSync(path.join(REPO_ROOT, file), 'utf8');
-  return [...text.matchAll(/^(?:import|export)\s[^;]*?from\s+'(\.[^']+)'/gms)].map(([, specifier]) =>
-    path.normalize(path.join(path.dirname(file), specifier!)),
-  );
+  const specifiers = [
+    ...[...text.matchAll(/^(?:import|export)\s[^;]*?from\s+'(\.[^']+)'/gms)].map(([, specifier]) => specifier!),
+    ...[...text.matchAll(/\bimport\(\s*'(\.[^']+)'\s*\)/g)].map(([, specifier]) => specifier!),
+  ];
+  return specifiers.map((specifier) => path.normalize(path.join(path.dirname(file), specifier)));
 }

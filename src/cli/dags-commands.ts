@@ -1,6 +1,4 @@
 import type { Argv } from 'yargs';
-import { processDagFolder } from '../dags/dag-processor.ts';
-import { triggerDagRun } from '../dags/manual-run.ts';
 import { formatTable, printListing } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
@@ -9,7 +7,6 @@ import { WORKER_OPTIONS } from '../worker/options.ts';
 import { withMigratedDatabase } from './db-commands.ts';
 import { positiveInteger } from '../config/option-table.ts';
 import { DAG_RUN_STATES, type DagRunState } from '../db/schema.ts';
-import { Storage } from '../storage/index.ts';
 
 /** A stored schedule as people write it: the cron (with its zone), the interval or the signal; null for none. */
 function describeSchedule(schedule: { cron?: string; timezone?: string; interval_ms?: number; signal?: string } | null | undefined): string | null {
@@ -29,6 +26,7 @@ export function registerDagsCommands(cli: Argv): void {
         'List the serialized DAGs and the DAG files that failed to load',
         (command) => command.option('json', { type: 'boolean', describe: 'One JSON object instead of a table' }),
         async (args) => {
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const dagRows = (await storage.listSerializedDags()).map((row) => ({
@@ -78,6 +76,7 @@ export function registerDagsCommands(cli: Argv): void {
             }
             assertJsonObject(conf, 'conf');
           }
+          const { triggerDagRun } = await import('../dags/manual-run.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId, logicalDate: args.logicalDate });
             process.stdout.write(`${runId}\n`);
@@ -96,6 +95,7 @@ export function registerDagsCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const runs = await new Storage(database).listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -132,6 +132,7 @@ export function registerDagsCommands(cli: Argv): void {
                 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
+          const { processDagFolder } = await import('../dags/dag-processor.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });

@@ -1,14 +1,10 @@
 import type { Argv } from 'yargs';
-import { openDatabase, type Database } from '../db/connect.ts';
-import { openMigratedDatabase } from '../db/open-migrated-database.ts';
+import type { Database } from '../db/connect.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
-import { migrateToLatest } from '../db/migrate.ts';
-import { dumpSchema } from '../db/schema-dump.ts';
 import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV, keyringOf } from '../config/common-options.ts';
 import { Keyring } from '../encryption/keyring.ts';
 import { durationText } from '../config/option-table.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { Storage } from '../storage/index.ts';
 
 export function databaseUrlFrom(flag: string | undefined): string {
   return flag ?? process.env[COMMON_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
@@ -19,6 +15,7 @@ export function databaseUrlFrom(flag: string | undefined): string {
  * migrated (see openMigratedDatabase), and closes it however `work` ends.
  */
 export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: Database) => Promise<T>): Promise<T> {
+  const { openMigratedDatabase } = await import('../db/open-migrated-database.ts');
   const database = await openMigratedDatabase(databaseUrlFrom(dbFlag as string | undefined));
   try {
     return await work(database);
@@ -66,6 +63,12 @@ export function registerDbCommands(cli: Argv): void {
         return;
       }
       const url = databaseUrlFrom(args.db);
+      const [{ openDatabase }, { openMigratedDatabase }, { migrateToLatest }, { dumpSchema }] = await Promise.all([
+        import('../db/connect.ts'),
+        import('../db/open-migrated-database.ts'),
+        import('../db/migrate.ts'),
+        import('../db/schema-dump.ts'),
+      ]);
       // migrate creates what is missing; schema shows a migrated database only.
       const database = args.action === 'migrate' ? openDatabase(url) : await openMigratedDatabase(url);
       try {
@@ -95,6 +98,7 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
     throw new InvalidOptionError('older-than', 'is needed: db clean deletes only what finished longer ago than it (e.g. --older-than 30d)');
   const ms = durationText(olderThan, 'older-than');
   const before = Date.now() - ms;
+  const { Storage } = await import('../storage/index.ts');
   await withMigratedDatabase(dbFlag, async (database) => {
     const counts = await new Storage(database).cleanDatabase(before, !yes);
     const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.triggerLogLines} trigger log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s)`;
@@ -120,6 +124,7 @@ async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | unde
       `db rotate-key needs the keys: set ${ENCRYPTION_KEYS_ENV} or --encryption-keys-file, the new key first and the old ones after it`,
     );
   }
+  const [{ openMigratedDatabase }, { Storage }] = await Promise.all([import('../db/open-migrated-database.ts'), import('../storage/index.ts')]);
   const database = await openMigratedDatabase(databaseUrlFrom(dbFlag), keyring);
   try {
     const counts = await new Storage(database).resealValues();

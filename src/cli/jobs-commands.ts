@@ -2,7 +2,6 @@ import type { Argv } from 'yargs';
 import { positiveInteger } from '../config/option-table.ts';
 import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../jobs/job-liveness.ts';
 import { resolveSchedulerOptions } from '../scheduler/options.ts';
-import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { resolveTriggererOptions } from '../triggerer/options.ts';
 import { withMigratedDatabase } from './db-commands.ts';
@@ -24,6 +23,7 @@ export function registerJobsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const thresholds = livenessThresholds();
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
@@ -70,6 +70,7 @@ export function registerJobsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const thresholds = livenessThresholds();
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const now = Date.now();
             const jobType = args['job-type'] === undefined ? undefined : JOB_TYPES[args['job-type'] as keyof typeof JOB_TYPES];

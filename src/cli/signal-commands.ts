@@ -3,7 +3,6 @@ import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { positiveInteger } from '../config/option-table.ts';
 import { NotJsonError } from '../errors.ts';
 import type { JsonValue } from '../serialization/json.ts';
-import { listSignals, sendSignal } from '../signals/signal-service.ts';
 import { withMigratedDatabase } from './db-commands.ts';
 import { printListing } from './table.ts';
 
@@ -22,6 +21,7 @@ export function registerSignalCommands(cli: Argv): void {
             .option('text', { type: 'boolean', describe: 'Send VALUE as text (a JSON string) instead of parsing it as JSON' }),
         async (args) => {
           const value = signalValue(args.value, args.text === true);
+          const { sendSignal } = await import('../signals/signal-service.ts');
           await withMigratedDatabase(args.db, async (database) => {
             process.stdout.write(`${await sendSignal(database, args.key!, value)}\n`);
           });
@@ -40,6 +40,7 @@ export function registerSignalCommands(cli: Argv): void {
         async (args) => {
           const since = args.since === undefined ? 0 : args.since === '0' ? 0 : positiveInteger(args.since, 'since');
           const limit = positiveInteger(args.limit, 'limit');
+          const { listSignals } = await import('../signals/signal-service.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const rows = (await listSignals(database, args.key!, { sinceVersion: since, limit })).map((s) => ({
               key: s.key,

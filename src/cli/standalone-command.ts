@@ -1,18 +1,14 @@
 import os from 'node:os';
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
-import { triggerDagRun } from '../dags/manual-run.ts';
-import type { Database } from '../db/connect.ts';
+import type { Storage } from '../storage/index.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { createLogger } from '../logging.ts';
 import { STANDALONE_OPTIONS, resolveStandaloneOptions, type StandaloneOptions } from '../standalone/options.ts';
 import { progressFigures, progressLine, summaryLine } from '../standalone/progress-line.ts';
 import { deferflowOptionsOf } from '../app/config.ts';
-import { Deferflow } from '../app/deferflow.ts';
-import { Storage } from '../storage/index.ts';
+import type { Deferflow } from '../app/deferflow.ts';
 import { runUntilSignalled } from './daemon.ts';
-import { statusPages } from '../web/status-pages.ts';
 
 const PROGRESS_INTERVAL_MS = 200;
 /** Without a terminal, a progress line is printed when the figures change, at most this often. */
@@ -29,12 +25,20 @@ export function registerStandaloneCommand(cli: Argv): void {
       if (options.exitWhenDone && options.triggerDag === null) {
         throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
       }
+      const [{ Deferflow }, { createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
+        import('../app/deferflow.ts'),
+        import('../logging.ts'),
+        import('../storage/index.ts'),
+        import('../web/status-pages.ts'),
+        import('../dags/manual-run.ts'),
+      ]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
       const app = await Deferflow.open(
         deferflowOptionsOf({ worker: options.worker, scheduler: options.scheduler, triggerer: options.triggerer }, true, options.http),
         log,
       );
       const database = app.database;
+      const storage = new Storage(database);
       if (options.web) {
         app.extraRoutes = statusPages(database, {
           refreshSeconds: options.web.refreshSeconds,
@@ -70,7 +74,7 @@ export function registerStandaloneCommand(cli: Argv): void {
         },
         exitCodeAfterSignal: async (signal) => {
           if (runId === null) return 0;
-          const run = await new Storage(database).runProgress(options.triggerDag!, runId);
+          const run = await storage.runProgress(options.triggerDag!, runId);
           if (run && (run.state === 'success' || run.state === 'failed')) return run.state === 'success' ? 0 : 1;
           const figures = run ? progressFigures(run) : null;
           say(
@@ -83,7 +87,7 @@ export function registerStandaloneCommand(cli: Argv): void {
           options.triggerDag === null
             ? undefined
             : async () => {
-                const succeeded = await showRunProgress(database, app, options, runId!, progress);
+                const succeeded = await showRunProgress(storage, app, options, runId!, progress);
                 if (succeeded === null) return new Promise<number>(() => {});
                 if (options.exitWhenDone) return succeeded ? 0 : 1;
                 say('standalone keeps running (Ctrl-C to stop)');
@@ -99,14 +103,13 @@ export function registerStandaloneCommand(cli: Argv): void {
  * succeeded, or to null once interrupted (a signal: the stop says the rest).
  */
 async function showRunProgress(
-  database: Database,
+  storage: Storage,
   app: Deferflow,
   options: StandaloneOptions,
   runId: string,
   progressState: { interrupted: boolean },
 ): Promise<boolean | null> {
   const dagId = options.triggerDag!;
-  const storage = new Storage(database);
   const startedAt = performance.now();
   const terminal = process.stdout.isTTY === true;
   let lastPrinted = '';

@@ -1,8 +1,7 @@
 import type { Argv } from 'yargs';
-import { serializedDagSource } from '../dags/dag-processor.ts';
+import type { Storage } from '../storage/index.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { Storage } from '../storage/index.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { withMigratedDatabase } from './db-commands.ts';
 
@@ -20,6 +19,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
             const rows = (await new Storage(database).taskInstancesOfRunId(args.run, args.dag)).map((ti) => ({
@@ -57,6 +57,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
         async (args) => {
+          const [{ Storage }, { serializedDagSource }] = await Promise.all([import('../storage/index.ts'), import('../dags/dag-processor.ts')]);
           await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
@@ -93,6 +94,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('try', { type: 'string', describe: 'The try number (default: the latest)' })
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
@@ -150,6 +152,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const storage = new Storage(database);
             const { ti } = await oneTaskInstance(storage, args.run, args.task, args.dag);

@@ -1,8 +1,6 @@
 import type { Argv } from 'yargs';
 import { deferflowOptionsOf } from '../app/config.ts';
-import { Deferflow } from '../app/deferflow.ts';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
-import { createLogger } from '../logging.ts';
 import { resolveTriggererOptions, TRIGGERER_OPTIONS } from '../triggerer/options.ts';
 import { runUntilSignalled } from './daemon.ts';
 import { resolveObservabilityHttp } from '../observability/options.ts';
@@ -19,6 +17,7 @@ export function registerTriggererCommand(cli: Argv): void {
       const raw = rawOptionsFrom(TRIGGERER_OPTIONS, args);
       const options = resolveTriggererOptions(raw);
       const http = resolveObservabilityHttp(raw, process.env);
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'triggerer' });
       const app = await Deferflow.open(deferflowOptionsOf({ triggerer: options }, false, http), log);
       await runUntilSignalled(log, app, SHUTDOWN_DEADLINE_MS);

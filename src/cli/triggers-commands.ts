@@ -1,7 +1,6 @@
 import type { Argv } from 'yargs';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { positiveInteger } from '../config/option-table.ts';
-import { Storage } from '../storage/index.ts';
 import { withMigratedDatabase } from './db-commands.ts';
 import { printListing } from './table.ts';
 
@@ -24,6 +23,7 @@ export function registerTriggersCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const triggererId = args.triggerer === undefined ? undefined : positiveInteger(args.triggerer, 'triggerer');
+          const { Storage } = await import('../storage/index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const now = Date.now();
             const rows = (await new Storage(database).listTriggers({ limit, triggererId, perTrigger: NAMED_PER_TRIGGER })).map((trigger) => ({

@@ -1,15 +1,11 @@
 import type { Argv } from 'yargs';
 import { COMMON_OPTIONS, logFormat, logLevel } from '../config/common-options.ts';
 import { optionPicker } from '../config/option-table.ts';
-import { openMigratedDatabase } from '../db/open-migrated-database.ts';
 import { describeThrown, InvalidOptionError } from '../errors.ts';
-import { createLogger } from '../logging.ts';
 import { ObservabilityServer } from '../observability/http-server.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { HTTP_OPTIONS, resolveObservabilityHttp } from '../observability/options.ts';
 import { STANDALONE_HTTP_PORT } from '../standalone/options.ts';
-import { Storage } from '../storage/index.ts';
-import { statusPages } from '../web/status-pages.ts';
 import { resolveWebOptions, WEB_OPTIONS } from '../web/options.ts';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
 import { livenessThresholds } from './jobs-commands.ts';
@@ -36,6 +32,12 @@ export function registerWebCommand(cli: Argv): void {
       const http = resolveObservabilityHttp(raw, process.env, STANDALONE_HTTP_PORT);
       if (http === null) throw new InvalidOptionError('http-port', 'deferflow web serves the status page: give a port (0: any free one), not off');
       const web = resolveWebOptions(raw, process.env, http.host);
+      const [{ createLogger }, { openMigratedDatabase }, { Storage }, { statusPages }] = await Promise.all([
+        import('../logging.ts'),
+        import('../db/open-migrated-database.ts'),
+        import('../storage/index.ts'),
+        import('../web/status-pages.ts'),
+      ]);
       const log = createLogger({ level: logLevel(pick('log-level')), format: logFormat(pick('log-format')), name: 'web' });
       const database = await openMigratedDatabase(String(pick('db')));
       const metrics = new Metrics();
