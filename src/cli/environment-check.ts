@@ -8,6 +8,7 @@ import { STANDALONE_OPTIONS } from '../standalone/options.ts';
 import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
 import { WEB_OPTIONS } from '../web/options.ts';
 import { WORKER_OPTIONS } from '../worker/options.ts';
+import { RUNNER_SMART_SENSORS_ENV } from '../worker/runner-protocol.ts';
 
 const PREFIX = 'DEFERFLOW_';
 
@@ -18,7 +19,7 @@ const PREFIX = 'DEFERFLOW_';
  */
 export function knownVariables(): Set<string> {
   const tables: OptionTable[] = [COMMON_OPTIONS, HTTP_OPTIONS, WEB_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, TRIGGERER_OPTIONS, STANDALONE_OPTIONS];
-  return new Set([...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)), ENCRYPTION_KEYS_ENV, 'DEFERFLOW_RUNNER_SMART_SENSORS']);
+  return new Set([...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)), ENCRYPTION_KEYS_ENV, RUNNER_SMART_SENSORS_ENV]);
 }
 
 /**

@@ -8,7 +8,7 @@ import { describeThrown, TaskCrashedError } from '../errors.ts';
 import type { ClaimedTaskInstance, StartedTaskInstance } from '../storage/index.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
 import type { TaskServices } from './dag-file-resolver.ts';
-import { fromWireError, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
+import { fromWireError, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
 import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
 import { RunSettingsCache, type RunSettings } from './run-settings-cache.ts';
 import type { TryLoggers } from './task-log-writer.ts';
@@ -98,7 +98,7 @@ class RunnerProcess {
   ) {
     this.child = fork(entry.file, [], {
       execArgv: [...entry.execArgv, `--max-old-space-size=${options.maxMemoryMb}`],
-      env: { ...process.env, DEFERFLOW_RUNNER_SMART_SENSORS: JSON.stringify(options.smartSensors ?? null) },
+      env: { ...process.env, [RUNNER_SMART_SENSORS_ENV]: JSON.stringify(options.smartSensors ?? null) },
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
     });

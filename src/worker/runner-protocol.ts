@@ -18,6 +18,12 @@ import type { TASK_SERVICE_NAMES } from './dag-file-resolver.ts';
  *   worker → runner: reply (to a call: a database service of the task's context)
  */
 
+/**
+ * The environment variable a worker starts its runners with: the smart-sensor settings (JSON,
+ * or null), which a runner needs before it loads any DAG file.
+ */
+export const RUNNER_SMART_SENSORS_ENV = 'DEFERFLOW_RUNNER_SMART_SENSORS';
+
 /** An error as it crosses the channel: what logs and the failure record need, its code kept. */
 export interface WireError {
   readonly name: string;

@@ -13,7 +13,7 @@ import type { AnyOperator } from '../operators/base-operator.ts';
 import type { SmartSensors } from '../sensors/base-sensor.ts';
 import type { ClaimedTaskInstance } from '../storage/index.ts';
 import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './dag-file-resolver.ts';
-import { fromWireError, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
+import { fromWireError, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
 import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 
@@ -25,7 +25,7 @@ const send = (message: FromRunner) => {
   if (process.connected) process.send!(message, undefined, undefined, ignoreLostWorker);
 };
 function ignoreLostWorker(): void {}
-const smartSensors = JSON.parse(process.env.DEFERFLOW_RUNNER_SMART_SENSORS ?? 'null') as SmartSensors | null;
+const smartSensors = JSON.parse(process.env[RUNNER_SMART_SENSORS_ENV] ?? 'null') as SmartSensors | null;
 
 /** The task last loaded, and the task instance it was loaded for. */
 let task: LoadedTask | null = null;
