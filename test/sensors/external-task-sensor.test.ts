@@ -152,8 +152,14 @@ export const dag = new Dag({ dagId: 'watcher' }).add(
       .where('run_id', '=', watcher)
       .execute();
     expect(tries.filter((ti) => ti.task_id !== 'soft').map((ti) => ti.try_number)).toEqual([1, 1, 1]);
-    const failures = logs.matching((line) => line.code === 'DF_EXTERNAL_TASK_FAILED').map((line) => String(line.error ?? line.msg));
-    expect(failures.some((text) => text.includes('task breaking.build of the run at 2026-03-01T10:00:00.000Z is failed'))).toBe(true);
+    // The worker logs a try's end once it is recorded: the line can come just after the row is seen.
+    const failures = await waitFor(
+      () => {
+        const texts = logs.matching((line) => line.code === 'DF_EXTERNAL_TASK_FAILED').map((line) => String(line.error ?? line.msg));
+        return texts.some((text) => text.includes('task breaking.build of the run at 2026-03-01T10:00:00.000Z is failed')) ? texts : null;
+      },
+      { what: 'the failed external task logged' },
+    );
     expect(failures.some((text) => text.includes(`DAG run ${breaking} of breaking has no task "biuld"`))).toBe(true);
   }, 90_000);
 
