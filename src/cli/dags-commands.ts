@@ -4,7 +4,7 @@ import { InvalidOptionError } from '../errors.ts';
 import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { WORKER_OPTIONS } from '../worker/options.ts';
-import { withMigratedDatabase } from './db-commands.ts';
+import { withMigratedDatabase, withStorage } from './db-commands.ts';
 import { positiveInteger } from '../config/option-table.ts';
 import { DAG_RUN_STATES, type DagRunState } from '../db/schema.ts';
 
@@ -26,9 +26,7 @@ export function registerDagsCommands(cli: Argv): void {
         'List the serialized DAGs and the DAG files that failed to load',
         (command) => command.option('json', { type: 'boolean', describe: 'One JSON object instead of a table' }),
         async (args) => {
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
-            const storage = new Storage(database);
+          await withStorage(args.db, async (storage) => {
             const dagRows = (await storage.listSerializedDags()).map((row) => ({
               dag_id: row.dagId,
               fileloc: row.fileloc,
@@ -95,9 +93,8 @@ export function registerDagsCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
-            const runs = await new Storage(database).listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
+          await withStorage(args.db, async (storage) => {
+            const runs = await storage.listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
             const rows = runs.map((run) => ({
               dag_id: run.dagId,

@@ -1,5 +1,6 @@
 import type { Argv } from 'yargs';
 import type { Database } from '../db/connect.ts';
+import type { Storage } from '../storage/index.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
 import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV, keyringOf } from '../config/common-options.ts';
 import { Keyring } from '../encryption/keyring.ts';
@@ -22,6 +23,12 @@ export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: 
   } finally {
     await database.close();
   }
+}
+
+/** withMigratedDatabase, handing `work` the storage layer's operations on that database too. */
+export async function withStorage<T>(dbFlag: unknown, work: (storage: Storage, database: Database) => Promise<T>): Promise<T> {
+  const { Storage } = await import('../storage/index.ts');
+  return withMigratedDatabase(dbFlag, (database) => work(new Storage(database), database));
 }
 
 export function registerDbCommands(cli: Argv): void {
@@ -98,9 +105,8 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
     throw new InvalidOptionError('older-than', 'is needed: db clean deletes only what finished longer ago than it (e.g. --older-than 30d)');
   const ms = durationText(olderThan, 'older-than');
   const before = Date.now() - ms;
-  const { Storage } = await import('../storage/index.ts');
-  await withMigratedDatabase(dbFlag, async (database) => {
-    const counts = await new Storage(database).cleanDatabase(before, !yes);
+  await withStorage(dbFlag, async (storage) => {
+    const counts = await storage.cleanDatabase(before, !yes);
     const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.triggerLogLines} trigger log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s)`;
     process.stdout.write(
       yes

@@ -4,7 +4,7 @@ import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../jobs/job-liv
 import { resolveSchedulerOptions } from '../scheduler/options.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { resolveTriggererOptions } from '../triggerer/options.ts';
-import { withMigratedDatabase } from './db-commands.ts';
+import { withStorage } from './db-commands.ts';
 import { printListing } from './table.ts';
 
 /** `deferflow jobs list`: the triggerers, workers and schedulers a database has seen, alive or not. */
@@ -23,11 +23,10 @@ export function registerJobsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const thresholds = livenessThresholds();
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
+          await withStorage(args.db, async (storage) => {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
-            const rows = (await new Storage(database).listJobs({ jobType, limit })).map((job) => ({
+            const rows = (await storage.listJobs({ jobType, limit })).map((job) => ({
               id: job.id,
               job_type: job.jobType,
               state: job.state,
@@ -70,11 +69,10 @@ export function registerJobsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const thresholds = livenessThresholds();
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
+          await withStorage(args.db, async (storage) => {
             const now = Date.now();
             const jobType = args['job-type'] === undefined ? undefined : JOB_TYPES[args['job-type'] as keyof typeof JOB_TYPES];
-            const running = await new Storage(database).listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
+            const running = await storage.listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
             const alive = running.filter((job) => jobLiveness(job, thresholds, now) === 'alive');
             const what = `${args['job-type'] ?? 'job'}${args.hostname === undefined ? '' : ` on ${args.hostname}`}`;
             if (alive.length === 0) {

@@ -3,7 +3,7 @@ import type { Storage } from '../storage/index.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
-import { withMigratedDatabase } from './db-commands.ts';
+import { withStorage } from './db-commands.ts';
 
 /** `deferflow tasks list | clear | logs | reschedules`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
@@ -19,10 +19,9 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
+          await withStorage(args.db, async (storage) => {
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
-            const rows = (await new Storage(database).taskInstancesOfRunId(args.run, args.dag)).map((ti) => ({
+            const rows = (await storage.taskInstancesOfRunId(args.run, args.dag)).map((ti) => ({
               dag_id: ti.dagId,
               task_id: ti.taskId,
               state: ti.state,
@@ -57,9 +56,8 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
         async (args) => {
-          const [{ Storage }, { serializedDagSource }] = await Promise.all([import('../storage/index.ts'), import('../dags/dag-processor.ts')]);
-          await withMigratedDatabase(args.db, async (database) => {
-            const storage = new Storage(database);
+          const { serializedDagSource } = await import('../dags/dag-processor.ts');
+          await withStorage(args.db, async (storage, database) => {
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
             const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
             const dagIds = [...new Set(ofRun.map((ti) => ti.dagId))];
@@ -94,9 +92,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('try', { type: 'string', describe: 'The try number (default: the latest)' })
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
-            const storage = new Storage(database);
+          await withStorage(args.db, async (storage) => {
             const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             // A rescheduled try gives its number back, but its lines are logged under it. A task
             // started from its trigger waits (and resumes) under try 0: that wait is its first try.
@@ -152,9 +148,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
-            const storage = new Storage(database);
+          await withStorage(args.db, async (storage) => {
             const { ti } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             const iso = (ms: number) => new Date(ms).toISOString();
             const rows = (await storage.taskReschedules(ti.id, null)).map((r) => ({

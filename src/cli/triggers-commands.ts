@@ -1,7 +1,7 @@
 import type { Argv } from 'yargs';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { positiveInteger } from '../config/option-table.ts';
-import { withMigratedDatabase } from './db-commands.ts';
+import { withStorage } from './db-commands.ts';
 import { printListing } from './table.ts';
 
 /** Task instances named per trigger in the listing (the count says how many wait in all). */
@@ -23,10 +23,9 @@ export function registerTriggersCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const triggererId = args.triggerer === undefined ? undefined : positiveInteger(args.triggerer, 'triggerer');
-          const { Storage } = await import('../storage/index.ts');
-          await withMigratedDatabase(args.db, async (database) => {
+          await withStorage(args.db, async (storage) => {
             const now = Date.now();
-            const rows = (await new Storage(database).listTriggers({ limit, triggererId, perTrigger: NAMED_PER_TRIGGER })).map((trigger) => ({
+            const rows = (await storage.listTriggers({ limit, triggererId, perTrigger: NAMED_PER_TRIGGER })).map((trigger) => ({
               id: trigger.id,
               classpath: trigger.classpath,
               triggerer_id: trigger.triggererId,
