@@ -17,10 +17,11 @@ import { fromWireError, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, 
 import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
 
-// Nothing to tell once the worker has let go (it stopped, or retired this runner while it was
-// starting): the disconnect handler ends the process. A worker that died (SIGKILL) is noticed
-// only when a write fails (EPIPE); without a callback that failure would be an unhandled
-// 'error' event, crashing the runner with a stack trace instead of ending it quietly.
+// Nothing to tell once the worker has let go (it stopped, retired this runner while it was
+// starting, or died): the disconnect handler ends the process. process.connected turns false
+// only once the loop has read the channel's end, so a message sent before that (the 'ready'
+// at the end of a start) fails with EPIPE; without a callback that failure would be an
+// unhandled 'error' event, crashing the runner with a stack trace instead of ending it quietly.
 const send = (message: FromRunner) => {
   if (process.connected) process.send!(message, undefined, undefined, ignoreLostWorker);
 };
