@@ -135,13 +135,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
         expect(ti.next_event).toEqual({ n: target.triggerId });
       }
     }
-    const refusals = await waitFor(
-      () => {
-        const lines = logs.matching((l) => l.code === 'DF_OUTCOME_REFUSED');
-        return lines.length > 0 ? lines : null;
-      },
-      { what: 'the refusal logged' },
-    );
+    const refusals = await logs.waitForLines((l) => l.code === 'DF_OUTCOME_REFUSED', { what: 'the refusal logged' });
     expect(refusals.map((l) => l.trigger_id)).toEqual([refused.triggerId]);
     // Refused values are no outage: nothing waits on a backoff, nothing is reported as one.
     expect(logs.matching((l) => l.code === 'DF_DATABASE')).toEqual([]);

@@ -290,14 +290,10 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     );
     expect(await taskInstance(db, flakyId)).toMatchObject({ state: 'success', try_number: 2 });
     expect(await taskInstance(db, doomedId)).toMatchObject({ state: 'failed', try_number: 2 });
-    // A try's outcome is logged once recorded: its line can come just after the row is seen.
-    const doomedLines = await waitFor(
-      () => {
-        const lines = logs.matching((l) => l.task_instance_id === doomedId && typeof l.error === 'string');
-        return lines.length >= 2 ? lines : null;
-      },
-      { what: "the doomed task's two failure lines" },
-    );
+    const doomedLines = await logs.waitForLines((l) => l.task_instance_id === doomedId && typeof l.error === 'string', {
+      atLeast: 2,
+      what: "the doomed task's two failure lines",
+    });
     expect(doomedLines.map((l) => [l.state, l.error])).toEqual([
       ['up_for_retry', 'Error: flaky attempt 1'],
       ['failed', 'Error: flaky attempt 2'],
@@ -336,8 +332,8 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     await waitFor(async () => (await stateOf(db, id)) === 'failed', { what: 'the timeout failing the task', timeoutMs: 5000 });
     const failed = await taskInstance(db, id);
     expect(new Date(failed.end_date!).getTime()).toBeGreaterThanOrEqual(new Date(deferred.execution_deadline!).getTime());
-    const failure = await waitFor(() => logs.matching((l) => l.task_instance_id === id && l.state === 'failed')[0], { what: 'the failure logged' });
-    expect(String(failure.error)).toMatch(/^TaskExecutionTimeoutError: test_dag\.forever .* ran past its execution timeout/);
+    const [failure] = await logs.waitForLines((l) => l.task_instance_id === id && l.state === 'failed', { what: 'the failure logged' });
+    expect(String(failure!.error)).toMatch(/^TaskExecutionTimeoutError: test_dag\.forever .* ran past its execution timeout/);
   });
 
   it('a stop hands a task that does not finish in the grace period back with its try: the next run is the same try', async () => {

@@ -211,8 +211,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     expect(await states(app, 'soft', soft)).toEqual({ resched: 'skipped', deferred: 'skipped', poked: 'skipped', after: 'skipped' });
     // No retry: retries: 3, yet one try each.
     for (const taskId of ['resched', 'deferred']) expect((await row(app, 'hard', hard, taskId)).try_number).toBe(1);
-    // The worker logs a try's end once it is recorded: the line can come just after the run ends.
-    await waitFor(() => logs.matching((line) => line.code === 'DF_SENSOR_TIMEOUT').length >= 2, { what: 'both timeouts logged' });
+    await logs.waitForLines((line) => line.code === 'DF_SENSOR_TIMEOUT', { atLeast: 2, what: 'both timeouts logged' });
     const timeouts = logs.matching((line) => line.code === 'DF_SENSOR_TIMEOUT');
     expect(timeouts.length).toBe(2);
     // The deferred sensor waited on the triggerer: pokes there too, after its first one on the worker.
@@ -228,13 +227,9 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const { app: strict, logs } = await start(proj, {}, { triggerModules: [] });
     const refused = await strict.triggerDagRun('slow');
     expect(await strict.waitForDagRun('slow', refused)).toBe('failed');
-    const failures = await waitFor(
-      () => {
-        const lines = logs.matching((line) => typeof line.error === 'string' && line.error.includes('DF_UNKNOWN_SENSOR'));
-        return lines.length > 0 ? lines : null;
-      },
-      { what: 'the refused sensor logged' },
-    );
+    const failures = await logs.waitForLines((line) => typeof line.error === 'string' && line.error.includes('DF_UNKNOWN_SENSOR'), {
+      what: 'the refused sensor logged',
+    });
     expect(String(failures[0]!.error)).toContain('sensor class "project.FlagSensor" is not allowed on this triggerer');
     await strict.stop();
     app = null;
@@ -451,13 +446,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const { app, logs } = await start(proj);
     const runId = await app.triggerDagRun('nowhere');
     expect(await app.waitForDagRun('nowhere', runId)).toBe('failed');
-    const failure = await waitFor(
-      () => {
-        const lines = logs.matching((line) => line.code === 'DF_UNKNOWN_CONNECTION');
-        return lines.length > 0 ? lines : null;
-      },
-      { what: 'the unknown connection logged' },
-    );
+    const failure = await logs.waitForLines((line) => line.code === 'DF_UNKNOWN_CONNECTION', { what: 'the unknown connection logged' });
     expect(String(failure[0]!.error)).toContain('no connection "nowhere": set DEFERFLOW_CONN_NOWHERE to its URL');
   }, 60_000);
 
@@ -476,12 +465,10 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     await waitFor(() => proj.pokes('silent.flag').worker >= 3, { what: 'the silent sensor poking on' });
     expect((await row(app, 'silent', silent, 'wait')).state).not.toBe('failed');
     // A poke's line is logged after the poke counted it.
-    await waitFor(
-      () => logs.matching((line) => line.dag_id === 'silent' && String(line.msg).includes('poke failed: flag unreadable; silentFail')).length >= 3,
-      {
-        what: 'three silenced pokes logged',
-      },
-    );
+    await logs.waitForLines((line) => line.dag_id === 'silent' && String(line.msg).includes('poke failed: flag unreadable; silentFail'), {
+      atLeast: 3,
+      what: 'three silenced pokes logged',
+    });
     rmSync(proj.flag('silent.flag.broken'));
     writeFileSync(proj.flag('silent.flag'), 'fine now');
     expect(await app.waitForDagRun('silent', silent)).toBe('success');

@@ -68,6 +68,22 @@ export class LogCapture extends Writable {
   matching(predicate: (line: Record<string, unknown>) => boolean): Record<string, unknown>[] {
     return this.lines.filter(predicate);
   }
+  /**
+   * The matching lines once there are at least `atLeast` of them. A daemon logs what it wrote
+   * after the write commits, so a line can come just after a test has seen the row.
+   */
+  waitForLines(
+    predicate: (line: Record<string, unknown>) => boolean,
+    { atLeast = 1, what }: { atLeast?: number; what: string },
+  ): Promise<Record<string, unknown>[]> {
+    return waitFor(
+      () => {
+        const lines = this.matching(predicate);
+        return lines.length >= atLeast ? lines : null;
+      },
+      { what },
+    );
+  }
 }
 
 export interface TestTriggerer {
