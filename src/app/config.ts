@@ -49,8 +49,9 @@ export interface WorkerConfig {
   /** A runner process's heap limit, and the resident size past which it is replaced after a task, in MB. @default 1024 */
   readonly runnerMaxMemory?: number;
   /**
-   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
-   * (behind a transaction-mode pooler). @default true
+   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY), or on other processes' commits to a
+   * SQLite file, as well as every poll; false: poll only (behind a transaction-mode pooler).
+   * @default true
    */
   readonly push?: boolean;
 }
@@ -66,8 +67,9 @@ export interface SchedulerConfig {
   /** Most unfinished DAG runs looked at in one pass. @default 100 */
   readonly runsPerPass?: number;
   /**
-   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
-   * (behind a transaction-mode pooler). @default true
+   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY), or on other processes' commits to a
+   * SQLite file, as well as every poll; false: poll only (behind a transaction-mode pooler).
+   * @default true
    */
   readonly push?: boolean;
 }
@@ -111,8 +113,9 @@ export interface TriggererConfig {
   /** Trigger classes this triggerer may run, given directly (no module to load). @default [] */
   readonly triggerClasses?: readonly TriggerClass[];
   /**
-   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY) as well as every poll; false: poll only
-   * (behind a transaction-mode pooler). @default true
+   * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY), or on other processes' commits to a
+   * SQLite file, as well as every poll; false: poll only (behind a transaction-mode pooler).
+   * @default true
    */
   readonly push?: boolean;
 }

@@ -38,7 +38,7 @@ export const COMMON_OPTIONS = {
     default: true,
     unit: 'flag',
     describe:
-      'Hear wake-ups and signals pushed by PostgreSQL (LISTEN/NOTIFY) instead of waiting for the next poll; false (--no-push): poll only, e.g. behind a transaction-mode pooler',
+      "Hear wake-ups and signals pushed by PostgreSQL (LISTEN/NOTIFY), or other processes' commits to a SQLite file, instead of waiting for the next poll; false (--no-push): poll only, e.g. behind a transaction-mode pooler",
   },
 } as const;
 

@@ -73,6 +73,11 @@ export interface DialectAdapter {
    */
   readonly supportsNotify: boolean;
   notify(trx: Kysely<any> | Transaction<any>, channel: string, payload: string): Promise<void>;
+  /**
+   * A number read on `db`'s connection that changes whenever another connection commits (SQLite's
+   * data_version; see sqlite-commit-watcher.ts), or null where the dialect pushes instead.
+   */
+  foreignCommitVersion(db: Kysely<any>): Promise<number | null>;
 }
 
 export interface TriggerValue {
@@ -125,6 +130,7 @@ export const postgresAdapter: DialectAdapter = {
   notify: async (trx, channel, payload) => {
     await sql`select pg_notify(${channel}, ${payload})`.execute(trx);
   },
+  foreignCommitVersion: async () => null,
 };
 
 export const sqliteAdapter: DialectAdapter = {
@@ -156,6 +162,7 @@ export const sqliteAdapter: DialectAdapter = {
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   supportsNotify: false,
   notify: async () => {},
+  foreignCommitVersion: async (db) => (await sql<{ data_version: number }>`pragma data_version`.execute(db)).rows[0]?.data_version ?? null,
   // The lock held elsewhere past the busy timeout, a full disk (or max_page_count), an I/O error,
   // a file made read-only or gone, memory exhausted; extended codes (SQLITE_IOERR_WRITE, …) too.
   unavailable: (error) => {

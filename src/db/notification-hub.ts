@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from './connect.ts';
 import { describeThrown } from '../errors.ts';
 import { PostgresListener } from './postgres-listener.ts';
+import { SqliteCommitWatcher } from './sqlite-commit-watcher.ts';
 
 /** Channels deferflow NOTIFYs on: signal sends (`<version> <key>`) and daemon wake-ups (`triggerer`, `worker`, `scheduler`). */
 export const SIGNAL_CHANNEL = 'deferflow_signal';
@@ -21,11 +22,13 @@ type Handler = (payload: string) => void;
 /**
  * The one PostgreSQL LISTEN session of a database handle, shared by everything in the process
  * that wants pushes (the signal service, the daemons' wake-ups). Pushes are hints: whoever
- * subscribes still reads the tables, and after `listening` (a first connect or a reconnect) must
+ * subscribes still reads the tables, and on `catchUp` (a first connect or a reconnect) must
  * read what it may have missed. A NOTIFY probe sent through the pool checks that the pushes
  * really arrive (behind a transaction-mode pooler they do not): `pushWorks` says so, and a
- * warning is logged once when they do not. On SQLite there is nothing to listen to: subscribers
- * are kept, `pushWorks` is false, and they poll.
+ * warning is logged once when they do not. SQLite has no NOTIFY: a file database's handle
+ * watches for commits by other processes instead (SqliteCommitWatcher), which carry no payload,
+ * so each one calls every subscriber's `catchUp`; `pushWorks` stays false there (nothing proves
+ * the file system reports changes), and subscribers keep their polls.
  */
 export class NotificationHub {
   static readonly #hubs = new WeakMap<object, NotificationHub>();
@@ -51,8 +54,9 @@ export class NotificationHub {
   readonly #probeTimeoutMs: number;
   readonly #lingerMs: number;
   readonly #handlers = new Map<NotificationChannel, Set<Handler>>();
-  readonly #onListening = new Set<() => void>();
+  readonly #catchUps = new Set<() => void>();
   #listener: PostgresListener | null = null;
+  #commitWatcher: SqliteCommitWatcher | null = null;
   #pushWorks = false;
   #probe: { token: string; timer: NodeJS.Timeout } | null = null;
   #warnedNoPush = false;
@@ -72,10 +76,11 @@ export class NotificationHub {
   }
 
   /**
-   * Calls `handler` with each payload NOTIFYed on `channel`, and `onListening` whenever the
-   * session (re)connects, until the returned function is called.
+   * Calls `handler` with each payload NOTIFYed on `channel`, and `catchUp` whenever something
+   * may have been missed or was not said (the LISTEN session (re)connected; on SQLite, another
+   * process committed), until the returned function is called.
    */
-  subscribe(channel: NotificationChannel, handler: Handler, onListening?: () => void): () => void {
+  subscribe(channel: NotificationChannel, handler: Handler, catchUp?: () => void): () => void {
     let set = this.#handlers.get(channel);
     if (!set) {
       set = new Set();
@@ -83,7 +88,7 @@ export class NotificationHub {
     }
     const entry: Handler = (payload) => handler(payload);
     set.add(entry);
-    if (onListening) this.#onListening.add(onListening);
+    if (catchUp) this.#catchUps.add(catchUp);
     if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
     this.#lingerTimer = null;
     this.#start();
@@ -92,7 +97,7 @@ export class NotificationHub {
       if (done) return;
       done = true;
       set.delete(entry);
-      if (onListening) this.#onListening.delete(onListening);
+      if (catchUp) this.#catchUps.delete(catchUp);
       this.#maybeStop();
     };
   }
@@ -116,12 +121,33 @@ export class NotificationHub {
     return count;
   }
 
+  #catchUp(): void {
+    for (const callback of [...this.#catchUps]) callback();
+  }
+
   #start(): void {
-    if (this.#disabled || this.#listener || !this.#database.adapter.supportsNotify || this.#database.target.dialect !== 'postgres') return;
-    this.#listener = new PostgresListener(this.#database.target.url, CHANNELS, {
+    if (this.#disabled) return;
+    const { target, adapter, db } = this.#database;
+    if (target.dialect === 'sqlite') {
+      if (this.#commitWatcher || target.file === ':memory:') return;
+      this.#commitWatcher = new SqliteCommitWatcher({
+        file: target.file,
+        readVersion: () => adapter.foreignCommitVersion(db),
+        onCommit: () => this.#catchUp(),
+        onWatchFailed: (error) =>
+          this.#log.warn(
+            { code: 'DF_DATABASE', error: describeThrown(error).error },
+            `cannot watch ${target.file}-wal for other processes' commits (${describeThrown(error).error}); their work is found by polling`,
+          ),
+      });
+      void this.#commitWatcher.start();
+      return;
+    }
+    if (this.#listener || !adapter.supportsNotify) return;
+    this.#listener = new PostgresListener(target.url, CHANNELS, {
       notification: (channel, payload) => this.#heard(channel as NotificationChannel, payload),
       listening: () => {
-        for (const callback of [...this.#onListening]) callback();
+        this.#catchUp();
         void this.#sendProbe();
       },
       lost: (error, retryInMs) => {
@@ -136,7 +162,7 @@ export class NotificationHub {
   }
 
   #maybeStop(): void {
-    if (this.#subscribers() > 0 || !this.#listener || this.#lingerTimer) return;
+    if (this.#subscribers() > 0 || (!this.#listener && !this.#commitWatcher) || this.#lingerTimer) return;
     // Nothing listens: the session goes after a while (the next subscriber may come soon).
     this.#lingerTimer = setTimeout(() => {
       this.#lingerTimer = null;
@@ -146,6 +172,8 @@ export class NotificationHub {
   }
 
   async #stop(): Promise<void> {
+    this.#commitWatcher?.close();
+    this.#commitWatcher = null;
     const listener = this.#listener;
     this.#listener = null;
     this.#pushWorks = false;

@@ -162,9 +162,10 @@ export abstract class Daemon {
   }
 
   /**
-   * Calls the handler of a topic whenever a write elsewhere NOTIFYs work for it, and every handler
-   * whenever the LISTEN session (re)connects; PostgreSQL only (SQLite daemons poll; standalone
-   * wakes its components in-process). Call it from run(); it ends when the daemon stops.
+   * Calls the handler of a topic whenever a write elsewhere NOTIFYs work for it (PostgreSQL), and
+   * every handler whenever the LISTEN session (re)connects or, on a SQLite file, another process
+   * commits to it (no topic is said there: see NotificationHub). Standalone also wakes its
+   * components in-process. Call it from run(); it ends when the daemon stops.
    */
   protected subscribeWakeups(database: Database, handlers: Partial<Record<WakeTopic, () => void>>, push = true): void {
     this.#stopWakeups?.();

@@ -38,6 +38,8 @@ interface Listening {
 const CATCH_UP_BATCH = 1000;
 /** Keys per latest-versions query. */
 const KEYS_PER_QUERY = 500;
+/** A round woken by a catch-up starts no sooner than this many times the last round's length after it (a tenth of the loop at most). */
+const CATCH_UP_SPACING = 9;
 
 /**
  * The notification service of one database handle (AIP-35): sends, lists and listens to signals.
@@ -49,7 +51,10 @@ const KEYS_PER_QUERY = 500;
  *   and wakes the listeners. It is subscribed before the first read, so a send between the two
  *   is never lost; it reconnects with backoff, and each reconnect makes a round (catching up);
  *   while its probe says pushes do not arrive (a transaction-mode pooler), polling stays at the
- *   full rate.
+ *   full rate;
+ * - on a SQLite file, a commit by another process (a `deferflow signal send` from the shell)
+ *   makes a round (see SqliteCommitWatcher; such rounds are spaced, see #catchUpSoon), and the
+ *   polls go on at the full rate.
  * Many listeners on a process share it: SignalService.of(database) gives the one for a handle.
  */
 export class SignalService {
@@ -78,6 +83,10 @@ export class SignalService {
   #timer: NodeJS.Timeout | null = null;
   #round: Promise<void> | null = null;
   #again = false;
+  /** How long the last round took, and when it ended (performance.now()): catch-ups are spaced by it. */
+  #lastRoundMs = 0;
+  #lastRoundEndedAt = Number.NEGATIVE_INFINITY;
+  #catchUpTimer: NodeJS.Timeout | null = null;
   readonly #hubOptions: NotificationHubOptions;
   /** Ends the subscription to pushes; set while anyone listens. */
   #unsubscribe: (() => void) | null = null;
@@ -165,8 +174,8 @@ export class SignalService {
       (payload) => {
         if (this.#listening.has(payload.slice(payload.indexOf(' ') + 1))) this.#wakeSoon();
       },
-      // (Re)connected: what was sent while the session was down is read now.
-      () => this.#wakeSoon(),
+      // (Re)connected, or another process committed to the SQLite file: what was sent meanwhile is read now.
+      () => this.#catchUpSoon(),
     );
     this.#schedule();
   }
@@ -179,6 +188,8 @@ export class SignalService {
     if (this.#listening.size > 0) return;
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
+    if (this.#catchUpTimer) clearTimeout(this.#catchUpTimer);
+    this.#catchUpTimer = null;
     this.#unsubscribe?.();
     this.#unsubscribe = null;
   }
@@ -189,6 +200,8 @@ export class SignalService {
     this.#listening.clear();
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
+    if (this.#catchUpTimer) clearTimeout(this.#catchUpTimer);
+    this.#catchUpTimer = null;
     this.#unsubscribe?.();
     this.#unsubscribe = null;
     await this.#round;
@@ -203,6 +216,25 @@ export class SignalService {
     }, interval);
   }
 
+  /**
+   * A round for a wake-up that names no key: on SQLite every commit by another process is one
+   * (see SqliteCommitWatcher), and a round reads the versions of every key listened to (~5 ms for
+   * 10,000 keys). So such rounds are spaced by CATCH_UP_SPACING times the last round's length:
+   * however busy the other processes, they take at most a tenth of this loop.
+   */
+  #catchUpSoon(): void {
+    if (this.#catchUpTimer) return;
+    const wait = this.#lastRoundEndedAt + CATCH_UP_SPACING * this.#lastRoundMs - performance.now();
+    if (wait <= 0) {
+      this.#wakeSoon();
+      return;
+    }
+    this.#catchUpTimer = setTimeout(() => {
+      this.#catchUpTimer = null;
+      this.#wakeSoon();
+    }, wait);
+  }
+
   /** Runs a round now (after this turn of the loop, so a burst of wake-ups makes one). */
   #wakeSoon(): void {
     if (this.#round) {
@@ -213,12 +245,15 @@ export class SignalService {
   }
 
   async #runRound(): Promise<void> {
+    const startedAt = performance.now();
     try {
       this.rounds++;
       await this.#lookAndDeliver();
     } catch (error) {
       this.#log.warn({ code: 'DF_DATABASE', error: describeThrown(error).error }, `reading signals failed: ${describeThrown(error).error}; trying again`);
     } finally {
+      this.#lastRoundEndedAt = performance.now();
+      this.#lastRoundMs = this.#lastRoundEndedAt - startedAt;
       this.#round = null;
       if (this.#timer) clearTimeout(this.#timer);
       this.#timer = null;

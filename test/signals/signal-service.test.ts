@@ -212,4 +212,18 @@ describe.each(testDialects)('signals on %s', (dialect: TestDialect) => {
     },
     60_000,
   );
+
+  it.runIf(dialect === 'sqlite')('hears sends from other connections by watching the file for their commits, well inside its poll', async () => {
+    const { database: listening, url } = await database();
+    const { database: sending } = await database(url);
+    const signals = service(listening, { pollIntervalMs: 60_000, pushedPollIntervalMs: 60_000 });
+    const heard: unknown[] = [];
+    await signals.listen('elsewhere', (signal) => void heard.push(signal.value));
+    // Another handle is another service, as another process would be: its commit is all there is to see.
+    await service(sending).send('elsewhere', { n: 1 });
+    await waitFor(() => heard.length === 1, { what: 'the send from another connection', timeoutMs: 10_000 });
+    await service(sending).send('elsewhere', { n: 2 });
+    await waitFor(() => heard.length === 2, { what: 'the second send', timeoutMs: 10_000 });
+    expect(heard).toEqual([{ n: 1 }, { n: 2 }]);
+  });
 });
