@@ -1,11 +1,14 @@
 /**
- * Push wake-up and signal latency benchmark, on PostgreSQL: a worker, a scheduler and a triggerer
- * in one process but each on its own database handle (so nothing reaches another except through
- * the database: NOTIFY, or its next poll), all polling every second, run once with pushes on and
- * once with --no-push. Each case is timed from the moment recorded by the code that caused it to
- * the moment recorded by the code it woke.
+ * Push wake-up and signal latency benchmark: a worker, a scheduler and a triggerer in one process
+ * but each on its own database handle (so nothing reaches another except through the database:
+ * NOTIFY on PostgreSQL, the commit seen in the file on SQLite, or its next poll), all polling
+ * every second, run once with pushes on and once with --no-push. Each case is timed from the
+ * moment recorded by the code that caused it to the moment recorded by the code it woke.
  *
- *   npm run bench:signals [-- --db postgres://…] [--samples N]
+ *   npm run bench:signals [-- --db postgres://… | --db sqlite] [--samples N]
+ *
+ * `--db sqlite`: a new SQLite file for each mode, in a temporary folder; the idle lines (counted
+ * on a PostgreSQL server) are left out.
  *
  * Prints one JSON line per case and mode, with p50, p99 and max in ms:
  *   defer_to_trigger_running       a task's defer() → its trigger's run() starts on the triggerer
@@ -115,18 +118,26 @@ export const restart = new Dag({ dagId: 'restart' }).add(new Restarted({ taskId:
 `,
 );
 
-const server = new pg.Client({ connectionString: args.db });
-await server.connect();
+const sqlite = args.db.startsWith('sqlite');
+const server = sqlite ? null : new pg.Client({ connectionString: args.db });
+await server?.connect();
 try {
   for (const push of [true, false]) await runMode(push);
 } finally {
-  await server.end();
+  await server?.end();
   rmSync(root, { recursive: true, force: true });
+}
+
+/** A new database for one mode: a SQLite file, or a scratch schema on the PostgreSQL server. */
+async function scratchDatabase(push: boolean): Promise<{ url: string; drop: () => Promise<void> }> {
+  if (sqlite) return { url: `sqlite:${path.join(root, `bench-${push ? 'push' : 'no-push'}.db`)}`, drop: async () => {} };
+  const { name: schema, url } = await createScratchSchema(args.db, 'sigbench');
+  return { url, drop: async () => void (await server!.query(`drop schema if exists ${schema} cascade`)) };
 }
 
 async function runMode(push: boolean): Promise<void> {
   marks.clear();
-  const { name: schema, url } = await createScratchSchema(args.db, 'sigbench');
+  const { url, drop } = await scratchDatabase(push);
   const setup = openDatabase(url);
   await migrateToLatest(setup);
   await processDagFolder(setup, dags);
@@ -187,7 +198,8 @@ async function runMode(push: boolean): Promise<void> {
     await sendSignal(setup, 'bench.release');
     await until(async () => (await setup.db.selectFrom('dag_run').select('state').where('run_id', '=', 'restart').executeTakeFirst())?.state === 'success');
     for (const [name, samples] of Object.entries(cases)) console.log(JSON.stringify({ case: name, push, samples: samples.length, ...percentiles(samples) }));
-    console.log(JSON.stringify({ case: 'idle', daemons: 'triggerer+worker+scheduler', push, idle_transactions_per_s: await idleRate() }));
+    if (!server) return;
+    console.log(JSON.stringify({ case: 'idle', daemons: 'triggerer+worker+scheduler', push, idle_transactions_per_s: await idleRate(server) }));
     await Promise.all([worker.stop(), scheduler.stop(), triggerer.stop()]);
     await Promise.all(handles.splice(0).map((handle) => handle.close()));
     // Each daemon alone, on a handle of its own: what one idle process costs the server.
@@ -201,17 +213,17 @@ async function runMode(push: boolean): Promise<void> {
             ? new Worker(handle, resolveWorkerOptions({ ...raw, dags, concurrency: 16 }, {}), dagFileResolver(handle), log)
             : new Scheduler(handle, resolveSchedulerOptions({ ...raw }, {}), serializedDagSource(handle), log);
       await daemon.start();
-      console.log(JSON.stringify({ case: 'idle', daemons: kind, push, idle_transactions_per_s: await idleRate() }));
+      console.log(JSON.stringify({ case: 'idle', daemons: kind, push, idle_transactions_per_s: await idleRate(server) }));
       await daemon.stop();
     }
   } finally {
     await Promise.all([worker.stop(), scheduler.stop(), triggerer.stop()]);
     await Promise.all([...handles, setup].map((handle) => handle.close()));
-    await server.query(`drop schema if exists ${schema} cascade`);
+    await drop();
   }
 }
 
-async function idleRate(): Promise<number> {
+async function idleRate(server: pg.Client): Promise<number> {
   const count = async () =>
     Number((await server.query('select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()')).rows[0].n);
   // Backends report their counts to the statistics lazily (up to ~10 s late): let the busy
