@@ -55,7 +55,7 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
 
     // No --dag: the run names its DAG, as for tasks list and logs.
     const cleared = await run(spawnDeferflow(['tasks', 'clear', '--db', db.url, '--run', 'r1', '--task', 'load']));
-    expect(cleared.exit).toEqual({ code: 0, signal: null });
+    expect(cleared.exit, cleared.err.join('\n')).toEqual({ code: 0, signal: null });
     expect(cleared.out).toEqual(['cleared 1 task instance(s); stopped 1 trigger(s)']);
     const load = await db.db.selectFrom('task_instance').selectAll().where('id', '=', ids.load!).executeTakeFirstOrThrow();
     expect(load).toMatchObject({ state: null, trigger_id: null, next_method: null, try_number: 3, max_tries: 5 });
