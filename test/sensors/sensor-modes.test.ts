@@ -1,6 +1,6 @@
 // Sensors end to end: worker, scheduler and triggerer (deferflow embedded, as a user runs it) on
 // both dialects, with a sensor class and DAGs that live in a project of their own.
-import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -64,6 +64,11 @@ export { dag };
 interface Project {
   readonly dir: string;
   readonly flag: (name: string) => string;
+  /**
+   * Creates a flag with its content in one step (written aside, then renamed): a poke runs at
+   * any moment, and one that found the file created but not yet written would return ''.
+   */
+  raise(name: string, content: string): void;
   pokes(name: string): { worker: number; triggerer: number; times: number[]; triggererTimes: number[] };
 }
 
@@ -83,6 +88,11 @@ function project(name: string, dags: Record<string, readonly SensorTask[]>): Pro
   return {
     dir,
     flag: (flagName) => path.join(dir, flagName),
+    raise(flagName, content) {
+      const aside = path.join(dir, `.${flagName}.writing`);
+      writeFileSync(aside, content);
+      renameSync(aside, path.join(dir, flagName));
+    },
     pokes(flagName) {
       const file = path.join(dir, `${flagName}.pokes`);
       const lines = existsSync(file) ? readFileSync(file, 'utf8').trim().split('\n') : [];
@@ -151,8 +161,8 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     await waitFor(async () => (await row(app, 'rescheduling', rescheduling, 'wait')).state === 'up_for_reschedule', {
       what: 'the rescheduling sensor between pokes',
     });
-    writeFileSync(proj.flag('poke.flag'), 'poked');
-    writeFileSync(proj.flag('resched.flag'), 'rescheduled');
+    proj.raise('poke.flag', 'poked');
+    proj.raise('resched.flag', 'rescheduled');
     expect(await app.waitForDagRun('poking', poking)).toBe('success');
     expect(await app.waitForDagRun('rescheduling', rescheduling)).toBe('success');
     for (const [dagId, runId, value] of [
@@ -242,7 +252,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const warning = allowingLogs.matching((line) => typeof line.blocked_ms === 'number' && line.wait !== undefined)[0]!;
     expect(warning.wait).toBe(`sensor project.FlagSensor {"flag":${JSON.stringify(proj.flag('slow.flag'))}}`);
     expect(String(warning.msg)).toContain('(deferflow.SensorPokeTrigger: sensor project.FlagSensor');
-    writeFileSync(proj.flag('slow.flag'), 'done');
+    proj.raise('slow.flag', 'done');
     expect(await allowing.waitForDagRun('slow', named)).toBe('success');
   }, 60_000);
 
@@ -396,7 +406,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const lateRun = await app.triggerDagRun('late');
     await waitFor(async () => (await states(app, 'late', lateRun)).latecomer === 'deferred', { what: 'the latecomer deferred' });
     expect(await app.database.db.selectFrom('trigger').select('id').execute()).toEqual(rows);
-    writeFileSync(proj.flag('one.flag'), 'here');
+    proj.raise('one.flag', 'here');
     expect(await app.waitForDagRun('late', lateRun)).toBe('success');
     // The run ends either way: its leaf `after` (all_success) is skipped or upstream_failed,
     // whichever of hasty's skip and strict's failure the scheduler saw first, as in Airflow.
@@ -470,7 +480,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
       what: 'three silenced pokes logged',
     });
     rmSync(proj.flag('silent.flag.broken'));
-    writeFileSync(proj.flag('silent.flag'), 'fine now');
+    proj.raise('silent.flag', 'fine now');
     expect(await app.waitForDagRun('silent', silent)).toBe('success');
   }, 60_000);
 
@@ -489,8 +499,8 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     // The consolidated wait carries the backoff in its kwargs.
     const triggerRows = await app.database.db.selectFrom('trigger').select('kwargs').execute();
     expect(triggerRows.map((row) => parsePlain(row.kwargs))).toEqual([expect.objectContaining({ exponentialBackoff: true, maxWait: 0.4 })]);
-    writeFileSync(proj.flag('b.flag'), 'x');
-    writeFileSync(proj.flag('d.flag'), 'x');
+    proj.raise('b.flag', 'x');
+    proj.raise('d.flag', 'x');
     expect(await app.waitForDagRun('backoff', runId)).toBe('success');
     expect(await app.waitForDagRun('backoff_deferred', deferredRunId)).toBe('success');
     // Sleeps never end early: each pause on the triggerer is at least the doubled interval (capped at maxWait).
@@ -549,7 +559,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     const during = proj.pokes('shared.flag').triggerer - before;
     expect(during).toBeGreaterThanOrEqual(2);
     expect(during).toBeLessThanOrEqual(6);
-    for (const flag of ['shared.flag', 'a.flag', 'b.flag']) writeFileSync(proj.flag(flag), flag);
+    for (const flag of ['shared.flag', 'a.flag', 'b.flag']) proj.raise(flag, flag);
     expect(await app.waitForDagRun('shared', sharedRun)).toBe('success');
     expect(await app.waitForDagRun('switched', switchedRun)).toBe('success');
     const values = await app.database.db
@@ -603,7 +613,7 @@ describe('deferflow standalone --smart-sensors', () => {
     );
     const triggers = await db.db.selectFrom('trigger').select('classpath').execute();
     expect(triggers).toEqual([{ classpath: 'deferflow.SensorPokeTrigger' }]);
-    writeFileSync(proj.flag('cli.flag'), 'go');
+    proj.raise('cli.flag', 'go');
     const exit = await standalone.exit;
     expect(exit.code, `${standalone.text.join('\n')}\n${standalone.stderr.join('\n')}`).toBe(0);
     expect(standalone.text.join('\n')).toMatch(/unchanged manual__\S+: success in /);
