@@ -147,15 +147,35 @@ describe('triggerer option validation', () => {
       { proc: spawnTriggerer(['--capacty', '5', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: capacty', 'capacty: did you mean --capacity?'] },
       {
         proc: spawnDeferflow(['worker', '--concurency', '3', '--pol-interval', '1', '--zzz', '--db', UNOPENABLE_DB]),
-        // One line for each flag meant, though yargs lists pol-interval camel-cased too; none for zzz.
+        // Each flag once and one line for each flag meant, though yargs lists pol-interval camel-cased too; none for zzz.
         stderr: [
-          'error: Unknown arguments: concurency, pol-interval, polInterval, zzz',
+          'error: Unknown arguments: concurency, pol-interval, zzz',
           'concurency: did you mean --concurrency?',
           'pol-interval: did you mean --poll-interval?',
         ],
       },
-      // A flag of another command is not suggested: `dags list` has no --concurrency.
-      { proc: spawnDeferflow(['dags', 'list', '--concurency', '3', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: concurency'] },
+      // A flag of other commands (or one like it) is not suggested as this command's: it is named with the commands that take it.
+      {
+        proc: spawnDeferflow(['dags', 'list', '--concurency', '3', '--db', UNOPENABLE_DB]),
+        stderr: [
+          'error: Unknown argument: concurency',
+          'concurency: not an option of deferflow dags list; --concurrency is one of deferflow standalone, deferflow worker',
+        ],
+      },
+      {
+        proc: spawnDeferflow(['dags', 'list', '--dags', 'dags', '--db', UNOPENABLE_DB]),
+        stderr: [
+          'error: Unknown argument: dags',
+          'dags: not an option of deferflow dags list; --dags is one of deferflow dags reserialize, deferflow standalone, deferflow worker',
+        ],
+      },
+      {
+        proc: spawnTriggerer(['--dag', 'x', '--xyzzy', '--db', UNOPENABLE_DB]),
+        stderr: [
+          'error: Unknown arguments: dag, xyzzy',
+          'dag: not an option of deferflow triggerer; --dag is one of deferflow tasks clear, deferflow tasks list, deferflow tasks logs, deferflow tasks reschedules',
+        ],
+      },
       {
         proc: spawnDeferflow(['db', 'migrat', '--db', UNOPENABLE_DB]),
         stderr: [
