@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -32,8 +32,7 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
 
     killed.kill('SIGKILL');
     await killed.exit;
-    stopped.kill('SIGTERM');
-    expect(await stopped.exit).toEqual({ code: 0, signal: null });
+    await stopCleanly([stopped]);
     const byId = async () => Object.fromEntries((await jobs()).map((job) => [job.id, job]));
     const settled = await waitFor(
       async () => {
@@ -51,8 +50,7 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
     expect(table[0]).toMatch(/^ID +TYPE +LIVENESS +STATE +HOST +PID +LAST HEARTBEAT +STARTED$/);
     expect(table.find((line) => line.startsWith(`${killedId} `))).toMatch(/TriggererJob +dead +running /);
     expect(await list('--type', 'worker')).toEqual(['no jobs']);
-    live.kill('SIGTERM');
-    expect(await live.exit).toEqual({ code: 0, signal: null });
+    await stopCleanly([live]);
   }, 60_000);
 });
 
@@ -89,8 +87,7 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
     expect(two.text).toMatch(/^found 2 live triggerers \(.*\); expected one \(pass --allow-multiple\)$/);
     expect((await check('--job-type', 'triggerer', '--limit', '2', '--allow-multiple')).code).toBe(0);
 
-    second.kill('SIGTERM');
-    expect((await second.exit).code).toBe(0);
+    await stopCleanly([second]);
     first.kill('SIGKILL');
     await first.exit;
     // Its row still says running; once its heartbeat is older than the threshold, the check fails.

@@ -7,7 +7,7 @@ import { DateTimeTrigger } from '../triggers/index.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { createTaskInstance, waitFor } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { spawnDeferflow, spawnTriggerer } from './support/processes.ts';
+import { spawnDeferflow, spawnTriggerer, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -61,7 +61,6 @@ describe.each(testDialects)('deferflow triggers list on %s', (dialect) => {
     // The kwargs (which may hold secrets) are never shown.
     expect(table.join('\n')).not.toContain('2100-01-01');
     expect(await list('--triggerer', String(jobId + 100))).toEqual(['no triggers']);
-    triggerer.kill('SIGTERM');
-    expect((await triggerer.exit).code).toBe(0);
+    await stopCleanly([triggerer]);
   }, 60_000);
 });

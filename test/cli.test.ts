@@ -9,7 +9,7 @@ import { Storage } from '../src/storage/index.ts';
 import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, testDialects, type TestDialect } from './support/databases.ts';
 import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from './support/fixtures.ts';
-import { killLeftovers, REPO_ROOT, spawnDeferflow, spawnTriggerer, type ProcessExit, type TriggererProcess } from './support/processes.ts';
+import { killLeftovers, REPO_ROOT, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from './support/processes.ts';
 
 /** A database the triggerer cannot open: if refused input were accepted, the process still ends. */
 const UNOPENABLE_DB = `sqlite:${path.join(os.tmpdir(), 'deferflow-cli-test-no-such-dir', 'never.db')}`;
@@ -25,19 +25,6 @@ async function migrated(dialect: TestDialect = 'sqlite'): Promise<TestDatabase> 
   const database = await migratedDatabase(dialect);
   open.push(database);
   return database;
-}
-
-/** The process's exit, or a rejection naming its last output if it runs longer than `timeoutMs`. */
-async function exitOf(tr: TriggererProcess, timeoutMs = 20_000): Promise<ProcessExit> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`triggerer ${tr.pid} (${tr.args.join(' ')}) still running after ${timeoutMs} ms\n${tr.describe()}`)), timeoutMs);
-  });
-  try {
-    return await Promise.race([tr.exit, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** The first stdout line (JSON or not) matching `predicate`. */
@@ -58,14 +45,14 @@ describe('--version and --help', () => {
   it('--version prints the package version and exits 0, for deferflow and triggerer', async () => {
     const { version } = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
     for (const proc of [spawnDeferflow(['--version']), spawnTriggerer(['--version'])]) {
-      expect(await exitOf(proc)).toEqual({ code: 0, signal: null });
+      expect(await proc.exitWithin()).toEqual({ code: 0, signal: null });
       expect(proc.text).toEqual([version]);
     }
   });
 
   it('shows an empty default as none, and every DAG file kind that loads', async () => {
     const standalone = spawnDeferflow(['standalone', '--help']);
-    expect(await exitOf(standalone)).toEqual({ code: 0, signal: null });
+    expect(await standalone.exitWithin()).toEqual({ code: 0, signal: null });
     const help = standalone.text.join('\n').replace(/\s+/g, ' ');
     expect(help).toContain('env DEFERFLOW_STANDALONE_TRIGGER_DAG; default none]');
     expect(help).not.toContain('default ]');
@@ -76,7 +63,7 @@ describe('--version and --help', () => {
 describe('triggerer --help', () => {
   it('exits 0 and names every option with its environment variable and default', async () => {
     const tr = spawnTriggerer(['--help']);
-    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    expect(await tr.exitWithin()).toEqual({ code: 0, signal: null });
     expect(tr.stderr).toEqual([]);
 
     // yargs wraps descriptions across lines; compare with whitespace collapsed.
@@ -120,7 +107,7 @@ describe('triggerer option validation', () => {
       tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB], env),
     }));
     for (const { label, tr, given } of runs) {
-      expect(await exitOf(tr), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
+      expect(await tr.exitWithin(), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
       const stderr = tr.stderr.join('\n');
       expect(stderr, label).toContain('DF_INVALID_OPTION');
       expect(stderr, label).toMatch(/\b(capacity|claims-per-loop|poll-interval)\b/);
@@ -135,7 +122,7 @@ describe('triggerer option validation', () => {
       ['--health-check-threshold', '3'], // below the default heartbeat interval (5 s)
     ].map((args) => ({ label: args.join(' '), tr: spawnTriggerer([...args, '--db', UNOPENABLE_DB]) }));
     for (const { label, tr } of runs) {
-      expect(await exitOf(tr), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
+      expect(await tr.exitWithin(), `${label}\n${tr.describe()}`).toEqual({ code: 2, signal: null });
       const stderr = tr.stderr.join('\n');
       expect(stderr, label).toContain('DF_INVALID_OPTION');
       expect(stderr, label).toContain('health-check-threshold');
@@ -186,14 +173,14 @@ describe('triggerer option validation', () => {
       },
     ];
     for (const { proc, stderr } of cases) {
-      expect(await exitOf(proc), proc.describe()).toEqual({ code: 2, signal: null });
+      expect(await proc.exitWithin(), proc.describe()).toEqual({ code: 2, signal: null });
       expect(proc.stderr, proc.args.join(' ')).toEqual([...stderr, 'run with --help for usage']);
     }
   });
 
   it('warns of a mistyped DEFERFLOW_ variable, naming the one it resembles, and goes on with the command', async () => {
     const proc = spawnDeferflow(['--version'], { DEFERFLOW_TRIGERER_CAPACITY: '5', DEFERFLOW_MY_OWN_SETTING: 'x' });
-    expect(await exitOf(proc), proc.describe()).toEqual({ code: 0, signal: null });
+    expect(await proc.exitWithin(), proc.describe()).toEqual({ code: 0, signal: null });
     expect(proc.stderr).toEqual([
       'warning: DEFERFLOW_TRIGERER_CAPACITY is not a deferflow variable and is ignored; did you mean DEFERFLOW_TRIGGERER_CAPACITY?',
     ]);
@@ -202,7 +189,7 @@ describe('triggerer option validation', () => {
 
   it('refuses a database URL of an unsupported kind', async () => {
     const tr = spawnTriggerer(['--db', 'mysql://x']);
-    expect(await exitOf(tr)).toEqual({ code: 2, signal: null });
+    expect(await tr.exitWithin()).toEqual({ code: 2, signal: null });
     expect(tr.stderr.join('\n')).toMatch(/^error \[DF_INVALID_DATABASE_URL\]: .*mysql:\/\/x/);
   });
 });
@@ -226,8 +213,7 @@ describe('a started triggerer', () => {
       logFormat: 'json',
     });
 
-    tr.kill('SIGTERM');
-    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    await stopCleanly([tr]);
     expect(tr.matching((line) => /stopped/.test(String(line.msg)))).toHaveLength(1);
     const job = await database.db.selectFrom('job').select(['id', 'state', 'end_date', 'capacity']).executeTakeFirstOrThrow();
     expect(job).toMatchObject({ id: start.job_id, state: 'success', capacity: 7 });
@@ -252,8 +238,7 @@ describe('a started triggerer', () => {
       tr.text.filter((line) => line.includes(`:${password}@`)),
       'lines showing the password',
     ).toEqual([]);
-    tr.kill('SIGTERM');
-    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    await stopCleanly([tr]);
     expect(
       tr.text.filter((line) => line.includes(`:${password}@`)),
       'lines showing the password',
@@ -266,8 +251,7 @@ describe('a started triggerer', () => {
 
     const started = await textLine(tr, (line) => /triggerer \d+ started on sqlite/.test(line));
     expect(started).toMatch(/INFO/);
-    tr.kill('SIGTERM');
-    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    await stopCleanly([tr]);
     expect(tr.lines, 'stdout lines that parse as JSON objects').toEqual([]);
     expect(tr.text.some((line) => /stopped/.test(line))).toBe(true);
   });
@@ -277,7 +261,7 @@ describe('triggerer --trigger-module', () => {
   it('refuses a .ts module path that does not exist', async () => {
     const missing = './test/fixtures/no-such-trigger-module.ts';
     const tr = spawnTriggerer(['--trigger-module', missing, '--db', UNOPENABLE_DB]);
-    expect(await exitOf(tr), tr.describe()).toEqual({ code: 2, signal: null });
+    expect(await tr.exitWithin(), tr.describe()).toEqual({ code: 2, signal: null });
     const stderr = tr.stderr.join('\n');
     expect(stderr).toContain('DF_TRIGGER_MODULE');
     expect(stderr).toContain(missing);
@@ -286,7 +270,7 @@ describe('triggerer --trigger-module', () => {
   it('refuses a .ts module that exports no trigger class', async () => {
     const module = './test/fixtures/no-trigger-module.ts';
     const tr = spawnTriggerer(['--trigger-module', module, '--db', UNOPENABLE_DB]);
-    expect(await exitOf(tr), tr.describe()).toEqual({ code: 2, signal: null });
+    expect(await tr.exitWithin(), tr.describe()).toEqual({ code: 2, signal: null });
     const stderr = tr.stderr.join('\n');
     expect(stderr).toContain('DF_TRIGGER_MODULE');
     expect(stderr).toContain(module);
@@ -316,8 +300,7 @@ describe('triggerer --trigger-module', () => {
       what: 'the fired trigger deleted',
     });
 
-    tr.kill('SIGTERM');
-    expect(await exitOf(tr)).toEqual({ code: 0, signal: null });
+    await stopCleanly([tr]);
     expect(
       tr.matching((line) => typeof line.level === 'number' && line.level >= 50),
       'error lines',

@@ -9,7 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -34,13 +34,6 @@ dag.add(extract, wait, load);
 extract.before(wait).before(load);
 `;
 
-async function finished(proc: TriggererProcess) {
-  return Promise.race([
-    proc.exit,
-    new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), 20_000)),
-  ]);
-}
-
 describe.each(testDialects)('task runtime processes on %s', (dialect) => {
   it('a DAG with a deferring task runs worker → triggerer → worker → success; a broken DAG file is reported; all exit 0 on SIGTERM', async () => {
     const db = await scratch.database(dialect);
@@ -49,7 +42,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     writeFileSync(path.join(dags, 'broken.mts'), `import ${JSON.stringify(INDEX)};\nthrow new Error('syntax of the config is off');\n`);
 
     const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]);
-    expect(await finished(reserialize)).toEqual({ code: 1, signal: null });
+    expect(await reserialize.exitWithin()).toEqual({ code: 1, signal: null });
     expect(reserialize.text).toContain('waiting_etl  created');
     expect(reserialize.text).toContain(`IMPORT ERROR IN${' '.repeat(path.join(dags, 'broken.mts').length - 'IMPORT ERROR IN'.length + 2)}ERROR`);
     expect(reserialize.text.find((line) => line.startsWith(path.join(dags, 'broken.mts')))).toContain('syntax of the config is off');
@@ -61,7 +54,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     for (const proc of [scheduler, worker, triggerer]) await proc.waitForJob(20_000);
 
     const trigger = spawnDeferflow(['dags', 'trigger', 'waiting_etl', '--db', db.url, '--run-id', 'manual__e2e']);
-    expect(await finished(trigger)).toEqual({ code: 0, signal: null });
+    expect(await trigger.exitWithin()).toEqual({ code: 0, signal: null });
     expect(trigger.text).toEqual(['manual__e2e']);
 
     const runState = async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'manual__e2e').executeTakeFirstOrThrow()).state;
@@ -74,8 +67,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     expect(rows.wait!.try_number).toBe(1);
     expect(worker.matching((line) => typeof line.msg === 'string' && line.msg.includes('deferred; resumes at resume'))).toHaveLength(1);
 
-    for (const proc of [worker, scheduler, triggerer]) proc.kill('SIGTERM');
-    for (const proc of [worker, scheduler, triggerer]) expect(await finished(proc)).toEqual({ code: 0, signal: null });
+    await stopCleanly([worker, scheduler, triggerer]);
     const jobs = await db.db.selectFrom('job').select(['job_type', 'state']).orderBy('job_type').execute();
     expect(jobs).toEqual([
       { job_type: 'SchedulerJob', state: 'success' },
@@ -89,7 +81,7 @@ describe.each(testDialects)('task runtime processes on %s', (dialect) => {
     const db = await scratch.database(dialect);
     const dags = scratch.dir('runtime');
     writeFileSync(path.join(dags, 'dag.mts'), dagText);
-    expect(await finished(spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]))).toEqual({ code: 0, signal: null });
+    expect(await spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]).exitWithin()).toEqual({ code: 0, signal: null });
     return { db, dags, log: path.join(dags, 'runs.log') };
   }
   const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
@@ -118,7 +110,7 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     const schedulers = [0, 1].map(() => spawnDeferflow(['scheduler', '--db', db.url, ...fast]));
     const workers = [0, 1].map(() => spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '3', ...fast], RUNNER_PROCESSES));
     for (const proc of [...schedulers, ...workers]) await started(proc);
-    expect(await finished(spawnDeferflow(['dags', 'trigger', 'fan_out', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    expect(await spawnDeferflow(['dags', 'trigger', 'fan_out', '--db', db.url, '--run-id', 'r1']).exitWithin()).toEqual({ code: 0, signal: null });
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {
       what: 'the run',
       timeoutMs: 30_000,
@@ -151,14 +143,13 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     rmSync(path.join(dags, 'dag.mts'));
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
     await started(scheduler);
-    expect(await finished(spawnDeferflow(['dags', 'trigger', 'waiting_etl', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    expect(await spawnDeferflow(['dags', 'trigger', 'waiting_etl', '--db', db.url, '--run-id', 'r1']).exitWithin()).toEqual({ code: 0, signal: null });
     const states = async () =>
       Object.fromEntries((await db.db.selectFrom('task_instance').select(['task_id', 'state']).execute()).map((row) => [row.task_id, row.state]));
     await waitFor(async () => (await states()).extract === 'scheduled', { what: 'extract scheduled', timeoutMs: 20_000 });
     expect(await states()).toEqual({ extract: 'scheduled', wait: null, load: null });
     expect((await db.db.selectFrom('dag_run').select('state').executeTakeFirstOrThrow()).state).toBe('running');
-    scheduler.kill('SIGTERM');
-    expect(await finished(scheduler)).toEqual({ code: 0, signal: null });
+    await stopCleanly([scheduler]);
   }, 60_000);
 
   it('a worker killed with SIGKILL has its running task retried by the scheduler on another worker', async () => {
@@ -178,7 +169,7 @@ dag.add(new SlowFirstTry({ taskId: 'slow' }));
     const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '2', ...fast]);
     const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
     for (const proc of [scheduler, victim]) await started(proc);
-    expect(await finished(spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    expect(await spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']).exitWithin()).toEqual({ code: 0, signal: null });
     await waitFor(
       () => {
         try {
@@ -190,7 +181,7 @@ dag.add(new SlowFirstTry({ taskId: 'slow' }));
       { what: 'the first try running' },
     );
     victim.kill('SIGKILL');
-    expect(await finished(victim)).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(await victim.exitWithin()).toEqual({ code: null, signal: 'SIGKILL' });
     const killedAt = Date.now();
     const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
     await started(survivor);

@@ -10,7 +10,7 @@ import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { dropTestDatabases } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, stopCleanly } from './support/processes.ts';
 import { whileLocked } from './support/sqlite-lock.ts';
 
 afterAll(dropTestDatabases);
@@ -126,7 +126,6 @@ export const dag = new Dag({ dagId: 'locked' }).add(wait, after);
       ).toBeGreaterThan(0);
     }
     for (const [name, daemon] of Object.entries(daemons)) expect(daemon.exited, `${name} exited`).toBeNull();
-    for (const daemon of Object.values(daemons)) daemon.kill('SIGTERM');
-    for (const [name, daemon] of Object.entries(daemons)) expect((await daemon.exit).code, `${name}'s exit code`).toBe(0);
+    await stopCleanly(Object.values(daemons));
   }, 180_000);
 });

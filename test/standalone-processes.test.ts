@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -92,13 +92,6 @@ export const interrupted = new Dag({ dagId: 'interrupted' }).add(
 );
 `;
 
-async function finished(proc: TriggererProcess, timeoutMs = 40_000) {
-  return Promise.race([
-    proc.exit,
-    new Promise((_, reject) => setTimeout(() => reject(new Error(`${proc.args.join(' ')} did not end\n${proc.describe()}`)), timeoutMs)),
-  ]);
-}
-
 describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
   async function setUp() {
     const db = await scratch.database(dialect);
@@ -124,7 +117,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
   it('runs a DAG to success: deferral resumed, retry after its delay, downstream reads return values, a trigger ends a task with no worker; exit 0', async () => {
     const { db, standalone, events, taskInstances } = await setUp();
     const proc = standalone('happy');
-    expect(await finished(proc)).toEqual({ code: 0, signal: null });
+    expect(await proc.exitWithin(40_000)).toEqual({ code: 0, signal: null });
 
     expect(proc.text[0]).toMatch(/^deferflow standalone: database .* DAGs from .*, 2 worker slot\(s\)/);
     expect(proc.text.find((line) => line.startsWith('triggered happy run manual__'))).toBeDefined();
@@ -161,7 +154,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
       .at(-1)!;
     const logs = async (...more: string[]) => {
       const cli = spawnDeferflow(['tasks', 'logs', '--db', db.url, '--run', runId, ...more]);
-      return { exit: (await finished(cli)) as { code: number | null; signal: string | null }, out: cli.text, err: cli.stderr.join('\n') };
+      return { exit: (await cli.exitWithin(40_000)) as { code: number | null; signal: string | null }, out: cli.text, err: cli.stderr.join('\n') };
     };
     const reportLog = await logs('--task', 'report');
     expect(reportLog.exit).toEqual({ code: 0, signal: null });
@@ -184,7 +177,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
   it('an execution timeout lapses during a deferral: the task fails at its deadline, not when the trigger would fire; exit 1', async () => {
     const { standalone, events, taskInstances } = await setUp();
     const proc = standalone('out_of_time');
-    expect(await finished(proc)).toEqual({ code: 1, signal: null });
+    expect(await proc.exitWithin(40_000)).toEqual({ code: 1, signal: null });
     expect(proc.text.at(-1)).toMatch(/^out_of_time manual__\S+: failed in [\d.]+ s\. 1 task took [\d.]+ s in all/);
 
     const ti = (await taskInstances()).too_slow!;
@@ -202,13 +195,12 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
       what: 'three running job rows',
       timeoutMs: 20_000,
     });
-    expect(await finished(spawnDeferflow(['dags', 'trigger', 'out_of_time', '--db', db.url, '--run-id', 'r1']))).toEqual({ code: 0, signal: null });
+    expect(await spawnDeferflow(['dags', 'trigger', 'out_of_time', '--db', db.url, '--run-id', 'r1']).exitWithin(40_000)).toEqual({ code: 0, signal: null });
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'failed', {
       what: 'the run to end',
       timeoutMs: 20_000,
     });
-    proc.kill('SIGTERM');
-    expect(await finished(proc)).toEqual({ code: 0, signal: null });
+    await stopCleanly([proc]);
     const jobs = await db.db.selectFrom('job').select(['job_type', 'state']).orderBy('job_type').execute();
     expect(jobs).toEqual([
       { job_type: 'SchedulerJob', state: 'success' },
@@ -222,7 +214,7 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     const proc = standalone('interrupted');
     await waitFor(async () => (await taskInstances()).until_released?.state === 'running', { what: 'the task running', timeoutMs: 20_000 });
     proc.kill('SIGINT');
-    expect(await finished(proc, 15_000)).toEqual({ code: 130, signal: null });
+    expect(await proc.exitWithin(15_000)).toEqual({ code: 130, signal: null });
     expect(proc.text).toContain(
       'SIGINT: stopping; 1 running task instance(s) are handed back with their try (they run again on the next start); send it again to exit at once',
     );
@@ -243,18 +235,17 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
       },
     );
     expect((await taskInstances()).until_released).toMatchObject({ state: 'success', try_number: 1, return_value: '"released"' });
-    again.kill('SIGTERM');
-    expect(await finished(again)).toEqual({ code: 0, signal: null });
+    await stopCleanly([again]);
   }, 60_000);
 
   it('refuses --exit-when-done without --trigger-dag, and an unknown DAG, naming the option', async () => {
     const { db, standalone } = await setUp();
     const lonely = spawnDeferflow(['standalone', '--db', db.url, '--exit-when-done']);
-    expect(await finished(lonely)).toEqual({ code: 2, signal: null });
+    expect(await lonely.exitWithin(40_000)).toEqual({ code: 2, signal: null });
     expect(lonely.stderr.join('\n')).toContain('exit-when-done: needs trigger-dag');
 
     const unknown = standalone('no_such_dag');
-    expect(await finished(unknown)).toEqual({ code: 2, signal: null });
+    expect(await unknown.exitWithin(40_000)).toEqual({ code: 2, signal: null });
     expect(unknown.stderr.join('\n')).toContain('dag-id: no DAG "no_such_dag" among the serialized DAGs');
     // It stopped what it had started: no job row is left looking alive.
     expect(await db.db.selectFrom('job').select('state').where('state', '=', 'running').execute()).toEqual([]);

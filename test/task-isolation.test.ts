@@ -12,7 +12,7 @@ import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -45,10 +45,7 @@ async function schedulerAndWorker(db: TestDatabase, dags: string, workerFlags: r
     worker,
     workerJobId,
     stop: async () => {
-      worker.kill('SIGTERM');
-      scheduler.kill('SIGTERM');
-      expect((await worker.exit).code).toBe(0);
-      expect((await scheduler.exit).code).toBe(0);
+      await stopCleanly([worker, scheduler]);
     },
   };
 }
@@ -217,8 +214,7 @@ describe('runner processes on sqlite', () => {
     const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], RUNNER_PROCESSES);
     await worker.waitForJob(20_000);
     await waitFor(() => runnersOf(worker.pid!).length === 1, { what: 'a runner started with the worker', timeoutMs: 10_000 });
-    worker.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
+    await stopCleanly([worker]);
     expect(worker.stderr.join('\n')).toBe('');
   }, 30_000);
 

@@ -10,7 +10,7 @@ import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, spawnDeferflow, spawnTriggerer, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -127,8 +127,7 @@ describe.each(testDialects)('trigger logs on %s', (dialect) => {
     expect(json.find((line) => String(line.msg).includes('with token'))).toMatchObject({ trigger_id: trigger.id, token: '***' });
 
     // The secrets reach no log: not the stored ones, not the processes' own.
-    for (const proc of processes) proc.kill('SIGTERM');
-    for (const proc of processes) await proc.exit;
+    await stopCleanly(processes);
     const everything = [
       ...processes.flatMap((proc) => [...proc.text, ...proc.stderr]),
       ...(await db.db.selectFrom('trigger_log').select(['message', 'fields']).execute()).map((row) => `${row.message} ${JSON.stringify(row.fields)}`),

@@ -12,7 +12,7 @@ import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { postgresProxy } from './support/postgres-proxy.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { whileLocked } from './support/sqlite-lock.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -61,9 +61,7 @@ describe('a worker losing its database as a task finishes', () => {
       await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the outcome written after the outage', timeoutMs: 30_000 });
       expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
       expect(worker.exited).toBeNull();
-      worker.kill('SIGTERM');
-      scheduler.kill('SIGTERM');
-      expect((await worker.exit).code).toBe(0);
+      await stopCleanly([worker, scheduler]);
     } finally {
       proxy.close();
     }
@@ -93,10 +91,7 @@ describe('a worker losing its database as a task finishes', () => {
     expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
     expect(worker.exited).toBeNull();
     expect(scheduler.exited).toBeNull();
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    expect((await scheduler.exit).code).toBe(0);
+    await stopCleanly([worker, scheduler]);
   }, 150_000);
 
   it('on sqlite: a deferral written during the lock is kept and written after it, not failed for the outage', async () => {
@@ -141,10 +136,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     expect(await tiRow(db)).toMatchObject({ state: 'deferred', try_number: 1 });
     expect(await db.db.selectFrom('trigger').select('classpath').execute()).toHaveLength(1);
     expect(worker.exited).toBeNull();
-    worker.kill('SIGTERM');
-    scheduler.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
-    expect((await scheduler.exit).code).toBe(0);
+    await stopCleanly([worker, scheduler]);
   }, 150_000);
 
   it('on sqlite: runs what a claim whose answer was lost queued for it, once its next claim goes through', async () => {
@@ -170,7 +162,6 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the lost claim taken up and run', timeoutMs: 30_000 });
     expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
     expect(worker.lines.some((line) => String(line.msg).includes('a claim whose answer was lost queued for this worker'))).toBe(true);
-    worker.kill('SIGTERM');
-    expect((await worker.exit).code).toBe(0);
+    await stopCleanly([worker]);
   }, 150_000);
 });

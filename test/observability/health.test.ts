@@ -12,7 +12,7 @@ import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { postgresProxy } from '../support/postgres-proxy.ts';
-import { spawnDeferflow, spawnTriggerer } from '../support/processes.ts';
+import { spawnDeferflow, spawnTriggerer, stopCleanly } from '../support/processes.ts';
 import { health } from '../support/scrape.ts';
 
 afterAll(dropTestDatabases);
@@ -50,8 +50,7 @@ describe('/health of a triggerer', () => {
     expect(await metrics.text()).toContain('event loop is blocked');
 
     await waitFor(async () => (await health(base)).status === 200, { what: '/health ok again', timeoutMs: 15_000 });
-    triggerer.kill('SIGTERM');
-    expect(await triggerer.exit).toEqual({ code: 0, signal: null });
+    await stopCleanly([triggerer]);
   });
 
   it('on sqlite: turns 503 naming the triggerer while another process holds the database locked, and 200 once it lets go', async () => {
@@ -79,8 +78,7 @@ describe('/health of a triggerer', () => {
       locker.close();
     }
     await waitFor(async () => (await health(base)).status === 200, { what: '/health ok again', timeoutMs: 20_000 });
-    triggerer.kill('SIGTERM');
-    expect(await triggerer.exit).toEqual({ code: 0, signal: null });
+    await stopCleanly([triggerer]);
   });
 
   it('on postgres: turns 503 naming the triggerer while the database cannot be reached, and 200 once it is back', async () => {
@@ -107,8 +105,7 @@ describe('/health of a triggerer', () => {
       await waitFor(async () => (await health(base)).status === 200, { what: '/health ok again', timeoutMs: 30_000 });
       // The process lived through it.
       expect(triggerer.exited).toBeNull();
-      triggerer.kill('SIGTERM');
-      expect((await triggerer.exit).code).toBe(0);
+      await stopCleanly([triggerer]);
     } finally {
       proxy.close();
     }
@@ -153,8 +150,7 @@ describe.each(testDialects)('/health and /metrics of the other commands on %s', 
         what: 'standalone running',
         timeoutMs: 20_000,
       });
-      standalone.kill('SIGTERM');
-      expect((await standalone.exit).code).toBe(0);
+      await stopCleanly([standalone]);
     } finally {
       blocker.close();
     }

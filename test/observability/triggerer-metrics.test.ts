@@ -7,7 +7,7 @@ import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
 import { processScratch } from '../support/process-scratch.ts';
-import { spawnTriggerer } from '../support/processes.ts';
+import { spawnTriggerer, stopCleanly } from '../support/processes.ts';
 import { health, scrape } from '../support/scrape.ts';
 
 afterAll(dropTestDatabases);
@@ -86,7 +86,6 @@ describe.each(testDialects)('triggerer metrics on %s', (dialect) => {
     expect(ok.body).toMatchObject({ status: 'ok', failing: [], checks: { event_loop: { ok: true }, triggerer: { ok: true, threshold_ms: 3000 } } });
     expect(Number(ok.body.checks.triggerer!.heartbeat_age_ms)).toBeLessThan(3000);
 
-    triggerer.kill('SIGTERM');
-    expect(await triggerer.exit).toEqual({ code: 0, signal: null });
+    await stopCleanly([triggerer]);
   });
 });

@@ -9,7 +9,7 @@ import { processDagFolder } from '../../src/dags/dag-processor.ts';
 import { triggerDagRun } from '../../src/dags/manual-run.ts';
 import { dropTestDatabases } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { postgresProxy } from '../support/postgres-proxy.ts';
 
@@ -55,8 +55,7 @@ describe('LISTEN that cannot work, on postgres', () => {
       });
       // Far inside the 10 s safety net the triggerer would wait if it trusted pushes.
       expect(Date.now() - startedAt).toBeLessThan(7_000);
-      for (const proc of [triggerer, ...others]) proc.kill('SIGTERM');
-      for (const proc of [triggerer, ...others]) expect((await proc.exit).code).toBe(0);
+      await stopCleanly([triggerer, ...others]);
       expect(triggerer.lines.filter((line) => String(line.msg).includes('LISTEN/NOTIFY does not reach this process'))).toHaveLength(1);
     } finally {
       proxy.close();

@@ -11,7 +11,7 @@ import { fromDbTime } from '../../src/index.ts';
 import { triggerDagRun } from '../../src/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
 afterAll(dropTestDatabases);
@@ -75,8 +75,7 @@ describe('push wake-ups', () => {
     const runStart = fromDbTime((await db.db.selectFrom('dag_run').select('start_date').where('run_id', '=', runId).executeTakeFirstOrThrow()).start_date!);
     expect(fromDbTime(retried.end_date!) - runStart).toBeLessThan(7_000);
     expect(fromDbTime(timedOut.end_date!) - runStart).toBeLessThan(7_000);
-    for (const proc of procs) proc.kill('SIGTERM');
-    for (const proc of procs) expect((await proc.exit).code).toBe(0);
+    await stopCleanly(procs);
   }, 60_000);
 
   it.each(testDialects)(
@@ -116,8 +115,7 @@ describe('push wake-ups', () => {
         for (const proc of procs) expect(await sessions(proc.pid)).toBe(1);
         expect(await sessions(quiet.pid)).toBe(0);
       }
-      for (const proc of stopping) proc.kill('SIGTERM');
-      for (const proc of stopping) expect((await proc.exit).code).toBe(0);
+      await stopCleanly(stopping);
     },
     60_000,
   );

@@ -10,7 +10,7 @@ import { processDagFolder } from '../../src/dags/dag-processor.ts';
 import { serializeDag } from '../../src/dags/serialized-dag.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, spawnDeferflow, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { PACKAGE_ENTRY, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
 afterAll(dropTestDatabases);
@@ -144,8 +144,7 @@ describe.each(testDialects)('signal actions on %s', (dialect) => {
     const acted = await db.db.selectFrom('task_instance_signal').select(['signal_key', 'version', 'acted_version']).orderBy('signal_key').execute();
     expect(acted.filter((row) => row.signal_key === 'start.now').map((row) => [Number(row.version), Number(row.acted_version)])).toEqual([[2, 2]]);
 
-    for (const proc of procs) proc.kill('SIGTERM');
-    for (const proc of procs) expect((await proc.exit).code).toBe(0);
+    await stopCleanly(procs);
   }, 120_000);
 
   it("a dead worker's stop request is carried out by the scheduler: the try ends as the signal asked, not as a failure", async () => {
@@ -169,8 +168,7 @@ describe.each(testDialects)('signal actions on %s', (dialect) => {
     await waitFor(async () => (await runner()).stop_request === 'skipped', { what: 'the stop requested', timeoutMs: 5_000 });
     await waitFor(async () => (await runner()).state === 'skipped', { what: 'the dead worker reaped as the signal asked', timeoutMs: 30_000 });
     expect(await runner()).toEqual({ state: 'skipped', stop_request: null, try_number: 1 });
-    scheduler.kill('SIGTERM');
-    expect((await scheduler.exit).code).toBe(0);
+    await stopCleanly([scheduler]);
   }, 90_000);
 });
 

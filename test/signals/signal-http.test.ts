@@ -3,7 +3,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { listSignals } from '../../src/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { spawnDeferflow, spawnTriggerer } from '../support/processes.ts';
+import { spawnDeferflow, spawnTriggerer, stopCleanly } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { waitFor } from '../support/fixtures.ts';
 
@@ -39,8 +39,7 @@ describe.each(testDialects)('the signal endpoint on %s', (dialect) => {
     expect((await fetch(`http://127.0.0.1:${listening.port}/elsewhere`, { method: 'POST' })).status).toBe(404);
     expect((await listSignals(db, 'orders.loaded')).map((s) => s.version)).toEqual([1]);
 
-    triggerer.kill('SIGTERM');
-    expect((await triggerer.exit).code).toBe(0);
+    await stopCleanly([triggerer]);
     expect([...triggerer.text, ...triggerer.stderr].join('\n')).not.toContain(TOKEN);
   }, 60_000);
 
@@ -72,16 +71,14 @@ describe.each(testDialects)('the signal endpoint on %s', (dialect) => {
     });
     expect(response.status).toBe(201);
     expect((await listSignals(db, 'standalone.ready')).map((s) => s.value)).toEqual(['up']);
-    standalone.kill('SIGTERM');
-    expect((await standalone.exit).code).toBe(0);
+    await stopCleanly([standalone]);
   }, 60_000);
 
   it('is off without a token, and a short token is refused at start, naming the option', async () => {
     const db = await scratch.database(dialect);
     const plain = spawnTriggerer(['--db', db.url, '--signal-http-port', '0']);
     await plain.waitForJob(20_000);
-    plain.kill('SIGTERM');
-    expect((await plain.exit).code).toBe(0);
+    await stopCleanly([plain]);
     expect(plain.lines.some((line) => typeof line.port === 'number')).toBe(false);
     const short = spawnTriggerer(['--db', db.url], { DEFERFLOW_SIGNAL_HTTP_TOKEN: 'short' });
     expect((await short.exit).code).toBe(2);

@@ -8,7 +8,7 @@ import { Dag, sendSignal } from '../../src/index.ts';
 import { processDagFolder } from '../../src/dags/dag-processor.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess } from '../support/processes.ts';
+import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess, stopCleanly } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
 afterAll(dropTestDatabases);
@@ -40,8 +40,7 @@ describe.each(testDialects)('DAGs scheduled on a signal, on %s', (dialect) => {
     for (let rows = 1; rows <= 5; rows++) await sendSignal(db, 'orders.loaded', { rows });
     await waitFor(async () => (await runs()).filter((run) => run.state === 'success').length === 5, { what: 'five runs done', timeoutMs: 30_000 });
 
-    for (const scheduler of schedulers) scheduler.kill('SIGTERM');
-    for (const scheduler of schedulers) expect((await scheduler.exit).code).toBe(0);
+    await stopCleanly(schedulers);
     // Sent while no scheduler runs.
     for (let rows = 6; rows <= 7; rows++) await sendSignal(db, 'orders.loaded', { rows });
     const again = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
@@ -56,9 +55,7 @@ describe.each(testDialects)('DAGs scheduled on a signal, on %s', (dialect) => {
     const listed = spawnDeferflow(['dags', 'list', '--db', db.url]);
     expect((await listed.exit).code).toBe(0);
     expect(listed.text[1]).toMatch(/^on_orders +on signal orders\.loaded +/);
-    again.kill('SIGTERM');
-    worker.kill('SIGTERM');
-    await Promise.all([again.exit, worker.exit]);
+    await stopCleanly([again, worker]);
   }, 90_000);
 });
 
@@ -86,8 +83,7 @@ describe.each(testDialects)('a DAG scheduled on a signal without a startDate, on
         what: 'the start point recorded',
       },
     );
-    first.kill('SIGTERM');
-    expect((await first.exit).code).toBe(0);
+    await stopCleanly([first]);
     // Sent while no scheduler runs, before the DAG's first run.
     await sendSignal(db, 'events.new', 'missed');
     const again = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
@@ -100,8 +96,7 @@ describe.each(testDialects)('a DAG scheduled on a signal without a startDate, on
       );
     await waitFor(async () => (await runs()).length === 2, { what: 'two runs done', timeoutMs: 30_000 });
     expect(await runs()).toEqual(['signal__3', 'signal__4']);
-    for (const proc of [again, worker]) proc.kill('SIGTERM');
-    await Promise.all([again.exit, worker.exit]);
+    await stopCleanly([again, worker]);
   }, 90_000);
 });
 

@@ -93,6 +93,22 @@ export class TriggererProcess {
     if (this.exited === null && this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
   }
 
+  /** The exit, or a rejection naming the command and its last output if it runs longer than `timeoutMs`. */
+  async exitWithin(timeoutMs = 20_000): Promise<ProcessExit> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`${this.args.join(' ')} (pid ${this.pid}) still running after ${timeoutMs} ms\n${this.describe()}`)),
+        timeoutMs,
+      );
+    });
+    try {
+      return await Promise.race([this.exit, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   /** JSON lines matching `predicate`. */
   matching(predicate: (line: LogLine) => boolean): LogLine[] {
     return this.lines.filter(predicate);
@@ -185,6 +201,20 @@ export function spawnTriggerer(args: readonly string[], env: NodeJS.ProcessEnv =
 /** Starts `node bin/deferflow.js ARGS` (any command: worker, scheduler, dags ...) in the repository root. */
 export function spawnDeferflow(args: readonly string[], env: NodeJS.ProcessEnv = {}, cwd = REPO_ROOT): TriggererProcess {
   return new TriggererProcess(args, env, DEFERFLOW_BIN, cwd);
+}
+
+/**
+ * Stops each process with SIGTERM, as a user or a service manager would, all at once, and throws
+ * naming the command and its last output unless each exits 0 within `timeoutMs`.
+ */
+export async function stopCleanly(procs: Iterable<TriggererProcess>, timeoutMs = 30_000): Promise<void> {
+  const stopping = [...procs];
+  for (const proc of stopping) proc.kill('SIGTERM');
+  for (const proc of stopping) {
+    const exit = await proc.exitWithin(timeoutMs);
+    if (exit.code !== 0 || exit.signal !== null)
+      throw new Error(`${proc.args.join(' ')} ended ${JSON.stringify(exit)} on SIGTERM, not with code 0\n${proc.describe()}`);
+  }
 }
 
 /** SIGKILLs every triggerer still running and waits for them to be gone (use in afterEach). */

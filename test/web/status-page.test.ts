@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { launchBrowser } from '../support/browser.ts';
 import { processScratch } from '../support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -89,7 +89,6 @@ describe.each(testDialects)('the status page in Chromium on %s', (dialect) => {
     } finally {
       await page.close();
     }
-    standalone.kill('SIGTERM');
-    expect((await standalone.exit).code).toBe(0);
+    await stopCleanly([standalone]);
   }, 90_000);
 });

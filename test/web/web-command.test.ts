@@ -4,7 +4,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases } from '../support/databases.ts';
 import { processScratch } from '../support/process-scratch.ts';
-import { spawnDeferflow, type TriggererProcess } from '../support/processes.ts';
+import { spawnDeferflow, type TriggererProcess, stopCleanly } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -24,8 +24,7 @@ describe('deferflow web', () => {
     }
     expect((await fetch(`${base}/dags/nope`)).status).toBe(404);
     expect((await fetch(`${base}/ti/999/log`)).status).toBe(404);
-    open.kill('SIGTERM');
-    expect((await open.exit).code).toBe(0);
+    await stopCleanly([open]);
 
     const refused = spawnDeferflow(['web', '--db', db.url, '--http-host', '0.0.0.0', '--http-port', '0']);
     expect((await refused.exit).code).toBe(2);
@@ -44,7 +43,6 @@ describe('deferflow web', () => {
     expect((await fetch(`${guardedBase}/health`)).status).toBe(200);
     expect((await fetch(`${guardedBase}/metrics`)).status).toBe(200);
     expect(guarded.text.join('\n') + guarded.stderr.join('\n')).not.toContain(token);
-    guarded.kill('SIGTERM');
-    expect((await guarded.exit).code).toBe(0);
+    await stopCleanly([guarded]);
   });
 });
