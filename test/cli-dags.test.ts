@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../src/dags/dag-processor.ts';
+import { toDbTime } from '../src/db/schema.ts';
 import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
@@ -54,6 +55,13 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(failed.out[0]).toMatch(/^DAG ID +RUN ID +TYPE +STATE +LOGICAL DATE +STARTED +ENDED$/);
     expect(failed.out[1]!.split(/ {2,}/).slice(0, 4)).toEqual(['adhoc', 'first', 'manual', 'failed']);
     expect((await run(spawnDeferflow(['dags', 'runs', 'nightly', '--db', db.url]))).out).toEqual(['no DAG runs of nightly']);
+    // A DAG with neither runs nor a serialized DAG is a mistyped id, not an idle DAG.
+    const mistyped = await run(spawnDeferflow(['dags', 'runs', 'nigthly', '--db', db.url]));
+    expect(mistyped.exit.code).toBe(2);
+    expect(mistyped.out).toEqual([]);
+    expect(mistyped.err).toContain(
+      'error [DF_INVALID_OPTION]: dag-id: no DAG "nigthly" among the serialized DAGs (did you mean nightly? see deferflow dags list)',
+    );
 
     const badState = await run(spawnDeferflow(['dags', 'runs', '--state', 'sleeping', '--db', db.url]));
     expect(badState.exit.code).toBe(2);
@@ -81,7 +89,19 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(naive.err).toContain('logical-date: "2026-03-01 10:00" is not an ISO-8601 moment with an offset or Z');
     const unknownDag = await run(spawnDeferflow(['dags', 'trigger', 'nope', '--db', db.url]));
     expect(unknownDag.exit.code).toBe(2);
-    expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs');
+    expect(unknownDag.err).toContain('dag-id: no DAG "nope" among the serialized DAGs (see deferflow dags list)');
+    const typo = await run(spawnDeferflow(['dags', 'trigger', 'adohc', '--db', db.url]));
+    expect(typo.exit.code).toBe(2);
+    expect(typo.err).toContain('dag-id: no DAG "adohc" among the serialized DAGs (did you mean adhoc? see deferflow dags list)');
+    // A DAG deleted since (its file gone) keeps its runs listed.
+    await db.db
+      .updateTable('serialized_dag')
+      .set({ deleted_at: toDbTime(Date.now()) })
+      .where('dag_id', '=', 'adhoc')
+      .execute();
+    const ofDeleted = await run(spawnDeferflow(['dags', 'runs', 'adhoc', '--db', db.url, '--json']));
+    expect(ofDeleted.exit.code).toBe(0);
+    expect((JSON.parse(ofDeleted.out.join('\n')) as unknown[]).length).toBeGreaterThan(0);
   }, 60_000);
 
   it('dags reserialize and dags list show import errors beside the DAGs that loaded, a compiler message of several lines in its own column', async () => {

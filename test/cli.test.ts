@@ -172,6 +172,12 @@ describe('triggerer option validation', () => {
         ],
       },
     ];
+    // A flag most commands take is named with a few of them.
+    const connections = spawnDeferflow(['connections', 'list', '--db', UNOPENABLE_DB]);
+    expect(await connections.exitWithin(), connections.describe()).toEqual({ code: 2, signal: null });
+    expect(connections.stderr[1]).toMatch(
+      /^db: not an option of deferflow connections list; --db is one of \d+ others \(deferflow dags list, deferflow dags reserialize, deferflow dags runs, …\)$/,
+    );
     for (const { proc, stderr } of cases) {
       expect(await proc.exitWithin(), proc.describe()).toEqual({ code: 2, signal: null });
       expect(proc.stderr, proc.args.join(' ')).toEqual([...stderr, 'run with --help for usage']);

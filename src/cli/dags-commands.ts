@@ -93,8 +93,13 @@ export function registerDagsCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
-          await withStorage(args.db, async (storage) => {
+          await withStorage(args.db, async (storage, database) => {
             const runs = await storage.listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
+            // No runs of a DAG the database has never heard of: most likely a mistyped id, not an idle DAG.
+            if (runs.length === 0 && args.dagId !== undefined && (await storage.listDagRuns({ dagId: args.dagId, limit: 1 })).length === 0) {
+              const { unknownDagError } = await import('../dags/unknown-dag.ts');
+              if ((await storage.readSerializedDag(args.dagId)) === null) throw await unknownDagError(database, args.dagId, 'dag-id');
+            }
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
             const rows = runs.map((run) => ({
               dag_id: run.dagId,

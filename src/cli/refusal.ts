@@ -10,6 +10,11 @@ interface CommandUsage {
   getCommands(): ReadonlyArray<readonly [string, ...unknown[]]>;
 }
 
+/** How many commands taking a flag are named in full; more are counted. */
+const MOST_COMMANDS_NAMED = 5;
+/** The flag the probes give: no command has it, so yargs refuses it and hands over the command's usage. */
+const PROBE_FLAG = '--deferflow-probe-flag';
+
 /** A command a user runs (`dags list`, `worker`) and the flags it takes, without `--`. */
 interface CommandFlags {
   readonly path: readonly string[];
@@ -67,7 +72,9 @@ function explained(message: string, usage: CommandUsage, argv: readonly string[]
     );
     if (!flag || !current) continue;
     const takers = elsewhere.filter((command) => command.flags.includes(flag)).map((command) => `deferflow ${command.path.join(' ')}`);
-    lines.push(`${given}: not an option of deferflow ${current.path.join(' ')}; --${flag} is one of ${takers.join(', ')}`);
+    // A flag most commands take (--db) is named with a few of them: the line stays a line.
+    const named = takers.length <= MOST_COMMANDS_NAMED ? takers.join(', ') : `${takers.length} others (${takers.slice(0, 3).join(', ')}, …)`;
+    lines.push(`${given}: not an option of deferflow ${current.path.join(' ')}; --${flag} is one of ${named}`);
   }
   return lines;
 }
@@ -100,8 +107,6 @@ function everyCommand(register: (cli: Argv) => void): CommandFlags[] {
   visit([], new Set());
   return found.sort((a, b) => a.path.join(' ').localeCompare(b.path.join(' ')));
 }
-
-const PROBE_FLAG = '--deferflow-probe-flag';
 
 function probe(path: readonly string[], register: (cli: Argv) => void): CommandUsage {
   let usage: CommandUsage | null = null;

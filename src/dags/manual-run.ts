@@ -4,6 +4,7 @@ import { momentMs } from '../model/schedule.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import { Storage } from '../storage/index.ts';
 import { serializedDagSource } from './dag-processor.ts';
+import { unknownDagError } from './unknown-dag.ts';
 
 export interface ManualRunOptions {
   /** The run's conf. @default {} */
@@ -23,7 +24,7 @@ export interface ManualRunOptions {
  */
 export async function triggerDagRun(database: Database, dagId: string, options: ManualRunOptions = {}, now = Date.now()): Promise<string> {
   const dag = await serializedDagSource(database)(dagId);
-  if (!dag) throw new InvalidOptionError('dag-id', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs (see deferflow dags list)`);
+  if (!dag) throw await unknownDagError(database, dagId, 'dag-id');
   const asked = options.logicalDate === undefined ? now : parseLogicalDate(options.logicalDate);
   const attempts = options.logicalDate === undefined && options.runId === undefined ? SAME_MOMENT_ATTEMPTS : 1;
   const runIdAt = (logicalDate: number) => options.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
