@@ -186,25 +186,25 @@ export class SignalService {
     set?.delete(entry);
     if (set?.size === 0) this.#listening.delete(entry.key);
     if (this.#listening.size > 0) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = null;
-    if (this.#catchUpTimer) clearTimeout(this.#catchUpTimer);
-    this.#catchUpTimer = null;
-    this.#unsubscribe?.();
-    this.#unsubscribe = null;
+    this.#stopWaking();
   }
 
   /** Stops listening altogether (every subscription ends); what was handed over finishes. */
   async close(): Promise<void> {
     for (const set of this.#listening.values()) for (const entry of set) entry.closed = true;
     this.#listening.clear();
+    this.#stopWaking();
+    await this.#round;
+  }
+
+  /** No one listens: no more polls, catch-ups or pushes (a round under way finishes). */
+  #stopWaking(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
     if (this.#catchUpTimer) clearTimeout(this.#catchUpTimer);
     this.#catchUpTimer = null;
     this.#unsubscribe?.();
     this.#unsubscribe = null;
-    await this.#round;
   }
 
   #schedule(): void {
