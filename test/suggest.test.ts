@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { refusalLines } from '../src/cli/refusal.ts';
 import { closestName } from '../src/config/suggest.ts';
 
 const WORKER = ['concurrency', 'pollInterval', 'heartbeatInterval', 'shutdownGrace', 'queues'];
@@ -31,5 +32,31 @@ describe('closestName', () => {
   it('prefers the nearest of several candidates', () => {
     expect(closestName('port', ['prot', 'sport', 'part'])).toBe('prot');
     expect(closestName('dag', ['dags', 'db'])).toBe('dags');
+  });
+});
+
+describe('refusalLines', () => {
+  const usage = (flags: string[]) => ({ getDescriptions: () => Object.fromEntries(flags.map((flag) => [flag, ''])), getCommands: () => [] });
+  const registering = (): never => {
+    throw new TypeError('the commands could not be read');
+  };
+
+  it('keeps the refusal whatever goes wrong finding suggestions: a usage yargs did not give, commands that cannot be read', () => {
+    expect(refusalLines('Unknown argument: dagz', undefined, ['dags', 'list'], registering)).toEqual(['error: Unknown argument: dagz']);
+    expect(refusalLines('Unknown argument: dagz', usage(['db', 'json']), ['dags', 'list'], registering)).toEqual(['error: Unknown argument: dagz']);
+    expect(refusalLines('Not enough non-option arguments: got 0, need at least 1', usage(['db']), ['db'], registering)).toEqual([
+      'error: Not enough non-option arguments: got 0, need at least 1',
+    ]);
+  });
+
+  it('lists a flag yargs gives twice (as typed and camel-cased) once, but a camel-cased flag as the user typed it', () => {
+    expect(refusalLines('Unknown arguments: pol-interval, polInterval, zzz', usage(['poll-interval']), ['worker'], () => {}).slice(0, 2)).toEqual([
+      'error: Unknown arguments: pol-interval, zzz',
+      'pol-interval: did you mean --poll-interval?',
+    ]);
+    expect(refusalLines('Unknown argument: polInterval', usage(['poll-interval']), ['worker'], () => {})).toEqual([
+      'error: Unknown argument: polInterval',
+      'polInterval: did you mean --poll-interval?',
+    ]);
   });
 });
