@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder, serializedDagSource } from '../src/dags/dag-processor.ts';
+import { toDbTime } from '../src/db/schema.ts';
 import { TaskDeferred } from '../src/index.ts';
 import { Storage } from '../src/storage/index.ts';
 import * as t from './fixtures/test-triggers.ts';
@@ -65,6 +66,19 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
       state: 'queued',
       end_date: null,
     });
+
+    // The DAG deleted since (its file gone): nothing is cleared, and the refusal says why and what to do.
+    await db.db
+      .updateTable('serialized_dag')
+      .set({ deleted_at: toDbTime(Date.now()) })
+      .where('dag_id', '=', 'etl')
+      .execute();
+    const ofDeleted = await run(spawnDeferflow(['tasks', 'clear', '--db', db.url, '--run', 'r1', '--task', 'extract']));
+    expect(ofDeleted.exit).toEqual({ code: 2, signal: null });
+    expect(ofDeleted.err.join('\n')).toContain(
+      'error [DF_INVALID_OPTION]: run: run "r1" is of DAG etl, which is not among the serialized DAGs (deleted, or never processed): nothing is cleared; put its file back in the DAG folder (deferflow dags reserialize) and clear again',
+    );
+    expect((await db.db.selectFrom('task_instance').select('state').where('id', '=', ids.extract!).executeTakeFirstOrThrow()).state).toBe('success');
 
     const unknown = await run(spawnDeferflow(['tasks', 'list', '--db', db.url, '--run', 'nope']));
     expect(unknown.exit).toEqual({ code: 2, signal: null });

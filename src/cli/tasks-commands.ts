@@ -67,7 +67,12 @@ export function registerTasksCommands(cli: Argv): void {
               throw new InvalidOptionError('dag', `${dagIds.length} DAGs have a run ${JSON.stringify(args.run)} (${dagIds.join(', ')}): name one with --dag`);
             const dagId = dagIds[0]!;
             const dag = await serializedDagSource(database)(dagId);
-            if (!dag) throw new InvalidOptionError('dag', `no DAG ${JSON.stringify(dagId)} among the serialized DAGs`);
+            // Clearing renews each try budget from the task's retries, which only the serialized DAG holds.
+            if (!dag)
+              throw new InvalidOptionError(
+                'run',
+                `run ${JSON.stringify(args.run)} is of DAG ${dagId}, which is not among the serialized DAGs (deleted, or never processed): nothing is cleared; put its file back in the DAG folder (deferflow dags reserialize) and clear again`,
+              );
             const wanted = args.task && args.task.length > 0 ? new Set(args.task.map(String)) : null;
             // One DAG has the run: its task instances are the ones just read.
             const chosen = ofRun.filter((ti) => wanted === null || wanted.has(ti.taskId));
