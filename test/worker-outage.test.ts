@@ -12,7 +12,7 @@ import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { postgresProxy } from './support/postgres-proxy.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { whileLocked } from './support/sqlite-lock.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -37,25 +37,38 @@ async function setUp(db: TestDatabase) {
 const tiRow = (db: TestDatabase) =>
   db.db.selectFrom('task_instance').select(['state', 'try_number', 'return_value']).where('task_id', '=', 'finish_during_outage').executeTakeFirstOrThrow();
 
+const FAST = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
+
+/**
+ * A scheduler on `db` and a worker on `workerUrl` (the database, or a proxy in front of it),
+ * started, with the outage DAG's one task running on the worker.
+ */
+async function taskRunning(db: TestDatabase, dags: string, workerUrl = db.url) {
+  const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST]);
+  const worker = spawnDeferflow(['worker', '--db', workerUrl, '--dags', dags, ...FAST]);
+  await scheduler.waitForJob(20_000);
+  await worker.waitForJob(20_000);
+  await triggerDagRun(db, 'outage');
+  await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+  return { scheduler, worker };
+}
+
+/** Waits for the worker to log a failed write containing `text`; on SQLite the lock must first outlast the 5 s busy timeout, so a margin for a loaded machine. */
+function failedWriteLogged(worker: TriggererProcess, text: string, what: string) {
+  return waitFor(() => worker.lines.some((line) => String(line.msg).includes(text)), { what, timeoutMs: 60_000 });
+}
+
 describe('a worker losing its database as a task finishes', () => {
   it('on postgres: writes the outcome once the database answers again', async () => {
     const db = await scratch.database('postgres');
     const { dags, flag } = await setUp(db);
     const proxy = await postgresProxy(db.url);
     try {
-      const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
-      const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
-      const worker = spawnDeferflow(['worker', '--db', proxy.url, '--dags', dags, ...fast]);
-      await scheduler.waitForJob(20_000);
-      await worker.waitForJob(20_000);
-      await triggerDagRun(db, 'outage');
-      await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+      const { scheduler, worker } = await taskRunning(db, dags, proxy.url);
 
       await proxy.cut();
       writeFileSync(flag, '');
-      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
-        what: 'the failed write reported',
-      });
+      await failedWriteLogged(worker, 'failed; retrying with backoff while the worker runs', 'the failed write reported');
       expect((await tiRow(db)).state).toBe('running');
       await proxy.restore();
       await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the outcome written after the outage', timeoutMs: 30_000 });
@@ -70,22 +83,11 @@ describe('a worker losing its database as a task finishes', () => {
   it('on sqlite: waits out another process holding the database locked past its busy timeout', async () => {
     const db = await scratch.database('sqlite');
     const { dags, flag } = await setUp(db);
-    const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...fast]);
-    await scheduler.waitForJob(20_000);
-    await worker.waitForJob(20_000);
-    await triggerDagRun(db, 'outage');
-    await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+    const { scheduler, worker } = await taskRunning(db, dags);
 
     await whileLocked(db, async () => {
       writeFileSync(flag, '');
-      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('failed; retrying with backoff while the worker runs')), {
-        what: 'the failed write reported',
-        // The lock must be held for the 5 s busy timeout before any statement fails; a margin
-        // beyond that for a loaded machine.
-        timeoutMs: 60_000,
-      });
+      await failedWriteLogged(worker, 'failed; retrying with backoff while the worker runs', 'the failed write reported');
     });
     await waitFor(async () => (await tiRow(db)).state === 'success', { what: 'the outcome written after the lock', timeoutMs: 30_000 });
     expect(await tiRow(db)).toMatchObject({ state: 'success', try_number: 1, return_value: '"done"' });
@@ -115,22 +117,11 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
 `,
     );
     await processDagFolder(db, dags);
-    const fast = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...fast]);
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...fast]);
-    await scheduler.waitForJob(20_000);
-    await worker.waitForJob(20_000);
-    await triggerDagRun(db, 'outage');
-    await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'the task running', timeoutMs: 20_000 });
+    const { scheduler, worker } = await taskRunning(db, dags);
 
     await whileLocked(db, async () => {
       writeFileSync(flag, '');
-      await waitFor(() => worker.lines.some((line) => String(line.msg).includes('recording its deferral of task instance')), {
-        what: 'the failed deferral write reported',
-        // The lock must be held for the 5 s busy timeout before any statement fails; a margin
-        // beyond that for a loaded machine.
-        timeoutMs: 60_000,
-      });
+      await failedWriteLogged(worker, 'recording its deferral of task instance', 'the failed deferral write reported');
     });
     await waitFor(async () => (await tiRow(db)).state === 'deferred', { what: 'the deferral written after the lock', timeoutMs: 30_000 });
     expect(await tiRow(db)).toMatchObject({ state: 'deferred', try_number: 1 });
@@ -144,7 +135,7 @@ export const dag = new Dag({ dagId: 'outage' }).add(new DeferOnFlag({ taskId: 'f
     const { dags, flag } = await setUp(db);
     writeFileSync(flag, '');
     // No scheduler: only the worker moves the task instance, and only if it takes it up.
-    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--poll-interval', '0.1', '--heartbeat-interval', '0.5']);
+    const worker = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST]);
     const jobId = await worker.waitForJob(20_000);
     await triggerDagRun(db, 'outage');
     await whileLocked(db, async (locker) => {
