@@ -8,7 +8,7 @@ import { sql } from 'kysely';
 import pino from 'pino';
 import { afterAll, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/connect.ts';
-import { NotificationHub, WAKE_CHANNEL } from '../src/db/notification-hub.ts';
+import { NotificationHub, SIGNAL_CHANNEL, WAKE_CHANNEL } from '../src/db/notification-hub.ts';
 import { dropTestDatabases, freshDatabaseUrl } from './support/databases.ts';
 import { LogCapture, waitFor } from './support/fixtures.ts';
 
@@ -54,5 +54,39 @@ it("on a SQLite file, another connection's commit calls catchUp, the subscriber'
     unsubscribe();
   } finally {
     await Promise.all([own.close(), other.close(), quiet.close()]);
+  }
+});
+
+it("on PostgreSQL, a transaction's notifications arrive when it commits (sent with the COMMIT), payloads intact, none from one rolled back", async () => {
+  const database = openDatabase(await freshDatabaseUrl('postgres'));
+  try {
+    const heard: string[] = [];
+    const hub = NotificationHub.of(database, pino(new LogCapture()));
+    const unsubscribe = hub.subscribe(SIGNAL_CHANNEL, (payload) => heard.push(payload));
+    await waitFor(() => hub.pushWorks, { what: 'LISTEN connected and its probe heard', timeoutMs: 10_000 });
+    // Quotes and backslashes, as a signal key may hold: the driver writes them into SQL itself.
+    const tricky = `7 it's a \\ key, "quoted"; commit; --`;
+    await database.db.transaction().execute(async (trx) => {
+      await database.adapter.notify(trx, SIGNAL_CHANNEL, tricky);
+      await database.adapter.notify(trx, SIGNAL_CHANNEL, 'second');
+      // Sent from another connection meanwhile and heard, while this transaction's are not yet.
+      await database.adapter.notify(database.db, SIGNAL_CHANNEL, 'from another connection');
+      await waitFor(() => heard.includes('from another connection'), { what: 'the other connection’s notification', timeoutMs: 10_000 });
+      expect(heard).toEqual(['from another connection']);
+    });
+    await expect(
+      database.db.transaction().execute(async (trx) => {
+        await database.adapter.notify(trx, SIGNAL_CHANNEL, 'rolled back');
+        throw new TypeError('the transaction fails');
+      }),
+    ).rejects.toThrow('the transaction fails');
+    // In a transaction, likely on the pooled connection the rolled-back one had: nothing of it is left to send.
+    await database.db.transaction().execute((trx) => database.adapter.notify(trx, SIGNAL_CHANNEL, 'last'));
+    // Notifications arrive in commit order: once the last is heard, a rolled-back one would have been too.
+    await waitFor(() => heard.includes('last'), { what: 'the last notification', timeoutMs: 10_000 });
+    expect(heard).toEqual(['from another connection', tricky, 'second', 'last']);
+    unsubscribe();
+  } finally {
+    await database.close();
   }
 });

@@ -11,6 +11,7 @@ import {
   type DatabaseIntrospector,
   type DialectAdapter as KyselyAdapter,
   type Driver,
+  type PostgresDialectConfig,
   type QueryResult,
 } from 'kysely';
 import type pg from 'pg';
@@ -20,6 +21,7 @@ import { DatabaseNotMigratedError } from '../errors.ts';
 import { parseDatabaseUrl, redactDatabaseUrl, type DatabaseTarget } from './database-url.ts';
 import { postgresAdapter, sqliteAdapter, type DialectAdapter } from './dialect.ts';
 import { CurrentSchemaIntrospector } from './postgres-introspector.ts';
+import { NotifyAtCommitPostgresDriver } from './postgres-driver.ts';
 import type { DatabaseSchema } from './schema.ts';
 import { NotificationHub } from './notification-hub.ts';
 import { Keyring } from '../encryption/keyring.ts';
@@ -140,8 +142,22 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
   return pool;
 }
 
-/** PostgreSQL, introspected in the current schema only (see postgres-introspector.ts). */
+/**
+ * PostgreSQL, introspected in the current schema only (see postgres-introspector.ts), a
+ * transaction's notifications sent with its COMMIT (see postgres-driver.ts).
+ */
 class CurrentSchemaPostgresDialect extends PostgresDialect {
+  readonly #config: PostgresDialectConfig;
+
+  constructor(config: PostgresDialectConfig) {
+    super(config);
+    this.#config = config;
+  }
+
+  override createDriver(): Driver {
+    return new NotifyAtCommitPostgresDriver(this.#config);
+  }
+
   override createIntrospector(db: Kysely<any>): DatabaseIntrospector {
     return new CurrentSchemaIntrospector(db);
   }

@@ -1,5 +1,6 @@
-import { sql, type Kysely, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
+import { CompiledQuery, sql, type Kysely, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
 import { Keyring, type SealedForm, type StoredValue } from '../encryption/keyring.ts';
+import { PG_NOTIFY_SQL } from './postgres-driver.ts';
 
 /**
  * Every difference between SQLite and PostgreSQL that a query needs lives here; storage
@@ -127,8 +128,9 @@ export const postgresAdapter: DialectAdapter = {
   },
   hasTable: async (db, table) => (await sql<{ present: boolean }>`select to_regclass(${table}) is not null as present`.execute(db)).rows[0]?.present === true,
   supportsNotify: true,
+  // Inside a transaction the driver sends it with the COMMIT (see postgres-driver.ts).
   notify: async (trx, channel, payload) => {
-    await sql`select pg_notify(${channel}, ${payload})`.execute(trx);
+    await trx.executeQuery(CompiledQuery.raw(PG_NOTIFY_SQL, [channel, payload]));
   },
   foreignCommitVersion: async () => null,
 };
