@@ -96,9 +96,13 @@ export function registerDagsCommands(cli: Argv): void {
           await withStorage(args.db, async (storage, database) => {
             const runs = await storage.listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
             // No runs of a DAG the database has never heard of: most likely a mistyped id, not an idle DAG.
-            if (runs.length === 0 && args.dagId !== undefined && (await storage.listDagRuns({ dagId: args.dagId, limit: 1 })).length === 0) {
-              const { unknownDagError } = await import('../dags/unknown-dag.ts');
-              if ((await storage.readSerializedDag(args.dagId)) === null) throw await unknownDagError(database, args.dagId, 'dag-id');
+            if (runs.length === 0 && args.dagId !== undefined) {
+              // Without --state the list just read already says the DAG has no run at all.
+              const anyRun = args.state === undefined ? runs : await storage.listDagRuns({ dagId: args.dagId, limit: 1 });
+              if (anyRun.length === 0 && (await storage.readSerializedDag(args.dagId)) === null) {
+                const { unknownDagError } = await import('../dags/unknown-dag.ts');
+                throw await unknownDagError(database, args.dagId, 'dag-id');
+              }
             }
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
             const rows = runs.map((run) => ({

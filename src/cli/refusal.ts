@@ -82,7 +82,7 @@ function explained(message: string, usage: CommandUsage, argv: readonly string[]
 /** The flags given, each once: yargs adds the camel-cased form of one with a dash (`pol-interval, polInterval`). */
 function onceEach(given: readonly string[]): string[] {
   const camelCased = new Set(given.filter((flag) => flag.includes('-')).map((flag) => flag.replace(/-+([^-])/g, (_, letter: string) => letter.toUpperCase())));
-  return given.filter((flag) => !camelCased.has(flag) || flag.includes('-'));
+  return given.filter((flag) => !camelCased.has(flag));
 }
 
 /**

@@ -1,4 +1,4 @@
-import { CompiledQuery, PostgresDriver, type DatabaseConnection, type PostgresDialectConfig, type QueryResult, type TransactionSettings } from 'kysely';
+import { CompiledQuery, PostgresDriver, type DatabaseConnection, type QueryResult, type TransactionSettings } from 'kysely';
 import { pgPackage } from '../lazy-package.ts';
 
 /**
@@ -17,10 +17,6 @@ export const PG_NOTIFY_SQL = 'select pg_notify($1, $2)';
  */
 export class NotifyAtCommitPostgresDriver extends PostgresDriver {
   readonly #wrapped = new WeakMap<DatabaseConnection, NotifyDeferringConnection>();
-
-  constructor(config: PostgresDialectConfig) {
-    super(config);
-  }
 
   override async acquireConnection(): Promise<DatabaseConnection> {
     const connection = await super.acquireConnection();
@@ -85,10 +81,11 @@ class NotifyDeferringConnection implements DatabaseConnection {
     return deferred;
   }
 
-  async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
+  // Not async: every statement passes here, and the pooled connection's own promise goes back as it is.
+  executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
     if (this.#deferred !== null && query.sql === PG_NOTIFY_SQL) {
       this.#deferred.push([String(query.parameters[0]), String(query.parameters[1])]);
-      return { rows: [] };
+      return Promise.resolve({ rows: [] });
     }
     return this.inner.executeQuery(query);
   }
