@@ -74,19 +74,25 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
 
   it('runs an operator end to end: defer frees the task, the triggerer fires, the task resumes at next_method with the event', async () => {
     const db = await database();
-    const id = await createTaskInstance(db);
+    const id = await createTaskInstance(db, { priorityWeight: 3 });
     const moment = DateTime.utc().plus({ milliseconds: 300 }).toISO()!;
     const operator = new WaitThenReport(moment);
     const deferral = capture(() => operator.execute());
-    const before = Date.now();
-    await new Storage(db).deferTaskInstance(id, deferral);
+    const deferredAt = Date.now();
+    await new Storage(db).deferTaskInstance(id, deferral, deferredAt);
 
     const deferred = await taskInstance(db, id);
-    expect(deferred).toMatchObject({ state: 'deferred', next_method: 'report', next_kwargs: { attempt: 1 } });
-    expect(new Date(deferred.trigger_timeout!).getTime()).toBeGreaterThanOrEqual(before + 5 * 60_000);
+    expect(deferred).toMatchObject({ state: 'deferred', next_method: 'report', next_kwargs: { attempt: 1 }, worker_job_id: null });
+    expect(new Date(deferred.trigger_timeout!).getTime()).toBe(deferredAt + 5 * 60_000);
     const trigger = await db.db.selectFrom('trigger').selectAll().where('id', '=', deferred.trigger_id!).executeTakeFirstOrThrow();
-    expect(trigger.classpath).toBe('deferflow.triggers.DateTimeTrigger');
+    expect(trigger).toMatchObject({ classpath: 'deferflow.triggers.DateTimeTrigger', priority_weight: 3, triggerer_id: null });
+    expect(new Date(trigger.created_at).getTime()).toBe(deferredAt);
     expect(parsePlain(trigger.kwargs)).toEqual({ moment: new DateTimeTrigger({ moment }).moment });
+    // The wait is recorded for the try's log: a try not started yet (0) waits as try 1.
+    const waits = await db.db.selectFrom('trigger_wait').selectAll().where('task_instance_id', '=', id).execute();
+    expect(waits.map((wait) => ({ ...wait, waited_from: new Date(wait.waited_from).getTime() }))).toEqual([
+      { task_instance_id: id, try_number: 1, trigger_id: trigger.id, waited_from: deferredAt },
+    ]);
 
     opened.triggerers.push(await startTriggerer(db));
     await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the event' });

@@ -9,8 +9,11 @@ import pino from 'pino';
 import { afterAll, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/connect.ts';
 import { NotificationHub, SIGNAL_CHANNEL, WAKE_CHANNEL } from '../src/db/notification-hub.ts';
+import { TaskDeferred, TaskInstanceStateError } from '../src/index.ts';
+import { Storage } from '../src/storage/index.ts';
+import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, freshDatabaseUrl } from './support/databases.ts';
-import { LogCapture, waitFor } from './support/fixtures.ts';
+import { createTaskInstance, LogCapture, migratedDatabase, waitFor } from './support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -85,6 +88,49 @@ it("on PostgreSQL, a transaction's notifications arrive when it commits (sent wi
     // Notifications arrive in commit order: once the last is heard, a rolled-back one would have been too.
     await waitFor(() => heard.includes('last'), { what: 'the last notification', timeoutMs: 10_000 });
     expect(heard).toEqual(['from another connection', tricky, 'second', 'last']);
+    unsubscribe();
+  } finally {
+    await database.close();
+  }
+});
+
+it('on PostgreSQL, a deferral wakes the triggerers and a finished task the schedulers, each in its own statement; a write that changed nothing wakes no one', async () => {
+  const database = await migratedDatabase('postgres');
+  try {
+    const heard: string[] = [];
+    const hub = NotificationHub.of(database, pino(new LogCapture()));
+    const unsubscribe = hub.subscribe(WAKE_CHANNEL, (payload) => heard.push(payload));
+    await waitFor(() => hub.pushWorks, { what: 'LISTEN connected and its probe heard', timeoutMs: 10_000 });
+    const storage = new Storage(database);
+    const worker = { jobId: await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 2 }), hostname: 'h', pid: 1 };
+    const id = await createTaskInstance(database, { state: 'scheduled' });
+    await storage.claimTaskInstances(worker, 1);
+    await storage.startTaskInstance(id, worker.jobId, null);
+    const markHeard = async (mark: string) => {
+      await database.adapter.notify(database.db, WAKE_CHANNEL, mark);
+      await waitFor(() => heard.includes(mark), { what: mark, timeoutMs: 10_000 });
+    };
+    await markHeard('before');
+
+    // Another worker's outcome for it is dropped: nothing changed, so nothing is pushed.
+    expect(await storage.finishTaskInstance(id, worker.jobId + 1, { state: 'success', returnValueJson: null })).toBe(false);
+    // Notifications arrive in commit order: a push from the dropped finish would come before the mark.
+    await markHeard('after the dropped finish');
+    expect(heard.slice(heard.indexOf('before') + 1)).toEqual(['after the dropped finish']);
+
+    expect(await storage.finishTaskInstance(id, worker.jobId, { state: 'success', returnValueJson: null })).toBe(true);
+    await markHeard('after the finish');
+    expect(heard.slice(heard.indexOf('after the dropped finish') + 1)).toEqual(['scheduler', 'after the finish']);
+
+    const waiting = await createTaskInstance(database, { state: 'running' });
+    await storage.deferTaskInstance(waiting, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }));
+    // The finished one may not defer: refused, no trigger row, no push.
+    await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
+      TaskInstanceStateError,
+    );
+    await markHeard('after the deferrals');
+    expect(heard.slice(heard.indexOf('after the finish') + 1)).toEqual(['triggerer', 'after the deferrals']);
+    expect(await database.db.selectFrom('trigger').select('id').execute()).toHaveLength(1);
     unsubscribe();
   } finally {
     await database.close();

@@ -14,6 +14,11 @@ export interface DialectAdapter {
    */
   readonly supportsRowLocks: boolean;
   /**
+   * A WITH clause may hold INSERT and UPDATE statements (PostgreSQL's data-modifying CTEs): writes
+   * to several tables in one statement, one round trip where each would cost one.
+   */
+  readonly supportsWritingCtes: boolean;
+  /**
    * How many write transactions are worth running at once. PostgreSQL spreads them over its
    * backends (cores); SQLite has one write lock, so a second writer would only wait.
    */
@@ -75,6 +80,12 @@ export interface DialectAdapter {
   readonly supportsNotify: boolean;
   notify(trx: Kysely<any> | Transaction<any>, channel: string, payload: string): Promise<void>;
   /**
+   * The same push as an expression, for a RETURNING list: sent once (identical notifications of
+   * one transaction are one) if the statement changed a row, when its transaction commits. A
+   * statement run on its own then wakes its listeners in its own round trip. SQL null without NOTIFY.
+   */
+  notifyExpression(channel: string, payload: string): RawBuilder<unknown>;
+  /**
    * A number read on `db`'s connection that changes whenever another connection commits (SQLite's
    * data_version; see sqlite-commit-watcher.ts), or null where the dialect pushes instead.
    */
@@ -95,6 +106,7 @@ function jsonObjectByTrigger(values: readonly TriggerValue[]): string {
 export const postgresAdapter: DialectAdapter = {
   name: 'postgres',
   supportsRowLocks: true,
+  supportsWritingCtes: true,
   concurrentWrites: 2,
   maxBindParameters: 60_000,
   types: { json: 'jsonb', time: 'timestamptz', bigint: 'bigint' },
@@ -132,12 +144,14 @@ export const postgresAdapter: DialectAdapter = {
   notify: async (trx, channel, payload) => {
     await trx.executeQuery(CompiledQuery.raw(PG_NOTIFY_SQL, [channel, payload]));
   },
+  notifyExpression: (channel, payload) => sql`pg_notify(${channel}, ${payload})`,
   foreignCommitVersion: async () => null,
 };
 
 export const sqliteAdapter: DialectAdapter = {
   name: 'sqlite',
   supportsRowLocks: false,
+  supportsWritingCtes: false,
   concurrentWrites: 1,
   maxBindParameters: 30_000,
   types: { json: 'text', time: 'text', bigint: 'integer' },
@@ -164,6 +178,7 @@ export const sqliteAdapter: DialectAdapter = {
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   supportsNotify: false,
   notify: async () => {},
+  notifyExpression: () => sql`null`,
   foreignCommitVersion: async (db) => (await sql<{ data_version: number }>`pragma data_version`.execute(db)).rows[0]?.data_version ?? null,
   // The lock held elsewhere past the busy timeout, a full disk (or max_page_count), an I/O error,
   // a file made read-only or gone, memory exhausted; extended codes (SQLITE_IOERR_WRITE, …) too.

@@ -11,9 +11,9 @@ export const PG_NOTIFY_SQL = 'select pg_notify($1, $2)';
  * kysely's PostgreSQL driver, with a transaction's notifications sent with its COMMIT, in one
  * round trip instead of one each. PostgreSQL delivers a NOTIFY made in a transaction only when it
  * commits (and drops it on rollback), so sending it with the COMMIT changes nothing listeners
- * can see; each write that wakes a daemon (a deferral, a finished task, a batch of events) saves a
- * round trip: on bench:runtime, 2,000 task runs, ~2,500 of ~17,000 statements. Outside a
- * transaction a notify runs as it is.
+ * can see; each transaction that wakes a daemon (a batch of events, a deferral joining an
+ * identical wait) saves a round trip. Outside a transaction a notify runs as it is; a write made
+ * in one statement carries its notification in its RETURNING list instead (see wake.ts).
  */
 export class NotifyAtCommitPostgresDriver extends PostgresDriver {
   readonly #wrapped = new WeakMap<DatabaseConnection, NotifyDeferringConnection>();

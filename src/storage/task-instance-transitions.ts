@@ -4,7 +4,7 @@ import type { StorageContext } from './context.ts';
 import type { EncryptionKeyError } from '../errors.ts';
 import { openNextKwargs } from './sealed-values.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
-import { wake } from './wake.ts';
+import { wakeForChangedRows } from './wake.ts';
 
 /*
  * The worker's transitions of a task instance: claim, start, finish, hand back. The whole state
@@ -272,15 +272,10 @@ export async function finishTaskInstance(
         { db: trx, adapter, keyring },
         { taskInstanceId, tryNumber: finished.tryNumber + 1, startedAt: outcome.startedAt, endedAt: now, readyAt: outcome.readyAt },
       );
-      // The scheduler's next ready_at may be earlier now.
-      await wake(trx, adapter, 'scheduler');
       return true;
     });
   }
-  const finished = (await finishRun({ db, adapter, keyring }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
-  // Its downstream tasks may be ready now, or (a retry) the scheduler's next ready_at earlier.
-  if (finished) await wake(db, adapter, 'scheduler');
-  return finished;
+  return (await finishRun({ db, adapter, keyring }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
 }
 
 async function finishRun(
@@ -311,7 +306,9 @@ async function finishRun(
     .where('worker_job_id', '=', workerJobId)
     // A signal's stop or restart, asked for while the try ran, wins over its outcome.
     .where('stop_request', 'is', null)
-    .returning('try_number')
+    // Its downstream tasks may be ready now, or (a retry, a reschedule) the scheduler's next
+    // ready_at earlier. With the update, not after it: a finish is one round trip.
+    .returning(['try_number', wakeForChangedRows(adapter, 'scheduler')])
     .executeTakeFirst();
   return row ? { tryNumber: row.try_number } : null;
 }

@@ -1,4 +1,4 @@
-import type { Kysely, Transaction } from 'kysely';
+import type { AliasedRawBuilder, Kysely, Transaction } from 'kysely';
 import type { DatabaseSchema } from '../db/schema.ts';
 import { WAKE_CHANNEL } from '../db/notification-hub.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
@@ -19,4 +19,13 @@ export type WakeTopic = 'triggerer' | 'worker' | 'scheduler' | 'stop-request';
 export async function wake(db: Kysely<DatabaseSchema> | Transaction<DatabaseSchema>, adapter: DialectAdapter, ...topics: WakeTopic[]): Promise<void> {
   if (!adapter.supportsNotify) return;
   for (const topic of new Set(topics)) await adapter.notify(db, WAKE_CHANNEL, topic);
+}
+
+/**
+ * A column for the RETURNING list of a statement that gives `topic`'s daemons work with each row
+ * it changes: the same wake-up as `wake`, in the statement's own round trip, and only when it
+ * changed a row. For a statement run on its own, where `wake` would cost a round trip of its own.
+ */
+export function wakeForChangedRows(adapter: DialectAdapter, topic: WakeTopic): AliasedRawBuilder<unknown, 'woke'> {
+  return adapter.notifyExpression(WAKE_CHANNEL, topic).as('woke');
 }
