@@ -39,15 +39,18 @@ export function prepareMove({ keyring, adapter }: StorageContext, outcomes: read
   const first = firstOutcomePerTrigger(outcomes);
   const resumed = first.filter((outcome) => !outcome.endState);
   const column = kind === 'event' ? 'task_instance.next_event' : 'task_instance.next_kwargs';
-  const stored = keyring.encrypting
-    ? keyring
-        .sealMany(
-          resumed.map((outcome) => outcome.json),
-          column,
-          sealedFormOf(adapter, column),
-        )
-        .then((sealed) => resumed.map((outcome, index) => ({ ...outcome, json: sealed[index]! })))
-    : Promise.resolve(resumed);
+  let stored: Promise<readonly TriggerValue[]> = Promise.resolve(resumed);
+  if (keyring.encrypting) {
+    // Identical outcomes are sealed once and share the sealed value, as the task instances of one
+    // shared trigger always have: a burst of waits for one moment is one seal, on the loop,
+    // instead of thousands on the sealing thread. Whoever reads the table can tell that those
+    // rows hold the same value (never what it is), as the shared trigger_id already tells.
+    const distinct = [...new Set(resumed.map((outcome) => outcome.json))];
+    stored = keyring.sealMany(distinct, column, sealedFormOf(adapter, column)).then((sealed) => {
+      const sealedOf = new Map(distinct.map((json, index) => [json, sealed[index]!]));
+      return resumed.map((outcome) => ({ triggerId: outcome.triggerId, json: sealedOf.get(outcome.json)! }));
+    });
+  }
   // Awaited when the batch is written; until then a failure must not count as unhandled.
   stored.catch(() => {});
   return { kind, outcomes: first, stored };
