@@ -233,7 +233,9 @@ function open(stored, aad) {
     const decipher = createDecipheriv('aes-256-gcm', key, body.subarray(0, IV_BYTES));
     decipher.setAAD(aad);
     decipher.setAuthTag(body.subarray(IV_BYTES, IV_BYTES + TAG_BYTES));
-    return decipher.update(body.subarray(IV_BYTES + TAG_BYTES), undefined, 'utf8') + decipher.final('utf8');
+    const plain = decipher.update(body.subarray(IV_BYTES + TAG_BYTES));
+    decipher.final();
+    return plain.toString('utf8');
   } catch {
     return null;
   }
