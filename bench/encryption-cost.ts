@@ -4,10 +4,11 @@
  * state. On a machine whose runs of the same code differ by 20% (see the README), one pair says
  * little; the medians of five pairs or more are what the README quotes.
  *
- *   npm run bench:encryption -- [--db postgres://…] [--triggers N] [--runs PAIRS]
+ *   npm run bench:encryption -- [--db postgres://…] [--triggers N] [--runs PAIRS] [--distinct-events]
  *
  * Prints each run's JSON line (with "encrypted"), then one JSON summary:
  *   runs                    pairs measured
+ *   distinct_events         whether each trigger's event was its own (--distinct-events)
  *   plain, encrypted        per figure (load_ms, fire_p50_ms, fire_p99_ms, rss_per_trigger_bytes):
  *                           the median and [lowest, highest] of its runs
  *   cost_percent            per figure: encrypted median / plain median − 1, in percent
@@ -22,6 +23,7 @@ const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'postgres://… (a private schema per run; default: a new SQLite file per run)' })
   .option('triggers', { type: 'number', default: 100_000, describe: 'N: deferred task instances, one trigger each' })
   .option('runs', { type: 'number', default: 5, describe: 'pairs of runs (plain, then encrypted)' })
+  .option('distinct-events', { type: 'boolean', default: false, describe: "each trigger's event its own (see triggerer-bench.ts)" })
   .strict()
   .parse();
 if (!Number.isInteger(args.runs) || args.runs < 1) throw new Error(`--runs must be a whole number of pairs, at least 1; got ${args.runs}`);
@@ -47,6 +49,7 @@ const summary = (list: Run[]) => Object.fromEntries(FIGURES.map((figure) => [fig
 process.stdout.write(
   `${JSON.stringify({
     runs: args.runs,
+    distinct_events: args['distinct-events'],
     plain: summary(runs.plain),
     encrypted: summary(runs.encrypted),
     cost_percent: Object.fromEntries(
@@ -62,7 +65,16 @@ process.stdout.write(
 async function benchRun(encrypted: boolean): Promise<Run> {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', benchScript, '--triggers', String(args.triggers), ...(args.db ? ['--db', args.db] : []), ...(encrypted ? ['--encrypt'] : [])],
+    [
+      '--import',
+      'tsx',
+      benchScript,
+      '--triggers',
+      String(args.triggers),
+      ...(args.db ? ['--db', args.db] : []),
+      ...(encrypted ? ['--encrypt'] : []),
+      ...(args['distinct-events'] ? ['--distinct-events'] : []),
+    ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   let output = '';

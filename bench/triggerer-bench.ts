@@ -2,7 +2,7 @@
  * Triggerer benchmark: N task instances deferred onto N distinct DateTimeTriggers due at one
  * moment, one triggerer process, and what it costs to hold them and to fire them.
  *
- *   npm run bench -- --db URL --triggers N [--lead SECONDS]
+ *   npm run bench -- --db URL --triggers N [--lead SECONDS] [--encrypt] [--distinct-events]
  *
  * Prints one JSON line:
  *   n, dialect
@@ -17,11 +17,16 @@
  *                           database is checked to hold N scheduled task instances.
  *   moved_per_s             N / (due moment → last task instance committed)
  *   encrypted               whether --encrypt was given
+ *   distinct_events         whether --distinct-events was given
  *
  * --encrypt: the triggerer gets an encryption key, and the rows are inserted with their kwargs
  * encrypted and their empty next_kwargs plain (as a worker with that key writes them): the
  * triggerer decrypts every trigger's kwargs as it claims it and encrypts every event payload as
  * it writes it.
+ *
+ * --distinct-events: each trigger's event is its own (bench/distinct-event-trigger.ts, loaded with
+ * --trigger-module) instead of the moment all of them share; encrypted, each is sealed on its own
+ * rather than once for a batch (see prepareMove in src/storage/move-deferred-task-instances.ts).
  *
  * The deferrals are bulk-inserted (a multi-row insert per 1,000), as deferTaskInstance would
  * write them with deduplication off (each row is its own wait, which is what is measured), each
@@ -39,6 +44,7 @@ import { openDatabase, type Database } from '../src/db/connect.ts';
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { toDbTime } from '../src/db/schema.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
+import { DistinctEventTrigger } from './distinct-event-trigger.ts';
 import { Keyring } from '../src/encryption/keyring.ts';
 import { wake } from '../src/storage/wake.ts';
 import { benchDatabase, percentile } from './bench-support.ts';
@@ -49,6 +55,7 @@ const args = await yargs(hideBin(process.argv))
   .option('node-arg', { type: 'array', string: true, default: [] as string[], describe: 'extra node flags for the triggerer (e.g. --cpu-prof)' })
   .option('encrypt', { type: 'boolean', default: false, describe: 'encrypt kwargs and events at rest (see the README)' })
   .option('lead', { type: 'number', describe: 'seconds from insert to the due moment (default 5 + N/5000)' })
+  .option('distinct-events', { type: 'boolean', default: false, describe: 'give each trigger an event of its own (see above)' })
   .strict()
   .parse();
 
@@ -76,6 +83,7 @@ const triggerer = spawn(
     '0.5',
     '--log-level',
     'info',
+    ...(args['distinct-events'] ? ['--trigger-module', path.join(root, 'bench/distinct-event-trigger.ts')] : []),
   ],
   { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DEFERFLOW_ENCRYPTION_KEYS: keyEntry ?? '' } },
 );
@@ -139,6 +147,7 @@ try {
     fire_max_ms: last,
     moved_per_s: Math.round(n / (Math.max(last, 1) / 1000)),
     encrypted: keyring.encrypting,
+    distinct_events: args['distinct-events'],
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
 } finally {
@@ -158,9 +167,8 @@ async function insertDeferrals({ db, adapter }: Database, count: number, dueMs: 
       const triggers = await trx
         .insertInto('trigger')
         .values(
-          Array.from({ length: size }, () => ({
-            classpath: DateTimeTrigger.classpath,
-            kwargs: keyring.seal(JSON.stringify(new DateTimeTrigger({ moment: new Date(dueMs) }).serialize().kwargs), 'trigger.kwargs'),
+          Array.from({ length: size }, (_, i) => ({
+            ...serializedTrigger(dueMs, start + i),
             created_at: now,
             triggerer_id: null,
             hash: null,
@@ -187,6 +195,13 @@ async function insertDeferrals({ db, adapter }: Database, count: number, dueMs: 
       await wake(trx, adapter, 'triggerer');
     });
   }
+}
+
+/** The row's classpath and kwargs (sealed with --encrypt) for trigger `tag`, due at `dueMs`. */
+function serializedTrigger(dueMs: number, tag: number): { classpath: string; kwargs: string } {
+  const trigger = new DateTimeTrigger({ moment: new Date(dueMs) });
+  const { classpath, kwargs } = args['distinct-events'] ? new DistinctEventTrigger({ moment: trigger.moment, tag }).serialize() : trigger.serialize();
+  return { classpath, kwargs: keyring.seal(JSON.stringify(kwargs), 'trigger.kwargs') };
 }
 
 /** What the triggerer reported, checked against the database. */
