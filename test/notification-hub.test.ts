@@ -10,6 +10,7 @@ import { afterAll, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/connect.ts';
 import { NotificationHub, SIGNAL_CHANNEL, WAKE_CHANNEL } from '../src/db/notification-hub.ts';
 import { TaskDeferred, TaskInstanceStateError } from '../src/index.ts';
+import { toDbTime } from '../src/db/schema.ts';
 import { Storage } from '../src/storage/index.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, freshDatabaseUrl } from './support/databases.ts';
@@ -94,7 +95,7 @@ it("on PostgreSQL, a transaction's notifications arrive when it commits (sent wi
   }
 });
 
-it('on PostgreSQL, a deferral wakes the triggerers and a finished task the schedulers, each in its own statement; a write that changed nothing wakes no one', async () => {
+it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedulers, a scheduled task instance the workers, each in its own statement; a write that changed nothing wakes no one', async () => {
   const database = await migratedDatabase('postgres');
   try {
     const heard: string[] = [];
@@ -131,6 +132,24 @@ it('on PostgreSQL, a deferral wakes the triggerers and a finished task the sched
     await markHeard('after the deferrals');
     expect(heard.slice(heard.indexOf('after the finish') + 1)).toEqual(['triggerer', 'after the deferrals']);
     expect(await database.db.selectFrom('trigger').select('id').execute()).toHaveLength(1);
+
+    // The scheduler's decisions: scheduled ones wake the workers, ending ones no one; so do
+    // retries come due, and none come due wake no one.
+    const [undecided, doomed] = [await createTaskInstance(database), await createTaskInstance(database)];
+    await database.db.updateTable('task_instance').set({ state: null }).where('id', 'in', [undecided, doomed]).execute();
+    expect(await storage.decideTaskInstances([doomed], 'upstream_failed')).toEqual([doomed]);
+    expect(await storage.decideTaskInstances([undecided], 'scheduled')).toEqual([undecided]);
+    expect(await storage.decideTaskInstances([undecided], 'scheduled')).toEqual([]);
+    expect(await storage.scheduleReadyTaskInstances()).toBe(0);
+    const retry = await createTaskInstance(database, { state: 'up_for_retry' });
+    await database.db
+      .updateTable('task_instance')
+      .set({ ready_at: toDbTime(Date.now() - 1000) })
+      .where('id', '=', retry)
+      .execute();
+    expect(await storage.scheduleReadyTaskInstances()).toBe(1);
+    await markHeard('after the decisions');
+    expect(heard.slice(heard.indexOf('after the deferrals') + 1)).toEqual(['worker', 'worker', 'after the decisions']);
     unsubscribe();
   } finally {
     await database.close();

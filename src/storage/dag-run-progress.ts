@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../db/schema.ts';
 import type { JsonObject } from '../serialization/json.ts';
-import { wake } from './wake.ts';
+import { wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 export interface UnfinishedDagRun {
@@ -83,9 +83,9 @@ export async function decideTaskInstances(
     .set({ state, updated_at: toDbTime(now), ...(finished ? { end_date: toDbTime(now) } : {}) })
     .where(adapter.idIn('id', ids))
     .where('state', 'is', null)
-    .returning('id')
+    // Scheduled ones give workers task instances to claim: woken by the update itself, in its round trip.
+    .returning(finished ? ['id'] : ['id', wakeForChangedRows(adapter, 'worker')])
     .execute();
-  if (!finished && rows.length > 0) await wake(db, adapter, 'worker');
   return rows.map((row) => row.id);
 }
 

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { fromDbTime, toDbTime } from '../db/schema.ts';
-import { wake } from './wake.ts';
+import { wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 /**
@@ -9,15 +9,16 @@ import type { StorageContext } from './context.ts';
  * task-instance-state-machine.ts). Conditional on the state, so several schedulers may run it.
  */
 export async function scheduleReadyTaskInstances({ db, adapter }: StorageContext, now: number): Promise<number> {
-  const result = await db
+  const rows = await db
     // transition: ready-again
     .updateTable('task_instance')
     .set({ state: 'scheduled', ready_at: null, updated_at: toDbTime(now) })
     .where('state', 'in', ['up_for_retry', 'up_for_reschedule'])
     .where('ready_at', '<=', toDbTime(now))
-    .executeTakeFirst();
-  if (Number(result.numUpdatedRows) > 0) await wake(db, adapter, 'worker');
-  return Number(result.numUpdatedRows);
+    // Workers have task instances to claim: woken by the update itself, in its round trip.
+    .returning(wakeForChangedRows(adapter, 'worker'))
+    .execute();
+  return rows.length;
 }
 
 /** The earliest ready_at of an up_for_retry or up_for_reschedule task instance (epoch ms); null when none waits. */
