@@ -8,13 +8,14 @@ import { sql } from 'kysely';
 import pino from 'pino';
 import { afterAll, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/connect.ts';
+import { migrateToLatest } from '../src/db/migrate.ts';
 import { NotificationHub, SIGNAL_CHANNEL, WAKE_CHANNEL } from '../src/db/notification-hub.ts';
 import { TaskDeferred, TaskInstanceStateError } from '../src/index.ts';
 import { toDbTime } from '../src/db/schema.ts';
 import { Storage } from '../src/storage/index.ts';
 import * as t from './fixtures/test-triggers.ts';
-import { dropTestDatabases, freshDatabaseUrl } from './support/databases.ts';
-import { createTaskInstance, LogCapture, migratedDatabase, waitFor } from './support/fixtures.ts';
+import { dropTestDatabases, freshDatabaseUrl, freshPostgresDatabaseUrl } from './support/databases.ts';
+import { createTaskInstance, LogCapture, waitFor } from './support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -62,7 +63,8 @@ it("on a SQLite file, another connection's commit calls catchUp, the subscriber'
 });
 
 it("on PostgreSQL, a transaction's notifications arrive when it commits (sent with the COMMIT), payloads intact, none from one rolled back", async () => {
-  const database = openDatabase(await freshDatabaseUrl('postgres'));
+  // A database of its own: other test files' notifications on the server do not reach it.
+  const database = openDatabase(await freshPostgresDatabaseUrl());
   try {
     const heard: string[] = [];
     const hub = NotificationHub.of(database, pino(new LogCapture()));
@@ -96,7 +98,8 @@ it("on PostgreSQL, a transaction's notifications arrive when it commits (sent wi
 });
 
 it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedulers, a scheduled task instance the workers, each in its own statement; a write that changed nothing wakes no one', async () => {
-  const database = await migratedDatabase('postgres');
+  const database = openDatabase(await freshPostgresDatabaseUrl());
+  await migrateToLatest(database);
   try {
     const heard: string[] = [];
     const hub = NotificationHub.of(database, pino(new LogCapture()));

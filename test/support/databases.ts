@@ -9,6 +9,7 @@
  *           `options=-c search_path=t_<hex>`, a freshly created schema, so
  *           every unqualified table lives in that schema.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -20,6 +21,7 @@ export type TestDialect = 'sqlite' | 'postgres';
 export const testDialects: TestDialect[] = ['sqlite', 'postgres'];
 
 const createdSchemas: string[] = [];
+const createdPgDatabases: string[] = [];
 const createdDirs: string[] = [];
 
 /** A URL for an empty database of the given dialect, private to the caller. */
@@ -44,10 +46,30 @@ export async function freshDatabaseUrl(dialect: TestDialect): Promise<string> {
   return url;
 }
 
-/** Drops every schema and removes every temp dir that freshDatabaseUrl created in this file. */
+/**
+ * A URL for an empty PostgreSQL database of its own on the run's server, not a schema of the
+ * shared one: for tests that listen (LISTEN/NOTIFY channels belong to a database, so the
+ * notifications of test files running meanwhile in other schemas would reach them).
+ */
+export async function freshPostgresDatabaseUrl(): Promise<string> {
+  const name = `d_${crypto.randomBytes(8).toString('hex')}`;
+  await withClient(inject('pgUrl'), (client) => client.query(`create database ${client.escapeIdentifier(name)}`));
+  createdPgDatabases.push(name);
+  const url = new URL(inject('pgUrl'));
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** Drops every schema and database and removes every temp dir that this file's tests created. */
 export async function dropTestDatabases(): Promise<void> {
   const schemas = createdSchemas.splice(0);
+  const pgDatabases = createdPgDatabases.splice(0);
   const dirs = createdDirs.splice(0);
   if (schemas.length > 0) await dropSchemas(inject('pgUrl'), schemas);
+  if (pgDatabases.length > 0) {
+    await withClient(inject('pgUrl'), async (client) => {
+      for (const name of pgDatabases) await client.query(`drop database if exists ${client.escapeIdentifier(name)} with (force)`);
+    });
+  }
   await Promise.all(dirs.map((dir) => fs.rm(dir, { recursive: true, force: true })));
 }
