@@ -109,7 +109,7 @@ it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedule
     const worker = { jobId: await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 2 }), hostname: 'h', pid: 1 };
     const id = await createTaskInstance(database, { state: 'scheduled' });
     await storage.claimTaskInstances(worker, 1);
-    await storage.startTaskInstance(id, worker.jobId, null);
+    const { tryNumber } = (await storage.startTaskInstance(id, worker.jobId, null))!;
     const markHeard = async (mark: string) => {
       await database.adapter.notify(database.db, WAKE_CHANNEL, mark);
       await waitFor(() => heard.includes(mark), { what: mark, timeoutMs: 10_000 });
@@ -117,12 +117,12 @@ it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedule
     await markHeard('before');
 
     // Another worker's outcome for it is dropped: nothing changed, so nothing is pushed.
-    expect(await storage.finishTaskInstance(id, worker.jobId + 1, { state: 'success', returnValueJson: null })).toBe(false);
+    expect(await storage.finishTaskInstance(id, { workerJobId: worker.jobId + 1, tryNumber }, { state: 'success', returnValueJson: null })).toBe(false);
     // Notifications arrive in commit order: a push from the dropped finish would come before the mark.
     await markHeard('after the dropped finish');
     expect(heard.slice(heard.indexOf('before') + 1)).toEqual(['after the dropped finish']);
 
-    expect(await storage.finishTaskInstance(id, worker.jobId, { state: 'success', returnValueJson: null })).toBe(true);
+    expect(await storage.finishTaskInstance(id, { workerJobId: worker.jobId, tryNumber }, { state: 'success', returnValueJson: null })).toBe(true);
     await markHeard('after the finish');
     expect(heard.slice(heard.indexOf('after the dropped finish') + 1)).toEqual(['scheduler', 'after the finish']);
 

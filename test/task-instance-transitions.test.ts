@@ -113,7 +113,9 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     const resumed = await storage.startTaskInstance(id, me.jobId, 60_000, 1_030_000);
     expect(resumed).toMatchObject({ tryNumber: 1, nextMethod: 'resume', executionDeadline: 1_060_000 });
     expect(JSON.parse(resumed!.nextKwargsJson!)).toEqual({ event: 'ok' });
-    expect(await storage.finishTaskInstance(id, me.jobId, { state: 'success', returnValueJson: '{"rows":3}' }, 1_040_000)).toBe(true);
+    expect(await storage.finishTaskInstance(id, { workerJobId: me.jobId, tryNumber: 1 }, { state: 'success', returnValueJson: '{"rows":3}' }, 1_040_000)).toBe(
+      true,
+    );
     const done = await taskInstance(db, id);
     expect(done).toMatchObject({ state: 'success', try_number: 1, next_method: null, next_kwargs: null, worker_job_id: null });
     expect(JSON.parse(done.return_value!)).toEqual({ rows: 3 });
@@ -130,10 +132,10 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     await storage.claimTaskInstances(me, 1);
     expect(await storage.startTaskInstance(id, other.jobId, null)).toBeNull();
     await storage.startTaskInstance(id, me.jobId, null);
-    expect(await storage.finishTaskInstance(id, other.jobId, { state: 'success', returnValueJson: null })).toBe(false);
+    expect(await storage.finishTaskInstance(id, { workerJobId: other.jobId, tryNumber: 1 }, { state: 'success', returnValueJson: null })).toBe(false);
     expect((await taskInstance(db, id)).state).toBe('running');
 
-    expect(await storage.finishTaskInstance(id, me.jobId, { state: 'up_for_retry', readyAt: 5_000 })).toBe(true);
+    expect(await storage.finishTaskInstance(id, { workerJobId: me.jobId, tryNumber: 1 }, { state: 'up_for_retry', readyAt: 5_000 })).toBe(true);
     const waiting = await taskInstance(db, id);
     expect(waiting).toMatchObject({ state: 'up_for_retry', try_number: 1, end_date: null });
     expect(new Date(waiting.ready_at!).getTime()).toBe(5_000);
@@ -141,6 +143,45 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     await storage.claimTaskInstances(me, 1);
     expect(await storage.startTaskInstance(id, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: null });
   });
+
+  it.each(['another worker', 'the same worker'] as const)(
+    'a worker whose try was reaped and retried on %s writes nothing of the old try: no outcome, deferral or stop',
+    async (retriedOn) => {
+      const db = await database();
+      const storage = new Storage(db);
+      const me = await worker(storage);
+      const other = await worker(storage, 'other-host');
+      const id = await createTaskInstance(db, { state: 'scheduled' });
+      await db.db.updateTable('task_instance').set({ max_tries: 3 }).where('id', '=', id).execute();
+      await storage.claimTaskInstances(me, 1);
+      const oldTry = { workerJobId: me.jobId, tryNumber: (await storage.startTaskInstance(id, me.jobId, null))!.tryNumber };
+
+      // My heartbeat went stale (a pause past the zombie threshold): the scheduler retries the try.
+      const stale = Date.now() + 60_000;
+      expect(await storage.reapZombieTaskInstances(stale, stale, async () => stale)).toMatchObject({ retried: 1 });
+      expect(await storage.scheduleReadyTaskInstances(stale)).toBe(1);
+      const retrier = retriedOn === 'another worker' ? other : me;
+      await storage.claimTaskInstances(retrier, 1);
+      const newTry = { workerJobId: retrier.jobId, tryNumber: (await storage.startTaskInstance(id, retrier.jobId, null))!.tryNumber };
+      expect(newTry.tryNumber).toBe(oldTry.tryNumber + 1);
+      const retried = await taskInstance(db, id);
+
+      // The old try's code ends now; nothing it writes lands on the try that replaced it.
+      expect(await storage.finishTaskInstance(id, oldTry, { state: 'success', returnValueJson: '"old"' })).toBe(false);
+      await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), Date.now(), oldTry)).rejects.toThrow(
+        `task instance ${id} is no longer running try ${oldTry.tryNumber} on worker ${me.jobId} (it is running, try ${newTry.tryNumber}, on worker ${retrier.jobId})`,
+      );
+      await db.db.updateTable('task_instance').set({ stop_request: 'failed' }).where('id', '=', id).execute();
+      expect(await storage.carryOutStopRequest(id, oldTry)).toBe(null);
+      await db.db.updateTable('task_instance').set({ stop_request: null }).where('id', '=', id).execute();
+      expect(await taskInstance(db, id)).toEqual(retried);
+      expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
+
+      // The new try's own writes do.
+      await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), Date.now(), newTry);
+      expect(await taskInstance(db, id)).toMatchObject({ state: 'deferred', try_number: newTry.tryNumber, worker_job_id: null });
+    },
+  );
 
   it.runIf(dialect === 'postgres')('workers claiming at once on separate connections never claim the same task instance', async () => {
     const db = await database();

@@ -6,6 +6,7 @@ import type { SerializedTrigger } from '../triggers/base-trigger.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import { wake, wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
+import { stillHeld, type HeldTry } from './held-try.ts';
 
 /** States a task instance may defer from: running (an operator), or scheduled/queued (started from a trigger). */
 export const DEFERRABLE_STATES: readonly TaskInstanceState[] = ['running', 'queued', 'scheduled'];
@@ -40,12 +41,15 @@ export interface DeferResult {
  * the deferral's own and the task's execution deadline, so execution_timeout spans deferrals.
  * The task instance leaves its worker (the slot is free). A task instance that is no longer
  * deferrable (cleared meanwhile) gets a TaskInstanceStateError and no trigger is left behind.
+ * A worker deferring the try it runs passes `held`: the task instance must still be running
+ * that try on that worker (see HeldTry), not only be in a state that may defer.
  */
 export async function deferTaskInstance(
   { db, adapter, keyring }: StorageContext,
   taskInstanceId: number,
   deferral: Deferral,
   now: number,
+  held?: HeldTry,
 ): Promise<DeferResult> {
   // Sealed (when keys are configured) before the transaction opens, not while it holds locks.
   const nextKwargs = keyring.seal(JSON.stringify(deferral.kwargs), 'task_instance.next_kwargs');
@@ -70,8 +74,9 @@ export async function deferTaskInstance(
     worker_job_id: null,
     updated_at: toDbTime(now),
   });
+  const deferrableStates = held ? (['running'] as const) : DEFERRABLE_STATES;
   if (adapter.supportsWritingCtes && !deferral.startFromTrigger) {
-    const done = await deferInOneStatement({ db, adapter, keyring }, taskInstanceId, trigger, deferredFields, now);
+    const done = await deferInOneStatement({ db, adapter, keyring }, taskInstanceId, trigger, deferredFields, deferrableStates, held, now);
     if (done) return done;
   }
   return db.transaction().execute(async (trx) => {
@@ -91,7 +96,8 @@ export async function deferTaskInstance(
           .updateTable('task_instance')
           .set({ state: 'deferred', ...deferredFields(linked.triggerId) })
           .where('id', '=', taskInstanceId)
-          .where('state', 'in', DEFERRABLE_STATES)
+          .where('state', 'in', deferrableStates)
+          .$if(held !== undefined, (qb) => qb.where(stillHeld(held!)))
           // A try a signal is stopping does not defer: its worker carries the stop out instead.
           .where('stop_request', 'is', null)
           .executeTakeFirst();
@@ -113,10 +119,19 @@ export async function deferTaskInstance(
       return linked;
     }
     // Not deferrable (cleared, or never there): the throw rolls the trigger back too.
-    const ti = await trx.selectFrom('task_instance').select(['state', 'stop_request']).where('id', '=', taskInstanceId).executeTakeFirst();
+    const ti = await trx
+      .selectFrom('task_instance')
+      .select(['state', 'stop_request', 'worker_job_id', 'try_number'])
+      .where('id', '=', taskInstanceId)
+      .executeTakeFirst();
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
     if (ti.stop_request !== null)
       throw new TaskInstanceStateError(`task instance ${taskInstanceId} is being stopped by a signal (${ti.stop_request}); it does not defer`);
+    if (held && !deferral.startFromTrigger)
+      throw new TaskInstanceStateError(
+        `task instance ${taskInstanceId} is no longer running try ${held.tryNumber} on worker ${held.workerJobId} ` +
+          `(it is ${ti.state ?? 'in no state'}, try ${ti.try_number}${ti.worker_job_id === null ? '' : `, on worker ${ti.worker_job_id}`}); that try's deferral is dropped`,
+      );
     throw new TaskInstanceStateError(
       deferral.startFromTrigger
         ? `task instance ${taskInstanceId} is ${ti.state}; only one in no state can start from its trigger`
@@ -138,6 +153,8 @@ async function deferInOneStatement(
   taskInstanceId: number,
   trigger: TriggerValues,
   deferredFields: (triggerId: RawBuilder<number>) => UpdateObject<DatabaseSchema, 'task_instance'>,
+  deferrableStates: readonly TaskInstanceState[],
+  held: HeldTry | undefined,
   now: number,
 ): Promise<DeferResult | null> {
   const time = sql<string>`cast(${toDbTime(now)} as ${sql.raw(adapter.types.time)})`;
@@ -148,7 +165,8 @@ async function deferInOneStatement(
           .selectFrom('task_instance')
           .select(['id', 'priority_weight'])
           .where('id', '=', taskInstanceId)
-          .where('state', 'in', DEFERRABLE_STATES)
+          .where('state', 'in', deferrableStates)
+          .$if(held !== undefined, (qb) => qb.where(stillHeld(held!)))
           .where('stop_request', 'is', null),
       ),
     )
@@ -178,7 +196,7 @@ async function deferInOneStatement(
         .set({ state: 'deferred', ...deferredFields(sql<number>`linked.id`) })
         .whereRef('task_instance.id', '=', 'deferrable.id')
         // As the lock found it (the row cannot change since): said again for the state machine's check.
-        .where('state', 'in', DEFERRABLE_STATES)
+        .where('state', 'in', deferrableStates)
         .returning(['task_instance.id', 'task_instance.try_number', 'linked.id as trigger_id']),
     )
     .with('waited', (qc) =>

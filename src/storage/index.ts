@@ -74,6 +74,7 @@ import {
   type TaskOutcome,
   type WorkerIdentity,
 } from './task-instance-transitions.ts';
+import type { HeldTry } from './held-try.ts';
 
 export type { ClaimResult, TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
@@ -98,6 +99,7 @@ export type { QuarantinedTrigger } from './quarantine-triggers.ts';
 export type { DeferredTaskInstance } from './list-deferred-task-instances.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
+export type { HeldTry } from './held-try.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 export { signalRunId } from './latest-scheduled-run.ts';
 
@@ -272,8 +274,8 @@ export class Storage {
     return startTaskInstance(this.#context, taskInstanceId, workerJobId, executionTimeoutMs, now);
   }
 
-  finishTaskInstance(taskInstanceId: number, workerJobId: number, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
-    return finishTaskInstance(this.#context, taskInstanceId, workerJobId, outcome, now);
+  finishTaskInstance(taskInstanceId: number, held: HeldTry, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
+    return finishTaskInstance(this.#context, taskInstanceId, held, outcome, now);
   }
 
   handBackTaskInstance(taskInstanceId: number, workerJobId: number, now = Date.now()): Promise<boolean> {
@@ -284,8 +286,8 @@ export class Storage {
     return stopRequestsOf(this.#context, workerJobId, taskInstanceIds);
   }
 
-  carryOutStopRequest(taskInstanceId: number, workerJobId: number, now = Date.now()): Promise<StopRequest | null> {
-    return carryOutStopRequest(this.#context, taskInstanceId, workerJobId, now);
+  carryOutStopRequest(taskInstanceId: number, held: HeldTry, now = Date.now()): Promise<StopRequest | null> {
+    return carryOutStopRequest(this.#context, taskInstanceId, held, now);
   }
 
   pendingSignalActions(limit: number): Promise<PendingSignalAction[]> {
@@ -461,7 +463,8 @@ export class Storage {
     return scheduleReadyTaskInstances(this.#context, now);
   }
 
-  deferTaskInstance(taskInstanceId: number, deferral: Deferral, now = Date.now()): Promise<DeferResult> {
-    return deferTaskInstance(this.#context, taskInstanceId, deferral, now);
+  /** `held`: a worker deferring the try it runs, which must still be its own (see HeldTry); without it, any deferrable task instance (the API). */
+  deferTaskInstance(taskInstanceId: number, deferral: Deferral, now = Date.now(), held?: HeldTry): Promise<DeferResult> {
+    return deferTaskInstance(this.#context, taskInstanceId, deferral, now, held);
   }
 }

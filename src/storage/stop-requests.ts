@@ -3,6 +3,7 @@ import { toDbTime, type StopRequest } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
 import type { DialectAdapter } from '../db/dialect.ts';
 import { wake } from './wake.ts';
+import { stillHeld, type HeldTry } from './held-try.ts';
 
 /*
  * A signal that stops or restarts a running task instance cannot change its state under the
@@ -53,21 +54,16 @@ export function stopRequestCarriedOut(adapter: DialectAdapter, now: number) {
 /**
  * running (stop requested) → scheduled (restart) or the requested end state, for the worker
  * that ran the stopped try. Returns what it carried out, or null when there was nothing to (no
- * request, or no longer this worker's).
+ * request, or the worker no longer holds the try: see HeldTry).
  */
-export async function carryOutStopRequest(
-  { db, adapter }: StorageContext,
-  taskInstanceId: number,
-  workerJobId: number,
-  now: number,
-): Promise<StopRequest | null> {
+export async function carryOutStopRequest({ db, adapter }: StorageContext, taskInstanceId: number, held: HeldTry, now: number): Promise<StopRequest | null> {
   return db.transaction().execute(async (trx) => {
     const row = await trx
       .selectFrom('task_instance')
       .select('stop_request')
       .where('id', '=', taskInstanceId)
       .where('state', '=', 'running')
-      .where('worker_job_id', '=', workerJobId)
+      .where(stillHeld(held))
       .where('stop_request', 'is not', null)
       .executeTakeFirst();
     if (!row?.stop_request) return null;
@@ -77,7 +73,7 @@ export async function carryOutStopRequest(
       .set(stopRequestCarriedOut(adapter, now))
       .where('id', '=', taskInstanceId)
       .where('state', '=', 'running')
-      .where('worker_job_id', '=', workerJobId)
+      .where(stillHeld(held))
       .where('stop_request', '=', row.stop_request)
       .executeTakeFirst();
     if (Number(result.numUpdatedRows) !== 1) return null;

@@ -30,8 +30,10 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../db/schema.ts';
  *       scheduled (restart) | skipped | failed | success
  *
  * Every transition is one conditional UPDATE on the state it leaves (and, for a worker, on the
- * worker that holds it), so two processes racing for one task instance cannot both win: the
- * loser's update matches no row. Clearing alone is unconditional: a person asked for it.
+ * try it holds: its job and the try's number, see held-try.ts), so two processes racing for one
+ * task instance cannot both win: the loser's update matches no row, and a worker that lost a try
+ * while it was paused writes nothing to the try that replaced it. Clearing alone is
+ * unconditional: a person asked for it.
  *
  * TASK_INSTANCE_TRANSITIONS is the same, one row per statement kind, naming the file that
  * performs it. Each `updateTable('task_instance')` in src/storage carries a

@@ -5,6 +5,7 @@ import type { EncryptionKeyError } from '../errors.ts';
 import { openNextKwargs } from './sealed-values.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
 import { wakeForChangedRows } from './wake.ts';
+import { stillHeld, type HeldTry } from './held-try.ts';
 
 /*
  * The worker's transitions of a task instance: claim, start, finish, hand back. The whole state
@@ -248,24 +249,24 @@ export type TaskOutcome =
   | { readonly state: 'up_for_reschedule'; readonly readyAt: number; readonly startedAt: number };
 
 /**
- * running → the outcome's state, for the worker that runs it. next_method and next_kwargs are
- * cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. A
+ * running → the outcome's state, for the worker that runs the try. next_method and next_kwargs
+ * are cleared: a finished run resumes nothing, and a retried or rescheduled one starts afresh. A
  * reschedule gives its try back (try_number - 1): the next start takes the same number; it
- * also writes the reschedule's history row, in the same transaction. False when the task
- * instance is no longer running on this worker, or a signal asked to stop it (see
- * carryOutStopRequest): its outcome is dropped, as it must be.
+ * also writes the reschedule's history row, in the same transaction. False when the worker no
+ * longer holds the try (see HeldTry), or a signal asked to stop it (see carryOutStopRequest):
+ * its outcome is dropped, as it must be.
  */
 export async function finishTaskInstance(
   { db, adapter, keyring }: StorageContext,
   taskInstanceId: number,
-  workerJobId: number,
+  held: HeldTry,
   outcome: TaskOutcome,
   now: number,
 ): Promise<boolean> {
   const terminal: readonly TaskInstanceState[] = ['success', 'skipped', 'failed'];
   if (outcome.state === 'up_for_reschedule') {
     return db.transaction().execute(async (trx) => {
-      const finished = await finishRun({ db: trx, adapter, keyring }, taskInstanceId, workerJobId, outcome, terminal, now);
+      const finished = await finishRun({ db: trx, adapter, keyring }, taskInstanceId, held, outcome, terminal, now);
       if (!finished) return false;
       // The try given back is the one the next run takes again: the number before the decrement.
       await recordTaskReschedule(
@@ -275,13 +276,13 @@ export async function finishTaskInstance(
       return true;
     });
   }
-  return (await finishRun({ db, adapter, keyring }, taskInstanceId, workerJobId, outcome, terminal, now)) !== null;
+  return (await finishRun({ db, adapter, keyring }, taskInstanceId, held, outcome, terminal, now)) !== null;
 }
 
 async function finishRun(
   { db, adapter }: StorageContext,
   taskInstanceId: number,
-  workerJobId: number,
+  held: HeldTry,
   outcome: TaskOutcome,
   terminal: readonly TaskInstanceState[],
   now: number,
@@ -303,7 +304,7 @@ async function finishRun(
     })
     .where('id', '=', taskInstanceId)
     .where('state', '=', 'running')
-    .where('worker_job_id', '=', workerJobId)
+    .where(stillHeld(held))
     // A signal's stop or restart, asked for while the try ran, wins over its outcome.
     .where('stop_request', 'is', null)
     // Its downstream tasks may be ready now, or (a retry, a reschedule) the scheduler's next

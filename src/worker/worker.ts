@@ -13,7 +13,7 @@ import {
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { WakeSet } from '../time/wake-set.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
-import { Storage, type ClaimedTaskInstance, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
+import { Storage, type ClaimedTaskInstance, type HeldTry, type StartedTaskInstance, type TaskOutcome } from '../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from '../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
 import { InlineTaskRunner } from './inline-task-runner.ts';
@@ -288,7 +288,14 @@ export class Worker extends Daemon {
       const started = await this.#recordPersistently(taskInstance.id, 'its start', () => this.storage.startTaskInstance(taskInstance.id, jobId, null));
       if (!started) return;
       try {
-        await this.#finish(taskInstance, label, this.#openTaskLog(taskInstance, started), { state: 'failed' }, error);
+        await this.#finish(
+          taskInstance,
+          { workerJobId: jobId, tryNumber: started.tryNumber },
+          label,
+          this.#openTaskLog(taskInstance, started),
+          { state: 'failed' },
+          error,
+        );
       } finally {
         this.#taskLogs.release(taskInstance.id, started.tryNumber);
       }
@@ -318,6 +325,8 @@ export class Worker extends Daemon {
     started: StartedTaskInstance,
     cancel: AbortController,
   ): Promise<void> {
+    // What this try writes lands only while the try is still this worker's (see HeldTry).
+    const held: HeldTry = { workerJobId: this.jobId!, tryNumber: started.tryNumber };
     const tryLog = this.#openTaskLog(taskInstance, started);
     tryLog.worker.info(
       started.nextMethod ? { next_method: started.nextMethod } : {},
@@ -338,7 +347,7 @@ export class Worker extends Daemon {
         // Its code was asked to stop: once it has, what it logged on the way out is in the log.
         await task.stopped();
         if (aborted instanceof TaskStoppedBySignalError) {
-          await this.#carryOutStopRequest(taskInstance, label, tryLog);
+          await this.#carryOutStopRequest(taskInstance, held, label, tryLog);
           return;
         }
         // Handed back at shutdown already (see shutdown()): nothing of this try is recorded.
@@ -348,7 +357,7 @@ export class Worker extends Daemon {
       }
     }
     if (result.kind === 'returned') {
-      await this.#finish(taskInstance, label, tryLog, { state: 'success', returnValueJson: result.returnValueJson });
+      await this.#finish(taskInstance, held, label, tryLog, { state: 'success', returnValueJson: result.returnValueJson });
       return;
     }
     if (result.kind === 'deferred') {
@@ -358,14 +367,14 @@ export class Worker extends Daemon {
         // task's failure (failing it would spend a try, or end the task, for an outage). The
         // moment it deferred stays the start of its timeout however long the write waits.
         const deferredAt = Date.now();
-        await this.#recordPersistently(taskInstance.id, 'its deferral', () => this.storage.deferTaskInstance(taskInstance.id, deferral, deferredAt));
+        await this.#recordPersistently(taskInstance.id, 'its deferral', () => this.storage.deferTaskInstance(taskInstance.id, deferral, deferredAt, held));
         this.#countOutcome(taskInstance, 'deferred');
         // No flush: the deferral's line rides the next timed write (the task is not finished).
         tryLog.worker.info({ next_method: deferral.method }, `${label} deferred; resumes at ${deferral.method}`);
         return;
       } catch (deferError) {
         if (deferError instanceof TaskInstanceStateError) {
-          if (await this.#carryOutStopRequest(taskInstance, label, tryLog)) return;
+          if (await this.#carryOutStopRequest(taskInstance, held, label, tryLog)) return;
           this.log.warn(
             { task_instance_id: taskInstance.id, error: deferError.message },
             `${label} deferred, but it is no longer this worker's to defer; dropped`,
@@ -377,12 +386,13 @@ export class Worker extends Daemon {
       }
     }
     if (result.kind === 'skipped') {
-      await this.#finish(taskInstance, label, tryLog, { state: 'skipped' }, undefined, Date.now(), result.reason);
+      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, Date.now(), result.reason);
       return;
     }
     if (result.kind === 'rescheduled') {
       await this.#finish(
         taskInstance,
+        held,
         label,
         tryLog,
         { state: 'up_for_reschedule', readyAt: result.readyAt, startedAt: started.startedAt },
@@ -395,17 +405,15 @@ export class Worker extends Daemon {
     const now = Date.now();
     const mayRetry = started.tryNumber <= task.retry.retries && result.retryable;
     const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
-    await this.#finish(taskInstance, label, tryLog, outcome, result.error, now);
+    await this.#finish(taskInstance, held, label, tryLog, outcome, result.error, now);
   }
 
   /**
    * Ends a try a signal stopped, as its request says (a new try, or an end state); the try's own
    * outcome, if any, is dropped. Returns whether there was a request to carry out.
    */
-  async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, label: string, tryLog: TryLoggers): Promise<boolean> {
-    const done = await this.#recordPersistently(taskInstance.id, 'the stop a signal asked for', () =>
-      this.storage.carryOutStopRequest(taskInstance.id, this.jobId!),
-    );
+  async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, held: HeldTry, label: string, tryLog: TryLoggers): Promise<boolean> {
+    const done = await this.#recordPersistently(taskInstance.id, 'the stop a signal asked for', () => this.storage.carryOutStopRequest(taskInstance.id, held));
     if (done === null) return false;
     this.#countOutcome(taskInstance, done === 'restart' ? 'scheduled' : done);
     tryLog.worker.info(
@@ -463,6 +471,7 @@ export class Worker extends Daemon {
   /** Logs the outcome to the task's log and writes that log, then records the outcome: a finished task's log is complete. */
   async #finish(
     taskInstance: ClaimedTaskInstance,
+    held: HeldTry,
     label: string,
     tryLog: TryLoggers,
     outcome: TaskOutcome,
@@ -479,11 +488,11 @@ export class Worker extends Daemon {
     }
     await this.#taskLogs.flush();
     const recorded = await this.#recordPersistently(taskInstance.id, `its outcome (${outcome.state})`, () =>
-      this.storage.finishTaskInstance(taskInstance.id, this.jobId!, outcome, now),
+      this.storage.finishTaskInstance(taskInstance.id, held, outcome, now),
     );
     if (recorded) this.#countOutcome(taskInstance, outcome.state);
     // A signal asked to stop it before the outcome was written: the request wins.
-    if (!recorded && (await this.#carryOutStopRequest(taskInstance, label, tryLog))) return;
+    if (!recorded && (await this.#carryOutStopRequest(taskInstance, held, label, tryLog))) return;
     if (!recorded)
       this.log.warn(
         { task_instance_id: taskInstance.id, state: outcome.state },

@@ -92,19 +92,20 @@ describe.each(testDialects)('signal actions in storage on %s', (dialect) => {
     const jobId = await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 1 });
     const id = await watching('running');
     await db.db.updateTable('task_instance').set({ worker_job_id: jobId }).where('id', '=', id).execute();
+    const held = { workerJobId: jobId, tryNumber: (await taskInstance(db, id)).try_number };
     await storage.sendSignal('k', 'null');
     expect(await storage.applySignalAction(await pendingFor(id), { kind: 'request', request: 'failed' })).toBe('acted');
     expect(await taskInstance(db, id)).toMatchObject({ state: 'running', stop_request: 'failed' });
     expect(await storage.stopRequestsOf(jobId, [id])).toEqual(new Map([[id, 'failed']]));
 
-    expect(await storage.finishTaskInstance(id, jobId, { state: 'success', returnValueJson: '1' })).toBe(false);
+    expect(await storage.finishTaskInstance(id, held, { state: 'success', returnValueJson: '1' })).toBe(false);
     await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
       'is being stopped by a signal (failed); it does not defer',
     );
     expect(await storage.handBackTaskInstance(id, jobId)).toBe(false);
-    expect(await storage.carryOutStopRequest(id, jobId + 1)).toBe(null);
-    expect(await storage.carryOutStopRequest(id, jobId)).toBe('failed');
+    expect(await storage.carryOutStopRequest(id, { ...held, workerJobId: jobId + 1 })).toBe(null);
+    expect(await storage.carryOutStopRequest(id, held)).toBe('failed');
     expect(await taskInstance(db, id)).toMatchObject({ state: 'failed', stop_request: null, worker_job_id: null, return_value: null });
-    expect(await storage.carryOutStopRequest(id, jobId)).toBe(null);
+    expect(await storage.carryOutStopRequest(id, held)).toBe(null);
   });
 });

@@ -1,0 +1,20 @@
+import { sql, type RawBuilder } from 'kysely';
+
+/**
+ * The try a worker runs, as starting it gave it: the worker's job and the try's number. A
+ * worker's writes of a try (its outcome, its deferral, the stop a signal asked of it) change the
+ * task instance only while it is running that very try on that worker. A worker that stopped
+ * answering past the zombie threshold (a long pause, a frozen VM, a lost network) has had the
+ * try taken from it: the scheduler retried it, on another worker or on this one once it woke.
+ * What the old try still writes then finds no row; the job alone would not tell the old try
+ * from the one this worker took up again.
+ */
+export interface HeldTry {
+  readonly workerJobId: number;
+  readonly tryNumber: number;
+}
+
+/** The WHERE condition, beside `state = 'running'`, that a task instance is still `held`. */
+export function stillHeld(held: HeldTry): RawBuilder<boolean> {
+  return sql<boolean>`(worker_job_id = ${held.workerJobId} and try_number = ${held.tryNumber})`;
+}
