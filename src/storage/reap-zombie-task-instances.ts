@@ -49,6 +49,11 @@ export async function reapZombieTaskInstances(
     .executeTakeFirst();
   if (!anyHeld) return { requeued: 0, retried: 0, failed: 0, stopped: 0 };
   const released = { worker_job_id: null, updated_at: toDbTime(now) };
+  // A try that ran and died is over, as a failed one is when its worker records it: its retry
+  // starts afresh from execute() as a new try, not at the resume point of a deferral (which
+  // would run again in the same try number, so a resume that kills its worker each time would
+  // be retried for ever). A task instance that was only queued never started: it keeps it.
+  const tryOver = { ...released, next_method: null, next_kwargs: null, next_event: null };
   const requeued = await db
     // transition: reap-queued
     .updateTable('task_instance')
@@ -79,7 +84,7 @@ export async function reapZombieTaskInstances(
     const updated = await db
       // transition: reap-running
       .updateTable('task_instance')
-      .set({ ...released, state: 'up_for_retry', ready_at: toDbTime(readyAt) })
+      .set({ ...tryOver, state: 'up_for_retry', ready_at: toDbTime(readyAt) })
       .where('id', '=', zombie.id)
       .where('state', '=', 'running')
       .where('stop_request', 'is', null)
@@ -90,7 +95,7 @@ export async function reapZombieTaskInstances(
   const failed = await db
     // transition: reap-running
     .updateTable('task_instance')
-    .set({ ...released, state: 'failed', end_date: toDbTime(now) })
+    .set({ ...tryOver, state: 'failed', end_date: toDbTime(now) })
     .where('state', '=', 'running')
     .where('stop_request', 'is', null)
     .where('worker_job_id', 'in', deadWorkers)

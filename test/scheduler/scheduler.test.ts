@@ -285,6 +285,51 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     expect(await rt.runState('manual__1')).toBe('failed');
   });
 
+  it("a dead worker's try that was resuming is retried as a new try, afresh from execute(), and its tries run out", async () => {
+    class ResumesOrStarts extends BaseOperator {
+      execute() {
+        return 'started afresh';
+      }
+      resume() {
+        return 'resumed with the old event';
+      }
+    }
+    const dag: SchedulerDag = {
+      dagId: 'resumed_zombies',
+      hash: 'h1',
+      schedule: null,
+      signalSchedule: null,
+      tasks: [
+        task('retried', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 0 } }),
+        task('out_of_tries', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 0 } }),
+      ],
+    };
+    const operator = new ResumesOrStarts();
+    const rt = await runtime(dag, { retried: operator, out_of_tries: operator }, { zombieThresholdMs: 1000 });
+    await rt.run('manual__1');
+    const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
+    // Both were running their resume method (after a deferral) when their worker died.
+    const resuming = (taskId: string, tryNumber: number) =>
+      rt.db.db
+        .updateTable('task_instance')
+        .set({ state: 'running', worker_job_id: dead, try_number: tryNumber, max_tries: 1, next_method: 'resume', next_kwargs: '{}', next_event: '"old"' })
+        .where('task_id', '=', taskId)
+        .execute();
+    await resuming('retried', 1);
+    await resuming('out_of_tries', 2);
+    await rt.start();
+    await waitFor(async () => ['success', 'failed'].includes(await rt.runState('manual__1')), { what: 'the run to finish' });
+    const rows = await rt.db.db
+      .selectFrom('task_instance')
+      .select(['task_id', 'state', 'try_number', 'return_value', 'next_method'])
+      .orderBy('task_id')
+      .execute();
+    expect(rows).toEqual([
+      { task_id: 'out_of_tries', state: 'failed', try_number: 2, return_value: null, next_method: null },
+      { task_id: 'retried', state: 'success', try_number: 2, return_value: '"started afresh"', next_method: null },
+    ]);
+  });
+
   it("a dead worker's running try is retried after the task's retry delay (backoff included), not at once", async () => {
     const dag: SchedulerDag = {
       dagId: 'patient',
