@@ -2,8 +2,8 @@
  * The chaos run: deferflow under repeated SIGKILLs, on PostgreSQL. Three triggerers, two
  * workers and a scheduler share a private schema; N deferred task instances wait on triggers
  * due over --window seconds (each resumed on a worker, then done); every --fault-every seconds
- * one process chosen at random is SIGKILLed and started again. With --freeze S, a fault is as
- * likely to freeze the process instead (SIGSTOP, then SIGCONT S seconds later: a long pause, a
+ * one process chosen at random is SIGKILLed and started again. With --freeze S, every other fault
+ * freezes the process instead, the first one too (SIGSTOP, then SIGCONT S seconds later: a long pause, a
  * frozen VM or container): past the health-check and zombie thresholds its peers take its
  * triggers and tries over, and when it wakes, nothing it still writes of them may land. A row trigger in the schema logs
  * every state change of every task instance, and that log is the proof: each task instance must
@@ -54,7 +54,7 @@ const args = await yargs(hideBin(process.argv))
   .option('freeze', {
     type: 'number',
     default: 0,
-    describe: 'seconds a frozen process stays frozen (SIGSTOP, then SIGCONT); with it, each fault is a freeze or a SIGKILL at random; 0: SIGKILLs only',
+    describe: 'seconds a frozen process stays frozen (SIGSTOP, then SIGCONT); with it, every other fault is a freeze instead of a SIGKILL; 0: SIGKILLs only',
   })
   .option('seed', { type: 'number', default: Date.now() % 100_000 })
   .option('restart-postgres', {
@@ -353,7 +353,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     if (Date.now() >= nextFaultAt && Date.now() <= lastDue) {
       const awake = slots.filter((slot) => !frozen.has(slot.child));
       const slot = awake[Math.floor(nextRandom() * awake.length)]!;
-      if (args.freeze > 0 && nextRandom() < 0.5) {
+      if (args.freeze > 0 && faults % 2 === 0) {
         const child = slot.child;
         child.kill('SIGSTOP');
         frozen.add(child);

