@@ -33,6 +33,7 @@ export const ERROR_CODES = [
   'DF_TASK_NOT_FOUND',
   'DF_WORKER_STOPPING',
   'DF_TASK_STOPPED_BY_SIGNAL',
+  'DF_TRY_TAKEN_OVER',
   'DF_LIFECYCLE',
   'DF_MIGRATION_FAILED',
   'DF_TRIGGER_RUNTIME',
@@ -259,6 +260,20 @@ export class TaskStoppedBySignalError extends DeferflowError {
     super(
       'DF_TASK_STOPPED_BY_SIGNAL',
       request === 'restart' ? 'a signal restarts this task: this try is stopped and a new one runs' : `a signal stops this task: it ends ${request}`,
+    );
+  }
+}
+
+/**
+ * The reason a running task's signal is aborted when its worker finds the try is no longer its
+ * own: the scheduler retried it while the worker's heartbeat was stale (cut off from the
+ * database, or paused), or it was cleared or deleted. Nothing more of that try is written.
+ */
+export class TryTakenOverError extends DeferflowError {
+  constructor(label: string, tryNumber: number, now: string) {
+    super(
+      'DF_TRY_TAKEN_OVER',
+      `${label}, try ${tryNumber}, is no longer this worker's (it is ${now}): its heartbeat went stale past the zombie threshold and the try was retried, or it was cleared; its code is stopped and nothing more of the try is written`,
     );
   }
 }

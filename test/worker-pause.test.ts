@@ -11,15 +11,23 @@ import { triggerDagRun } from '../src/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor, type TestDatabase } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly, type TriggererProcess } from './support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, stopCleanly, type TriggererProcess } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
 const FAST = ['--poll-interval', '0.1', '--heartbeat-interval', '0.5'];
 
-/** Try 1 waits for `firstFlag`, then defers or returns; try 2 waits for `secondFlag` and returns. */
-const dagSource = (firstFlag: string, secondFlag: string, firstTryEnds: 'defer' | 'return') => `
+type FirstTryEnds = 'defer' | 'return' | 'never';
+
+const FIRST_TRY_ENDS: Record<FirstTryEnds, string> = {
+  defer: "return this.defer({ trigger: new TimeDeltaTrigger({ delta: 3600 }), method: 'resume' });",
+  return: "return 'first try';",
+  never: 'await new Promise(() => {});',
+};
+
+/** Try 1 waits for `firstFlag`, then defers or returns (or waits for ever); try 2 waits for `secondFlag` and returns. */
+const dagSource = (firstFlag: string, secondFlag: string, firstTryEnds: FirstTryEnds) => `
 import { existsSync } from 'node:fs';
 import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
 import { TimeDeltaTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
@@ -28,7 +36,7 @@ class TwoTries extends BaseOperator {
   async execute(context) {
     if (context.taskInstance.tryNumber === 1) {
       await until(${JSON.stringify(firstFlag)});
-      ${firstTryEnds === 'defer' ? "return this.defer({ trigger: new TimeDeltaTrigger({ delta: 3600 }), method: 'resume' });" : "return 'first try';"}
+      ${FIRST_TRY_ENDS[firstTryEnds]}
     }
     await until(${JSON.stringify(secondFlag)});
     return 'second try';
@@ -73,8 +81,8 @@ function writeLockFree(db: TestDatabase): boolean {
 }
 
 describe.each(testDialects)('a worker paused past the zombie threshold on %s', (dialect) => {
-  it.each(['defer', 'return'] as const)(
-    'wakes to find its try retried elsewhere: its %s of the old try is dropped',
+  it.each(['defer', 'return', 'never'] as const)(
+    'wakes to find its try retried elsewhere (try 1 then ends: %s): nothing of the old try lands',
     async (firstTryEnds) => {
       const db = await scratch.database(dialect);
       const dags = scratch.dir('paused');
@@ -84,7 +92,8 @@ describe.each(testDialects)('a worker paused past the zombie threshold on %s', (
       await processDagFolder(db, dags);
 
       const scheduler = spawnDeferflow(['scheduler', '--db', db.url, ...FAST, '--zombie-threshold', '2']);
-      const paused = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST]);
+      // A try that never ends runs in a runner process, which the worker stops once it finds the try taken over.
+      const paused = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST], firstTryEnds === 'never' ? RUNNER_PROCESSES : {});
       await scheduler.waitForJob(20_000);
       const pausedJob = await paused.waitForJob(20_000);
       await triggerDagRun(db, 'paused');
@@ -99,12 +108,18 @@ describe.each(testDialects)('a worker paused past the zombie threshold on %s', (
         await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'try 2 running on the other worker', timeoutMs: 20_000 });
         expect(await tiRow(db)).toMatchObject({ try_number: 2, worker_job_id: otherJob });
 
-        // Try 1's code ends while its worker is frozen; the worker writes that once it wakes.
+        // Try 1's code ends while its worker is frozen. Once the worker wakes, either its first
+        // heartbeat finds the try taken over and stops the code, or the code's end comes first
+        // and the worker's write of it is refused: both are logged, and neither lands.
         writeFileSync(firstFlag, '');
         paused.kill('SIGCONT');
-        const dropped =
+        const refused =
           firstTryEnds === 'defer' ? "deferred, but it is no longer this worker's to defer; dropped" : "but is no longer this worker's; outcome dropped";
-        await paused.waitForLine((line) => String(line.msg).includes(dropped), 30_000);
+        const said = await paused.waitForLine((line) => line.code === 'DF_TRY_TAKEN_OVER' || String(line.msg).includes(refused), 30_000);
+        if (firstTryEnds === 'never') {
+          expect(said).toMatchObject({ code: 'DF_TRY_TAKEN_OVER', try_number: 1 });
+          expect(String(said.msg)).toContain(`try 1, is no longer this worker's (it is running, try 2, on worker ${otherJob})`);
+        }
         expect(await tiRow(db)).toMatchObject({ state: 'running', try_number: 2, worker_job_id: otherJob, trigger_id: null });
         expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
 

@@ -42,7 +42,8 @@ import {
   type SignalStart,
   type SignalActionOutcome,
 } from './signal-actions.ts';
-import { carryOutStopRequest, stopRequestsOf } from './stop-requests.ts';
+import { carryOutStopRequest } from './stop-requests.ts';
+import { checkHeldTries, type HeldTryNews } from './check-held-tries.ts';
 import type { ActedSignal, SignalActionPlan } from '../model/signal-actions.ts';
 import type { StopRequest } from '../db/schema.ts';
 import type { Signal } from '../signals/signal.ts';
@@ -100,6 +101,7 @@ export type { DeferredTaskInstance } from './list-deferred-task-instances.ts';
 export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export type { HeldTry } from './held-try.ts';
+export type { HeldTryNews } from './check-held-tries.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 export { signalRunId } from './latest-scheduled-run.ts';
 
@@ -282,8 +284,8 @@ export class Storage {
     return handBackTaskInstance(this.#context, taskInstanceId, workerJobId, now);
   }
 
-  stopRequestsOf(workerJobId: number, taskInstanceIds: readonly number[]): Promise<Map<number, StopRequest>> {
-    return stopRequestsOf(this.#context, workerJobId, taskInstanceIds);
+  checkHeldTries(tries: ReadonlyMap<number, HeldTry>): Promise<Map<number, HeldTryNews>> {
+    return checkHeldTries(this.#context, tries);
   }
 
   carryOutStopRequest(taskInstanceId: number, held: HeldTry, now = Date.now()): Promise<StopRequest | null> {

@@ -9,26 +9,9 @@ import { stillHeld, type HeldTry } from './held-try.ts';
  * A signal that stops or restarts a running task instance cannot change its state under the
  * worker running it: the scheduler sets stop_request (signal-actions.ts), and the worker aborts
  * the try and carries the request out here. Its outcome, should the try still return one, is
- * refused (finish, defer and hand-back all require no stop_request).
+ * refused (finish, defer and hand-back all require no stop_request). The worker finds requests
+ * with checkHeldTries (check-held-tries.ts).
  */
-
-/** Of `taskInstanceIds` (those this worker runs), the ones a signal asked it to stop, with what to end in. */
-export async function stopRequestsOf(
-  { db, adapter }: StorageContext,
-  workerJobId: number,
-  taskInstanceIds: readonly number[],
-): Promise<Map<number, StopRequest>> {
-  if (taskInstanceIds.length === 0) return new Map();
-  const rows = await db
-    .selectFrom('task_instance')
-    .select(['id', 'stop_request'])
-    .where(adapter.idIn('id', taskInstanceIds))
-    .where('worker_job_id', '=', workerJobId)
-    .where('state', '=', 'running')
-    .where('stop_request', 'is not', null)
-    .execute();
-  return new Map(rows.map((row) => [row.id, row.stop_request!]));
-}
 
 /**
  * The state a stop request leaves a running task instance in, and what goes with it: a restart

@@ -9,6 +9,7 @@ import {
   TaskExecutionTimeoutError,
   TaskInstanceStateError,
   TaskStoppedBySignalError,
+  TryTakenOverError,
 } from '../errors.ts';
 import type { BaseOperator, TaskContext } from '../operators/base-operator.ts';
 import { WakeSet } from '../time/wake-set.ts';
@@ -66,7 +67,11 @@ export interface WorkerOptions {
 export class Worker extends Daemon {
   readonly #running = new Map<number, Promise<void>>();
   /** Per running task instance: aborted when its execution timeout passes, a signal stops it, or the worker gives up on it at shutdown. */
-  readonly #cancels = new Map<number, AbortController>();
+  /**
+   * The tries whose code runs now, by task instance: what aborts it, the try held, and whether
+   * it has come to an outcome already (from then on, nothing is aborted or reported).
+   */
+  readonly #cancels = new Map<number, { readonly controller: AbortController; readonly held: HeldTry; readonly label: string; settled: boolean }>();
   /** A look for stop requests is under way (true), and another is wanted after it (`again`). */
   #stopCheck: { again: boolean } | null = null;
   #loop: Promise<void> | null = null;
@@ -171,10 +176,17 @@ export class Worker extends Daemon {
       try {
         do {
           check.again = false;
-          const requests = await this.storage.stopRequestsOf(this.jobId!, [...this.#cancels.keys()]);
-          for (const [taskInstanceId, request] of requests) {
-            const cancel = this.#cancels.get(taskInstanceId);
-            if (cancel && !cancel.signal.aborted) cancel.abort(new TaskStoppedBySignalError(request));
+          const running = [...this.#cancels].filter(([, entry]) => !entry.settled);
+          const news = await this.storage.checkHeldTries(new Map(running.map(([taskInstanceId, entry]) => [taskInstanceId, entry.held])));
+          for (const [taskInstanceId, found] of news) {
+            const entry = this.#cancels.get(taskInstanceId);
+            // Gone, settled or replaced by a newer try (of this worker) since the read began.
+            if (!entry || entry.settled || entry.controller.signal.aborted || !running.some(([, ran]) => ran === entry)) continue;
+            entry.controller.abort(
+              found.kind === 'stop-requested'
+                ? new TaskStoppedBySignalError(found.request)
+                : new TryTakenOverError(entry.label, entry.held.tryNumber, found.now),
+            );
           }
         } while (check.again && this.#cancels.size > 0);
       } catch (error) {
@@ -214,7 +226,7 @@ export class Worker extends Daemon {
           `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`,
         );
       }
-      this.#cancels.get(taskInstanceId)?.abort(new WorkerStoppingError());
+      this.#cancels.get(taskInstanceId)?.controller.abort(new WorkerStoppingError());
     }
     // Code that heeds its signal winds down now; give it a moment before the logs close.
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
@@ -307,14 +319,15 @@ export class Worker extends Daemon {
       this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
     );
     if (!started) return; // cleared or reaped meanwhile
-    const cancel = new AbortController();
-    this.#cancels.set(taskInstance.id, cancel);
+    // What this try writes lands only while the try is still this worker's (see HeldTry).
+    const entry = { controller: new AbortController(), held: { workerJobId: jobId, tryNumber: started.tryNumber }, label, settled: false };
+    this.#cancels.set(taskInstance.id, entry);
     try {
-      await this.#runStarted(taskInstance, label, task, started, cancel);
+      await this.#runStarted(taskInstance, label, task, started, entry);
     } finally {
       this.#taskLogs.release(taskInstance.id, started.tryNumber);
       // Not the next try's (a restart may have started it here already).
-      if (this.#cancels.get(taskInstance.id) === cancel) this.#cancels.delete(taskInstance.id);
+      if (this.#cancels.get(taskInstance.id) === entry) this.#cancels.delete(taskInstance.id);
     }
   }
 
@@ -323,10 +336,9 @@ export class Worker extends Daemon {
     label: string,
     task: PreparedTask,
     started: StartedTaskInstance,
-    cancel: AbortController,
+    running: { readonly controller: AbortController; readonly held: HeldTry; settled: boolean },
   ): Promise<void> {
-    // What this try writes lands only while the try is still this worker's (see HeldTry).
-    const held: HeldTry = { workerJobId: this.jobId!, tryNumber: started.tryNumber };
+    const { controller: cancel, held } = running;
     const tryLog = this.#openTaskLog(taskInstance, started);
     tryLog.worker.info(
       started.nextMethod ? { next_method: started.nextMethod } : {},
@@ -343,9 +355,17 @@ export class Worker extends Daemon {
           throw new TaskExecutionTimeoutError(label, started.executionDeadline);
         }
         result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, label, cancel);
+        running.settled = true;
       } catch (aborted) {
+        running.settled = true;
         // Its code was asked to stop: once it has, what it logged on the way out is in the log.
         await task.stopped();
+        // The try was retried (or cleared) while this worker was away: nothing of it is written.
+        if (aborted instanceof TryTakenOverError) {
+          tryLog.worker.warn({ code: aborted.code }, aborted.message);
+          await this.#taskLogs.flush();
+          return;
+        }
         if (aborted instanceof TaskStoppedBySignalError) {
           await this.#carryOutStopRequest(taskInstance, held, label, tryLog);
           return;

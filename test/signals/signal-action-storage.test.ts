@@ -96,7 +96,7 @@ describe.each(testDialects)('signal actions in storage on %s', (dialect) => {
     await storage.sendSignal('k', 'null');
     expect(await storage.applySignalAction(await pendingFor(id), { kind: 'request', request: 'failed' })).toBe('acted');
     expect(await taskInstance(db, id)).toMatchObject({ state: 'running', stop_request: 'failed' });
-    expect(await storage.stopRequestsOf(jobId, [id])).toEqual(new Map([[id, 'failed']]));
+    expect(await storage.checkHeldTries(new Map([[id, held]]))).toEqual(new Map([[id, { kind: 'stop-requested', request: 'failed' }]]));
 
     expect(await storage.finishTaskInstance(id, held, { state: 'success', returnValueJson: '1' })).toBe(false);
     await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
