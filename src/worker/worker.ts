@@ -66,13 +66,9 @@ export interface WorkerOptions {
  */
 export class Worker extends Daemon {
   readonly #running = new Map<number, Promise<void>>();
-  /** Per running task instance: aborted when its execution timeout passes, a signal stops it, or the worker gives up on it at shutdown. */
-  /**
-   * The tries whose code runs now, by task instance: what aborts it, the try held, and whether
-   * it has come to an outcome already (from then on, nothing is aborted or reported).
-   */
-  readonly #cancels = new Map<number, { readonly controller: AbortController; readonly held: HeldTry; readonly label: string; settled: boolean }>();
-  /** A look for stop requests is under way (true), and another is wanted after it (`again`). */
+  /** The tries whose code runs now, by task instance (see RunningTry). */
+  readonly #cancels = new Map<number, RunningTry>();
+  /** A look at the running tries (stop requests, tries taken over) is under way, and another is wanted after it (`again`). */
   #stopCheck: { again: boolean } | null = null;
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
@@ -149,12 +145,13 @@ export class Worker extends Daemon {
    * looking at each of them was a query per finished trigger while tasks ran).
    */
   lookForStopRequests(): void {
-    this.#checkStopRequests();
+    this.#checkRunningTries();
   }
 
   protected override onHeartbeat(): void {
-    // The safety net for a stop request whose push was lost (or with pushes off).
-    this.#checkStopRequests();
+    // The safety net for a stop request whose push was lost (or with pushes off), and where a
+    // worker back from a pause or a cut past the zombie threshold learns its tries were taken over.
+    this.#checkRunningTries();
     // The database answers again: writes waiting out their backoff go now.
     this.#retryWaits.wakeAll();
   }
@@ -162,9 +159,10 @@ export class Worker extends Daemon {
   /**
    * Aborts the tries a signal asked to stop or restart (see src/storage/stop-requests.ts): their
    * code sees context.signal aborted with DF_TASK_STOPPED_BY_SIGNAL, and #runStarted carries the
-   * request out. One look at a time; a wake during one asks for another after it.
+   * request out. Aborts those no longer this worker's too (DF_TRY_TAKEN_OVER): nothing more of
+   * them is written. One look at a time; a wake during one asks for another after it.
    */
-  #checkStopRequests(): void {
+  #checkRunningTries(): void {
     if (this.#cancels.size === 0 || this.jobId === null) return;
     if (this.#stopCheck) {
       this.#stopCheck.again = true;
@@ -190,7 +188,10 @@ export class Worker extends Daemon {
           }
         } while (check.again && this.#cancels.size > 0);
       } catch (error) {
-        this.log.warn(errorFields(error, 'DF_DATABASE'), 'looking for signals stopping running tasks failed; looking again at the next heartbeat');
+        this.log.warn(
+          errorFields(error, 'DF_DATABASE'),
+          'looking at the running tries (signals stopping them, tries taken over) failed; looking again at the next heartbeat',
+        );
       } finally {
         this.#stopCheck = null;
       }
@@ -199,7 +200,7 @@ export class Worker extends Daemon {
 
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
-    this.subscribeWakeups(this.database, { worker: () => this.#pause.wake(), 'stop-request': () => this.#checkStopRequests() }, this.options.push ?? true);
+    this.subscribeWakeups(this.database, { worker: () => this.#pause.wake(), 'stop-request': () => this.#checkRunningTries() }, this.options.push ?? true);
     this.#runner.start?.();
     this.#loop = this.#claimLoop();
   }
@@ -320,7 +321,7 @@ export class Worker extends Daemon {
     );
     if (!started) return; // cleared or reaped meanwhile
     // What this try writes lands only while the try is still this worker's (see HeldTry).
-    const entry = { controller: new AbortController(), held: { workerJobId: jobId, tryNumber: started.tryNumber }, label, settled: false };
+    const entry: RunningTry = { controller: new AbortController(), held: { workerJobId: jobId, tryNumber: started.tryNumber }, label, settled: false };
     this.#cancels.set(taskInstance.id, entry);
     try {
       await this.#runStarted(taskInstance, label, task, started, entry);
@@ -331,13 +332,7 @@ export class Worker extends Daemon {
     }
   }
 
-  async #runStarted(
-    taskInstance: ClaimedTaskInstance,
-    label: string,
-    task: PreparedTask,
-    started: StartedTaskInstance,
-    running: { readonly controller: AbortController; readonly held: HeldTry; settled: boolean },
-  ): Promise<void> {
+  async #runStarted(taskInstance: ClaimedTaskInstance, label: string, task: PreparedTask, started: StartedTaskInstance, running: RunningTry): Promise<void> {
     const { controller: cancel, held } = running;
     const tryLog = this.#openTaskLog(taskInstance, started);
     tryLog.worker.info(
@@ -519,6 +514,18 @@ export class Worker extends Daemon {
         `${label} ended (${outcome.state}) but is no longer this worker's; outcome dropped`,
       );
   }
+}
+
+/**
+ * A try whose code runs on this worker: `controller` aborts it (its execution timeout, a signal's
+ * stop, the try taken over, the worker giving up on it at shutdown); `settled` once the code came
+ * to an outcome, from when on nothing aborts or reports it (the outcome's write decides).
+ */
+interface RunningTry {
+  readonly controller: AbortController;
+  readonly held: HeldTry;
+  readonly label: string;
+  settled: boolean;
 }
 
 /** The pause before the first retry of an outcome write; it doubles with each failure, up to RECORD_RETRY_MAX_MS. */
