@@ -1,6 +1,6 @@
 import type { StopRequest } from '../db/schema.ts';
 import type { StorageContext } from './context.ts';
-import type { HeldTry } from './held-try.ts';
+import { describeHolder, type HeldTry } from './held-try.ts';
 
 /** What a worker's look at the tries it runs found for one of them (nothing: it is still held, unasked). */
 export type HeldTryNews =
@@ -28,10 +28,7 @@ export async function checkHeldTries({ db, adapter }: StorageContext, tries: Rea
     const row = byId.get(taskInstanceId);
     if (!row) news.set(taskInstanceId, { kind: 'lost', now: 'deleted' });
     else if (row.state !== 'running' || row.worker_job_id !== held.workerJobId || row.try_number !== held.tryNumber)
-      news.set(taskInstanceId, {
-        kind: 'lost',
-        now: `${row.state ?? 'in no state'}, try ${row.try_number}${row.worker_job_id === null ? '' : `, on worker ${row.worker_job_id}`}`,
-      });
+      news.set(taskInstanceId, { kind: 'lost', now: describeHolder(row) });
     else if (row.stop_request !== null) news.set(taskInstanceId, { kind: 'stop-requested', request: row.stop_request });
   }
   return news;

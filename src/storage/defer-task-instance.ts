@@ -6,10 +6,15 @@ import type { SerializedTrigger } from '../triggers/base-trigger.ts';
 import type { JsonObject } from '../serialization/json.ts';
 import { wake, wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
-import { stillHeld, type HeldTry } from './held-try.ts';
+import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';
 
 /** States a task instance may defer from: running (an operator), or scheduled/queued (started from a trigger). */
 export const DEFERRABLE_STATES: readonly TaskInstanceState[] = ['running', 'queued', 'scheduled'];
+
+/** A worker defers only the try it runs; the API defers from any of DEFERRABLE_STATES. */
+function statesThatMayDefer(held: HeldTry | undefined): readonly TaskInstanceState[] {
+  return held ? ['running'] : DEFERRABLE_STATES;
+}
 
 /**
  * What a deferral records: a TaskDeferred an operator threw is one; the scheduler builds one
@@ -74,9 +79,8 @@ export async function deferTaskInstance(
     worker_job_id: null,
     updated_at: toDbTime(now),
   });
-  const deferrableStates = held ? (['running'] as const) : DEFERRABLE_STATES;
   if (adapter.supportsWritingCtes && !deferral.startFromTrigger) {
-    const done = await deferInOneStatement({ db, adapter, keyring }, taskInstanceId, trigger, deferredFields, deferrableStates, held, now);
+    const done = await deferInOneStatement({ db, adapter, keyring }, taskInstanceId, trigger, deferredFields, held, now);
     if (done) return done;
   }
   return db.transaction().execute(async (trx) => {
@@ -96,7 +100,7 @@ export async function deferTaskInstance(
           .updateTable('task_instance')
           .set({ state: 'deferred', ...deferredFields(linked.triggerId) })
           .where('id', '=', taskInstanceId)
-          .where('state', 'in', deferrableStates)
+          .where('state', 'in', statesThatMayDefer(held))
           .$if(held !== undefined, (qb) => qb.where(stillHeld(held!)))
           // A try a signal is stopping does not defer: its worker carries the stop out instead.
           .where('stop_request', 'is', null)
@@ -127,10 +131,10 @@ export async function deferTaskInstance(
     if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
     if (ti.stop_request !== null)
       throw new TaskInstanceStateError(`task instance ${taskInstanceId} is being stopped by a signal (${ti.stop_request}); it does not defer`);
-    if (held && !deferral.startFromTrigger)
+    if (held)
       throw new TaskInstanceStateError(
         `task instance ${taskInstanceId} is no longer running try ${held.tryNumber} on worker ${held.workerJobId} ` +
-          `(it is ${ti.state ?? 'in no state'}, try ${ti.try_number}${ti.worker_job_id === null ? '' : `, on worker ${ti.worker_job_id}`}); that try's deferral is dropped`,
+          `(it is ${describeHolder(ti)}); that try's deferral is dropped`,
       );
     throw new TaskInstanceStateError(
       deferral.startFromTrigger
@@ -153,10 +157,10 @@ async function deferInOneStatement(
   taskInstanceId: number,
   trigger: TriggerValues,
   deferredFields: (triggerId: RawBuilder<number>) => UpdateObject<DatabaseSchema, 'task_instance'>,
-  deferrableStates: readonly TaskInstanceState[],
   held: HeldTry | undefined,
   now: number,
 ): Promise<DeferResult | null> {
+  const deferrableStates = statesThatMayDefer(held);
   const time = sql<string>`cast(${toDbTime(now)} as ${sql.raw(adapter.types.time)})`;
   const row = await db
     .with('deferrable', (qc) =>

@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
+import type { TaskInstanceState } from '../db/schema.ts';
 
 /**
  * The try a worker runs, as starting it gave it: the worker's job and the try's number. A
@@ -17,4 +18,12 @@ export interface HeldTry {
 /** The WHERE condition, beside `state = 'running'`, that a task instance is still `held`. */
 export function stillHeld(held: HeldTry): RawBuilder<boolean> {
   return sql<boolean>`(worker_job_id = ${held.workerJobId} and try_number = ${held.tryNumber})`;
+}
+
+/**
+ * Where a task instance is now, for a worker told its try is no longer held: "running, try 2,
+ * on worker 7", "up_for_retry, try 1".
+ */
+export function describeHolder(row: { readonly state: TaskInstanceState | null; readonly try_number: number; readonly worker_job_id: number | null }): string {
+  return `${row.state ?? 'in no state'}, try ${row.try_number}${row.worker_job_id === null ? '' : `, on worker ${row.worker_job_id}`}`;
 }
