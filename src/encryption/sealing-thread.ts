@@ -1,28 +1,28 @@
-import { Worker } from 'node:worker_threads';
+import { installService, type HelperService } from '../threads/helper-thread.ts';
 import type { SealedForm, StoredValue } from './keyring.ts';
 import { bytesHeader, BYTES_FORMAT, IV_BYTES, IV_POOL_BYTES, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
 
 /**
- * A thread that seals and opens batches of values for a Keyring (see keyring.ts), so that the
+ * A service on the process's helper thread (threads/helper-thread.ts, shared with the
+ * triggerer's watchdog) that seals and opens batches of values for a Keyring (see keyring.ts), so that the
  * ~5 µs of node:crypto each value costs is not spent on the event loop: a triggerer claiming or
  * firing 100,000 triggers would otherwise spend a second of its one thread on it. Handing a
  * batch over costs the loop 0.07–0.15 µs a value (copying the strings there; sealed bytes come
  * back as one buffer), though the triggerer benchmark shows more than that: see the README.
  *
- * Its code is plain CommonJS run with `eval`, so the same text works from the sources and the
- * built package; the format's constants are written into it from sealed-format.ts. It writes
+ * Its code is plain CommonJS, so the same text works from the sources and the built package; the format's constants are written into it from sealed-format.ts. It writes
  * both forms Keyring.seal writes and reads what Keyring.open reads (test/encryption.test.ts
  * checks each opens the other's). A value it cannot open comes back as
  * null: the Keyring opens that one itself, to raise the error that names the row.
  *
- * The thread does not keep the process alive: it is referenced only while a batch is out, and it
- * ends after IDLE_MS without a batch.
+ * It does not keep the process alive: its port is referenced only while a batch is out, and the
+ * service is removed after IDLE_MS without a batch (the thread ends with its last service).
  */
 export class SealingThread {
   readonly #keys: readonly { readonly id: string; readonly bytes: Buffer }[];
   readonly #primaryId: string;
-  /** Started with the first batch, ended after IDLE_MS without one (a thread holds 10–20 MB). */
-  #worker: Worker | null = null;
+  /** Installed with the first batch, removed after IDLE_MS without one. */
+  #service: HelperService | null = null;
   #idleTimer: NodeJS.Timeout | null = null;
   readonly #waiting = new Map<number, (results: (StoredValue | null)[] | null) => void>();
   /** Batch ids start after READY_MESSAGE_ID. */
@@ -67,10 +67,10 @@ export class SealingThread {
   }
 
   #send(op: 'seal' | 'open', values: readonly StoredValue[], column: string, form: SealedForm): Promise<(StoredValue | null)[] | null> {
-    let worker: Worker;
+    let service: HelperService;
     try {
       if (this.#failed) return Promise.resolve(null);
-      worker = this.#started();
+      service = this.#started();
     } catch {
       this.#failed = true;
       return Promise.resolve(null);
@@ -79,59 +79,57 @@ export class SealingThread {
     this.#idleTimer = null;
     const id = this.#nextId++;
     return new Promise((resolve) => {
-      if (this.#waiting.size === 0) worker.ref();
+      if (this.#waiting.size === 0) service.port.ref();
       this.#waiting.set(id, resolve);
-      worker.postMessage({ id, op, column, form, values });
+      service.port.postMessage({ id, op, column, form, values });
     });
   }
 
-  #started(): Worker {
-    if (this.#worker) return this.#worker;
-    const worker = new Worker(SEALING_THREAD_SOURCE, {
-      eval: true,
-      // The bytes form's header comes built (sealed-format.ts): the thread's text cannot import it.
-      workerData: { keys: this.#keys, primaryId: this.#primaryId, header: bytesHeader(this.#primaryId) },
-      // Its garbage is short-lived strings: a small young generation keeps the thread ~10 MB smaller.
-      resourceLimits: { maxYoungGenerationSizeMb: 2 },
+  #started(): HelperService {
+    if (this.#service) return this.#service;
+    // Not expected (its code throws nothing), but should the thread die, nothing waits on it forever.
+    const fail = () => {
+      if (this.#service !== service) return;
+      this.#failed = true;
+      this.#service = null;
+      this.#online = false;
+      for (const waiter of this.#waiting.values()) waiter(null);
+      this.#waiting.clear();
+    };
+    const service = installService({
+      source: SEALING_SERVICE_SOURCE,
+      // The bytes form's header comes built (sealed-format.ts): the service's text cannot import it.
+      data: { keys: this.#keys, primaryId: this.#primaryId, header: bytesHeader(this.#primaryId) },
+      onLost: fail,
     });
-    // A thread started but never given a batch ends as an idle one does.
-    this.#idleTimer = setTimeout(() => this.#stop(worker), IDLE_MS);
+    // A service installed but never given a batch is removed as an idle one is.
+    this.#idleTimer = setTimeout(() => this.#stop(service), IDLE_MS);
     this.#idleTimer.unref();
-    worker.unref();
-    worker.on('message', (message: { id: number; results: (StoredValue | null)[] } | { id: number; bytes: ArrayBuffer; ends: Uint32Array }) => {
+    service.port.on('message', (message: { id: number; results: (StoredValue | null)[] } | { id: number; bytes: ArrayBuffer; ends: Uint32Array }) => {
       const id = message.id;
       if (id === READY_MESSAGE_ID) {
-        if (this.#worker === worker) this.#online = true;
+        if (this.#service === service) this.#online = true;
         return;
       }
       const waiter = this.#waiting.get(id);
       this.#waiting.delete(id);
       waiter?.('results' in message ? message.results : unpacked(message.bytes, message.ends));
       if (this.#waiting.size > 0) return;
-      worker.unref();
-      this.#idleTimer = setTimeout(() => this.#stop(worker), IDLE_MS);
+      service.port.unref();
+      this.#idleTimer = setTimeout(() => this.#stop(service), IDLE_MS);
       this.#idleTimer.unref();
     });
-    // Not expected (its code throws nothing), but should it die, nothing waits on it forever.
-    const fail = () => {
-      if (this.#worker !== worker) return;
-      this.#failed = true;
-      this.#worker = null;
-      this.#online = false;
-      for (const waiter of this.#waiting.values()) waiter(null);
-      this.#waiting.clear();
-    };
-    worker.on('error', fail);
-    worker.on('exit', fail);
-    this.#worker = worker;
-    return worker;
+    // Listening refs the port; it is referenced only while a batch is out.
+    service.port.unref();
+    this.#service = service;
+    return service;
   }
 
-  #stop(worker: Worker): void {
-    if (this.#worker !== worker || this.#waiting.size > 0) return;
-    this.#worker = null;
+  #stop(service: HelperService): void {
+    if (this.#service !== service || this.#waiting.size > 0) return;
+    this.#service = null;
     this.#online = false;
-    void worker.terminate();
+    service.remove();
   }
 }
 
@@ -152,8 +150,9 @@ const READY_MESSAGE_ID = 0;
 const WARM_UP_VALUES = 2000;
 
 /**
- * A thread idle this long ends; the next large batch starts another (off the loop, which does
- * batches meanwhile). Long, because a thread started again at a mass firing costs the loop: the
+ * A service idle this long is removed, and the helper thread ends with it unless it has other
+ * services (a triggerer's watchdog); the next large batch installs it again (off the loop, which
+ * does batches meanwhile). Long, because a thread started again at a mass firing costs the loop: the
  * first batches are sealed on it while the new thread starts, then the young thread is slow on
  * the core it shares with V8's collector. With 10 s (the triggerer benchmark fires 25 s after
  * loading) encryption cost SQLite's fire p99 +21.5%; with the thread still there, +14% (four
@@ -161,9 +160,9 @@ const WARM_UP_VALUES = 2000;
  */
 const IDLE_MS = 10 * 60_000;
 
-const SEALING_THREAD_SOURCE = `
+/** The service's code: run in the helper thread as the body of `(require, port, data) => …`. */
+const SEALING_SERVICE_SOURCE = `
 'use strict';
-const { parentPort, workerData } = require('node:worker_threads');
 const { createCipheriv, createDecipheriv, createSecretKey, randomFillSync } = require('node:crypto');
 const PREFIX = ${JSON.stringify(STORED_TEXT_PREFIX)};
 const BYTES_FORMAT = ${BYTES_FORMAT};
@@ -172,8 +171,8 @@ const TAG_BYTES = ${TAG_BYTES};
 const IV_POOL_BYTES = ${IV_POOL_BYTES};
 const READY_MESSAGE_ID = ${READY_MESSAGE_ID};
 const WARM_UP_VALUES = ${WARM_UP_VALUES};
-const keys = new Map(workerData.keys.map((key) => [key.id, createSecretKey(Buffer.from(key.bytes))]));
-const primaryId = workerData.primaryId;
+const keys = new Map(data.keys.map((key) => [key.id, createSecretKey(Buffer.from(key.bytes))]));
+const primaryId = data.primaryId;
 const primary = keys.get(primaryId);
 let ivPool = Buffer.alloc(0);
 let ivAt = 0;
@@ -188,7 +187,7 @@ function nextIv() {
   return iv;
 }
 
-const header = Buffer.from(workerData.header);
+const header = Buffer.from(data.header);
 
 function seal(json, aad, form) {
   const iv = nextIv();
@@ -247,17 +246,17 @@ function open(stored, aad) {
   const aad = Buffer.from('warm-up');
   for (let i = 0; i < WARM_UP_VALUES; i++) open(seal('{"warm":' + i + '}', aad, i % 2 ? 'text' : 'bytes'), aad);
 }
-parentPort.postMessage({ id: READY_MESSAGE_ID });
+port.postMessage({ id: READY_MESSAGE_ID });
 
-parentPort.on('message', ({ id, op, column, form, values }) => {
+port.on('message', ({ id, op, column, form, values }) => {
   const aad = Buffer.from(column);
   const results = new Array(values.length);
   for (let i = 0; i < values.length; i++) results[i] = op === 'seal' ? seal(values[i], aad, form) : open(values[i], aad);
   if (op === 'seal' && form === 'bytes') {
     const { bytes, ends } = packed(results);
-    parentPort.postMessage({ id, bytes, ends }, [bytes, ends.buffer]);
+    port.postMessage({ id, bytes, ends }, [bytes, ends.buffer]);
   } else {
-    parentPort.postMessage({ id, results });
+    port.postMessage({ id, results });
   }
 });
 `;

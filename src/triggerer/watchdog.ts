@@ -1,9 +1,9 @@
 import { createRequire } from 'node:module';
-import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { DialectAdapter } from '../db/dialect.ts';
 import { parseDatabaseUrl } from '../db/database-url.ts';
 import { recordCulpritStatement } from '../storage/quarantine-triggers.ts';
+import { installService, type HelperService } from '../threads/helper-thread.ts';
 
 /** How often the main thread records that its loop turned. */
 const TICK_MS = 250;
@@ -18,7 +18,8 @@ export interface WatchdogOptions {
 /**
  * The triggerer's watchdog. A trigger step that never yields the event loop (a synchronous
  * infinite loop, a catastrophic regex) freezes every other trigger on the triggerer, and no code
- * on that loop can notice. So a thread of its own watches: the main thread records, every
+ * on that loop can notice. So a service on the process's helper thread watches (a thread of its
+ * own would cost ~10 MB; see threads/helper-thread.ts): the main thread records, every
  * TICK_MS, that its loop turned, and the runner records which trigger's step is running (one
  * Atomics store per step). When the loop has not turned for the limit while a trigger's step
  * runs, the thread records that trigger as the culprit in the database (counted, handed back
@@ -30,7 +31,7 @@ export interface WatchdogOptions {
  */
 export class Watchdog {
   readonly #state = new BigInt64Array(new SharedArrayBuffer(16));
-  #thread: Worker | null = null;
+  #service: HelperService | null = null;
   #ticker: NodeJS.Timeout | null = null;
 
   constructor(
@@ -46,9 +47,9 @@ export class Watchdog {
     Atomics.store(this.#state, 0, BigInt(Date.now()));
     this.#ticker = setInterval(() => Atomics.store(this.#state, 0, BigInt(Date.now())), TICK_MS);
     this.#ticker.unref();
-    this.#thread = new Worker(WATCHDOG_THREAD_SOURCE, {
-      eval: true,
-      workerData: {
+    this.#service = installService({
+      source: WATCHDOG_SERVICE_SOURCE,
+      data: {
         limitMs: this.options.limitMs,
         quarantineAfter: this.options.quarantineAfter,
         checkMs: Math.min(TICK_MS, Math.max(10, Math.floor(this.options.limitMs / 4))),
@@ -57,11 +58,8 @@ export class Watchdog {
         driverPath: require.resolve(target.dialect === 'sqlite' ? 'better-sqlite3' : 'pg'),
         statement: recordCulpritStatement(this.adapter),
       },
+      onLost: (reason) => this.log.error({ error: reason }, `the watchdog stopped: ${reason}; the event loop is not watched`),
     });
-    this.#thread.unref();
-    this.#thread.on('error', (error) =>
-      this.log.error({ error: error.message }, `the watchdog thread failed: ${error.message}; the event loop is not watched`),
-    );
     this.log.debug({ limit_ms: this.options.limitMs, quarantine_after: this.options.quarantineAfter }, 'watchdog started');
   }
 
@@ -73,22 +71,20 @@ export class Watchdog {
   async stop(): Promise<void> {
     if (this.#ticker) clearInterval(this.#ticker);
     this.#ticker = null;
-    const thread = this.#thread;
-    this.#thread = null;
-    if (thread) await thread.terminate();
+    this.#service?.remove();
+    this.#service = null;
   }
 }
 
 /**
- * The thread's code (plain CommonJS, run with `eval`, so the same text works from the sources and
- * the built package). It logs with fs.writeSync: a thread's process.stderr goes through the main
- * thread, which is the one that is stuck.
+ * The service's code (plain CommonJS, the body of `(require, port, data) => stop`, so the same
+ * text works from the sources and the built package). It logs with fs.writeSync: a thread's
+ * process.stderr goes through the main thread, which is the one that is stuck.
  */
-const WATCHDOG_THREAD_SOURCE = `
+const WATCHDOG_SERVICE_SOURCE = `
 'use strict';
 const fs = require('node:fs');
-const { workerData } = require('node:worker_threads');
-const { limitMs, quarantineAfter, checkMs, shared, target, driverPath, statement } = workerData;
+const { limitMs, quarantineAfter, checkMs, shared, target, driverPath, statement } = data;
 const state = new BigInt64Array(shared);
 let firing = false;
 
@@ -112,7 +108,7 @@ async function recordCulprit(triggerId) {
 }
 
 let warnedAt = 0;
-setInterval(async () => {
+const check = setInterval(async () => {
   if (firing) return;
   const lastTurn = Number(Atomics.load(state, 0));
   const heldMs = Date.now() - lastTurn;
@@ -138,4 +134,5 @@ setInterval(async () => {
     'a trigger that does this ' + quarantineAfter + ' times is quarantined');
   process.kill(process.pid, 'SIGKILL');
 }, checkMs);
+return () => clearInterval(check);
 `;
