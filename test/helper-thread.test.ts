@@ -1,11 +1,14 @@
 // The process's one helper thread: services installed side by side on it (the triggerer's
 // watchdog, the keyring's sealing), the thread started with the first and ended with the last.
+import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { sqliteAdapter } from '../src/db/dialect.ts';
 import { Keyring } from '../src/encryption/keyring.ts';
 import { SealingThread } from '../src/encryption/sealing-thread.ts';
+import { ObservabilityServer } from '../src/observability/http-server.ts';
+import { Metrics } from '../src/observability/metrics.ts';
 import { Watchdog } from '../src/triggerer/watchdog.ts';
 import { helperThreadId, installService, type HelperService } from '../src/threads/helper-thread.ts';
 import { waitFor } from './support/fixtures.ts';
@@ -53,11 +56,41 @@ describe('the helper thread', () => {
     expect(helperThreadId()).toBeNull();
   });
 
-  it("holds the triggerer's watchdog and the keyring's sealing on the same thread", async () => {
-    const watchdog = new Watchdog({ limitMs: 10_000, quarantineAfter: 2 }, 'sqlite::memory:', sqliteAdapter, pino({ level: 'silent' }));
+  it("holds the triggerer's watchdog, the /health endpoint and the keyring's sealing on the same thread", async () => {
+    const log = pino({ level: 'silent' });
+    const watchdog = new Watchdog({ limitMs: 10_000, quarantineAfter: 2 }, 'sqlite::memory:', sqliteAdapter, log);
     watchdog.start();
     const watching = helperThreadId();
     expect(watching).not.toBeNull();
+
+    const server = new ObservabilityServer({ host: '127.0.0.1', port: 0, loopThresholdMs: 200, optional: false }, new Metrics(), [], log);
+    const address = (await server.start())!;
+    expect(helperThreadId()).toBe(watching);
+    // Off the loop: with the loop held past the threshold, /health still answers, and says so.
+    const health = execFileSync(
+      process.execPath,
+      // Asked until it reports the held loop (a threshold and a tick after the child started).
+      [
+        '-e',
+        `(async () => { for (;;) { const r = await fetch('http://127.0.0.1:${address.port}/health'); if (r.status !== 200) return process.stdout.write(r.status + ' ' + (await r.text())); } })()`,
+      ],
+      { encoding: 'utf8', timeout: 10_000 },
+    );
+    expect(health).toMatch(/^503 .*"event_loop":\{"ok":false/);
+    await server.stop();
+    // Stopped, it no longer listens, though the thread it ran on goes on.
+    await waitFor(
+      async () =>
+        (await fetch(`http://127.0.0.1:${address.port}/health`).then(
+          () => 'answered',
+          () => 'refused',
+        )) === 'refused',
+      {
+        what: 'the stopped endpoint to refuse connections',
+        timeoutMs: 10_000,
+      },
+    );
+    expect(helperThreadId()).toBe(watching);
 
     const key = Buffer.alloc(32, 7);
     const sealing = new SealingThread([{ id: 'k1', bytes: key }], 'k1');

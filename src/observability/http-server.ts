@@ -1,10 +1,10 @@
 import type { AddressInfo } from 'node:net';
-import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { describeThrown, InvalidOptionError } from '../errors.ts';
 import type { DaemonHealth } from '../jobs/daemon.ts';
 import type { Metrics } from './metrics.ts';
 import type { ObservabilityHttpOptions } from './options.ts';
+import { installService, type HelperService } from '../threads/helper-thread.ts';
 
 /** A reply from the main thread's routes. */
 export interface HttpReply {
@@ -34,8 +34,9 @@ const SLOTS_PER_DAEMON = 3;
  * The process's HTTP endpoint: `/metrics` (Prometheus text), `/health` (200 or 503 with a JSON body
  * naming each check) and whatever `extraRoutes` serves.
  *
- * The server runs on a worker thread of its own, so /health still answers while the event loop
- * is blocked (a trigger spinning, a task computing): that is one of the things it must report.
+ * The server runs on the process's helper thread (threads/helper-thread.ts, beside the
+ * triggerer's watchdog), so /health still answers while the event loop is blocked (a trigger
+ * spinning, a task computing): that is one of the things it must report.
  * The main thread writes into shared memory, every TICK_MS, the time (its loop turned) and each
  * daemon's last heartbeat; the thread judges those alone. Everything else (/metrics, pages) is
  * passed to the main thread and answered there; if the loop does not answer within the loop
@@ -45,7 +46,7 @@ export class ObservabilityServer {
   /** The loop's last turn, then SLOTS_PER_DAEMON per daemon (a process runs at most three). */
   readonly #shared = new SharedArrayBuffer(8 * (1 + 3 * SLOTS_PER_DAEMON));
   readonly #state = new BigInt64Array(this.#shared);
-  #thread: Worker | null = null;
+  #service: HelperService | null = null;
   #ticker: NodeJS.Timeout | null = null;
   /** Where it listens, once started. */
   address: AddressInfo | null = null;
@@ -68,28 +69,30 @@ export class ObservabilityServer {
     this.#tick();
     this.#ticker = setInterval(() => this.#tick(), TICK_MS);
     this.#ticker.unref();
-    const thread = new Worker(HEALTH_THREAD_SOURCE, {
-      eval: true,
-      workerData: {
-        host: this.options.host,
-        port: this.options.port,
-        loopThresholdMs: this.options.loopThresholdMs,
-        tickMs: TICK_MS,
-        shared: this.#shared,
-        kinds: this.daemons.map((daemon) => daemon.health().kind),
-      },
-    });
-    this.#thread = thread;
-    thread.unref();
-    thread.on('message', (message: ThreadMessage) => {
-      if (message.type === 'request') void this.#answer(message);
-    });
     const started = await new Promise<{ address: AddressInfo } | { error: string; code: string }>((resolve) => {
-      thread.once('message', (message: ThreadMessage) => {
-        if (message.type === 'listening') resolve({ address: message.address });
-        if (message.type === 'error') resolve({ error: message.error, code: message.code });
+      const service = installService({
+        source: HEALTH_SERVICE_SOURCE,
+        data: {
+          host: this.options.host,
+          port: this.options.port,
+          loopThresholdMs: this.options.loopThresholdMs,
+          tickMs: TICK_MS,
+          shared: this.#shared,
+          kinds: this.daemons.map((daemon) => daemon.health().kind),
+        },
+        onLost: (reason) => {
+          resolve({ error: reason, code: '' });
+          if (this.#service === service && this.address !== null) this.log.error({ error: reason }, `/metrics and /health are no longer served: ${reason}`);
+        },
       });
-      thread.once('error', (error) => resolve({ error: describeThrown(error).error, code: '' }));
+      this.#service = service;
+      service.port.on('message', (message: ThreadMessage) => {
+        if (message.type === 'request') void this.#answer(message);
+        else if (message.type === 'listening') resolve({ address: message.address });
+        else if (message.type === 'error') resolve({ error: message.error, code: message.code });
+      });
+      // The endpoint does not keep the process alive (its daemons do), as its thread never did.
+      service.port.unref();
     });
     if ('error' in started) {
       await this.stop();
@@ -115,9 +118,9 @@ export class ObservabilityServer {
   async stop(): Promise<void> {
     if (this.#ticker) clearInterval(this.#ticker);
     this.#ticker = null;
-    const thread = this.#thread;
-    this.#thread = null;
-    if (thread) await thread.terminate();
+    const service = this.#service;
+    this.#service = null;
+    service?.remove();
   }
 
   /** Records that the loop turned now, and each daemon's heartbeat, for the thread to judge. */
@@ -149,7 +152,7 @@ export class ObservabilityServer {
       this.log.error({ error: describeThrown(error).error, url: message.url }, `serving ${message.url} failed: ${describeThrown(error).error}`);
       reply = { status: 500, headers: { 'content-type': 'text/plain' }, body: `${describeThrown(error).error}\n` };
     }
-    this.#thread?.postMessage({ type: 'reply', id: message.id, ...reply });
+    this.#service?.port.postMessage({ type: 'reply', id: message.id, ...reply });
   }
 }
 
@@ -159,15 +162,14 @@ type ThreadMessage =
   | ({ type: 'request'; id: number } & HttpRequest);
 
 /**
- * The thread's code (plain CommonJS, run with `eval`: the same text works from the TypeScript
- * sources and from the built package). It owns the socket; it reads the shared state for /health
- * and passes every other request to the main thread.
+ * The service's code (plain CommonJS, the body of `(require, port, data) => stop`: the same text
+ * works from the TypeScript sources and from the built package). It owns the socket; it reads
+ * the shared state for /health and passes every other request to the main thread over `port`.
  */
-const HEALTH_THREAD_SOURCE = `
+const HEALTH_SERVICE_SOURCE = `
 'use strict';
 const http = require('node:http');
-const { parentPort, workerData } = require('node:worker_threads');
-const { host, port, loopThresholdMs, tickMs, shared, kinds } = workerData;
+const { host, port: listenPort, loopThresholdMs, tickMs, shared, kinds } = data;
 const state = new BigInt64Array(shared);
 const pending = new Map();
 let nextId = 1;
@@ -216,10 +218,10 @@ const server = http.createServer((request, response) => {
     }) + '\\n');
   }, loopThresholdMs);
   pending.set(id, { response, timer });
-  parentPort.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers: { authorization: request.headers.authorization, accept: request.headers.accept } });
+  port.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers: { authorization: request.headers.authorization, accept: request.headers.accept } });
 });
 
-parentPort.on('message', (message) => {
+port.on('message', (message) => {
   if (message.type !== 'reply') return;
   const waiting = pending.get(message.id);
   if (!waiting) return;
@@ -228,6 +230,12 @@ parentPort.on('message', (message) => {
   send(waiting.response, message.status, message.headers, message.body);
 });
 
-server.on('error', (error) => parentPort.postMessage({ type: 'error', error: error.message, code: error.code || '' }));
-server.listen(port, host, () => parentPort.postMessage({ type: 'listening', address: server.address() }));
+server.on('error', (error) => port.postMessage({ type: 'error', error: error.message, code: error.code || '' }));
+server.listen(listenPort, host, () => port.postMessage({ type: 'listening', address: server.address() }));
+return () => {
+  server.close();
+  server.closeAllConnections();
+  for (const waiting of pending.values()) clearTimeout(waiting.timer);
+  pending.clear();
+};
 `;
