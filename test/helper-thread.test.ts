@@ -54,6 +54,12 @@ describe('the helper thread', () => {
     expect((await ask(healthy)).name).toBe('healthy');
     healthy.remove();
     expect(helperThreadId()).toBeNull();
+
+    // Nor does a broken service alone keep a thread running.
+    lostReason = null;
+    installService({ source: `throw new Error('broken again');`, data: null, onLost: (reason) => (lostReason = reason) });
+    await waitFor(() => lostReason !== null, { what: 'the broken service to be reported', timeoutMs: 10_000 });
+    expect(helperThreadId()).toBeNull();
   });
 
   it("holds the triggerer's watchdog, the /health endpoint and the keyring's sealing on the same thread", async () => {

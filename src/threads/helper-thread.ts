@@ -51,16 +51,19 @@ export function installService(definition: ServiceDefinition): HelperService {
   return {
     port: port1,
     remove: () => {
-      if (!services.delete(id)) return;
       port1.close();
-      if (thread !== worker) return;
-      if (services.size > 0) worker.postMessage({ type: 'remove', id });
-      else {
-        thread = null;
-        void worker.terminate();
-      }
+      if (!services.delete(id) || thread !== worker) return;
+      worker.postMessage({ type: 'remove', id });
+      endIfUnused(worker);
     },
   };
+}
+
+/** The thread ends with its last service. */
+function endIfUnused(worker: Worker): void {
+  if (thread !== worker || services.size > 0) return;
+  thread = null;
+  void worker.terminate();
 }
 
 /** The helper thread's id (worker_threads' threadId), or null when it is not running. */
@@ -80,6 +83,7 @@ function runningThread(): Worker {
     const definition = services.get(message.id);
     services.delete(message.id);
     definition?.onLost(message.reason);
+    endIfUnused(worker);
   });
   const lost = (reason: string) => {
     if (thread !== worker) return;
