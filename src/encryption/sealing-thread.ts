@@ -129,7 +129,7 @@ export class SealingThread {
     if (this.#service !== service || this.#waiting.size > 0) return;
     this.#service = null;
     this.#online = false;
-    service.remove();
+    void service.remove();
   }
 }
 

@@ -120,7 +120,7 @@ export class ObservabilityServer {
     this.#ticker = null;
     const service = this.#service;
     this.#service = null;
-    service?.remove();
+    await service?.remove();
   }
 
   /** Records that the loop turned now, and each daemon's heartbeat, for the thread to judge. */
@@ -233,9 +233,10 @@ port.on('message', (message) => {
 server.on('error', (error) => port.postMessage({ type: 'error', error: error.message, code: error.code || '' }));
 server.listen(listenPort, host, () => port.postMessage({ type: 'listening', address: server.address() }));
 return () => {
-  server.close();
-  server.closeAllConnections();
   for (const waiting of pending.values()) clearTimeout(waiting.timer);
   pending.clear();
+  const closed = new Promise((resolve) => server.close(resolve));
+  server.closeAllConnections();
+  return closed;
 };
 `;

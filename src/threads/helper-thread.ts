@@ -20,14 +20,18 @@ import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 export interface HelperService {
   /** This service's end of its channel: what the service's code posts arrives here. */
   readonly port: MessagePort;
-  /** Stops the service (its code's returned stop function runs in the thread) and closes its port. */
-  remove(): void;
+  /**
+   * Stops the service (its code's returned stop function runs in the thread, and is awaited) and
+   * closes its port; resolves once it has stopped (a server no longer listens).
+   */
+  remove(): Promise<void>;
 }
 
 export interface ServiceDefinition {
   /**
    * The body of a CommonJS function `(require, port, data) => stop?`: it sets the service up in
-   * the thread (listens on `port`, starts timers) and may return a function that undoes that.
+   * the thread (listens on `port`, starts timers) and may return a function that undoes that
+   * (and may return a promise of it being undone).
    * Plain JavaScript, so the same text runs from the sources and from the built package.
    */
   readonly source: string;
@@ -39,6 +43,8 @@ export interface ServiceDefinition {
 
 let thread: Worker | null = null;
 const services = new Map<number, ServiceDefinition>();
+/** Services being removed, by id: told when the thread has stopped them. */
+const removing = new Map<number, () => void>();
 let nextServiceId = 1;
 
 /** Installs a service on the process's helper thread, starting the thread if it is not running. */
@@ -50,20 +56,22 @@ export function installService(definition: ServiceDefinition): HelperService {
   worker.postMessage({ type: 'install', id, source: definition.source, data: definition.data, port: port2 }, [port2]);
   return {
     port: port1,
-    remove: () => {
+    remove: async () => {
       port1.close();
       if (!services.delete(id) || thread !== worker) return;
+      if (services.size === 0) return endIfUnused(worker);
+      const removed = new Promise<void>((resolve) => removing.set(id, resolve));
       worker.postMessage({ type: 'remove', id });
-      endIfUnused(worker);
+      await removed;
     },
   };
 }
 
-/** The thread ends with its last service. */
-function endIfUnused(worker: Worker): void {
+/** The thread ends with its last service (terminating it stops what its services run). */
+async function endIfUnused(worker: Worker): Promise<void> {
   if (thread !== worker || services.size > 0) return;
   thread = null;
-  void worker.terminate();
+  await worker.terminate();
 }
 
 /** The helper thread's id (worker_threads' threadId), or null when it is not running. */
@@ -79,13 +87,21 @@ function runningThread(): Worker {
     resourceLimits: { maxYoungGenerationSizeMb: 2 },
   });
   worker.unref();
-  worker.on('message', (message: { type: 'failed'; id: number; reason: string }) => {
+  worker.on('message', (message: { type: 'failed'; id: number; reason: string } | { type: 'removed'; id: number }) => {
+    if (message.type === 'removed') {
+      removing.get(message.id)?.();
+      removing.delete(message.id);
+      return;
+    }
     const definition = services.get(message.id);
     services.delete(message.id);
     definition?.onLost(message.reason);
-    endIfUnused(worker);
+    void endIfUnused(worker);
   });
   const lost = (reason: string) => {
+    // Whatever was being removed is gone with the thread.
+    for (const resolve of removing.values()) resolve();
+    removing.clear();
     if (thread !== worker) return;
     thread = null;
     const orphans = [...services.values()];
@@ -119,9 +135,11 @@ parentPort.on('message', (message) => {
   } else if (message.type === 'remove') {
     const service = running.get(message.id);
     running.delete(message.id);
-    if (!service) return;
-    try { if (typeof service.stop === 'function') service.stop(); } catch {}
-    service.port.close();
+    const stopped = service && typeof service.stop === 'function' ? Promise.resolve().then(service.stop) : Promise.resolve();
+    stopped.catch(() => {}).then(() => {
+      if (service) service.port.close();
+      parentPort.postMessage({ type: 'removed', id: message.id });
+    });
   }
 });
 `;

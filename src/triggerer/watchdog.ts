@@ -71,8 +71,9 @@ export class Watchdog {
   async stop(): Promise<void> {
     if (this.#ticker) clearInterval(this.#ticker);
     this.#ticker = null;
-    this.#service?.remove();
+    const service = this.#service;
     this.#service = null;
+    await service?.remove();
   }
 }
 
