@@ -25,7 +25,7 @@ import {
 import { migrateToLatest } from '../src/db/migrate.ts';
 import { resolveStandaloneOptions } from '../src/standalone/options.ts';
 import { Storage } from '../src/storage/index.ts';
-import { SealingThread } from '../src/encryption/sealing-thread.ts';
+import { SealingService } from '../src/encryption/sealing-service.ts';
 import { TRIGGER_FAILURE_METHOD } from '../src/storage/context.ts';
 import { triggerHash } from '../src/triggers/base-trigger.ts';
 import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
@@ -129,11 +129,11 @@ describe('Keyring', () => {
     expect(wrong.message).toContain('task instance 12: its task_instance.next_event does not decrypt with key "k1"');
   });
 
-  it('the sealing thread writes what Keyring.open reads and reads what Keyring.seal writes; a value it cannot open comes back null', async () => {
+  it('the sealing service writes what Keyring.open reads and reads what Keyring.seal writes; a value it cannot open comes back null', async () => {
     const keyring = Keyring.fromEntries([K1, K2], 'test');
     const [id1, base64] = K1.split(':') as [string, string];
     const [id2, base64b] = K2.split(':') as [string, string];
-    const thread = new SealingThread(
+    const thread = new SealingService(
       [
         { id: id1, bytes: Buffer.from(base64, 'base64') },
         { id: id2, bytes: Buffer.from(base64b, 'base64') },
@@ -158,12 +158,12 @@ describe('Keyring', () => {
     }
   });
 
-  it('a sealing thread takes batches only once started and warmed up, and opens what it sealed', async () => {
+  it('a sealing service takes batches only once installed and warmed up, and opens what it sealed', async () => {
     const [id, base64] = K1.split(':') as [string, string];
-    const thread = new SealingThread([{ id, bytes: Buffer.from(base64, 'base64') }], id);
+    const thread = new SealingService([{ id, bytes: Buffer.from(base64, 'base64') }], id);
     // Starting takes tens of ms: a caller told no does its batch itself.
     expect(thread.accepting()).toBe(false);
-    await waitFor(() => thread.accepting(), { what: 'the sealing thread to take batches', timeoutMs: 10_000 });
+    await waitFor(() => thread.accepting(), { what: 'the sealing service to take batches', timeoutMs: 10_000 });
     const values = Array.from({ length: 100 }, (_, i) => JSON.stringify({ n: i }));
     const sealed = (await thread.seal(values, 'task_instance.next_event', 'bytes'))!;
     expect(await thread.open(sealed as Uint8Array[], 'task_instance.next_event')).toEqual(values);
@@ -203,7 +203,7 @@ describe('Keyring', () => {
     expect(keyring.seal('{}', 'task_instance.next_kwargs')).toBe('{}');
     expect(Keyring.sealedWith(keyring.seal('{}', 'task_instance.next_event'))).toBe('k1');
     expect(Keyring.sealedWith(keyring.seal('{"a":1}', 'task_instance.next_kwargs'))).toBe('k1');
-    // A batch large enough for the sealing thread, empty and non-empty kwargs mixed.
+    // A batch large enough for the sealing service, empty and non-empty kwargs mixed.
     const values = Array.from({ length: 300 }, (_, i) => (i % 3 === 0 ? '{}' : JSON.stringify({ n: i })));
     const stored = await keyring.sealMany(values, 'task_instance.next_kwargs');
     expect(stored.map((value, i) => (i % 3 === 0 ? value : Keyring.sealedWith(value)))).toEqual(values.map((_, i) => (i % 3 === 0 ? '{}' : 'k1')));

@@ -6,7 +6,7 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { sqliteAdapter } from '../src/db/dialect.ts';
 import { Keyring } from '../src/encryption/keyring.ts';
-import { SealingThread } from '../src/encryption/sealing-thread.ts';
+import { SealingService } from '../src/encryption/sealing-service.ts';
 import { ObservabilityServer } from '../src/observability/http-server.ts';
 import { Metrics } from '../src/observability/metrics.ts';
 import { Watchdog } from '../src/triggerer/watchdog.ts';
@@ -94,7 +94,7 @@ describe('the helper thread', () => {
     expect(helperThreadId()).toBe(watching);
 
     const key = Buffer.alloc(32, 7);
-    const sealing = new SealingThread([{ id: 'k1', bytes: key }], 'k1');
+    const sealing = new SealingService([{ id: 'k1', bytes: key }], 'k1');
     await waitFor(() => sealing.accepting(), { what: 'the sealing service to take batches', timeoutMs: 10_000 });
     const values = Array.from({ length: 100 }, (_, i) => JSON.stringify({ n: i }));
     const sealed = (await sealing.seal(values, 'trigger.kwargs', 'text')) as string[];

@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, createHmac, createSecretKey, randomBy
 import { readFileSync } from 'node:fs';
 import { EncryptionKeyError, InvalidOptionError } from '../errors.ts';
 import { bytesHeader, IV_BYTES, IV_POOL_BYTES, notSealedBytesError, sealedBytesParts, STORED_TEXT_PREFIX, TAG_BYTES } from './sealed-format.ts';
-import { SealingThread } from './sealing-thread.ts';
+import { SealingService } from './sealing-service.ts';
 
 /**
  * Encryption at rest of the values that may hold secrets: trigger kwargs, next_kwargs and event
@@ -41,7 +41,7 @@ export type StoredValue = string | Uint8Array;
 const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/;
 const KEY_BYTES = 32;
 /**
- * Batches of at least this many values are sealed or opened on the sealing thread; a smaller
+ * Batches of at least this many values are sealed or opened on the sealing service; a smaller
  * one is done at once, cheaper than the thread's round trip (tens of µs).
  */
 const THREAD_BATCH_VALUES = 64;
@@ -76,7 +76,7 @@ export class Keyring {
   #ivPool = Buffer.alloc(0);
   #ivAt = 0;
   /** Made at the first large batch. */
-  #thread: SealingThread | null = null;
+  #thread: SealingService | null = null;
 
   private constructor(keys: readonly Key[]) {
     this.#keys = new Map(keys.map((key) => [key.id, key]));
@@ -232,7 +232,7 @@ export class Keyring {
   }
 
   /**
-   * `seal` for a batch. A large one is sealed on the sealing thread, so the event loop stays free
+   * `seal` for a batch. A large one is sealed on the sealing service, so the event loop stays free
    * meanwhile (a batch prepared ahead of a write overlaps the write before it).
    */
   async sealMany(jsons: readonly string[], column: SealedColumn, form: SealedForm = 'text'): Promise<StoredValue[]> {
@@ -249,7 +249,7 @@ export class Keyring {
   /**
    * `open` for a batch, with the error in place of each value that does not open (so one bad row
    * does not fail the others); `rowName(i)` names the row of `stored[i]` in that error. Plain
-   * values come back as they are; many sealed ones are opened on the sealing thread.
+   * values come back as they are; many sealed ones are opened on the sealing service.
    */
   async openMany(stored: readonly StoredValue[], column: SealedColumn, rowName: (index: number) => string): Promise<(string | EncryptionKeyError)[]> {
     const results: (StoredValue | EncryptionKeyError)[] = [...stored];
@@ -303,15 +303,15 @@ export class Keyring {
     return this.#hashKey === null ? hash : createHmac('sha256', this.#hashKey).update(hash).digest('hex');
   }
 
-  /** The sealing thread, for a batch of `values` values large enough to be worth its round trip and when it takes batches; else null (the batch is done here). */
-  #threadFor(values: number): SealingThread | null {
-    return values >= THREAD_BATCH_VALUES ? this.#sealingThread() : null;
+  /** The sealing service (on the helper thread), for a batch of `values` values large enough to be worth its round trip and when it takes batches; else null (the batch is done here). */
+  #threadFor(values: number): SealingService | null {
+    return values >= THREAD_BATCH_VALUES ? this.#sealingService() : null;
   }
 
-  #sealingThread(): SealingThread | null {
+  #sealingService(): SealingService | null {
     const primary = this.#primary;
     if (primary === null) return null;
-    this.#thread ??= new SealingThread(
+    this.#thread ??= new SealingService(
       [...this.#keys.values()].map((key) => ({ id: key.id, bytes: key.key.export() })),
       primary.id,
     );

@@ -2,7 +2,7 @@ import { EncryptionKeyError } from '../errors.ts';
 
 /**
  * The layout of a sealed value, in one place: Keyring (keyring.ts) writes and reads it on the
- * event loop, and the sealing thread's source (sealing-thread.ts) is built from these constants,
+ * event loop, and the sealing service's source (sealing-service.ts) is built from these constants,
  * so the two cannot drift apart. Only constants and functions of a value live here: the thread's
  * code is plain text run with `eval`, which can take a number or a string but not an import.
  *

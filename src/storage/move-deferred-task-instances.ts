@@ -43,7 +43,7 @@ export function prepareMove({ keyring, adapter }: StorageContext, outcomes: read
   if (keyring.encrypting) {
     // Identical outcomes are sealed once and share the sealed value, as the task instances of one
     // shared trigger always have: a burst of waits for one moment is one seal, on the loop,
-    // instead of thousands on the sealing thread. Whoever reads the table can tell that those
+    // instead of thousands on the sealing service. Whoever reads the table can tell that those
     // rows hold the same value (never what it is), as the shared trigger_id already tells.
     const distinct = [...new Set(resumed.map((outcome) => outcome.json))];
     stored = keyring.sealMany(distinct, column, sealedFormOf(adapter, column)).then((sealed) => {

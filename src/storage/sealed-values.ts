@@ -10,7 +10,7 @@ import type { TriggerRow } from './claim-triggers.ts';
  */
 
 /**
- * Trigger rows as read, kwargs opened (a large batch on the keyring's sealing thread); a row whose
+ * Trigger rows as read, kwargs opened (a large batch on the keyring's sealing service); a row whose
  * kwargs cannot be has `unreadable` instead.
  */
 export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTriggerRow[]): Promise<TriggerRow[]> {

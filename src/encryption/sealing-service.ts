@@ -4,21 +4,23 @@ import { bytesHeader, BYTES_FORMAT, IV_BYTES, IV_POOL_BYTES, STORED_TEXT_PREFIX,
 
 /**
  * A service on the process's helper thread (threads/helper-thread.ts, shared with the
- * triggerer's watchdog) that seals and opens batches of values for a Keyring (see keyring.ts), so that the
- * ~5 µs of node:crypto each value costs is not spent on the event loop: a triggerer claiming or
- * firing 100,000 triggers would otherwise spend a second of its one thread on it. Handing a
- * batch over costs the loop 0.07–0.15 µs a value (copying the strings there; sealed bytes come
- * back as one buffer), though the triggerer benchmark shows more than that: see the README.
+ * triggerer's watchdog and the /health endpoint) that seals and opens batches of values for a
+ * Keyring (see keyring.ts), so that the ~3–5 µs of node:crypto each value costs is not spent on
+ * the event loop: a triggerer claiming or firing 100,000 triggers would otherwise spend a second
+ * of its one thread on it. Handing a batch over costs the loop 0.07–0.15 µs a value (copying the
+ * strings there; sealed bytes come back as one buffer), though the triggerer benchmark shows
+ * more than that: see the README.
  *
- * Its code is plain CommonJS, so the same text works from the sources and the built package; the format's constants are written into it from sealed-format.ts. It writes
- * both forms Keyring.seal writes and reads what Keyring.open reads (test/encryption.test.ts
- * checks each opens the other's). A value it cannot open comes back as
- * null: the Keyring opens that one itself, to raise the error that names the row.
+ * Its code is plain CommonJS, so the same text works from the sources and the built package;
+ * the format's constants are written into it from sealed-format.ts. It writes both forms
+ * Keyring.seal writes and reads what Keyring.open reads (test/encryption.test.ts checks each
+ * opens the other's). A value it cannot open comes back as null: the Keyring opens that one
+ * itself, to raise the error that names the row.
  *
  * It does not keep the process alive: its port is referenced only while a batch is out, and the
  * service is removed after IDLE_MS without a batch (the thread ends with its last service).
  */
-export class SealingThread {
+export class SealingService {
   readonly #keys: readonly { readonly id: string; readonly bytes: Buffer }[];
   readonly #primaryId: string;
   /** Installed with the first batch, removed after IDLE_MS without one. */
