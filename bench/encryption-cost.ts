@@ -9,7 +9,7 @@
  * Prints each run's JSON line (with "encrypted"), then one JSON summary:
  *   runs                    pairs measured
  *   distinct_events         whether each trigger's event was its own (--distinct-events)
- *   plain, encrypted        per figure (load_ms, fire_p50_ms, fire_p99_ms, rss_per_trigger_bytes):
+ *   plain, encrypted        per figure (insert_ms, load_ms, fire_p50_ms, fire_p99_ms, rss_per_trigger_bytes):
  *                           the median and [lowest, highest] of its runs
  *   cost_percent            per figure: encrypted median / plain median − 1, in percent
  */
@@ -31,7 +31,7 @@ if (!Number.isInteger(args.runs) || args.runs < 1) throw new Error(`--runs must 
 if (args.db && !/^postgres(ql)?:\/\//.test(args.db))
   throw new Error(`--db must be a postgres:// URL (each run gets a schema of its own); leave it out for SQLite, which gets a new file per run`);
 
-const FIGURES = ['load_ms', 'fire_p50_ms', 'fire_p99_ms', 'rss_per_trigger_bytes'] as const;
+const FIGURES = ['insert_ms', 'load_ms', 'fire_p50_ms', 'fire_p99_ms', 'rss_per_trigger_bytes'] as const;
 type Figure = (typeof FIGURES)[number];
 type Run = Record<Figure, number> & { encrypted: boolean };
 
