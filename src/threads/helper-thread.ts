@@ -2,8 +2,9 @@ import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 
 /**
  * One thread per process for the small jobs that must not run on the event loop: the
- * triggerer's watchdog (it must see the loop held, so it cannot be on it) and the keyring's
- * sealing (thousands of AES-GCM values a burst, ~3 µs each). Each job is a *service*: its code,
+ * triggerer's watchdog and the /health endpoint (they must see and report the loop held, so
+ * they cannot be on it) and the keyring's sealing (thousands of AES-GCM values a burst, ~3 µs
+ * each). Each job is a *service*: its code,
  * installed into the thread with data of its own and a MessagePort to talk over.
  *
  * Why one thread: a Node thread is a V8 isolate with Node's bootstrap, ~10 MB of RSS before it
@@ -43,8 +44,8 @@ export interface ServiceDefinition {
 
 let thread: Worker | null = null;
 const services = new Map<number, ServiceDefinition>();
-/** Services being removed, by id: told when the thread has stopped them. */
-const removing = new Map<number, () => void>();
+/** Services being removed, by id: told when their thread has stopped them, or has ended. */
+const removing = new Map<number, { readonly worker: Worker; readonly resolve: () => void }>();
 let nextServiceId = 1;
 
 /** Installs a service on the process's helper thread, starting the thread if it is not running. */
@@ -60,7 +61,7 @@ export function installService(definition: ServiceDefinition): HelperService {
       port1.close();
       if (!services.delete(id) || thread !== worker) return;
       if (services.size === 0) return endIfUnused(worker);
-      const removed = new Promise<void>((resolve) => removing.set(id, resolve));
+      const removed = new Promise<void>((resolve) => removing.set(id, { worker, resolve }));
       worker.postMessage({ type: 'remove', id });
       await removed;
     },
@@ -89,7 +90,7 @@ function runningThread(): Worker {
   worker.unref();
   worker.on('message', (message: { type: 'failed'; id: number; reason: string } | { type: 'removed'; id: number }) => {
     if (message.type === 'removed') {
-      removing.get(message.id)?.();
+      removing.get(message.id)?.resolve();
       removing.delete(message.id);
       return;
     }
@@ -99,9 +100,12 @@ function runningThread(): Worker {
     void endIfUnused(worker);
   });
   const lost = (reason: string) => {
-    // Whatever was being removed is gone with the thread.
-    for (const resolve of removing.values()) resolve();
-    removing.clear();
+    // Whatever was being removed from it is gone with the thread.
+    for (const [id, removal] of removing) {
+      if (removal.worker !== worker) continue;
+      removing.delete(id);
+      removal.resolve();
+    }
     if (thread !== worker) return;
     thread = null;
     const orphans = [...services.values()];
