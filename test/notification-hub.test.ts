@@ -158,3 +158,35 @@ it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedule
     await database.close();
   }
 });
+
+it("on PostgreSQL, deployments in two schemas of one database hear their own wake-ups and signals, not each other's", async () => {
+  // Two schemas of the shared test database: NOTIFY's channels are the database's, not a schema's.
+  const [first, second] = [openDatabase(await freshDatabaseUrl('postgres')), openDatabase(await freshDatabaseUrl('postgres'))];
+  try {
+    const heard = { first: [] as string[], second: [] as string[] };
+    const hubs = { first: NotificationHub.of(first, pino(new LogCapture())), second: NotificationHub.of(second, pino(new LogCapture())) };
+    const unsubscribe = [
+      hubs.first.subscribe(WAKE_CHANNEL, (payload) => heard.first.push(payload)),
+      hubs.first.subscribe(SIGNAL_CHANNEL, (payload) => heard.first.push(payload)),
+      hubs.second.subscribe(WAKE_CHANNEL, (payload) => heard.second.push(payload)),
+      hubs.second.subscribe(SIGNAL_CHANNEL, (payload) => heard.second.push(payload)),
+    ];
+    await waitFor(() => hubs.first.pushWorks && hubs.second.pushWorks, { what: 'both LISTEN sessions connected and their probes heard', timeoutMs: 10_000 });
+    await first.adapter.notify(first.db, WAKE_CHANNEL, 'worker (first)');
+    await first.db.transaction().execute((trx) => first.adapter.notify(trx, SIGNAL_CHANNEL, '1 key (first)'));
+    await second.adapter.notify(second.db, WAKE_CHANNEL, 'triggerer (second)');
+    await sql`select ${second.adapter.notifyExpression(WAKE_CHANNEL, 'scheduler (second)')}`.execute(second.db);
+    await first.adapter.notify(first.db, WAKE_CHANNEL, 'last (first)');
+    // A session hears notifications in commit order: once each has heard its own last, the other's would have come before.
+    await waitFor(() => heard.second.includes('scheduler (second)') && heard.first.includes('last (first)'), {
+      what: 'each deployment its own notifications',
+      timeoutMs: 10_000,
+    });
+    expect(heard.first.filter((payload) => !payload.startsWith('probe '))).toEqual(['worker (first)', '1 key (first)', 'last (first)']);
+    expect(heard.second.filter((payload) => !payload.startsWith('probe '))).toEqual(['triggerer (second)', 'scheduler (second)']);
+    for (const stop of unsubscribe) stop();
+  } finally {
+    await first.close();
+    await second.close();
+  }
+});

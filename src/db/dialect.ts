@@ -1,6 +1,6 @@
 import { CompiledQuery, sql, type Kysely, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
 import { Keyring, type SealedForm, type StoredValue } from '../encryption/keyring.ts';
-import { PG_NOTIFY_SQL } from './postgres-driver.ts';
+import { PG_NOTIFY_SQL, SCHEMA_TAG_SQL } from './postgres-driver.ts';
 
 /**
  * Every difference between SQLite and PostgreSQL that a query needs lives here; storage
@@ -144,7 +144,7 @@ export const postgresAdapter: DialectAdapter = {
   notify: async (trx, channel, payload) => {
     await trx.executeQuery(CompiledQuery.raw(PG_NOTIFY_SQL, [channel, payload]));
   },
-  notifyExpression: (channel, payload) => sql`pg_notify(${channel}, ${payload})`,
+  notifyExpression: (channel, payload) => sql`pg_notify(${channel}, ${sql.raw(SCHEMA_TAG_SQL)}${payload})`,
   foreignCommitVersion: async () => null,
 };
 

@@ -2,10 +2,18 @@ import { CompiledQuery, PostgresDriver, type DatabaseConnection, type QueryResul
 import { pgPackage } from '../lazy-package.ts';
 
 /**
+ * What every payload is prefixed with, as SQL: the sender's schema and a space. NOTIFY's channels
+ * belong to the whole database, so deployments in two schemas of one database would hear each
+ * other's wake-ups and signals; a listener passes on only those of its own schema
+ * (postgres-listener.ts).
+ */
+export const SCHEMA_TAG_SQL = "coalesce(current_schema(), '') || ' ' || ";
+
+/**
  * The one statement the PostgreSQL adapter's notify runs (see dialect.ts): this driver
  * recognises it by its text.
  */
-export const PG_NOTIFY_SQL = 'select pg_notify($1, $2)';
+export const PG_NOTIFY_SQL = `select pg_notify($1, ${SCHEMA_TAG_SQL}$2)`;
 
 /**
  * kysely's PostgreSQL driver, with a transaction's notifications sent with its COMMIT, in one
@@ -46,7 +54,7 @@ export class NotifyAtCommitPostgresDriver extends PostgresDriver {
     }
     // Without parameters the statements go as one simple query: one round trip, run in order.
     const { escapeLiteral } = pgPackage();
-    const notifying = notifications.map(([channel, payload]) => `pg_notify(${escapeLiteral(channel)}, ${escapeLiteral(payload)})`).join(', ');
+    const notifying = notifications.map(([channel, payload]) => `pg_notify(${escapeLiteral(channel)}, ${SCHEMA_TAG_SQL}${escapeLiteral(payload)})`).join(', ');
     await inner(connection).executeQuery(CompiledQuery.raw(`select ${notifying}; commit`));
   }
 

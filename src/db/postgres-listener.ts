@@ -38,6 +38,8 @@ export class PostgresListener {
   #failures = 0;
   #closed = false;
   #listening = false;
+  /** `<schema> `: what a payload sent from this session's schema starts with (see SCHEMA_TAG_SQL); null until read. */
+  #ownSchemaTag: string | null = null;
 
   constructor(url: string, channels: readonly string[], events: PostgresListenerEvents, options: PostgresListenerOptions = {}) {
     for (const channel of channels) {
@@ -92,11 +94,17 @@ export class PostgresListener {
     client.on('error', fail);
     client.on('end', () => fail(new DatabaseError('the LISTEN connection ended')));
     client.on('notification', (message) => {
-      if (this.#channels.includes(message.channel)) this.#events.notification(message.channel, message.payload ?? '');
+      // Another schema's deployment (or, before the schema is known, the catch-up that follows reads anyway).
+      const tag = this.#ownSchemaTag;
+      const payload = message.payload ?? '';
+      if (tag === null || !payload.startsWith(tag) || !this.#channels.includes(message.channel)) return;
+      this.#events.notification(message.channel, payload.slice(tag.length));
     });
     try {
       await client.connect();
       for (const channel of this.#channels) await client.query(`LISTEN ${channel}`);
+      const { rows } = await client.query<{ schema: string }>(`select coalesce(current_schema(), '') as schema`);
+      this.#ownSchemaTag = `${rows[0]?.schema ?? ''} `;
     } catch (error) {
       fail(error);
       return;
