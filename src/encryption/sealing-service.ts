@@ -102,27 +102,25 @@ export class SealingService {
       source: SEALING_SERVICE_SOURCE,
       // The bytes form's header comes built (sealed-format.ts): the service's text cannot import it.
       data: { keys: this.#keys, primaryId: this.#primaryId, header: bytesHeader(this.#primaryId) },
+      onMessage: (message: { id: number; results: (StoredValue | null)[] } | { id: number; bytes: ArrayBuffer; ends: Uint32Array }) => {
+        const id = message.id;
+        if (id === READY_MESSAGE_ID) {
+          if (this.#service === service) this.#online = true;
+          return;
+        }
+        const waiter = this.#waiting.get(id);
+        this.#waiting.delete(id);
+        waiter?.('results' in message ? message.results : unpacked(message.bytes, message.ends));
+        if (this.#waiting.size > 0) return;
+        service.port.unref();
+        this.#idleTimer = setTimeout(() => this.#stop(service), IDLE_MS);
+        this.#idleTimer.unref();
+      },
       onLost: fail,
     });
     // A service installed but never given a batch is removed as an idle one is.
     this.#idleTimer = setTimeout(() => this.#stop(service), IDLE_MS);
     this.#idleTimer.unref();
-    service.port.on('message', (message: { id: number; results: (StoredValue | null)[] } | { id: number; bytes: ArrayBuffer; ends: Uint32Array }) => {
-      const id = message.id;
-      if (id === READY_MESSAGE_ID) {
-        if (this.#service === service) this.#online = true;
-        return;
-      }
-      const waiter = this.#waiting.get(id);
-      this.#waiting.delete(id);
-      waiter?.('results' in message ? message.results : unpacked(message.bytes, message.ends));
-      if (this.#waiting.size > 0) return;
-      service.port.unref();
-      this.#idleTimer = setTimeout(() => this.#stop(service), IDLE_MS);
-      this.#idleTimer.unref();
-    });
-    // Listening refs the port; it is referenced only while a batch is out.
-    service.port.unref();
     this.#service = service;
     return service;
   }

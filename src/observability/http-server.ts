@@ -80,19 +80,18 @@ export class ObservabilityServer {
           shared: this.#shared,
           kinds: this.daemons.map((daemon) => daemon.health().kind),
         },
+        // The endpoint does not keep the process alive (its daemons do), as its thread never did.
+        onMessage: (message: ThreadMessage) => {
+          if (message.type === 'request') void this.#answer(message);
+          else if (message.type === 'listening') resolve({ address: message.address });
+          else if (message.type === 'error') resolve({ error: message.error, code: message.code });
+        },
         onLost: (reason) => {
           resolve({ error: reason, code: '' });
           if (this.#service === service && this.address !== null) this.log.error({ error: reason }, `/metrics and /health are no longer served: ${reason}`);
         },
       });
       this.#service = service;
-      service.port.on('message', (message: ThreadMessage) => {
-        if (message.type === 'request') void this.#answer(message);
-        else if (message.type === 'listening') resolve({ address: message.address });
-        else if (message.type === 'error') resolve({ error: message.error, code: message.code });
-      });
-      // The endpoint does not keep the process alive (its daemons do), as its thread never did.
-      service.port.unref();
     });
     if ('error' in started) {
       await this.stop();

@@ -28,7 +28,7 @@ export interface HelperService {
   remove(): Promise<void>;
 }
 
-export interface ServiceDefinition {
+export interface ServiceDefinition<Message> {
   /**
    * The body of a CommonJS function `(require, port, data) => stop?`: it sets the service up in
    * the thread (listens on `port`, starts timers) and may return a function that undoes that
@@ -38,22 +38,30 @@ export interface ServiceDefinition {
   readonly source: string;
   /** Given to the code as `data` (structured-cloned; a SharedArrayBuffer stays shared). */
   readonly data: unknown;
+  /**
+   * What the service's code posts. Listening does not keep the process alive: the port is
+   * unreferenced (a service refs it itself while it waits for an answer).
+   */
+  readonly onMessage?: (message: Message) => void;
   /** The thread died (or the service's code threw while it was set up): `reason` says why. */
   readonly onLost: (reason: string) => void;
 }
 
 let thread: Worker | null = null;
-const services = new Map<number, ServiceDefinition>();
+/** The installed services' onLost, by id. */
+const services = new Map<number, (reason: string) => void>();
 /** Services being removed, by id: told when their thread has stopped them, or has ended. */
 const removing = new Map<number, { readonly worker: Worker; readonly resolve: () => void }>();
 let nextServiceId = 1;
 
 /** Installs a service on the process's helper thread, starting the thread if it is not running. */
-export function installService(definition: ServiceDefinition): HelperService {
+export function installService<Message>(definition: ServiceDefinition<Message>): HelperService {
   const worker = runningThread();
   const id = nextServiceId++;
   const { port1, port2 } = new MessageChannel();
-  services.set(id, definition);
+  services.set(id, definition.onLost);
+  if (definition.onMessage) port1.on('message', definition.onMessage);
+  port1.unref();
   worker.postMessage({ type: 'install', id, source: definition.source, data: definition.data, port: port2 }, [port2]);
   return {
     port: port1,
@@ -94,9 +102,9 @@ function runningThread(): Worker {
       removing.delete(message.id);
       return;
     }
-    const definition = services.get(message.id);
+    const onLost = services.get(message.id);
     services.delete(message.id);
-    definition?.onLost(message.reason);
+    onLost?.(message.reason);
     void endIfUnused(worker);
   });
   const lost = (reason: string) => {
@@ -110,7 +118,7 @@ function runningThread(): Worker {
     thread = null;
     const orphans = [...services.values()];
     services.clear();
-    for (const definition of orphans) definition.onLost(reason);
+    for (const onLost of orphans) onLost(reason);
   };
   worker.on('error', (error) => lost(`the helper thread failed: ${error.message}`));
   worker.on('exit', (code) => lost(`the helper thread exited (code ${code})`));
