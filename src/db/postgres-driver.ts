@@ -1,13 +1,19 @@
 import { CompiledQuery, PostgresDriver, type DatabaseConnection, type QueryResult, type TransactionSettings } from 'kysely';
 import { pgPackage } from '../lazy-package.ts';
 
+/** The session's schema, as both sides of a notification spell it. */
+const SESSION_SCHEMA_SQL = "coalesce(current_schema(), '')";
+
 /**
  * What every payload is prefixed with, as SQL: the sender's schema and a space. NOTIFY's channels
  * belong to the whole database, so deployments in two schemas of one database would hear each
  * other's wake-ups and signals; a listener passes on only those of its own schema
  * (postgres-listener.ts).
  */
-export const SCHEMA_TAG_SQL = "coalesce(current_schema(), '') || ' ' || ";
+export const SCHEMA_TAG_SQL = `${SESSION_SCHEMA_SQL} || ' ' || `;
+
+/** What a listener reads of its own session to know the prefix its schema's payloads carry. */
+export const OWN_SCHEMA_SQL = `select ${SESSION_SCHEMA_SQL} as schema`;
 
 /**
  * The one statement the PostgreSQL adapter's notify runs (see dialect.ts): this driver

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { pgPackage } from '../lazy-package.ts';
 import { DatabaseError, InvalidOptionError } from '../errors.ts';
+import { OWN_SCHEMA_SQL } from './postgres-driver.ts';
 
 export interface PostgresListenerEvents {
   /** A notification on one of the channels arrived. */
@@ -103,7 +104,7 @@ export class PostgresListener {
     try {
       await client.connect();
       for (const channel of this.#channels) await client.query(`LISTEN ${channel}`);
-      const { rows } = await client.query<{ schema: string }>(`select coalesce(current_schema(), '') as schema`);
+      const { rows } = await client.query<{ schema: string }>(OWN_SCHEMA_SQL);
       this.#ownSchemaTag = `${rows[0]?.schema ?? ''} `;
     } catch (error) {
       fail(error);
