@@ -67,7 +67,7 @@ export interface WorkerOptions {
 export class Worker extends Daemon {
   readonly #running = new Map<number, Promise<void>>();
   /** The tries whose code runs now, by task instance (see RunningTry). */
-  readonly #cancels = new Map<number, RunningTry>();
+  readonly #runningTries = new Map<number, RunningTry>();
   /** A look at the running tries (stop requests, tries taken over) is under way, and another is wanted after it (`again`). */
   #stopCheck: { again: boolean } | null = null;
   #loop: Promise<void> | null = null;
@@ -163,7 +163,7 @@ export class Worker extends Daemon {
    * them is written. One look at a time; a wake during one asks for another after it.
    */
   #checkRunningTries(): void {
-    if (this.#cancels.size === 0 || this.jobId === null) return;
+    if (this.#runningTries.size === 0 || this.jobId === null) return;
     if (this.#stopCheck) {
       this.#stopCheck.again = true;
       return;
@@ -174,10 +174,10 @@ export class Worker extends Daemon {
       try {
         do {
           check.again = false;
-          const running = [...this.#cancels].filter(([, entry]) => !entry.settled);
+          const running = [...this.#runningTries].filter(([, entry]) => !entry.settled);
           const news = await this.storage.checkHeldTries(new Map(running.map(([taskInstanceId, entry]) => [taskInstanceId, entry.held])));
           for (const [taskInstanceId, found] of news) {
-            const entry = this.#cancels.get(taskInstanceId);
+            const entry = this.#runningTries.get(taskInstanceId);
             // Gone, settled or replaced by a newer try (of this worker) since the read began.
             if (!entry || entry.settled || entry.controller.signal.aborted || !running.some(([, ran]) => ran === entry)) continue;
             entry.controller.abort(
@@ -186,7 +186,7 @@ export class Worker extends Daemon {
                 : new TryTakenOverError(entry.label, entry.held.tryNumber, found.now),
             );
           }
-        } while (check.again && this.#cancels.size > 0);
+        } while (check.again && this.#runningTries.size > 0);
       } catch (error) {
         this.log.warn(
           errorFields(error, 'DF_DATABASE'),
@@ -227,7 +227,7 @@ export class Worker extends Daemon {
           `task instance ${taskInstanceId} did not finish before shutdown; handed back with its try, it runs again on the next worker`,
         );
       }
-      this.#cancels.get(taskInstanceId)?.controller.abort(new WorkerStoppingError());
+      this.#runningTries.get(taskInstanceId)?.controller.abort(new WorkerStoppingError());
     }
     // Code that heeds its signal winds down now; give it a moment before the logs close.
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
@@ -322,13 +322,13 @@ export class Worker extends Daemon {
     if (!started) return; // cleared or reaped meanwhile
     // What this try writes lands only while the try is still this worker's (see HeldTry).
     const entry: RunningTry = { controller: new AbortController(), held: { workerJobId: jobId, tryNumber: started.tryNumber }, label, settled: false };
-    this.#cancels.set(taskInstance.id, entry);
+    this.#runningTries.set(taskInstance.id, entry);
     try {
       await this.#runStarted(taskInstance, label, task, started, entry);
     } finally {
       this.#taskLogs.release(taskInstance.id, started.tryNumber);
       // Not the next try's (a restart may have started it here already).
-      if (this.#cancels.get(taskInstance.id) === entry) this.#cancels.delete(taskInstance.id);
+      if (this.#runningTries.get(taskInstance.id) === entry) this.#runningTries.delete(taskInstance.id);
     }
   }
 
