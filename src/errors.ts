@@ -49,6 +49,7 @@ export const ERROR_CODES = [
   'DF_TRIGGER_QUARANTINED',
   'DF_TASK_CRASHED',
   'DF_ENCRYPTION_KEY',
+  'DF_ENCRYPTION_KEY_MISMATCH',
 ] as const;
 
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
@@ -393,5 +394,23 @@ export class InvalidSignalError extends DeferflowError {
 export class EncryptionKeyError extends DeferflowError {
   constructor(message: string) {
     super('DF_ENCRYPTION_KEY', message);
+  }
+}
+
+/**
+ * A key whose id the database knows under other key material (a pasted wrong key, another
+ * environment's keys file): refused at start, before the process seals anything with it.
+ */
+export class EncryptionKeyMismatchError extends DeferflowError {
+  constructor(
+    readonly keyId: string,
+    why: string,
+  ) {
+    super(
+      'DF_ENCRYPTION_KEY_MISMATCH',
+      `encryption key ${keyId} is not the key this database knows by that id: ${why}; nothing was written. ` +
+        `Check that DEFERFLOW_ENCRYPTION_KEYS (or the keys file) holds the same ${keyId} as every other process of this deployment, ` +
+        'or give a new key a new id (`deferflow db generate-key --id ID`)',
+    );
   }
 }

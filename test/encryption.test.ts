@@ -543,7 +543,69 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     expect(await app.waitForDagRun('secrets', third)).toBe('success');
   }, 90_000);
 
-  it('`deferflow db rotate-key` re-encrypts plain and old-key values with the first key; an unreadable one is named, kept, and exits 1', async () => {
+  it('a key pasted under a known id with other material is refused by `db rotate-key` and by a daemon at start, and nothing is written with it', async () => {
+    const url = await freshDatabaseUrl(dialect);
+    expect((await runCli(['db', 'migrate', '--db', url])).code).toBe(0);
+    const generate = async () => (await runCli(['db', 'generate-key', '--id', 'k1'])).stdout.trim();
+    const [realK1, wrongK1] = [await generate(), await generate()];
+    const [sealed, plain, real] = await databases(url, [realK1], [], [realK1]);
+    const sealedTi = await deferredShout(sealed!, 'sealed');
+    const plainTi = await deferredShout(plain!, 'plain');
+    const rows = () => Promise.all([sealedTi, plainTi].map((id) => rawRows(plain!, id)));
+    const untouched = await rows();
+
+    // The database has never recorded k1: the value sealed with the real k1 does not open with the wrong one.
+    const wrongRotation = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: wrongK1 });
+    expect(wrongRotation.stderr).toContain('error [DF_ENCRYPTION_KEY_MISMATCH]: encryption key k1 is not the key this database knows by that id');
+    expect(wrongRotation.stderr).toContain(`trigger ${untouched[0]!.ti.trigger_id}'s kwargs, sealed with k1, does not decrypt with it`);
+    expect(wrongRotation.code).toBe(2);
+    expect(wrongRotation.stdout).toBe('');
+    const wrongDaemon = await runCli(['triggerer', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: wrongK1 });
+    expect(wrongDaemon.stderr).toContain('DF_ENCRYPTION_KEY_MISMATCH');
+    expect(wrongDaemon.code).toBe(2);
+    expect(await rows()).toEqual(untouched);
+
+    // The real key: the plain values are sealed, the sealed ones opened and counted, and k1 is recorded.
+    const rotation = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: realK1 });
+    expect(rotation.stdout).toContain('re-encrypted 2 value(s) with key k1 (trigger kwargs 1, next_kwargs 1, events 0); 2 already were');
+    expect(rotation.code).toBe(0);
+    const recorded = await plain!.db.selectFrom('encryption_key').select(['key_id', 'check_value']).execute();
+    expect(recorded).toEqual([{ key_id: 'k1', check_value: expect.any(String) }]);
+    // The check value is not the key.
+    expect(realK1).not.toContain(recorded[0]!.check_value);
+    const rotated = await rows();
+
+    // Now refused from the recorded check value, by the rotation and by every daemon.
+    const again = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: wrongK1 });
+    expect(again.stderr).toContain('error [DF_ENCRYPTION_KEY_MISMATCH]: encryption key k1 is not the key this database knows by that id');
+    expect(again.stderr).toContain('the database recorded other key material under k1');
+    expect(again.code).toBe(2);
+    for (const daemon of [['triggerer'], ['worker', '--dags', scratch.dir(`no-dags-${dialect}`)], ['scheduler']]) {
+      const refused = await runCli([...daemon, '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: wrongK1 });
+      expect(refused.stderr, daemon[0]).toContain('error [DF_ENCRYPTION_KEY_MISMATCH]');
+      expect(refused.code, daemon[0]).toBe(2);
+    }
+    // Second key listed after the wrong one: refused too (every key is checked, not only the sealing one).
+    const listedSecond = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: `${K2},${wrongK1}` });
+    expect(listedSecond.stderr).toContain('DF_ENCRYPTION_KEY_MISMATCH');
+    expect(listedSecond.code).toBe(2);
+    expect(await rows()).toEqual(rotated);
+
+    // Every value still reads with the real key.
+    for (const id of [sealedTi, plainTi]) {
+      expect(await readTaskInstance(real!, id)).toMatchObject({ nextKwargs: { token: 'hunter2-kwarg' } });
+      const raw = await rawRows(plain!, id);
+      expect(sealedKeyOf(plain!, raw.trigger!.kwargs)).toBe('k1');
+      expect(Keyring.fromEntries([realK1], 'test').open(raw.trigger!.kwargs, 'trigger.kwargs', 'trigger')).toContain('hunter2-event');
+    }
+    // And a daemon with the real key starts and fires both.
+    app = await triggererApp(url, [realK1]);
+    for (const id of [sealedTi, plainTi]) {
+      await waitFor(async () => (await readTaskInstance(real!, id))?.state === 'scheduled', { what: `task instance ${id} resumed` });
+    }
+  }, 90_000);
+
+  it('`deferflow db rotate-key` re-encrypts plain and old-key values with the first key; with any value unreadable it writes nothing, names each row, and exits 1', async () => {
     const url = await freshDatabaseUrl(dialect);
     const [plain, old, gone] = await databases(url, [], [K1], [GONE]);
     const ids = [await deferredShout(plain!, 'plain'), await deferredShout(old!, 'old')];
@@ -565,13 +627,22 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('error [DF_INVALID_OPTION]: encryption-keys-file: db rotate-key needs the keys');
 
+    const before = await Promise.all([...ids, lost, quiet].map((id) => rawRows(plain!, id)));
+    const stopped = await runCli(['db', 'rotate-key', '--db', url, '--encryption-keys-file', keysFile]);
+    expect(stopped.stderr).toContain(`error [DF_ENCRYPTION_KEY]: trigger `);
+    expect(stopped.stderr).toContain(`error [DF_ENCRYPTION_KEY]: task instance ${lost}: its task_instance.next_kwargs is encrypted with key "gone"`);
+    expect(stopped.stderr).toContain('2 value(s) could not be decrypted, so nothing was re-encrypted');
+    expect(stopped.code).toBe(1);
+    expect(stopped.stdout).toBe('');
+    // Not one row changed.
+    expect(await Promise.all([...ids, lost, quiet].map((id) => rawRows(plain!, id)))).toEqual(before);
+
+    // With the lost key listed too: plain trigger kwargs and next_kwargs, the k1 ones and the event, and the lost ones.
+    writeFileSync(keysFile, `${K2}\n${K1}\n${GONE}\n`);
     const rotated = await runCli(['db', 'rotate-key', '--db', url, '--encryption-keys-file', keysFile]);
-    expect(rotated.stderr).toContain(`error [DF_ENCRYPTION_KEY]: trigger `);
-    expect(rotated.stderr).toContain('encrypted with key "gone"');
-    expect(rotated.stderr).toContain('2 value(s) could not be decrypted and were left as they are');
-    expect(rotated.code).toBe(1);
-    // Plain: trigger kwargs and next_kwargs; k1: the same two and the event.
-    expect(rotated.stdout).toContain('re-encrypted 5 value(s) with key k2 (trigger kwargs 2, next_kwargs 2, events 1); 2 already were');
+    expect(rotated.stderr).toBe('');
+    expect(rotated.stdout).toContain('re-encrypted 7 value(s) with key k2 (trigger kwargs 3, next_kwargs 3, events 1); 2 already were');
+    expect(rotated.code).toBe(0);
 
     const [k2Only] = await databases(url, [K2]);
     for (const id of ids) {
@@ -583,15 +654,10 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     // The event is now in the form events are written in (bytes on SQLite).
     expect(sealedKeyOf(plain!, (await rawRows(plain!, ids[1]!)).ti.next_event, 'event')).toBe('k2');
     expect(await readTaskInstance(k2Only!, ids[1]!)).toMatchObject({ nextKwargs: { event: 'an event' } });
-    expect(Keyring.sealedWith((await rawRows(plain!, lost)).ti.next_kwargs!)).toBe('gone');
+    expect(sealedKeyOf(plain!, (await rawRows(plain!, lost)).ti.next_kwargs)).toBe('k2');
     const quietRaw = await rawRows(plain!, quiet);
     expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs]).toEqual(['{}', '{}']);
 
-    // Run again with the lost key listed too: everything is on k2, and a further run finds nothing to do.
-    writeFileSync(keysFile, `${K2}\n${K1}\n${GONE}\n`);
-    const again = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS_FILE: keysFile });
-    expect(again.stdout).toContain('re-encrypted 2 value(s) with key k2 (trigger kwargs 1, next_kwargs 1, events 0); 7 already were');
-    expect(again.code).toBe(0);
     const idle = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: K2 });
     expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0); 9 already were');
     expect(idle.code).toBe(0);

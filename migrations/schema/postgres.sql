@@ -29,6 +29,12 @@ table dag_signal_start
   constraint dag_signal_start_after_version_check CHECK ((after_version >= 0))
   constraint dag_signal_start_pkey PRIMARY KEY (dag_id)
   index CREATE UNIQUE INDEX dag_signal_start_pkey ON dag_signal_start USING btree (dag_id)
+table encryption_key
+  column key_id text not null
+  column check_value text not null
+  column recorded_at timestamp with time zone not null
+  constraint encryption_key_pkey PRIMARY KEY (key_id)
+  index CREATE UNIQUE INDEX encryption_key_pkey ON encryption_key USING btree (key_id)
 table import_error
   column id bigint not null identity
   column fileloc text not null

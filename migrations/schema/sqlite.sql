@@ -1,6 +1,7 @@
 CREATE TABLE dag_run (id integer primary key autoincrement, dag_id text not null, run_id text not null, run_type text not null check (run_type in ('manual', 'scheduled')), logical_date text not null, data_interval_start text, data_interval_end text, state text not null check (state in ('queued', 'running', 'success', 'failed')), conf text not null, dag_hash text, created_at text not null, start_date text, end_date text, updated_at text not null, constraint dag_run_run_id_key unique (dag_id, run_id), constraint dag_run_logical_date_key unique (dag_id, logical_date));
 CREATE INDEX dag_run_unfinished_idx on dag_run (state, dag_id) where state in ('queued', 'running');
 CREATE TABLE dag_signal_start (dag_id text primary key, signal_key text not null, after_version integer not null check (after_version >= 0));
+CREATE TABLE encryption_key (key_id text primary key, check_value text not null, recorded_at text not null);
 CREATE TABLE import_error (id integer primary key autoincrement, fileloc text not null unique, message text not null, created_at text not null);
 CREATE TABLE job (id integer primary key autoincrement, job_type text not null, state text not null check (state in ('running', 'success', 'failed')), hostname text not null, pid integer not null, capacity integer, start_date text not null, end_date text, latest_heartbeat text not null);
 CREATE INDEX job_type_heartbeat_idx on job (job_type, latest_heartbeat);

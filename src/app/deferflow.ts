@@ -106,6 +106,15 @@ export class Deferflow {
     } else {
       database = await openMigratedDatabase(options.databaseUrl, options.keyring);
     }
+    if (options.keyring.encrypting) {
+      // Before any component writes: a key the database knows under other material is refused here.
+      try {
+        await new Storage(database).verifyEncryptionKeys(Date.now());
+      } catch (error) {
+        await database.close().catch(() => {});
+        throw unreachable(options.databaseUrl, error);
+      }
+    }
     return new Deferflow(database, options, registry, log, applied);
   }
 

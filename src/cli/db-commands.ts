@@ -133,16 +133,25 @@ async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | unde
   const [{ openMigratedDatabase }, { Storage }] = await Promise.all([import('../db/open-migrated-database.ts'), import('../storage/index.ts')]);
   const database = await openMigratedDatabase(databaseUrlFrom(dbFlag), keyring);
   try {
-    const counts = await new Storage(database).resealValues();
+    const storage = new Storage(database);
+    await storage.verifyEncryptionKeys(Date.now());
+    const counts = await storage.resealValues();
     const { resealed } = counts;
     const total = Object.values(resealed).reduce((sum, count) => sum + count, 0);
+    for (const message of counts.unreadable) process.stderr.write(`error [DF_ENCRYPTION_KEY]: ${message}\n`);
+    if (counts.stoppedBeforeWriting) {
+      process.stderr.write(
+        `${counts.unreadable.length} value(s) could not be decrypted, so nothing was re-encrypted; list their key too (or remove those rows) and run db rotate-key again\n`,
+      );
+      process.exitCode = 1;
+      return;
+    }
     process.stdout.write(
       `re-encrypted ${total} value(s) with key ${keyring.primaryKeyId} (trigger kwargs ${resealed['trigger.kwargs']}, next_kwargs ${resealed['task_instance.next_kwargs']}, events ${resealed['task_instance.next_event']}); ${counts.current} already were\n`,
     );
     if (counts.unreadable.length > 0) {
-      for (const message of counts.unreadable) process.stderr.write(`error [DF_ENCRYPTION_KEY]: ${message}\n`);
       process.stderr.write(
-        `${counts.unreadable.length} value(s) could not be decrypted and were left as they are; list their key too and run db rotate-key again\n`,
+        `${counts.unreadable.length} value(s) written during the rotation could not be decrypted and were left as they are; list their key too and run db rotate-key again\n`,
       );
       process.exitCode = 1;
     }

@@ -163,6 +163,16 @@ export interface TriggerLogTable {
   fields: JsonText | null;
 }
 
+/**
+ * The key material each encryption key id stands for, as a check value (migration 0011): an HMAC
+ * of a fixed label under the key, never the key itself (see encryption/keyring.ts).
+ */
+export interface EncryptionKeyTable {
+  key_id: string;
+  check_value: string;
+  recorded_at: DbTime;
+}
+
 /** Which trigger a try of a task instance waited on, and since when (migration 0007). */
 export interface TriggerWaitTable {
   task_instance_id: number;
@@ -236,6 +246,7 @@ export interface DatabaseSchema {
   dag_signal_start: DagSignalStartTable;
   trigger_log: TriggerLogTable;
   trigger_wait: TriggerWaitTable;
+  encryption_key: EncryptionKeyTable;
 }
 
 export function toDbTime(epochMs: number): string {

@@ -39,6 +39,8 @@ export type SealedForm = 'text' | 'bytes';
 export type StoredValue = string | Uint8Array;
 
 const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/;
+/** What a key's check value is the HMAC of (see keyChecks); a new label would make every recorded check value differ. */
+const KEY_CHECK_LABEL = 'deferflow key check v1';
 const KEY_BYTES = 32;
 /**
  * Batches of at least this many values are sealed or opened on the sealing service; a smaller
@@ -162,6 +164,16 @@ export class Keyring {
   /** The key ids, the sealing one first (never the keys themselves). */
   get keyIds(): string[] {
     return [...this.#keys.keys()];
+  }
+
+  /**
+   * Each key's check value, the sealing key first: an HMAC-SHA256 of a fixed label under the key.
+   * The database records it the first time it meets an id, so a process holding other material
+   * under a known id is refused before it writes (storage/encryption-keys.ts). It tells only
+   * whether two keys are equal: HMAC does not give up its key, and nothing sealed opens with it.
+   */
+  keyChecks(): { readonly id: string; readonly check: string }[] {
+    return [...this.#keys.values()].map(({ id, key }) => ({ id, check: createHmac('sha256', key).update(KEY_CHECK_LABEL).digest('base64') }));
   }
 
   /** Logged configs show which keys, never their bytes. */

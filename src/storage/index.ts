@@ -53,6 +53,7 @@ import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-tr
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { cleanDatabase, type CleanCounts } from './clean-database.ts';
 import { resealValues, type ResealCounts } from './reseal-values.ts';
+import { verifyEncryptionKeys } from './encryption-keys.ts';
 import { openNextKwargs, type OpenedNextKwargs } from './sealed-values.ts';
 import { countTriggers, countWaitingWork, type WaitingWorkCounts } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
@@ -395,6 +396,14 @@ export class Storage {
 
   cleanDatabase(before: number, dryRun: boolean): Promise<CleanCounts> {
     return cleanDatabase(this.#context, before, dryRun);
+  }
+
+  /**
+   * Refuses (DF_ENCRYPTION_KEY_MISMATCH) a key whose id the database knows under other material,
+   * and records the keys it does not know yet; every daemon and `db rotate-key` before writing.
+   */
+  verifyEncryptionKeys(now: number): Promise<void> {
+    return verifyEncryptionKeys(this.#context, now);
   }
 
   /** Re-encrypts every secret-bearing value with the first key (`db rotate-key`). */

@@ -27,6 +27,18 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTri
   });
 }
 
+/** Every column that holds sealable values, with its table and what its rows are called in messages. */
+export const SEALABLE_COLUMNS: readonly {
+  readonly table: 'trigger' | 'task_instance';
+  readonly column: 'kwargs' | 'next_kwargs' | 'next_event';
+  readonly sealed: SealedColumn;
+  readonly row: string;
+}[] = [
+  { table: 'trigger', column: 'kwargs', sealed: 'trigger.kwargs', row: 'trigger' },
+  { table: 'task_instance', column: 'next_kwargs', sealed: 'task_instance.next_kwargs', row: 'task instance' },
+  { table: 'task_instance', column: 'next_event', sealed: 'task_instance.next_event', row: 'task instance' },
+];
+
 /** The form the daemons seal `column`'s values in on this dialect (see DialectAdapter.sealedEventForm). */
 export function sealedFormOf(adapter: DialectAdapter, column: SealedColumn): SealedForm {
   return column === 'task_instance.next_event' ? adapter.sealedEventForm : 'text';
