@@ -7,7 +7,7 @@
  * package itself.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -283,14 +283,44 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
       dependencies: { deferflow: `file:${tarball}` },
       allowScripts: { 'better-sqlite3': true, esbuild: true, [`file:${tarball}`]: true },
     });
+    // Without --deferflow: the source this installation came from (the tarball), said on stdout.
+    const byDefault = await exec('npx', ['deferflow', 'init', 'default-app'], project);
+    expect(byDefault.code, byDefault.stderr).toBe(0);
+    expect(byDefault.stdout).toContain(`its deferflow dependency: file:${tarball} (where this deferflow was installed from; --deferflow sets another)`);
+    expect(JSON.parse(readFileSync(path.join(project, 'default-app', 'package.json'), 'utf8'))).toMatchObject({
+      dependencies: { deferflow: `file:${tarball}` },
+      allowScripts: { [`file:${tarball}`]: true },
+    });
+    // Installed from the registry (as npm's lockfile would say): a version range of it.
+    const hiddenLock = path.join(project, 'node_modules', '.package-lock.json');
+    const lockText = readFileSync(hiddenLock, 'utf8');
+    const lock = JSON.parse(lockText) as { packages: Record<string, { resolved?: string }> };
+    lock.packages['node_modules/deferflow']!.resolved = `https://registry.npmjs.org/deferflow/-/deferflow-${version}.tgz`;
+    writeFileSync(hiddenLock, JSON.stringify(lock));
     const fromRegistry = await exec('npx', ['deferflow', 'init', 'registry-app'], project);
+    writeFileSync(hiddenLock, lockText);
     expect(fromRegistry.code, fromRegistry.stderr).toBe(0);
+    expect(fromRegistry.stdout).toContain(`its deferflow dependency: ^${version} (the registry`);
     const registryManifest = JSON.parse(readFileSync(path.join(project, 'registry-app', 'package.json'), 'utf8')) as {
       dependencies: Record<string, string>;
       allowScripts: Record<string, boolean>;
     };
-    expect(registryManifest.dependencies.deferflow).toMatch(/^\^\d+\.\d+\.\d+/);
+    expect(registryManifest.dependencies.deferflow).toBe(`^${version}`);
     expect(registryManifest.allowScripts).toEqual({ 'better-sqlite3': true, esbuild: true });
+    // The README's command from a folder with no deferflow installed: from the tarball, and from a checkout.
+    const elsewhere = path.join(scratch, 'elsewhere');
+    mkdirSync(elsewhere);
+    const viaNpx = await exec('npx', ['--yes', '--package', tarball, 'deferflow', 'init', 'from-tarball'], elsewhere, 240_000, await betterSqlitePrebuild());
+    expect(viaNpx.code, viaNpx.stderr).toBe(0);
+    expect(viaNpx.stdout).toContain(`its deferflow dependency: file:${tarball}`);
+    expect(JSON.parse(readFileSync(path.join(elsewhere, 'from-tarball', 'package.json'), 'utf8')).dependencies.deferflow).toBe(`file:${tarball}`);
+    const viaCheckout = await exec(process.execPath, [path.join(REPO_ROOT, 'bin/deferflow.js'), 'init', 'from-checkout'], elsewhere);
+    expect(viaCheckout.code, viaCheckout.stderr).toBe(0);
+    expect(viaCheckout.stdout).toContain(`its deferflow dependency: file:${realpathSync(REPO_ROOT)} (the folder this deferflow runs from`);
+    // The made project's README links only to what exists once it is installed.
+    const appReadme = readFileSync(path.join(elsewhere, 'from-checkout', 'README.md'), 'utf8');
+    expect([...appReadme.matchAll(/\]\(([^)]+)\)/g)].map(([, target]) => target)).toEqual(['node_modules/deferflow/README.md']);
+    expect(readFileSync(path.join(project, 'node_modules/deferflow/README.md'), 'utf8')).toContain('# deferflow');
     const again = await exec('npx', ['deferflow', 'init', 'app'], project);
     expect(again.code).toBe(2);
     expect(again.stderr).toContain('is not empty; init writes only into a new or empty folder and never overwrites a file');

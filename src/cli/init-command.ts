@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Argv } from 'yargs';
 import { InvalidOptionError } from '../errors.ts';
-import { ownPackage } from './own-package.ts';
+import { installationSource, ownPackage } from './own-package.ts';
 
 /** `deferflow init [DIR]`: a project a user can start from, next to nothing deferflow needs to know. */
 export function registerInitCommand(cli: Argv, version: string): void {
@@ -13,7 +13,7 @@ export function registerInitCommand(cli: Argv, version: string): void {
     (command) =>
       command.positional('dir', { type: 'string', default: '.', describe: 'Where to create it (made if missing; must be empty)' }).option('deferflow', {
         type: 'string',
-        describe: `The deferflow dependency to install: a version range, a tarball path or a git URL [default ^${version}]`,
+        describe: `The deferflow dependency to install: a version range, a tarball path or a git URL [default: where the running deferflow came from; ^${version} from the registry]`,
       }),
     // async: a refusal then reaches the CLI's error handler (exit 2) like every other command's.
     async (args) => {
@@ -27,19 +27,45 @@ export function registerInitCommand(cli: Argv, version: string): void {
           .toLowerCase()
           .replace(/[^a-z0-9-_.]/g, '-')
           .replace(/^[._-]+/, '') || 'deferflow-project';
-      const spec = typeof args.deferflow === 'string' && args.deferflow !== '' ? dependencySpec(args.deferflow) : `^${version}`;
+      const { spec, why } =
+        typeof args.deferflow === 'string' && args.deferflow !== ''
+          ? { spec: dependencySpec(args.deferflow), why: 'given by --deferflow' }
+          : defaultSpec(version);
       for (const [file, text] of Object.entries(projectFiles(name, spec, version))) {
         mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
         writeFileSync(path.join(dir, file), text, { flag: 'wx' });
       }
       process.stdout.write(
-        `created a deferflow project in ${dir}\n\n` +
+        `created a deferflow project in ${dir}\n` +
+          `its deferflow dependency: ${spec} (${why})\n\n` +
           `  cd ${relativeOrAbsolute(dir)}\n` +
           '  npm install\n' +
           '  npm start        # runs dags/example.ts once, in one process, on ./deferflow.db\n',
       );
     },
   );
+}
+
+/**
+ * The dependency init writes without --deferflow: the source the running deferflow was installed
+ * from, so that a project made before deferflow is on the registry (from a checkout, or with
+ * `npx --package <tarball>`) installs; a version range only for an installation from the registry.
+ */
+function defaultSpec(version: string): { spec: string; why: string } {
+  const source = installationSource();
+  switch (source.kind) {
+    case 'registry':
+      return { spec: `^${version}`, why: 'the registry, where this deferflow was installed from; --deferflow sets another' };
+    case 'folder':
+      return { spec: source.spec, why: 'the folder this deferflow runs from; --deferflow sets another' };
+    case 'installed':
+      return { spec: source.spec, why: 'where this deferflow was installed from; --deferflow sets another' };
+    case 'unknown':
+      return {
+        spec: `^${version}`,
+        why: 'from the registry: where this deferflow came from could not be told; --deferflow sets a tarball, a folder or a git URL instead',
+      };
+  }
 }
 
 function relativeOrAbsolute(dir: string): string {
@@ -170,8 +196,9 @@ wait.before(report);
 function readme(name: string, version: string): string {
   return `# ${name}
 
-A [deferflow](https://www.npmjs.com/package/deferflow) ${version} project: DAGs in \`dags/\`, custom
-triggers in \`triggers/\`, both TypeScript, loaded without a build step.
+A deferflow ${version} project: DAGs in \`dags/\`, custom triggers in \`triggers/\`, both
+TypeScript, loaded without a build step. deferflow's own README is installed with it:
+[node_modules/deferflow/README.md](node_modules/deferflow/README.md).
 
 \`\`\`sh
 npm install
