@@ -160,6 +160,8 @@ export class TriggerQuarantinedError extends DeferflowError {
  *   DF_INVALID_TRIGGER_ARGUMENT (its constructor refused the stored kwargs), DF_OUTCOME_REFUSED
  *   (the database refused its event), DF_TASK_DEFERRAL_TIMEOUT for a timeout.
  * - `triggerTraceback`: the stack of the trigger's error as the triggerer saw it, or null.
+ * - `stack`: this error's message over the trigger's own frames (where it went wrong), not
+ *   deferflow's frames that raised it in the task; as it was raised when the trigger's had none.
  */
 export class TaskDeferralError extends DeferflowError {
   constructor(
@@ -171,7 +173,31 @@ export class TaskDeferralError extends DeferflowError {
     readonly triggerCode: DeferflowErrorCode | null = null,
   ) {
     super(code, message);
+    const triggerFrames = triggerTraceback === null ? [] : stackFrames(triggerTraceback);
+    if (triggerFrames.length > 0) this.stack = [`${this.name}: ${message}`, ...triggerFrames].join('\n');
   }
+}
+
+/** The frame lines (`    at …`) of a stack, without its message. */
+function stackFrames(stack: string): string[] {
+  return stack.split('\n').filter((line) => /^\s+at /.test(line));
+}
+
+/** Where deferflow's own modules are (src/ in a checkout, dist/src/ installed): this file's folder. */
+const DEFERFLOW_SOURCE_DIR = new URL('.', import.meta.url);
+
+/**
+ * A stack with deferflow's own frames (its modules and Node's internals) left out, so that what
+ * is left is the user's code, innermost first: what a trigger's failure shows its task. Frames
+ * of deferflow's built-in triggers (outside src/) stay. Unchanged if nothing but deferflow's frames is in it.
+ */
+export function withoutDeferflowFrames(stack: string): string {
+  const lines = stack.split('\n');
+  const internal = (line: string) =>
+    /^\s+at /.test(line) &&
+    (line.includes(DEFERFLOW_SOURCE_DIR.href) || line.includes(DEFERFLOW_SOURCE_DIR.pathname) || /\(node:internal\/|at node:internal\//.test(line));
+  const kept = lines.filter((line) => !internal(line));
+  return stackFrames(kept.join('\n')).length > 0 ? kept.join('\n') : stack;
 }
 
 /** Raised inside a resumed task when its deferral's timeout passed before the trigger fired. */

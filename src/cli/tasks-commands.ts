@@ -21,7 +21,10 @@ export function registerTasksCommands(cli: Argv): void {
         async (args) => {
           await withStorage(args.db, async (storage) => {
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
-            const rows = (await storage.taskInstancesOfRunId(args.run, args.dag)).map((ti) => ({
+            const taskInstances = await storage.taskInstancesOfRunId(args.run, args.dag);
+            // Why the latest try failed, for a task that failed or waits to retry: its log's last error line.
+            const errors = await storage.tryErrors(taskInstances.filter((ti) => ti.state === 'failed' || ti.state === 'up_for_retry'));
+            const rows = taskInstances.map((ti) => ({
               dag_id: ti.dagId,
               task_id: ti.taskId,
               state: ti.state,
@@ -31,6 +34,7 @@ export function registerTasksCommands(cli: Argv): void {
               end_date: iso(ti.endDate),
               next_method: ti.nextMethod,
               reschedules: ti.reschedules,
+              error: errors.get(ti.id) ?? null,
             }));
             if (rows.length === 0)
               throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);

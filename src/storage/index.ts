@@ -61,6 +61,7 @@ import { appendTaskLogLines, appendTriggerLogLines, type TaskLogLine, type Trigg
 import { readTaskLog, type StoredLogLine } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
+import { tryErrors, type TryError } from './try-errors.ts';
 import { listActiveDags, listImportErrors, listSerializedDags, readSerializedDag } from './serialized-dags.ts';
 import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
@@ -367,6 +368,11 @@ export class Storage {
 
   taskLogTries(taskInstanceId: number): Promise<number[]> {
     return taskLogTries(this.#context, taskInstanceId);
+  }
+
+  /** The last error line of each given try's log (why it failed), by task instance id. */
+  tryErrors(tries: readonly { readonly id: number; readonly tryNumber: number }[]): Promise<Map<number, TryError>> {
+    return tryErrors(this.#context, tries);
   }
 
   taskInstancesOfRunId(runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {

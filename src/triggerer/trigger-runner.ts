@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { codeOf, describeThrown, TriggerFailedError, TriggerRuntimeError } from '../errors.ts';
+import { codeOf, describeThrown, TriggerFailedError, TriggerRuntimeError, withoutDeferflowFrames } from '../errors.ts';
 import { toJsonText, type JsonObject } from '../serialization/json.ts';
 import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../triggers/base-trigger.ts';
 import type { TriggerRegistry } from '../triggers/registry.ts';
@@ -437,7 +437,9 @@ export class TriggerRunner {
     this.#metrics?.failed.inc({ classpath });
     // What a trigger threw may quote its secrets (a password in an auth error): masked like its lines.
     const masker = this.#triggerLogs?.masker.with(trigger ? secretsOf(trigger) : []);
-    const thrown = describeThrown(error);
+    const described = describeThrown(error);
+    // The trigger's own frames are what its task's log shows; deferflow's around them say nothing.
+    const thrown = { error: described.error, traceback: described.traceback === null ? null : withoutDeferflowFrames(described.traceback) };
     const failure = masker ? { error: masker.mask(thrown.error), traceback: thrown.traceback === null ? null : masker.mask(thrown.traceback) } : thrown;
     // Anything a trigger throws that is not one of deferflow's own errors is DF_TRIGGER_FAILED.
     const code = codeOf(error, 'DF_TRIGGER_FAILED');

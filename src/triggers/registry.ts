@@ -60,7 +60,7 @@ export class TriggerRegistry {
     const isPath = specifier.startsWith('.') || path.isAbsolute(specifier) || /\.[cm]?[jt]s$/.test(specifier);
     let exports: Record<string, unknown>;
     try {
-      exports = isPath ? (await importUserModule(path.resolve(specifier), 'trigger-module')).exports : await importPackage(specifier);
+      exports = isPath ? (await importUserModule(path.resolve(specifier), 'trigger-module', { shared: true })).exports : await importPackage(specifier);
     } catch (error) {
       throw new TriggerModuleError(
         `trigger module ${JSON.stringify(specifier)} could not be loaded: ${explainLoadFailure(isPath ? specifier : path.join(process.cwd(), 'package.json'), error)}`,

@@ -17,14 +17,23 @@ import { registerTypeScriptHooks } from './typescript-hooks.ts';
  * by `npm run bench:reload`). Instead the file is compiled to a CommonJS module object that is
  * not kept in any cache: when the file changes, the old version is garbage once nothing uses
  * its DAG. esbuild (already what tsx runs) strips the types and rewrites import/export; the
- * inline source map keeps stack traces pointing at the user's lines.
+ * inline source map keeps stack traces pointing at the user's lines. A trigger module, loaded
+ * once for the life of the process, is `shared`: kept in the require cache, so a DAG file that
+ * imports it gets the same module rather than a second compilation.
  *
  * A file CommonJS cannot express (top-level await) or whose imports only resolve for `import`
  * (a package exporting no `require`/`default` condition) falls back to `import()`: it works
  * the same, but each edit of it costs memory until the process restarts.
  */
-export async function importUserModule(file: string, version: string): Promise<UserModule> {
+export async function importUserModule(file: string, version: string, options: { readonly shared?: boolean } = {}): Promise<UserModule> {
   await registerTypeScriptHooks();
+  // A shared module is the one every user file's import of that file gets (and the other way
+  // round). Two compilations of one file in a process, this one and tsx's for an import of it,
+  // would also leave Node one source map per file name for both, so the stacks of one copy
+  // would name the other's lines.
+  const requireCache = Module.createRequire(file).cache;
+  const loaded = options.shared ? requireCache[file] : undefined;
+  if (loaded?.loaded) return { exports: exportsOf(loaded.exports), importedBecause: null };
   const source = await readFile(file, 'utf8');
   const format = moduleFormatOf(file);
   let code: string;
@@ -68,6 +77,7 @@ export async function importUserModule(file: string, version: string): Promise<U
     throw error;
   }
   module.loaded = true;
+  if (options.shared) requireCache[file] = module;
   return { exports: exportsOf(module.exports), importedBecause: null };
 }
 
