@@ -72,7 +72,7 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
     const firstId = await first.waitForJob();
     const alive = await check('--job-type', 'triggerer');
     expect(alive.code).toBe(0);
-    expect(alive.text).toMatch(new RegExp(`^found 1 live triggerer \\(${firstId} on \\S+\\)$`));
+    expect(alive.text).toMatch(new RegExp(`^found 1 live triggerer \\(job ${firstId} on host \\S+\\)$`));
     expect((await check('--job-type', 'worker')).code).toBe(1);
     expect((await check('--job-type', 'triggerer', '--hostname', 'no-such-host')).text).toBe(
       'no live triggerer on no-such-host found (0 running row(s) looked at, none with a fresh heartbeat)',
@@ -84,7 +84,7 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
     expect((await check('--job-type', 'triggerer')).code).toBe(0);
     const two = await check('--job-type', 'triggerer', '--limit', '2');
     expect(two.code).toBe(1);
-    expect(two.text).toMatch(/^found 2 live triggerers \(.*\); expected one \(pass --allow-multiple\)$/);
+    expect(two.text).toMatch(/^found 2 live triggerers \(job \d+, job \d+\); expected one \(pass --allow-multiple\)$/);
     expect((await check('--job-type', 'triggerer', '--limit', '2', '--allow-multiple')).code).toBe(0);
 
     await stopCleanly([second]);

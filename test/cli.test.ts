@@ -163,6 +163,8 @@ describe('triggerer option validation', () => {
           'dag: not an option of deferflow triggerer; --dag is one of deferflow tasks clear, deferflow tasks list, deferflow tasks logs, deferflow tasks reschedules',
         ],
       },
+      // A flag given without its prefix.
+      { proc: spawnDeferflow(['web', '--port', '9000', '--db', UNOPENABLE_DB]), stderr: ['error: Unknown argument: port', 'port: did you mean --http-port?'] },
       {
         proc: spawnDeferflow(['db', 'migrat', '--db', UNOPENABLE_DB]),
         stderr: [
@@ -197,6 +199,20 @@ describe('triggerer option validation', () => {
     const tr = spawnTriggerer(['--db', 'mysql://x']);
     expect(await tr.exitWithin()).toEqual({ code: 2, signal: null });
     expect(tr.stderr.join('\n')).toMatch(/^error \[DF_INVALID_DATABASE_URL\]: .*mysql:\/\/x/);
+    expect(tr.stderr.join('\n')).not.toContain('did you mean');
+  });
+
+  it('refuses a bare file path as the database, naming the sqlite: URL it was meant as', async () => {
+    for (const [given, meant] of [
+      ['./deferflow.db', 'sqlite:./deferflow.db'],
+      ['/var/lib/deferflow/prod.sqlite', 'sqlite:/var/lib/deferflow/prod.sqlite'],
+    ]) {
+      const proc = spawnDeferflow(['tasks', 'list', '--run', 'x', '--db', given!]);
+      expect(await proc.exitWithin()).toEqual({ code: 2, signal: null });
+      expect(proc.stderr.join('\n')).toBe(
+        `error [DF_INVALID_DATABASE_URL]: database URL ${JSON.stringify(given)}: expected sqlite:PATH or postgres://USER@HOST:PORT/DATABASE; did you mean ${meant}?`,
+      );
+    }
   });
 });
 

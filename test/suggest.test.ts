@@ -20,6 +20,13 @@ describe('closestName', () => {
     expect(closestName('pollinterval', ['poll-interval', 'heartbeat-interval'])).toBe('poll-interval');
   });
 
+  it('names the one flag a name is the tail of: a prefix left out', () => {
+    expect(closestName('port', ['http-port', 'http-host', 'db'])).toBe('http-port');
+    expect(closestName('token', ['web-token', 'db'])).toBe('web-token');
+    // Two flags end so: which one was meant is not plain.
+    expect(closestName('interval', ['poll-interval', 'heartbeat-interval'])).toBeNull();
+  });
+
   it('names nothing when no option is close: another word is not a typo', () => {
     expect(closestName('speed', WORKER)).toBeNull();
     expect(closestName('zzz', WORKER)).toBeNull();

@@ -79,11 +79,11 @@ export function registerJobsCommands(cli: Argv): void {
               process.stdout.write(`no live ${what} found (${running.length} running row(s) looked at, none with a fresh heartbeat)\n`);
               process.exitCode = 1;
             } else if (alive.length > 1 && !args['allow-multiple']) {
-              process.stdout.write(`found ${alive.length} live ${what}s (${alive.map((job) => job.id).join(', ')}); expected one (pass --allow-multiple)\n`);
+              process.stdout.write(`found ${alive.length} live ${what}s (${alive.map((job) => `job ${job.id}`).join(', ')}); expected one (pass --allow-multiple)\n`);
               process.exitCode = 1;
             } else {
               process.stdout.write(
-                `found ${alive.length} live ${what}${alive.length === 1 ? '' : 's'} (${alive.map((job) => `${job.id} on ${job.hostname}`).join(', ')})\n`,
+                `found ${alive.length} live ${what}${alive.length === 1 ? '' : 's'} (${alive.map((job) => `job ${job.id} on host ${job.hostname}`).join(', ')})\n`,
               );
             }
           });

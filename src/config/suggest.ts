@@ -1,6 +1,7 @@
 /**
  * The known name a mistyped one most likely meant (`concurency` → `concurrency`), for refusals
- * of unknown options and flags; null when none is close enough to be worth saying. Compared
+ * of unknown options and flags, or one it is the tail of (`port` → `http-port`); null when none
+ * is close enough to be worth saying. Compared
  * without regard to case, `-` or `_` (a flag's `poll-interval` is an option's `pollInterval`).
  */
 export function closestName(given: string, known: Iterable<string>): string | null {
@@ -17,7 +18,18 @@ export function closestName(given: string, known: Iterable<string>): string | nu
       bestDistance = distance;
     }
   }
-  return best;
+  return best ?? tailOf(given, known);
+}
+
+/**
+ * The one known name whose last dash-separated words are `given` (`port` → `http-port`): a flag
+ * given without its prefix is no typo, but just as plainly meant. With two such names (`interval`
+ * of `poll-interval` and `heartbeat-interval`), which one is not plain: none.
+ */
+function tailOf(given: string, known: Iterable<string>): string | null {
+  const tail = `-${given.toLowerCase()}`;
+  const matches = [...new Set(known)].filter((name) => name.toLowerCase().endsWith(tail));
+  return matches.length === 1 ? matches[0]! : null;
 }
 
 function comparable(name: string): string {

@@ -28,7 +28,12 @@ export function parseDatabaseUrl(url: string): DatabaseTarget {
     }
     return { dialect: 'postgres', url: trimmed };
   }
-  throw new InvalidDatabaseUrlError(url, 'expected sqlite:PATH or postgres://USER@HOST:PORT/DATABASE');
+  // A bare file path is the likeliest slip: name the URL it was probably meant as.
+  const looksLikeFile = /\.(db|sqlite3?)$/i.test(trimmed) || /^(\.{0,2}\/|~\/)/.test(trimmed);
+  throw new InvalidDatabaseUrlError(
+    url,
+    `expected sqlite:PATH or postgres://USER@HOST:PORT/DATABASE${looksLikeFile && !/^[a-z][\w+.-]*:/i.test(trimmed) ? `; did you mean sqlite:${trimmed}?` : ''}`,
+  );
 }
 
 /** The URL with any password masked, for logs and printed configuration. */

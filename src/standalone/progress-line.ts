@@ -55,9 +55,13 @@ export function summaryLine(
   const blockingMs = finishedTaskMs / slots;
   const comparison =
     blockingMs > wallMs ? `; holding a slot while waiting, ${slots} slot${slots === 1 ? '' : 's'} would have needed at least ${secondsText(blockingMs)}.` : '.';
+  // Slot time can exceed the tasks' time (a slot is held from the claim to the outcome's write,
+  // and through failed tries): "of which" only when it is a part of it.
+  const heldText = `${(slotMs / 1000).toFixed(1)} s`;
+  const held = slotMs <= finishedTaskMs ? `, of which they held worker slots for ${heldText}` : `; worker slots were held for ${heldText} (claims, retries and writes included)`;
   return (
     `${run.dagId} ${run.runId}: ${run.state} in ${(wallMs / 1000).toFixed(1)} s. ` +
-    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${secondsText(finishedTaskMs)} in all, waits included, yet held worker slots for ${(slotMs / 1000).toFixed(1)} s` +
+    `${figures.total} task${figures.total === 1 ? '' : 's'} took ${secondsText(finishedTaskMs)} in all, waits included${held}` +
     comparison
   );
 }
