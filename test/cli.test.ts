@@ -80,7 +80,25 @@ describe('triggerer --help', () => {
       const shownDefault = Array.isArray(spec.default) ? 'none' : String(spec.default);
       expect(entry, `--help entry of --${name}`).toContain(spec.env);
       expect(entry, `--help entry of --${name}`).toContain(`default ${shownDefault}`);
+      // A number is shown as what it is, with its unit, never as yargs' [string].
+      if (typeof spec.default === 'number') {
+        expect(entry, `--help entry of --${name}`).toContain(
+          spec.unit === 'seconds' || spec.unit === 'milliseconds' ? `[duration, ${spec.unit};` : `[integer, ${spec.unit};`,
+        );
+        expect(entry, `--help entry of --${name}`).not.toContain('[string]');
+      }
     }
+    expect(help).toContain('--capacity Most triggers this triggerer runs at once; it claims no more [integer, triggers;');
+    expect(help).toContain('--heartbeat-interval How often the triggerer records that it is alive [duration, seconds;');
+  });
+
+  it("shows a command's own number flags as numbers, and still refuses one that is not", async () => {
+    const help = spawnDeferflow(['dags', 'runs', '--help']);
+    expect(await help.exitWithin()).toEqual({ code: 0, signal: null });
+    expect(help.text.join('\n').replace(/\s+/g, ' ')).toMatch(/--limit Most runs listed \[integer\] \[default: 25\]/);
+    const refused = spawnDeferflow(['dags', 'runs', '--limit', '2.0', '--db', UNOPENABLE_DB]);
+    expect(await refused.exitWithin()).toEqual({ code: 2, signal: null });
+    expect(refused.stderr.join('\n')).toBe('error [DF_INVALID_OPTION]: limit: expected a positive integer, got "2.0"');
   });
 });
 

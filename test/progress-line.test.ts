@@ -27,7 +27,7 @@ describe('the closing summary', () => {
     );
   });
 
-  it('does not call slot time a part of the tasks\' time when it is longer', () => {
+  it("does not call slot time a part of the tasks' time when it is longer", () => {
     // A run whose task failed at once: 0.6 s of task time, 2.9 s of slot time.
     expect(summaryLine({ ...run, state: 'failed' }, allDone(1), 600, 3_000, 16, 2_900)).toBe(
       'demo manual__1: failed in 3.0 s. 1 task took 0.6 s in all, waits included; worker slots were held for 2.9 s (claims, retries and writes included).',

@@ -1,3 +1,4 @@
+import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { formatTable, printListing } from './table.ts';
 import { InvalidOptionError } from '../errors.ts';
@@ -89,7 +90,7 @@ export function registerDagsCommands(cli: Argv): void {
             .positional('dag-id', { type: 'string', describe: 'Only the runs of this DAG' })
             .option('state', { type: 'string', choices: [...DAG_RUN_STATES], describe: 'Only runs in this state' })
             // A string, checked by positiveInteger: yargs would turn `--limit ten` into NaN and the message into "got null".
-            .option('limit', { type: 'string', default: '25', describe: 'Most runs listed' })
+            .option('limit', numberFlag('integer', 'Most runs listed', 25))
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');

@@ -1,3 +1,4 @@
+import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import type { Database } from '../db/connect.ts';
 import type { Storage } from '../storage/index.ts';
@@ -44,7 +45,7 @@ export function registerDbCommands(cli: Argv): void {
             'generate-key: print a new encryption key; rotate-key: re-encrypt every stored secret-bearing value with the first key',
         })
         .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` })
-        .option('older-than', { type: 'string', describe: 'clean: what finished longer ago than this (30d, 12h, 90m, 2w, seconds, or P30D)' })
+        .option('older-than', numberFlag('duration', 'clean: what finished longer ago than this (30d, 12h, 90m, 2w, seconds, or P30D)'))
         .option('yes', { type: 'boolean', default: false, describe: 'clean: delete (without it, clean only counts what it would delete)' })
         .option('id', { type: 'string', describe: "generate-key: the new key's id (letters, digits, _ or -) [default k<today, YYYYMMDD>]" })
         .option('encryption-keys-file', {
@@ -53,7 +54,7 @@ export function registerDbCommands(cli: Argv): void {
         }),
     async (args) => {
       if (args.action === 'clean') {
-        await clean(args.db, args['older-than'], args.yes);
+        await clean(args.db, args['older-than'] as string | undefined, args.yes);
         return;
       }
       if (args['older-than'] !== undefined || args.yes)

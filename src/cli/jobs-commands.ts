@@ -1,3 +1,4 @@
+import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { positiveInteger } from '../config/option-table.ts';
 import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../jobs/job-liveness.ts';
@@ -18,7 +19,7 @@ export function registerJobsCommands(cli: Argv): void {
         (command) =>
           command
             .option('type', { type: 'string', choices: Object.keys(JOB_TYPES), describe: 'Only jobs of this kind' })
-            .option('limit', { type: 'string', default: '25', describe: 'Most jobs listed' })
+            .option('limit', numberFlag('integer', 'Most jobs listed', 25))
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
@@ -64,7 +65,7 @@ export function registerJobsCommands(cli: Argv): void {
           command
             .option('job-type', { type: 'string', choices: Object.keys(JOB_TYPES), describe: 'Only jobs of this kind' })
             .option('hostname', { type: 'string', describe: 'Only jobs on this host (e.g. $(hostname) in a container probe)' })
-            .option('limit', { type: 'string', default: '1', describe: 'How many running jobs, freshest heartbeat first, are looked at' })
+            .option('limit', numberFlag('integer', 'How many running jobs, freshest heartbeat first, are looked at', 1))
             .option('allow-multiple', { type: 'boolean', default: false, describe: 'Pass with more than one live job (else more than one fails the check)' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
@@ -79,7 +80,9 @@ export function registerJobsCommands(cli: Argv): void {
               process.stdout.write(`no live ${what} found (${running.length} running row(s) looked at, none with a fresh heartbeat)\n`);
               process.exitCode = 1;
             } else if (alive.length > 1 && !args['allow-multiple']) {
-              process.stdout.write(`found ${alive.length} live ${what}s (${alive.map((job) => `job ${job.id}`).join(', ')}); expected one (pass --allow-multiple)\n`);
+              process.stdout.write(
+                `found ${alive.length} live ${what}s (${alive.map((job) => `job ${job.id}`).join(', ')}); expected one (pass --allow-multiple)\n`,
+              );
               process.exitCode = 1;
             } else {
               process.stdout.write(

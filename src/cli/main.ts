@@ -23,6 +23,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     .scriptName('deferflow')
     .usage('$0 <command> [options]')
     .strict()
+    // Every value is kept as the text given: each option's own parser checks it (see declareOptions).
+    .parserConfiguration({ 'parse-numbers': false })
     .demandCommand(1, 'name a command')
     .recommendCommands()
     .wrap(Math.min(110, process.stdout.columns ?? 110))

@@ -1,3 +1,4 @@
+import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { positiveInteger } from '../config/option-table.ts';
@@ -34,8 +35,8 @@ export function registerSignalCommands(cli: Argv): void {
           command
             .positional('key', { type: 'string', demandOption: true })
             // Strings, checked by the parsers: yargs would turn `--since ten` into NaN.
-            .option('since', { type: 'string', describe: 'Only versions after this one' })
-            .option('limit', { type: 'string', default: '1000', describe: 'Most signals listed' })
+            .option('since', numberFlag('integer', 'Only versions after this one'))
+            .option('limit', numberFlag('integer', 'Most signals listed', 1000))
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const since = args.since === undefined ? 0 : args.since === '0' ? 0 : positiveInteger(args.since, 'since');

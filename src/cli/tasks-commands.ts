@@ -1,3 +1,4 @@
+import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import type { Storage } from '../storage/index.ts';
 import { formatTable } from './table.ts';
@@ -98,7 +99,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
             .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
-            .option('try', { type: 'string', describe: 'The try number (default: the latest)' })
+            .option('try', numberFlag('integer', 'The try number (default: the latest)'))
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {

@@ -1,3 +1,4 @@
+import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { COMMON_OPTIONS } from '../config/common-options.ts';
 import { positiveInteger } from '../config/option-table.ts';
@@ -18,7 +19,7 @@ export function registerTriggersCommands(cli: Argv): void {
         (command) =>
           command
             .option('triggerer', { type: 'string', describe: 'Only the triggers of this triggerer job id' })
-            .option('limit', { type: 'string', default: '50', describe: 'Most triggers listed' })
+            .option('limit', numberFlag('integer', 'Most triggers listed', 50))
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');

@@ -58,7 +58,10 @@ export function summaryLine(
   // Slot time can exceed the tasks' time (a slot is held from the claim to the outcome's write,
   // and through failed tries): "of which" only when it is a part of it.
   const heldText = `${(slotMs / 1000).toFixed(1)} s`;
-  const held = slotMs <= finishedTaskMs ? `, of which they held worker slots for ${heldText}` : `; worker slots were held for ${heldText} (claims, retries and writes included)`;
+  const held =
+    slotMs <= finishedTaskMs
+      ? `, of which they held worker slots for ${heldText}`
+      : `; worker slots were held for ${heldText} (claims, retries and writes included)`;
   return (
     `${run.dagId} ${run.runId}: ${run.state} in ${(wallMs / 1000).toFixed(1)} s. ` +
     `${figures.total} task${figures.total === 1 ? '' : 's'} took ${secondsText(finishedTaskMs)} in all, waits included${held}` +
