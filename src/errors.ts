@@ -423,6 +423,13 @@ export class EncryptionKeyError extends DeferflowError {
   }
 }
 
+/** A DAG asked for by id whose file failed to import (the message names the file and its error). */
+export class DagImportError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_DAG_IMPORT', message);
+  }
+}
+
 /**
  * A key whose id the database knows under other key material (a pasted wrong key, another
  * environment's keys file): refused at start, before the process seals anything with it.

@@ -135,6 +135,20 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(listed.exit.code).toBe(0);
     expect(listed.out.slice(0, 3).map((line) => line.split(/ {2,}/)[0])).toEqual(['DAG ID', 'adhoc', 'nightly']);
     expect(expected(listed.out)).toEqual(errors);
+
+    // Triggering the DAG the broken file defines names that file and its error, not an unknown DAG.
+    const triggered = await run(spawnDeferflow(['dags', 'trigger', 'broken', '--db', db.url]));
+    expect(triggered.exit.code).toBe(2);
+    expect(triggered.err).toContain(
+      `error [DF_DAG_IMPORT]: DAG "broken" is not among the serialized DAGs because the file that defines it did not import: ${broken} failed to import: `,
+    );
+    expect(triggered.err).toMatch(/Expected "\}" but found "const"/);
+    // Another unknown id: the broken file is only counted.
+    const unknown = await run(spawnDeferflow(['dags', 'trigger', 'weekly', '--db', db.url]));
+    expect(unknown.exit.code).toBe(2);
+    expect(unknown.err).toContain(
+      'error [DF_INVALID_OPTION]: dag-id: no DAG "weekly" among the serialized DAGs (see deferflow dags list); 1 DAG file(s) failed to import (see deferflow dags list)',
+    );
   }, 60_000);
 
   it('dags reserialize on a folder holding none of the DAG files processed before refuses and deletes nothing; --remove-missing does it', async () => {
