@@ -161,6 +161,12 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     await waitFor(async () => (await row(app, 'rescheduling', rescheduling, 'wait')).state === 'up_for_reschedule', {
       what: 'the rescheduling sensor between pokes',
     });
+    // Between pokes (or in the next one) it shows the try it is on, not the try it gave back.
+    const betweenPokes = spawnDeferflow(['tasks', 'list', '--db', url, '--dag', 'rescheduling', '--run', rescheduling, '--json']);
+    expect((await betweenPokes.exit).code).toBe(0);
+    const listedWait = (JSON.parse(betweenPokes.text.join('')) as { task_id: string; state: string; try_number: number }[]).find((ti) => ti.task_id === 'wait');
+    expect(listedWait?.state).not.toBe('success');
+    expect(listedWait?.try_number).toBe(1);
     proj.raise('poke.flag', 'poked');
     proj.raise('resched.flag', 'rescheduled');
     expect(await app.waitForDagRun('poking', poking)).toBe('success');
