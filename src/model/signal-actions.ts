@@ -24,7 +24,9 @@ export type ActedSignal = Omit<Signal, 'sentAt' | 'value'> & { readonly value: S
  *   upstream_failed
  *
  * "-": the version is taken into account and nothing changes. "run it" goes through the
- * scheduler's usual path (a task with a start trigger is deferred on it). A running try is
+ * scheduler's usual path (a task with a start trigger is deferred on it). A task with a start
+ * trigger never runs its first method on a worker, so its "fresh try" is that path too: back to
+ * no state with the version still to act on, which then runs it now, from its trigger. A running try is
  * stopped by its worker: the scheduler sets the task instance's stop_request, the worker aborts
  * the try's AbortSignal, drops whatever the try returns and carries the request out; a dead
  * worker's request is carried out by the scheduler's zombie reaping. A dropped trigger is killed
@@ -53,6 +55,11 @@ export type SignalActionPlan =
   | { readonly kind: 'decide' }
   /** To scheduled, afresh: no resume point, no trigger, no wait; the next start is a new try. */
   | { readonly kind: 'fresh-try' }
+  /**
+   * A task that starts from a trigger, to no state afresh (its wait dropped), the version left
+   * pending: the next look finds it with no state and starts it as `decide` does, from its trigger.
+   */
+  | { readonly kind: 'restart-from-trigger' }
   /** To the end state, whatever the task was waiting on dropped. */
   | { readonly kind: 'end'; readonly state: StopEndState }
   /** A running try: its worker is asked to stop it and then carry the request out. */
@@ -61,15 +68,16 @@ export type SignalActionPlan =
 const FINISHED: readonly (TaskInstanceState | null)[] = ['success', 'failed', 'skipped', 'upstream_failed'];
 const WAITING: readonly (TaskInstanceState | null)[] = ['deferred', 'up_for_retry', 'up_for_reschedule'];
 
-/** The table above, for one action and state. */
-export function planSignalAction(action: SignalAction, state: TaskInstanceState | null): SignalActionPlan {
+/** The table above, for one action and state; `startsFromTrigger`: the task has a start trigger. */
+export function planSignalAction(action: SignalAction, state: TaskInstanceState | null, startsFromTrigger = false): SignalActionPlan {
   switch (action.action) {
     case 'start':
       return state === null ? { kind: 'decide' } : { kind: 'consume' };
     case 'restart':
       if (state === null) return { kind: 'decide' };
       if (state === 'running') return { kind: 'request', request: 'restart' };
-      if (state === 'scheduled' || state === 'queued' || WAITING.includes(state) || FINISHED.includes(state)) return { kind: 'fresh-try' };
+      if (state === 'scheduled' || state === 'queued' || WAITING.includes(state) || FINISHED.includes(state))
+        return startsFromTrigger ? { kind: 'restart-from-trigger' } : { kind: 'fresh-try' };
       return { kind: 'consume' };
     case 'stop':
       if (state === 'running') return { kind: 'request', request: action.endState };

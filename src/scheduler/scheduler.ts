@@ -12,7 +12,7 @@ import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
 import type { DagSource, SchedulerDag, StartTrigger } from '../model/scheduler-dag.ts';
 import { decide, FINISHED_STATES } from '../model/trigger-rules.ts';
-import { planSignalAction, startDecision } from '../model/signal-actions.ts';
+import { planSignalAction, startDecision, type SignalActionPlan } from '../model/signal-actions.ts';
 import type { PendingSignalAction } from '../storage/index.ts';
 import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt } from '../model/schedule.ts';
 import type { SignalSchedule } from '../model/scheduler-dag.ts';
@@ -203,14 +203,28 @@ export class Scheduler extends Daemon {
     for (const pending of await this.storage.pendingSignalActions(SIGNAL_ACTIONS_PER_PASS)) {
       const dag = await dagOf(pending.dagId);
       if (!dag) continue; // its DAG is gone for now: the version waits for it
-      const action = dag.tasks.find((task) => task.taskId === pending.taskId)?.signalActions.find((candidate) => candidate.key === pending.key);
+      const task = dag.tasks.find((candidate) => candidate.taskId === pending.taskId);
+      const action = task?.signalActions.find((candidate) => candidate.key === pending.key);
       // A task that no longer declares the action (its DAG changed) takes the version as seen.
-      const plan = action ? planSignalAction(action, pending.state) : ({ kind: 'consume' } as const);
+      let plan: SignalActionPlan = action ? planSignalAction(action, pending.state, task?.startTrigger != null) : { kind: 'consume' };
       if (plan.kind === 'decide') {
         starts.set(pending.taskInstanceId, [...(starts.get(pending.taskInstanceId) ?? []), pending]);
         continue;
       }
-      const outcome = await this.storage.applySignalAction(pending, plan, now);
+      let restartDeferral: Deferral | undefined;
+      if (plan.kind === 'restart-from-trigger') {
+        try {
+          restartDeferral = startDeferral(pending.dagId, task!.startTrigger!, now);
+        } catch (error) {
+          // Its start trigger cannot be built: the restart is refused, and said; the task stays as it is.
+          this.log.error(
+            { dag_id: pending.dagId, run_id: pending.runId, task_id: pending.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') },
+            `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} cannot start again from its trigger; the restart is dropped`,
+          );
+          plan = { kind: 'consume' };
+        }
+      }
+      const outcome = await this.storage.applySignalAction(pending, plan, now, restartDeferral);
       const fields = {
         dag_id: pending.dagId,
         run_id: pending.runId,
@@ -226,9 +240,11 @@ export class Scheduler extends Daemon {
         const what =
           plan.kind === 'fresh-try'
             ? 'runs again as a new try'
-            : plan.kind === 'end'
-              ? `stopped (${pending.state ?? 'no state'} → ${plan.state})`
-              : `stopping its running try (${plan.request === 'restart' ? 'then a new try' : `then ${plan.request}`})`;
+            : plan.kind === 'restart-from-trigger'
+              ? 'starts again from its trigger'
+              : plan.kind === 'end'
+                ? `stopped (${pending.state ?? 'no state'} → ${plan.state})`
+                : `stopping its running try (${plan.request === 'restart' ? 'then a new try' : `then ${plan.request}`})`;
         this.log.info(fields, `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} (run ${pending.runId}) ${what}`);
       }
     }

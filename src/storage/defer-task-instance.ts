@@ -83,7 +83,10 @@ export async function deferTaskInstance(
     const done = await deferInOneStatement({ db, adapter, keyring }, taskInstanceId, trigger, deferredFields, held, now);
     if (done) return done;
   }
-  return db.transaction().execute(async (trx) => {
+  // Inside a transaction already (a signal's restart from a trigger), its statements join it.
+  const inTransaction = <T>(work: (trx: Transaction<DatabaseSchema>) => Promise<T>): Promise<T> =>
+    db.isTransaction ? work(db as Transaction<DatabaseSchema>) : db.transaction().execute(work);
+  return inTransaction(async (trx) => {
     // The task instance's weight, read inside the statements that need it: no round trip of its own.
     const priorityWeight = sql<number>`coalesce((select priority_weight from task_instance where id = ${taskInstanceId}), 1)`;
     const linked = await linkTrigger(trx, adapter, trigger, priorityWeight, now);

@@ -298,8 +298,13 @@ export class Storage {
     return pendingSignalActions(this.#context, limit);
   }
 
-  applySignalAction(pending: PendingSignalAction, plan: Exclude<SignalActionPlan, { kind: 'decide' }>, now = Date.now()): Promise<SignalActionOutcome> {
-    return applySignalAction(this.#context, pending, plan, now);
+  applySignalAction(
+    pending: PendingSignalAction,
+    plan: Exclude<SignalActionPlan, { kind: 'decide' }>,
+    now = Date.now(),
+    startDeferral?: Deferral,
+  ): Promise<SignalActionOutcome> {
+    return applySignalAction(this.#context, pending, plan, now, startDeferral);
   }
 
   startOnSignal(taskInstanceId: number, starts: readonly SignalStart[], now = Date.now()): Promise<boolean> {

@@ -3,6 +3,7 @@ import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
 import type { ActedSignal, SignalActionPlan } from '../model/signal-actions.ts';
 import type { JsonValue } from '../serialization/json.ts';
 import type { StorageContext } from './context.ts';
+import { deferTaskInstance, type Deferral } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { wake, type WakeTopic } from './wake.ts';
 
@@ -87,9 +88,12 @@ export async function applySignalAction(
   pending: PendingSignalAction,
   plan: Exclude<SignalActionPlan, { kind: 'decide' }>,
   now: number,
+  /** For a restart from a trigger: the deferral its start trigger makes now. */
+  startDeferral?: Deferral,
 ): Promise<SignalActionOutcome> {
   try {
     return await db.transaction().execute(async (trx) => {
+      const inState = (state: TaskInstanceState | null) => (state === null ? sql<boolean>`state is null` : sql<boolean>`state = ${state}`);
       const topics: WakeTopic[] = [];
       let triggerIds: number[] = [];
       if (plan.kind !== 'consume' && pending.state === 'deferred') {
@@ -108,7 +112,6 @@ export async function applySignalAction(
         .where('version', '=', pending.seenVersion)
         .executeTakeFirst();
       if (Number(moved.numUpdatedRows) !== 1) return 'taken';
-      const inState = (state: TaskInstanceState | null) => (state === null ? sql<boolean>`state is null` : sql<boolean>`state = ${state}`);
       let changed = 1;
       if (plan.kind === 'fresh-try' && (pending.state === 'scheduled' || pending.state === 'queued')) {
         // Not started yet: the start to come is the fresh try, if it does not resume.
@@ -121,6 +124,20 @@ export async function applySignalAction(
           .where(inState(pending.state))
           .executeTakeFirst();
         changed = Number(result.numUpdatedRows);
+      } else if (plan.kind === 'restart-from-trigger') {
+        if (startDeferral === undefined) throw new Error('applySignalAction: a restart from a trigger needs the start deferral');
+        // To no state afresh, then deferred on a new start trigger, in this transaction: no
+        // worker claims it meanwhile, and no scheduler finds the version still to act on.
+        const result = await trx
+          // transition: signal-restart-from-trigger
+          .updateTable('task_instance')
+          .set({ state: null, ...WAIT_DROPPED, start_date: null, end_date: null, return_value: null, updated_at: toDbTime(now) })
+          .where('id', '=', pending.taskInstanceId)
+          .where('state', 'in', ['scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'])
+          .where(inState(pending.state))
+          .executeTakeFirst();
+        changed = Number(result.numUpdatedRows);
+        if (changed === 1) await deferTaskInstance({ db: trx, adapter, keyring }, pending.taskInstanceId, startDeferral, now);
       } else if (plan.kind === 'fresh-try') {
         const result = await trx
           // transition: signal-restart

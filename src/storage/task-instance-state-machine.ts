@@ -23,6 +23,8 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../db/schema.ts';
  *     deferred | up_for_retry | up_for_reschedule | success | failed | skipped | upstream_failed
  *       ──scheduler──▶ scheduled, afresh (a new try; the trigger dropped)
  *     scheduled | queued ──scheduler──▶ the same state, its resume point dropped (the start is a new try)
+ *     any of these, of a task that starts from its trigger ──scheduler──▶ (no state), afresh, the
+ *       signal still to act on: it starts from its trigger as a (no state) task does
  *   a signal's stop: (no state) | scheduled | queued | deferred | up_for_retry | up_for_reschedule
  *       ──scheduler──▶ its end state (skipped, failed or success)
  *   running ──scheduler: a signal stops or restarts it──▶ running, stop_request set
@@ -81,6 +83,12 @@ export const TASK_INSTANCE_TRANSITIONS = {
     from: ['deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
     to: ['scheduled'],
     by: 'scheduler (a restart signal)',
+    file: 'signal-actions.ts',
+  },
+  'signal-restart-from-trigger': {
+    from: ['scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
+    to: [null],
+    by: 'scheduler (a restart signal of a task that starts from its trigger; the start follows from no state)',
     file: 'signal-actions.ts',
   },
   'signal-start': { from: [null], to: ['scheduled'], by: 'scheduler (a start or restart signal, the version recorded with it)', file: 'signal-actions.ts' },

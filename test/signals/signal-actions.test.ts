@@ -10,7 +10,7 @@ import { processDagFolder } from '../../src/dags/dag-processor.ts';
 import { serializeDag } from '../../src/dags/serialized-dag.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 
 afterAll(dropTestDatabases);
@@ -146,6 +146,74 @@ describe.each(testDialects)('signal actions on %s', (dialect) => {
 
     await stopCleanly(procs);
   }, 120_000);
+
+  it('a restart of a task that starts from its trigger starts it from its trigger again, never running its function on a worker', async () => {
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('signal-restart-trigger');
+    writeFileSync(
+      path.join(dags, 'ticks.mjs'),
+      `import { BaseOperator, Dag, FunctionOperator } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { TimeDeltaTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+// Ended by its trigger: its function is what a worker would run, and must never run.
+const tick = new FunctionOperator({
+  taskId: 'tick',
+  fn: () => { throw new Error('fn ran on a worker'); },
+  startTrigger: { trigger: new TimeDeltaTrigger({ delta: 0.1, endFromTrigger: true }), method: 'execute' },
+  signals: [{ key: 'tick.again', action: 'restart' }],
+});
+// Keeps the run going while the test sends its signals.
+class Hold extends BaseOperator {
+  execute(context) { return this.waitForSignal(context, 'hold.release', { method: 'done' }); }
+  done() { return 'released'; }
+}
+export const dag = new Dag({ dagId: 'ticks' }).add(tick, new Hold({ taskId: 'hold' }));
+`,
+    );
+    await processDagFolder(db, dags);
+    const fast = ['--poll-interval', '0.2', '--heartbeat-interval', '0.5'];
+    const procs = [
+      spawnDeferflow(['scheduler', '--db', db.url, ...fast]),
+      spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '2', ...fast]),
+      spawnTriggerer(['--db', db.url, ...fast]),
+    ];
+    for (const proc of procs) await started(proc);
+    expect((await spawnDeferflow(['dags', 'trigger', 'ticks', '--db', db.url, '--run-id', 'r1']).exit).code).toBe(0);
+    const tick = () =>
+      db.db
+        .selectFrom('task_instance')
+        .select(['id', 'state', 'try_number', 'hostname', 'end_date'])
+        .where('dag_id', '=', 'ticks')
+        .where('task_id', '=', 'tick')
+        .executeTakeFirstOrThrow();
+    await waitFor(async () => (await tick()).state === 'success', { what: 'tick ended by its trigger', timeoutMs: 30_000 });
+    const first = await tick();
+    expect(first.hostname).toBe(null);
+
+    const waits = () => db.db.selectFrom('trigger_wait').select('trigger_id').where('task_instance_id', '=', first.id).execute();
+    expect(await waits()).toHaveLength(1);
+    const sent = Date.now();
+    await sendSignal(db, 'tick.again');
+    // A second wait, on a new start trigger, ended by it again after the signal.
+    await waitFor(async () => (await waits()).length === 2 && (await tick()).state === 'success', {
+      what: 'tick restarted from its trigger and ended by it again',
+      timeoutMs: 30_000,
+    });
+    expect(Date.parse(String((await tick()).end_date))).toBeGreaterThanOrEqual(sent - 1000);
+    // No worker ever ran it: its function would have failed it.
+    expect(await tick()).toMatchObject({ state: 'success', hostname: null, try_number: first.try_number });
+    const acted = await db.db
+      .selectFrom('task_instance_signal')
+      .select(['version', 'acted_version'])
+      .where('signal_key', '=', 'tick.again')
+      .executeTakeFirstOrThrow();
+    expect([Number(acted.version), Number(acted.acted_version)]).toEqual([1, 1]);
+
+    await sendSignal(db, 'hold.release');
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {
+      what: 'the run to succeed',
+    });
+    await stopCleanly(procs);
+  }, 90_000);
 
   it("a dead worker's stop request is carried out by the scheduler: the try ends as the signal asked, not as a failure", async () => {
     const db = await scratch.database(dialect);
