@@ -63,6 +63,12 @@ describe('README', () => {
     expect(bare).toEqual([]);
   });
 
+  it('claims no handover "at once" on a graceful stop: a peer claims released triggers at its next pass (measured 8.4 s)', () => {
+    const said = readme.replace(/\s+/g, ' ');
+    expect(said).not.toMatch(/(hands? over|take over|takes over) at once/);
+    expect(said).toContain('a peer claims them at its next pass');
+  });
+
   it('gives the two set-up commands, and they name scripts package.json has', () => {
     expect(readme).toContain('npm install && npm start');
     expect(readme).toContain('npm install && npm test');

@@ -7,7 +7,7 @@ import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_PACING } from '../jobs/d
 import { PassPacer } from '../time/pass-pacer.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import type { JobRow } from '../jobs/job-row.ts';
-import { signalRunId, Storage, type Deferral, type UnfinishedDagRun } from '../storage/index.ts';
+import { signalRunId, Storage, type Deferral, type PlanToApply, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
 import type { DagSource, SchedulerDag, StartTrigger } from '../model/scheduler-dag.ts';
@@ -211,20 +211,22 @@ export class Scheduler extends Daemon {
         starts.set(pending.taskInstanceId, [...(starts.get(pending.taskInstanceId) ?? []), pending]);
         continue;
       }
-      let restartDeferral: Deferral | undefined;
+      let applied: PlanToApply;
       if (plan.kind === 'restart-from-trigger') {
         try {
-          restartDeferral = startDeferral(pending.dagId, task!.startTrigger!, now);
+          applied = { ...plan, startDeferral: startDeferral(pending.dagId, task!.startTrigger!, now) };
         } catch (error) {
           // Its start trigger cannot be built: the restart is refused, and said; the task stays as it is.
           this.log.error(
             { dag_id: pending.dagId, run_id: pending.runId, task_id: pending.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') },
             `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} cannot start again from its trigger; the restart is dropped`,
           );
-          plan = { kind: 'consume' };
+          applied = plan = { kind: 'consume' };
         }
+      } else {
+        applied = plan;
       }
-      const outcome = await this.storage.applySignalAction(pending, plan, now, restartDeferral);
+      const outcome = await this.storage.applySignalAction(pending, applied, now);
       const fields = {
         dag_id: pending.dagId,
         run_id: pending.runId,

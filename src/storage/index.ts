@@ -39,12 +39,13 @@ import {
   recordSignalStarts,
   startOnSignal,
   type PendingSignalAction,
+  type PlanToApply,
   type SignalStart,
   type SignalActionOutcome,
 } from './signal-actions.ts';
 import { carryOutStopRequest } from './stop-requests.ts';
 import { checkHeldTries, type HeldTryNews } from './check-held-tries.ts';
-import type { ActedSignal, SignalActionPlan } from '../model/signal-actions.ts';
+import type { ActedSignal } from '../model/signal-actions.ts';
 import type { StopRequest } from '../db/schema.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
@@ -90,7 +91,7 @@ export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';
-export type { PendingSignalAction, SignalActionOutcome } from './signal-actions.ts';
+export type { PendingSignalAction, PlanToApply, SignalActionOutcome } from './signal-actions.ts';
 export type { TriggerListing } from './list-triggers.ts';
 export type { CleanCounts } from './clean-database.ts';
 export type { RunProgress } from './run-progress.ts';
@@ -298,13 +299,8 @@ export class Storage {
     return pendingSignalActions(this.#context, limit);
   }
 
-  applySignalAction(
-    pending: PendingSignalAction,
-    plan: Exclude<SignalActionPlan, { kind: 'decide' }>,
-    now = Date.now(),
-    startDeferral?: Deferral,
-  ): Promise<SignalActionOutcome> {
-    return applySignalAction(this.#context, pending, plan, now, startDeferral);
+  applySignalAction(pending: PendingSignalAction, plan: PlanToApply, now = Date.now()): Promise<SignalActionOutcome> {
+    return applySignalAction(this.#context, pending, plan, now);
   }
 
   startOnSignal(taskInstanceId: number, starts: readonly SignalStart[], now = Date.now()): Promise<boolean> {

@@ -72,6 +72,11 @@ const WAIT_DROPPED = {
   worker_job_id: null,
 } as const;
 
+/** A plan as applySignalAction carries it out: a restart from a trigger comes with the deferral its start trigger makes now. */
+export type PlanToApply =
+  | Exclude<SignalActionPlan, { kind: 'decide' | 'restart-from-trigger' }>
+  | (Extract<SignalActionPlan, { kind: 'restart-from-trigger' }> & { readonly startDeferral: Deferral });
+
 /** What applySignalAction did: acted, or found another scheduler had (`taken`) or the state had moved on (`moved`). */
 export type SignalActionOutcome = 'acted' | 'taken' | 'moved';
 
@@ -86,10 +91,8 @@ class StateMovedOn extends Error {}
 export async function applySignalAction(
   { db, adapter, keyring }: StorageContext,
   pending: PendingSignalAction,
-  plan: Exclude<SignalActionPlan, { kind: 'decide' }>,
+  plan: PlanToApply,
   now: number,
-  /** For a restart from a trigger: the deferral its start trigger makes now. */
-  startDeferral?: Deferral,
 ): Promise<SignalActionOutcome> {
   try {
     return await db.transaction().execute(async (trx) => {
@@ -125,7 +128,6 @@ export async function applySignalAction(
           .executeTakeFirst();
         changed = Number(result.numUpdatedRows);
       } else if (plan.kind === 'restart-from-trigger') {
-        if (startDeferral === undefined) throw new Error('applySignalAction: a restart from a trigger needs the start deferral');
         // To no state afresh, then deferred on a new start trigger, in this transaction: no
         // worker claims it meanwhile, and no scheduler finds the version still to act on.
         const result = await trx
@@ -137,7 +139,7 @@ export async function applySignalAction(
           .where(inState(pending.state))
           .executeTakeFirst();
         changed = Number(result.numUpdatedRows);
-        if (changed === 1) await deferTaskInstance({ db: trx, adapter, keyring }, pending.taskInstanceId, startDeferral, now);
+        if (changed === 1) await deferTaskInstance({ db: trx, adapter, keyring }, pending.taskInstanceId, plan.startDeferral, now);
       } else if (plan.kind === 'fresh-try') {
         const result = await trx
           // transition: signal-restart
