@@ -14,6 +14,7 @@ import * as m0008 from './0008_trigger_quarantine.ts';
 import * as m0009 from './0009_next_event.ts';
 import * as m0010 from './0010_claimable_trigger_index.ts';
 import * as m0011 from './0011_encryption_key.ts';
+import * as m0012 from './0012_signal_trigger_index.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -31,4 +32,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0009_next_event': m0009,
   '0010_claimable_trigger_index': m0010,
   '0011_encryption_key': m0011,
+  '0012_signal_trigger_index': m0012,
 };

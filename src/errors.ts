@@ -184,7 +184,7 @@ function stackFrames(stack: string): string[] {
 }
 
 /** Where deferflow's own modules are (src/ in a checkout, dist/src/ installed): this file's folder. */
-const DEFERFLOW_SOURCE_DIR = new URL('.', import.meta.url);
+const OWN_SOURCE_DIR = new URL('.', import.meta.url);
 
 /**
  * A stack with deferflow's own frames (its modules and Node's internals) left out, so that what
@@ -194,8 +194,7 @@ const DEFERFLOW_SOURCE_DIR = new URL('.', import.meta.url);
 export function withoutDeferflowFrames(stack: string): string {
   const lines = stack.split('\n');
   const internal = (line: string) =>
-    /^\s+at /.test(line) &&
-    (line.includes(DEFERFLOW_SOURCE_DIR.href) || line.includes(DEFERFLOW_SOURCE_DIR.pathname) || /\(node:internal\/|at node:internal\//.test(line));
+    /^\s+at /.test(line) && (line.includes(OWN_SOURCE_DIR.href) || line.includes(OWN_SOURCE_DIR.pathname) || /\(node:internal\/|at node:internal\//.test(line));
   const kept = lines.filter((line) => !internal(line));
   return stackFrames(kept.join('\n')).length > 0 ? kept.join('\n') : stack;
 }

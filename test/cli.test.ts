@@ -211,6 +211,12 @@ describe('triggerer option validation', () => {
       'warning: DEFERFLOW_TRIGERER_CAPACITY is not a deferflow variable and is ignored; did you mean DEFERFLOW_TRIGGERER_CAPACITY?',
     ]);
     expect(proc.text).toHaveLength(1);
+    // A variable an earlier version read is named with what replaced it, not with a look-alike.
+    const retired = spawnDeferflow(['--version'], { DEFERFLOW_SIGNAL_HTTP_PORT: '8795' });
+    expect(await retired.exitWithin(), retired.describe()).toEqual({ code: 0, signal: null });
+    expect(retired.stderr).toEqual([
+      "warning: DEFERFLOW_SIGNAL_HTTP_PORT is no longer read and is ignored; POST /signals/:key is served on the process's HTTP endpoint: set DEFERFLOW_HTTP_PORT (the triggerer's default with a signal token is 8795)",
+    ]);
   });
 
   it('refuses a database URL of an unsupported kind', async () => {

@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { knownVariables, mistypedVariableWarnings } from '../src/cli/environment-check.ts';
+import { knownVariables, mistypedVariableWarnings, RETIRED_VARIABLES } from '../src/cli/environment-check.ts';
 import { REPO_ROOT } from './support/processes.ts';
 
 const NAMED = /\bDEFERFLOW_[A-Z][A-Z_]*[A-Z]\b/g;
@@ -17,6 +17,7 @@ describe('the environment variables deferflow knows', () => {
       (name) =>
         !known.has(name) &&
         !name.startsWith('DEFERFLOW_CONN_') && // a connection's, named by the user
+        !(name in RETIRED_VARIABLES) && // no longer read: named to say what replaced it
         name !== 'DEFERFLOW_ERROR_EXIT' && // a constant of the CLI, not a variable
         name !== 'DEFERFLOW_TEST_PG_URL' && // the test suite's
         name !== 'DEFERFLOW_TRIGERER_CAPACITY', // the typo the warning's documentation shows

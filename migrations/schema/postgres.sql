@@ -171,6 +171,7 @@ table trigger
   index CREATE UNIQUE INDEX trigger_hash_idx ON trigger USING btree (hash)
   index CREATE UNIQUE INDEX trigger_pkey ON trigger USING btree (id)
   index CREATE INDEX trigger_quarantined_idx ON trigger USING btree (id) WHERE (quarantined_at IS NOT NULL)
+  index CREATE INDEX trigger_signal_idx ON trigger USING btree (id) WHERE (classpath = 'deferflow.triggers.SignalTrigger'::text)
   index CREATE INDEX trigger_triggerer_id_idx ON trigger USING btree (triggerer_id) WHERE (triggerer_id IS NOT NULL)
   index CREATE INDEX trigger_unowned_idx ON trigger USING btree (priority_weight DESC, created_at, id) WHERE ((triggerer_id IS NULL) AND (quarantined_at IS NULL))
 table trigger_log

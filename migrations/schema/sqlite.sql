@@ -24,6 +24,7 @@ CREATE INDEX task_reschedule_try_idx on task_reschedule (task_instance_id, try_n
 CREATE TABLE trigger (id integer primary key autoincrement, classpath text not null, kwargs text not null, created_at text not null, triggerer_id integer, hash text, priority_weight integer not null default 1 , culprit_count integer not null default 0, quarantined_at text);
 CREATE UNIQUE INDEX trigger_hash_idx on trigger (hash);
 CREATE INDEX trigger_quarantined_idx on trigger (id) where quarantined_at is not null;
+CREATE INDEX trigger_signal_idx on trigger (id) where classpath = 'deferflow.triggers.SignalTrigger';
 CREATE INDEX trigger_triggerer_id_idx on trigger (triggerer_id) where triggerer_id is not null;
 CREATE INDEX trigger_unowned_idx on trigger (priority_weight desc, created_at, id) where triggerer_id is null and quarantined_at is null;
 CREATE TABLE trigger_log (id integer primary key autoincrement, trigger_id integer not null, logged_at text not null, level text not null, message text not null, fields text);

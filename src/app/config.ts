@@ -98,12 +98,11 @@ export interface TriggererConfig {
   readonly watchdogLimit?: DurationInput;
   /** A trigger recorded this many times by watchdogs is quarantined: its task instances fail (DF_TRIGGER_QUARANTINED). @default 2 */
   readonly quarantineAfter?: number;
-  /** Serve POST /signals/:key, refusing requests without this bearer token (16+ characters). @default none: not served */
+  /**
+   * Serve POST /signals/:key on the process's HTTP endpoint (the `http` section, which it then
+   * needs), refusing requests without this bearer token (16+ characters). @default none: not served
+   */
   readonly signalHttpToken?: string;
-  /** Where the signal endpoint listens. @default '127.0.0.1' */
-  readonly signalHttpHost?: string;
-  /** The signal endpoint's port; 0: any free one (see Deferflow.triggerer.signalHttpAddress). @default 8795 */
-  readonly signalHttpPort?: number;
   /**
    * Modules (paths, or package names resolved from the working directory) whose exported
    * BaseTrigger classes this triggerer may run. The built-in triggers are always allowed.
@@ -229,6 +228,12 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
   const triggerer = section(config.triggerer, 'triggerer', TRIGGERER_OPTIONS, ['triggerClasses'], (raw) =>
     resolveTriggererOptions({ ...shared, ...raw }, {}, keyring),
   );
+  const http = httpOf(config.http);
+  if (triggerer?.signalHttpToken && http === null)
+    throw new InvalidOptionError(
+      'triggerer.signalHttpToken',
+      "POST /signals/:key is served on the process's HTTP endpoint: give http: { port } too (0: any free one)",
+    );
   return Object.freeze({
     databaseUrl: shared.db,
     dagsFolder,
@@ -239,7 +244,7 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
     migrate,
     logLevel: shared['log-level'],
     logFormat: shared['log-format'],
-    http: httpOf(config.http),
+    http,
     keyring,
   });
 }

@@ -11,6 +11,8 @@ import type { DagRunState } from '../db/schema.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
 import { Storage } from '../storage/index.ts';
 import { SignalService, type SignalListener, type SignalSubscription } from '../signals/signal-service.ts';
+import { signalRoute, type SentSignal } from '../signals/signal-http.ts';
+import { signalAudience } from '../signals/signal-audience.ts';
 import type { Signal } from '../signals/signal.ts';
 import type { JsonValue } from '../serialization/json.ts';
 import { TriggerRegistry } from '../triggers/registry.ts';
@@ -165,17 +167,42 @@ export class Deferflow {
     }
   }
 
+  /**
+   * What the HTTP endpoint serves besides /metrics and /health: POST /signals/:key when the
+   * triggerer has a signal token, then `extraRoutes` (standalone's status page).
+   */
+  #routes(): ExtraRoutes {
+    const token = this.options.triggerer?.signalHttpToken ?? null;
+    const signals = token === null ? null : signalRoute(token, (key, value) => this.#sendAndReport(key, value));
+    const extra = this.extraRoutes;
+    return async (request) => (await signals?.(request)) ?? (await extra?.(request)) ?? null;
+  }
+
+  /** Sends a signal and says who it reached (POST /signals/:key). */
+  async #sendAndReport(key: string, value: JsonValue): Promise<SentSignal> {
+    const audience = await signalAudience(this.database, key, value);
+    return { version: await SignalService.of(this.database, this.#log).send(key, value), audience };
+  }
+
   /** Processes the DAG folder (when a worker runs here), then starts the triggerer, the scheduler and the worker. */
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new LifecycleError('deferflow', this.#state);
     this.#state = 'running';
     // Its first runner process boots meanwhile (bench:runtime: the first task no longer waits for it).
     this.worker?.prewarm();
+    if (this.options.triggerer?.signalHttpToken && !this.options.http) {
+      this.#httpLog.warn(
+        { code: 'DF_INVALID_OPTION' },
+        'a signal token is set but the HTTP endpoint is off (--http-port off): POST /signals/:key is not served; give --http-port (0: any free one)',
+      );
+    }
     if (this.options.http) {
       // First: a port that cannot be had fails the start before any job row is written.
       const daemons = [this.triggerer, this.scheduler, this.worker].filter((daemon) => daemon !== null);
-      this.#http = new ObservabilityServer(this.options.http, this.metrics, daemons, this.#httpLog, this.extraRoutes);
-      await this.#http.start();
+      this.#http = new ObservabilityServer(this.options.http, this.metrics, daemons, this.#httpLog, this.#routes());
+      const address = await this.#http.start();
+      if (address && this.options.triggerer?.signalHttpToken)
+        this.#httpLog.info({ host: address.address, port: address.port }, `signal endpoint: POST http://${address.address}:${address.port}/signals/:key`);
     }
     try {
       if (this.worker) {

@@ -14,11 +14,12 @@ export function databaseUrlFrom(flag: string | undefined): string {
 
 /**
  * Runs `work` on the database --db (or its environment variable) names, which must exist and be
- * migrated (see openMigratedDatabase), and closes it however `work` ends.
+ * migrated (see openMigratedDatabase), and closes it however `work` ends. `keyring`: to read
+ * what is encrypted at rest (only what is read needs it; nothing is written with it).
  */
-export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: Database) => Promise<T>): Promise<T> {
+export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: Database) => Promise<T>, keyring?: Keyring): Promise<T> {
   const { openMigratedDatabase } = await import('../db/open-migrated-database.ts');
-  const database = await openMigratedDatabase(databaseUrlFrom(dbFlag as string | undefined));
+  const database = await openMigratedDatabase(databaseUrlFrom(dbFlag as string | undefined), keyring);
   try {
     return await work(database);
   } finally {

@@ -12,6 +12,13 @@ import { RUNNER_SMART_SENSORS_ENV } from '../worker/runner-protocol.ts';
 
 const PREFIX = 'DEFERFLOW_';
 
+/** Variables earlier versions read, with what replaced them: a deployment that still sets one is told. */
+export const RETIRED_VARIABLES: Readonly<Record<string, string>> = {
+  DEFERFLOW_SIGNAL_HTTP_PORT:
+    "POST /signals/:key is served on the process's HTTP endpoint: set DEFERFLOW_HTTP_PORT (the triggerer's default with a signal token is 8795)",
+  DEFERFLOW_SIGNAL_HTTP_HOST: "POST /signals/:key is served on the process's HTTP endpoint: set DEFERFLOW_HTTP_HOST",
+};
+
 /**
  * Every environment variable deferflow reads: each option table's, the keys (never a flag:
  * `ps` would show them), and the one a worker sets for its task runners. A connection's
@@ -34,6 +41,8 @@ export function mistypedVariableWarnings(env: NodeJS.ProcessEnv): string[] {
   return Object.keys(env)
     .filter((name) => name.startsWith(PREFIX) && !known.has(name) && !name.startsWith(CONNECTION_ENV_PREFIX))
     .flatMap((name) => {
+      const retired = RETIRED_VARIABLES[name];
+      if (retired !== undefined) return [`warning: ${name} is no longer read and is ignored; ${retired}`];
       const meant = closestName(name.slice(PREFIX.length), knownSuffixes);
       return meant ? [`warning: ${name} is not a deferflow variable and is ignored; did you mean ${PREFIX}${meant}?`] : [];
     });

@@ -1,6 +1,6 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { COMMON_OPTIONS, keyringOf } from '../config/common-options.ts';
 import { positiveInteger } from '../config/option-table.ts';
 import { NotJsonError } from '../errors.ts';
 import type { JsonValue } from '../serialization/json.ts';
@@ -22,10 +22,22 @@ export function registerSignalCommands(cli: Argv): void {
             .option('text', { type: 'boolean', describe: 'Send VALUE as text (a JSON string) instead of parsing it as JSON' }),
         async (args) => {
           const value = signalValue(args.value, args.text === true);
-          const { sendSignal } = await import('../signals/signal-service.ts');
-          await withMigratedDatabase(args.db, async (database) => {
-            process.stdout.write(`${await sendSignal(database, args.key!, value)}\n`);
-          });
+          const [{ sendSignal }, { nobodyWarning, reachesNobody, signalAudience }] = await Promise.all([
+            import('../signals/signal-service.ts'),
+            import('../signals/signal-audience.ts'),
+          ]);
+          await withMigratedDatabase(
+            args.db,
+            async (database) => {
+              // Read before the send (see signalAudience). Stored either way (a send may come
+              // before its waits); a key nothing uses is said, with the one it may have meant.
+              const audience = await signalAudience(database, args.key!, value);
+              const version = await sendSignal(database, args.key!, value);
+              process.stdout.write(`${version}\n`);
+              if (reachesNobody(audience)) process.stderr.write(`warning: ${nobodyWarning(args.key!, version, audience)}\n`);
+            },
+            keyringOf(process.env[COMMON_OPTIONS['encryption-keys-file'].env], process.env),
+          );
         },
       )
       .command(

@@ -1,7 +1,7 @@
 import type { Argv } from 'yargs';
 import { deferflowOptionsOf } from '../app/config.ts';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
-import { resolveTriggererOptions, TRIGGERER_OPTIONS } from '../triggerer/options.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS, TRIGGERER_SIGNAL_HTTP_PORT } from '../triggerer/options.ts';
 import { runUntilSignalled } from './daemon.ts';
 import { resolveObservabilityHttp } from '../observability/options.ts';
 
@@ -16,7 +16,8 @@ export function registerTriggererCommand(cli: Argv): void {
     async (args) => {
       const raw = rawOptionsFrom(TRIGGERER_OPTIONS, args);
       const options = resolveTriggererOptions(raw);
-      const http = resolveObservabilityHttp(raw, process.env);
+      // With a signal token, the endpoint that serves POST /signals/:key is on unless told off.
+      const http = resolveObservabilityHttp(raw, process.env, options.signalHttpToken ? TRIGGERER_SIGNAL_HTTP_PORT : 'off');
       const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'triggerer' });
       const app = await Deferflow.open(deferflowOptionsOf({ triggerer: options }, false, http), log);

@@ -19,7 +19,15 @@ export interface HttpRequest {
   /** Path and query, as sent. */
   readonly url: string;
   readonly headers: Readonly<Record<string, string | undefined>>;
+  /**
+   * The body as text, for a method other than GET and HEAD (undefined for those); null when it
+   * was larger than MAX_REQUEST_BODY_BYTES (not read further: a route answers 413).
+   */
+  readonly body?: string | null;
 }
+
+/** The largest request body passed on to a route: a signal's largest value (MAX_SIGNAL_VALUE_BYTES). */
+export const MAX_REQUEST_BODY_BYTES = 64 * 1024;
 
 /** More pages served by the main thread (the status page); null: not theirs (404). */
 export type ExtraRoutes = (request: HttpRequest) => Promise<HttpReply | null>;
@@ -77,6 +85,7 @@ export class ObservabilityServer {
           port: this.options.port,
           loopThresholdMs: this.options.loopThresholdMs,
           tickMs: TICK_MS,
+          maxBodyBytes: MAX_REQUEST_BODY_BYTES,
           shared: this.#shared,
           kinds: this.daemons.map((daemon) => daemon.health().kind),
         },
@@ -99,7 +108,7 @@ export class ObservabilityServer {
       if (started.code === 'EADDRINUSE' && this.options.optional) {
         this.log.warn(
           { code: 'DF_INVALID_OPTION', host: this.options.host, port: this.options.port },
-          `/metrics and /health are not served: ${where} is in use (another deferflow?); give --http-port (0: any free one) to serve them`,
+          `the HTTP endpoint (/metrics, /health and this process's other routes) is not served: ${where} is in use (another deferflow?); give each process its own --http-port (0: any free one)`,
         );
         return null;
       }
@@ -168,7 +177,7 @@ type ThreadMessage =
 const HEALTH_SERVICE_SOURCE = `
 'use strict';
 const http = require('node:http');
-const { host, port: listenPort, loopThresholdMs, tickMs, shared, kinds } = data;
+const { host, port: listenPort, loopThresholdMs, tickMs, maxBodyBytes, shared, kinds } = data;
 const state = new BigInt64Array(shared);
 const pending = new Map();
 let nextId = 1;
@@ -208,16 +217,32 @@ const server = http.createServer((request, response) => {
     send(response, body.status === 'ok' ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' }, JSON.stringify(body) + '\\n');
     return;
   }
-  request.resume();
-  const id = nextId++;
-  const timer = setTimeout(() => {
-    pending.delete(id);
-    send(response, 503, { 'content-type': 'application/json' }, JSON.stringify({
-      error: 'the process did not answer within ' + loopThresholdMs + ' ms: its event loop is blocked (see /health)',
-    }) + '\\n');
-  }, loopThresholdMs);
-  pending.set(id, { response, timer });
-  port.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers: { authorization: request.headers.authorization, accept: request.headers.accept } });
+  const forward = (body) => {
+    const id = nextId++;
+    const timer = setTimeout(() => {
+      pending.delete(id);
+      send(response, 503, { 'content-type': 'application/json' }, JSON.stringify({
+        error: 'the process did not answer within ' + loopThresholdMs + ' ms: its event loop is blocked (see /health)',
+      }) + '\\n');
+    }, loopThresholdMs);
+    pending.set(id, { response, timer });
+    const headers = { authorization: request.headers.authorization, accept: request.headers.accept, 'content-type': request.headers['content-type'] };
+    port.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers, body });
+  };
+  if (request.method === 'GET' || request.method === 'HEAD') {
+    request.resume();
+    forward(undefined);
+    return;
+  }
+  // A body is read up to maxBodyBytes; past that it is drained and passed on as null (413).
+  const chunks = [];
+  let size = 0;
+  request.on('data', (chunk) => {
+    size += chunk.length;
+    if (size <= maxBodyBytes) chunks.push(chunk);
+  });
+  request.on('end', () => forward(size > maxBodyBytes ? null : Buffer.concat(chunks).toString('utf8')));
+  request.on('error', () => response.destroy());
 });
 
 port.on('message', (message) => {

@@ -63,6 +63,7 @@ import { readTaskLog, type StoredLogLine } from './read-task-log.ts';
 import { taskLogTries } from './task-log-tries.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 import { tryErrors, type TryError } from './try-errors.ts';
+import { countSignalActionTasks, signalActionKeys, signalTriggerWaits, type SignalTriggerWait } from './signal-audience.ts';
 import { listActiveDags, listImportErrors, listSerializedDags, readSerializedDag } from './serialized-dags.ts';
 import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
 import type { TaskEndState } from '../triggers/trigger-event.ts';
@@ -369,6 +370,21 @@ export class Storage {
 
   taskLogTries(taskInstanceId: number): Promise<number[]> {
     return taskLogTries(this.#context, taskInstanceId);
+  }
+
+  /** The trigger rows of `classpath` (the signal trigger's) with their deferred task instances, kwargs opened. */
+  signalTriggerWaits(classpath: string): Promise<SignalTriggerWait[]> {
+    return signalTriggerWaits(this.#context, classpath);
+  }
+
+  /** The task instances of unfinished runs with a signal action on `key`. */
+  countSignalActionTasks(key: string): Promise<number> {
+    return countSignalActionTasks(this.#context, key);
+  }
+
+  /** Every key a task instance of an unfinished run has a signal action on. */
+  signalActionKeys(): Promise<string[]> {
+    return signalActionKeys(this.#context);
   }
 
   /** The last error line of each given try's log (why it failed), by task instance id. */

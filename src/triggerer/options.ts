@@ -2,8 +2,7 @@ import type { Keyring } from '../encryption/keyring.ts';
 import os from 'node:os';
 import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
 import { InvalidOptionError } from '../errors.ts';
-import { flag, listenHost, listenPort, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
-import type { SignalHttpOptions } from '../signals/signal-http.ts';
+import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../config/option-table.ts';
 import { tokenOption } from '../config/tokens.ts';
 import { HTTP_OPTIONS } from '../observability/options.ts';
 
@@ -13,6 +12,9 @@ import { HTTP_OPTIONS } from '../observability/options.ts';
  * Options go raw (flags and env, strings or numbers) → defaulted → validated and frozen.
  * A flag wins over its environment variable, which wins over the default.
  */
+/** The triggerer's HTTP port when a signal token is set and --http-port is not given (off otherwise). */
+export const TRIGGERER_SIGNAL_HTTP_PORT = 8795;
+
 export const TRIGGERER_OPTIONS = {
   db: COMMON_OPTIONS.db,
   'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
@@ -75,19 +77,8 @@ export const TRIGGERER_OPTIONS = {
     env: 'DEFERFLOW_SIGNAL_HTTP_TOKEN',
     default: '',
     unit: 'text, 16 characters or more',
-    describe: 'Serve POST /signals/:key, refusing requests without this bearer token (off when unset; prefer the env var: a flag shows in ps)',
-  },
-  'signal-http-host': {
-    env: 'DEFERFLOW_SIGNAL_HTTP_HOST',
-    default: '127.0.0.1',
-    unit: 'host or address',
-    describe: 'Where the signal endpoint listens',
-  },
-  'signal-http-port': {
-    env: 'DEFERFLOW_SIGNAL_HTTP_PORT',
-    default: 8795,
-    unit: 'port (0: any free one)',
-    describe: 'The signal endpoint port',
+    describe:
+      "Serve POST /signals/:key on the process's HTTP endpoint (--http-port; the triggerer's default becomes 8795), refusing requests without this bearer token (off when unset; prefer the env var: a flag shows in ps)",
   },
   'trigger-module': {
     env: 'DEFERFLOW_TRIGGER_MODULES',
@@ -124,7 +115,8 @@ export interface TriggererOptions {
   /** Listen for pushed wake-ups and signals (PostgreSQL LISTEN/NOTIFY); false: poll only. */
   readonly push: boolean;
   /** The signal endpoint (POST /signals/:key); null (no token set): not served. */
-  readonly signalHttp: SignalHttpOptions | null;
+  /** The bearer token POST /signals/:key requires on the process's HTTP endpoint; null: not served. */
+  readonly signalHttpToken: string | null;
   readonly logLevel: LogLevel;
   readonly logFormat: LogFormat;
   /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
@@ -163,7 +155,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
     signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
     push: flag(pick('push'), 'push'),
-    signalHttp: signalHttpOptions(pick('signal-http-token'), pick('signal-http-host'), pick('signal-http-port')),
+    signalHttpToken: tokenOption(pick('signal-http-token'), 'signal-http-token', '; the endpoint is off without one'),
     logLevel: logLevel(pick('log-level')),
     logFormat: logFormat(pick('log-format')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),
@@ -172,10 +164,4 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     hostname: os.hostname(),
   };
   return Object.freeze(options);
-}
-
-function signalHttpOptions(token: unknown, host: unknown, port: unknown): SignalHttpOptions | null {
-  const text = tokenOption(token, 'signal-http-token', '; the endpoint is off without one');
-  if (text === null) return null;
-  return Object.freeze({ token: text, host: listenHost(host, 'signal-http-host'), port: listenPort(port, 'signal-http-port') });
 }

@@ -2,9 +2,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Database } from '../db/connect.ts';
 import { redactDatabaseUrl } from '../db/database-url.ts';
-import type { AddressInfo } from 'node:net';
-import { describeThrown, errorFields, InvalidOptionError, TriggerRuntimeError } from '../errors.ts';
-import { SignalHttpServer } from '../signals/signal-http.ts';
+import { errorFields, TriggerRuntimeError } from '../errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../db/schema.ts';
 import { Storage, type TriggerRow } from '../storage/index.ts';
 import { InterruptibleSleep } from '../time/interruptible-sleep.ts';
@@ -49,7 +47,6 @@ export class Triggerer extends Daemon {
   readonly #watchdog: Watchdog | null;
   /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
   readonly #dagRunStates: DagRunStateBatcher;
-  #signalHttp: SignalHttpServer | null = null;
   #passLoop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   /** Paces the passes wake-ups start (one per deferral): see WOKEN_PASS_PACING. */
@@ -159,30 +156,6 @@ export class Triggerer extends Daemon {
     this.#writer.retryNow();
   }
 
-  protected override async beforeStart(): Promise<void> {
-    const http = this.options.signalHttp;
-    if (!http) return;
-    this.#signalHttp = new SignalHttpServer(http, (key, value) => SignalService.of(this.database, this.log).send(key, value), this.log);
-    try {
-      await this.#signalHttp.start();
-    } catch (error) {
-      this.#signalHttp = null;
-      throw new InvalidOptionError(
-        'signal-http-port',
-        `the signal endpoint cannot listen on ${http.host}:${http.port}: ${describeThrown(error).error}; choose another --signal-http-port (0: any free one)`,
-      );
-    }
-  }
-
-  protected override async startAborted(): Promise<void> {
-    await this.#signalHttp?.stop();
-  }
-
-  /** Where the signal endpoint listens, once started with a token; null otherwise. */
-  get signalHttpAddress(): AddressInfo | null {
-    return this.#signalHttp?.address ?? null;
-  }
-
   protected run(job: JobRow): void {
     this.log.info(
       {
@@ -190,7 +163,7 @@ export class Triggerer extends Daemon {
         config: {
           ...this.options,
           databaseUrl: redactDatabaseUrl(this.options.databaseUrl),
-          signalHttp: this.options.signalHttp && { ...this.options.signalHttp, token: '***' },
+          signalHttpToken: this.options.signalHttpToken && '***',
         },
       },
       `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
@@ -219,7 +192,6 @@ export class Triggerer extends Daemon {
     this.#runner.close();
     await this.#watchdog?.stop();
     this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
-    await this.#signalHttp?.stop();
     try {
       const released = await this.storage.releaseOwnedTriggers(job.id);
       this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);
