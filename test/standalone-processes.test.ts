@@ -5,13 +5,15 @@
  * that lapses during a deferral; a task that starts from a trigger and is ended by it, with no
  * worker; the exit code and the progress and summary lines.
  */
+import { execFile } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from './support/processes.ts';
+import { DEFERFLOW_BIN, PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from './support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -250,4 +252,62 @@ describe.each(testDialects)('deferflow standalone on %s', (dialect) => {
     // It stopped what it had started: no job row is left looking alive.
     expect(await db.db.selectFrom('job').select('state').where('state', '=', 'running').execute()).toEqual([]);
   }, 30_000);
+});
+
+/** What a terminal shows of `output`: carriage returns and erase-to-end-of-line applied, colours dropped. */
+function screenOf(output: string): string[] {
+  const lines: string[] = [''];
+  let column = 0;
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: terminal escapes are what is parsed here
+  for (const [token] of output.replace(/\x1b\[[0-9;]*m/g, '').matchAll(/\x1b\[K|\r\n|\r|\n|[^\r\n\x1b]+/g)) {
+    const at = lines.length - 1;
+    if (token === '\r') column = 0;
+    else if (token === '\n' || token === '\r\n') {
+      lines.push('');
+      column = 0;
+    } else if (token === '\x1b[K') lines[at] = lines[at]!.slice(0, column);
+    else {
+      lines[at] = lines[at]!.slice(0, column) + token + lines[at]!.slice(column + token.length);
+      column += token.length;
+    }
+  }
+  return lines;
+}
+
+describe('deferflow standalone on a terminal', () => {
+  it('pretty-prints its log lines above the progress line, which stays the last line; JSON lines when not on a terminal', async () => {
+    const db = await scratch.database('sqlite');
+    const dags = scratch.dir('standalone-tty');
+    writeFileSync(path.join(dags, 'dags.mts'), DAGS);
+    const args = ['standalone', '--db', db.url, '--dags', dags, '--concurrency', '2', '--trigger-dag', 'happy', '--exit-when-done', '--log-level', 'info'];
+    const quoted = [process.execPath, DEFERFLOW_BIN, ...args].map((arg) => `'${arg.replaceAll("'", "'\\''")}'`).join(' ');
+    // util-linux's script runs the command on a pseudo-terminal, as a person's shell would.
+    const { stdout } = await promisify(execFile)('script', ['-qefc', quoted, '/dev/null'], {
+      encoding: 'utf8',
+      timeout: 60_000,
+      env: { ...process.env, NO_COLOR: '' },
+    });
+    const screen = screenOf(stdout).filter((line) => line.trim() !== '');
+    expect(
+      screen.filter((line) => line.includes('{"level"')),
+      'raw JSON log lines',
+    ).toEqual([]);
+    // The task's own log line, pretty: its time, level and message.
+    expect(screen.some((line) => /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \(standalone\/\d+\): .*reporting on wait and flaky/.test(line))).toBe(true);
+    // The progress line never shares a line with anything else, and is drawn last, before the summary.
+    const progress = screen.filter((line) => line.includes('] done '));
+    expect(progress.length).toBeGreaterThan(0);
+    for (const line of progress) expect(line).toMatch(/^\[[#.]{20}\] done \d+\/4( \(\d+ failed\))? · deferred \d+ · running \d+ · waiting \d+ · [\d.]+ s$/);
+    const summary = screen.findIndex((line) => /^happy manual__\S+: success in /.test(line));
+    expect(summary).toBeGreaterThan(0);
+    expect(screen[summary - 1]).toMatch(/^\[#{20}\] done 4\/4 · /);
+    // The lines logged while the run went on are above it, one a line (the stop's come after the summary).
+    expect(screen.slice(0, summary - 1).filter((line) => / INFO \(standalone\/\d+\): /.test(line)).length).toBeGreaterThan(3);
+
+    // Not on a terminal: JSON lines on stderr, as before.
+    const piped = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'happy', '--exit-when-done', '--log-level', 'info']);
+    expect((await piped.exit).code).toBe(0);
+    expect(piped.stderr.length).toBeGreaterThan(0);
+    for (const line of piped.stderr) expect(() => JSON.parse(line), line).not.toThrow();
+  }, 90_000);
 });

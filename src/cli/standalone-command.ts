@@ -9,6 +9,8 @@ import { progressFigures, progressLine, summaryLine } from '../standalone/progre
 import { deferflowOptionsOf } from '../app/config.ts';
 import type { Deferflow } from '../app/deferflow.ts';
 import { runUntilSignalled } from './daemon.ts';
+import { ProgressScreen } from '../standalone/progress-screen.ts';
+import { COMMON_OPTIONS } from '../config/common-options.ts';
 
 const PROGRESS_INTERVAL_MS = 200;
 /** Without a terminal, a progress line is printed when the figures change, at most this often. */
@@ -32,7 +34,18 @@ export function registerStandaloneCommand(cli: Argv): void {
         import('../web/status-pages.ts'),
         import('../dags/manual-run.ts'),
       ]);
-      const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
+      // On a terminal (stdout and stderr both), log lines are pretty unless a format was asked
+      // for, and go above the progress line, which stays last; elsewhere JSON, on stderr.
+      const screen = process.stdout.isTTY && process.stderr.isTTY ? new ProgressScreen() : null;
+      const formatAsked = args['log-format'] !== undefined || (process.env[COMMON_OPTIONS['log-format'].env] ?? '') !== '';
+      const log = screen
+        ? createLogger({
+            level: options.logLevel,
+            format: formatAsked ? options.logFormat : 'pretty',
+            name: 'standalone',
+            write: (line) => screen.above(line, 'err'),
+          })
+        : createLogger({ level: options.logLevel, format: options.logFormat, name: 'standalone', stderr: true });
       const app = await Deferflow.open(
         deferflowOptionsOf({ worker: options.worker, scheduler: options.scheduler, triggerer: options.triggerer }, true, options.http),
         log,
@@ -46,7 +59,7 @@ export function registerStandaloneCommand(cli: Argv): void {
           liveness: { triggererMs: options.triggerer.healthCheckThresholdMs, workerMs: options.scheduler.zombieThresholdMs },
         });
       }
-      const say = (line: string) => process.stdout.write(`${line}\n`);
+      const say = (line: string) => (screen ? screen.above(line) : process.stdout.write(`${line}\n`));
       say(
         `deferflow standalone: database ${redactDatabaseUrl(options.worker.databaseUrl)} (${app.appliedMigrations.length === 0 ? 'up to date' : `${app.appliedMigrations.length} migration(s) applied`}), ` +
           `DAGs from ${options.worker.dagsFolder}, ${options.worker.concurrency} worker slot(s), triggerer capacity ${options.triggerer.capacity}`,
@@ -87,7 +100,7 @@ export function registerStandaloneCommand(cli: Argv): void {
           options.triggerDag === null
             ? undefined
             : async () => {
-                const succeeded = await showRunProgress(storage, app, options, runId!, progress);
+                const succeeded = await showRunProgress(storage, app, options, runId!, progress, screen);
                 if (succeeded === null) return new Promise<number>(() => {});
                 if (options.exitWhenDone) return succeeded ? 0 : 1;
                 say('standalone keeps running (Ctrl-C to stop)');
@@ -108,10 +121,10 @@ async function showRunProgress(
   options: StandaloneOptions,
   runId: string,
   progressState: { interrupted: boolean },
+  screen: ProgressScreen | null,
 ): Promise<boolean | null> {
   const dagId = options.triggerDag!;
   const startedAt = performance.now();
-  const terminal = process.stdout.isTTY === true;
   let lastPrinted = '';
   let lastPrintedAt = 0;
   for (;;) {
@@ -122,8 +135,9 @@ async function showRunProgress(
     const figures = progressFigures(progress);
     const finished = progress.state === 'success' || progress.state === 'failed';
     const line = progressLine(figures, elapsed);
-    if (terminal) {
-      process.stdout.write(`\r${line}\x1b[K${finished ? '\n' : ''}`);
+    if (screen) {
+      if (finished) screen.leave(line);
+      else screen.draw(line);
     } else {
       const withoutTime = line.slice(0, line.lastIndexOf(' · '));
       if (finished || (withoutTime !== lastPrinted && elapsed - lastPrintedAt >= PLAIN_PROGRESS_INTERVAL_MS)) {

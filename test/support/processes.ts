@@ -22,7 +22,7 @@ export const PACKAGE_TRIGGERS = path.join(REPO_ROOT, 'dist/triggers/index.js');
 /** The environment of a worker or standalone that runs task code in runner processes, the default outside the suite (see vitest.config.ts). */
 export const RUNNER_PROCESSES = { DEFERFLOW_TASK_ISOLATION: 'process' } as const;
 const TRIGGERER_BIN = path.join(REPO_ROOT, 'bin/triggerer.js');
-const DEFERFLOW_BIN = path.join(REPO_ROOT, 'bin/deferflow.js');
+export const DEFERFLOW_BIN = path.join(REPO_ROOT, 'bin/deferflow.js');
 
 export type LogLine = Record<string, unknown>;
 
