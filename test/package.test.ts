@@ -141,6 +141,14 @@ function readmeTypeScript(): { code: string; extension: string }[] {
   }));
 }
 
+/** The README's shell block it says this test runs as written (the comment line above it). */
+function readmeRunnableBlock(): string {
+  const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
+  const block = /^<!-- test\/package\.test\.ts runs this block as written[^\n]*-->\n```sh\n([\s\S]*?)^```$/m.exec(readme)?.[1];
+  if (block === undefined) throw new Error('README.md has no shell block marked to be run by test/package.test.ts');
+  return block;
+}
+
 describe('the packed package in a project of its own', () => {
   it('installs from its tarball, imports with plain node, type-checks as a consumer, and runs a DAG and a trigger of that project', async () => {
     const { version } = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
@@ -268,6 +276,17 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     const embedded = await exec(process.execPath, ['embed.mjs'], project, 60_000);
     expect(embedded.code, `${embedded.stdout}\n${embedded.stderr}`).toBe(0);
     expect(embedded.stdout.trim()).toBe('success {"steps":3}');
+
+    // (c'') the README's manual install, as written, in a folder of its own; only the package
+    // comes from the tarball, as the README's comment on that line says.
+    const manual = path.join(scratch, 'manual-install');
+    mkdirSync(manual);
+    const block = readmeRunnableBlock();
+    expect(block).toMatch(/^npm install deferflow /m);
+    const script = block.replace(/^npm install deferflow .*$/m, `npm install --no-audit --no-fund --prefer-offline ${JSON.stringify(tarball)}`);
+    const manualRun = await exec('bash', ['-euo', 'pipefail', '-c', script], manual, 280_000, await betterSqlitePrebuild());
+    expect(manualRun.code, `${manualRun.stdout}\n${manualRun.stderr}`).toBe(0);
+    expect(manualRun.stdout).toMatch(/hello manual__\S+: success in /);
 
     // (d) deferflow init: a project a user starts from. Its dependencies are the ones just
     // installed (the same tarball): linked, not installed a second time.
