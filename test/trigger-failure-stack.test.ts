@@ -4,9 +4,8 @@
 // logs`, `tasks list --json` and the status page's log page in Chromium.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser } from './support/browser.ts';
+import { afterAll, describe, expect, it } from 'vitest';
+import { sharedBrowser } from './support/shared-browser.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { PACKAGE_ENTRY, spawnDeferflow, stopCleanly } from './support/processes.ts';
@@ -14,13 +13,7 @@ import { PACKAGE_ENTRY, spawnDeferflow, stopCleanly } from './support/processes.
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
-let browser: Browser;
-beforeAll(async () => {
-  browser = await launchBrowser();
-}, 60_000);
-afterAll(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 // The throw is on line 11, column 11; the class's closing brace on line 13.
 const TRIGGER = `import { BaseTrigger, TriggerEvent, type SerializedTrigger } from ${JSON.stringify(PACKAGE_ENTRY)};
@@ -97,7 +90,7 @@ describe.each(testDialects)('a failed trigger in a user module on %s', (dialect)
 
     const web = spawnDeferflow(['web', '--db', db.url, '--http-port', '0']);
     const base = await web.waitForStatusPage();
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     try {
       // The DAG page lists the run; the run page links each task instance's log.
       await page.goto(`${base}/dags/boom`);

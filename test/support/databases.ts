@@ -18,7 +18,22 @@ import { createScratchSchema, dropSchemas, withClient } from './pg-schemas.ts';
 
 export type TestDialect = 'sqlite' | 'postgres';
 
-export const testDialects: TestDialect[] = ['sqlite', 'postgres'];
+const ALL_DIALECTS: readonly TestDialect[] = ['sqlite', 'postgres'];
+
+/**
+ * The dialects the suites loop over: both, or those DEFERFLOW_TEST_DIALECTS names
+ * (`sqlite`, `postgres` or `sqlite,postgres`), to run one while working on it. A name it does not
+ * know fails the run rather than running nothing.
+ */
+export const testDialects: TestDialect[] = dialectsFrom(process.env.DEFERFLOW_TEST_DIALECTS);
+
+function dialectsFrom(given: string | undefined): TestDialect[] {
+  if (given === undefined || given.trim() === '') return [...ALL_DIALECTS];
+  const names = given.split(',').map((name) => name.trim());
+  const unknown = names.filter((name) => !(ALL_DIALECTS as readonly string[]).includes(name));
+  if (unknown.length > 0) throw new Error(`DEFERFLOW_TEST_DIALECTS: ${unknown.join(', ')} is not one of ${ALL_DIALECTS.join(', ')}`);
+  return ALL_DIALECTS.filter((dialect) => names.includes(dialect));
+}
 
 const createdSchemas: string[] = [];
 const createdPgDatabases: string[] = [];

@@ -3,23 +3,16 @@
 // refreshes itself) shows it done; the DAG page and a task instance's log page.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { launchBrowser } from '../support/browser.ts';
+import { sharedBrowser } from '../support/shared-browser.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
-let browser: Browser;
-beforeAll(async () => {
-  browser = await launchBrowser();
-}, 60_000);
-afterAll(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 const dagSource = (flag: string) => `
 import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
@@ -46,7 +39,7 @@ describe.each(testDialects)('the status page in Chromium on %s', (dialect) => {
     writeFileSync(path.join(dags, 'flagged.mjs'), dagSource(flag));
     const standalone = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'flagged', '--http-port', '0', '--web-refresh', '1']);
     const base = await standalone.waitForStatusPage();
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     try {
       // The deferred page lists the waiting task with its trigger; it refreshes itself until then.
       await page.goto(`${base}/deferred`);
