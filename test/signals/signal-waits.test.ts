@@ -86,9 +86,15 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
     });
     expect(await app.sendSignal('early.bird', 'before the wait')).toBe(1);
     const runId = await app.triggerDagRun('listener');
-    await waitFor(async () => Object.values(await tis(app, 'listener', runId)).filter((ti) => ti.state === 'deferred').length === 5, {
-      what: 'five waiting tasks deferred',
-    });
+    // These five by name: a count of five deferred could also be reached with one of them not yet
+    // deferred and never (which times out after 5 s) deferred, and its trigger row would be missing.
+    await waitFor(
+      async () => {
+        const now = await tis(app, 'listener', runId);
+        return ['matching', 'any_a', 'any_b', 'any_c', 'late'].every((id) => now[id]?.state === 'deferred');
+      },
+      { what: 'the five tasks that wait past the timeout deferred' },
+    );
     const rows = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
     expect(rows.every((row) => row.classpath === 'deferflow.triggers.SignalTrigger')).toBe(true);
     // (never.sent's row may already be gone: its task times out after 5 s.)
