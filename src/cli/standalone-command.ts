@@ -135,6 +135,8 @@ async function showRunProgress(
     const figures = progressFigures(progress);
     const finished = progress.state === 'success' || progress.state === 'failed';
     const line = progressLine(figures, elapsed);
+    // Read before the last progress line is drawn: nothing is printed between it and the summary.
+    const taskMs = finished ? await storage.finishedTaskMs(dagId, runId) : 0;
     if (screen) {
       if (finished) screen.leave(line);
       else screen.draw(line);
@@ -147,7 +149,6 @@ async function showRunProgress(
       }
     }
     if (finished) {
-      const taskMs = await storage.finishedTaskMs(dagId, runId);
       process.stdout.write(
         `${summaryLine({ dagId, runId, state: progress.state }, progress, taskMs, elapsed, options.worker.concurrency, app.worker!.slotMsSpent)}\n`,
       );
