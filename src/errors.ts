@@ -178,9 +178,12 @@ export class TaskDeferralError extends DeferflowError {
   }
 }
 
-/** The frame lines (`    at …`) of a stack, without its message. */
+/** Whether a line of a stack is a frame (`    at …`) rather than its message. */
+const isFrame = (line: string) => /^\s+at /.test(line);
+
+/** The frame lines of a stack, without its message. */
 function stackFrames(stack: string): string[] {
-  return stack.split('\n').filter((line) => /^\s+at /.test(line));
+  return stack.split('\n').filter(isFrame);
 }
 
 /** Where deferflow's own modules are (src/ in a checkout, dist/src/ installed): this file's folder. */
@@ -192,11 +195,10 @@ const OWN_SOURCE_DIR = new URL('.', import.meta.url);
  * of deferflow's built-in triggers (outside src/) stay. Unchanged if nothing but deferflow's frames is in it.
  */
 export function withoutDeferflowFrames(stack: string): string {
-  const lines = stack.split('\n');
   const internal = (line: string) =>
-    /^\s+at /.test(line) && (line.includes(OWN_SOURCE_DIR.href) || line.includes(OWN_SOURCE_DIR.pathname) || /\(node:internal\/|at node:internal\//.test(line));
-  const kept = lines.filter((line) => !internal(line));
-  return stackFrames(kept.join('\n')).length > 0 ? kept.join('\n') : stack;
+    isFrame(line) && (line.includes(OWN_SOURCE_DIR.href) || line.includes(OWN_SOURCE_DIR.pathname) || /\(node:internal\/|at node:internal\//.test(line));
+  const kept = stack.split('\n').filter((line) => !internal(line));
+  return kept.some(isFrame) ? kept.join('\n') : stack;
 }
 
 /** Raised inside a resumed task when its deferral's timeout passed before the trigger fired. */

@@ -18,7 +18,8 @@ export interface HttpRequest {
   readonly method: string;
   /** Path and query, as sent. */
   readonly url: string;
-  readonly headers: Readonly<Record<string, string | undefined>>;
+  /** The headers a route reads (only these cross to the main thread). */
+  readonly headers: { readonly authorization?: string | undefined };
   /**
    * The body as text, for a method other than GET and HEAD (undefined for those); null when it
    * was larger than MAX_REQUEST_BODY_BYTES (not read further: a route answers 413).
@@ -226,7 +227,7 @@ const server = http.createServer((request, response) => {
       }) + '\\n');
     }, loopThresholdMs);
     pending.set(id, { response, timer });
-    const headers = { authorization: request.headers.authorization, accept: request.headers.accept, 'content-type': request.headers['content-type'] };
+    const headers = { authorization: request.headers.authorization };
     port.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers, body });
   };
   if (request.method === 'GET' || request.method === 'HEAD') {

@@ -10,7 +10,7 @@ import type { JobRow } from '../jobs/job-row.ts';
 import { signalRunId, Storage, type Deferral, type PlanToApply, type UnfinishedDagRun } from '../storage/index.ts';
 import { triggerHash } from '../triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../triggers/start-trigger-kwargs.ts';
-import type { DagSource, SchedulerDag, StartTrigger } from '../model/scheduler-dag.ts';
+import type { DagSource, SchedulerDag, SchedulerTask, StartTrigger } from '../model/scheduler-dag.ts';
 import { decide, FINISHED_STATES } from '../model/trigger-rules.ts';
 import { planSignalAction, startDecision, type SignalActionPlan } from '../model/signal-actions.ts';
 import type { PendingSignalAction } from '../storage/index.ts';
@@ -206,26 +206,12 @@ export class Scheduler extends Daemon {
       const task = dag.tasks.find((candidate) => candidate.taskId === pending.taskId);
       const action = task?.signalActions.find((candidate) => candidate.key === pending.key);
       // A task that no longer declares the action (its DAG changed) takes the version as seen.
-      let plan: SignalActionPlan = action ? planSignalAction(action, pending.state, task?.startTrigger != null) : { kind: 'consume' };
+      const plan: SignalActionPlan = action ? planSignalAction(action, pending.state, task?.startTrigger != null) : { kind: 'consume' };
       if (plan.kind === 'decide') {
         starts.set(pending.taskInstanceId, [...(starts.get(pending.taskInstanceId) ?? []), pending]);
         continue;
       }
-      let applied: PlanToApply;
-      if (plan.kind === 'restart-from-trigger') {
-        try {
-          applied = { ...plan, startDeferral: startDeferral(pending.dagId, task!.startTrigger!, now) };
-        } catch (error) {
-          // Its start trigger cannot be built: the restart is refused, and said; the task stays as it is.
-          this.log.error(
-            { dag_id: pending.dagId, run_id: pending.runId, task_id: pending.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') },
-            `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} cannot start again from its trigger; the restart is dropped`,
-          );
-          applied = plan = { kind: 'consume' };
-        }
-      } else {
-        applied = plan;
-      }
+      const applied = this.#planToApply(plan, pending, task, now);
       const outcome = await this.storage.applySignalAction(pending, applied, now);
       const fields = {
         dag_id: pending.dagId,
@@ -237,20 +223,38 @@ export class Scheduler extends Daemon {
       if (outcome === 'moved') {
         // It changed state between the read and the write: plan again on the next pass, soon.
         this.#pause.wake();
-      } else if (outcome === 'acted' && plan.kind !== 'consume') {
+      } else if (outcome === 'acted' && applied.kind !== 'consume') {
         madeWork = true;
         const what =
-          plan.kind === 'fresh-try'
+          applied.kind === 'fresh-try'
             ? 'runs again as a new try'
-            : plan.kind === 'restart-from-trigger'
+            : applied.kind === 'restart-from-trigger'
               ? 'starts again from its trigger'
-              : plan.kind === 'end'
-                ? `stopped (${pending.state ?? 'no state'} → ${plan.state})`
-                : `stopping its running try (${plan.request === 'restart' ? 'then a new try' : `then ${plan.request}`})`;
+              : applied.kind === 'end'
+                ? `stopped (${pending.state ?? 'no state'} → ${applied.state})`
+                : `stopping its running try (${applied.request === 'restart' ? 'then a new try' : `then ${applied.request}`})`;
         this.log.info(fields, `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} (run ${pending.runId}) ${what}`);
       }
     }
     return madeWork;
+  }
+
+  /**
+   * The plan as storage carries it out: a restart from the trigger with the deferral to record
+   * built now; one whose start trigger cannot be built is refused, said, and only consumed (the
+   * task stays as it is).
+   */
+  #planToApply(plan: Exclude<SignalActionPlan, { kind: 'decide' }>, pending: PendingSignalAction, task: SchedulerTask | undefined, now: number): PlanToApply {
+    if (plan.kind !== 'restart-from-trigger') return plan;
+    try {
+      return { ...plan, startDeferral: startDeferral(pending.dagId, task!.startTrigger!, now) };
+    } catch (error) {
+      this.log.error(
+        { dag_id: pending.dagId, run_id: pending.runId, task_id: pending.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') },
+        `signal ${pending.key} version ${pending.latestVersion}: ${pending.dagId}.${pending.taskId} cannot start again from its trigger; the restart is dropped`,
+      );
+      return { kind: 'consume' };
+    }
   }
 
   /**

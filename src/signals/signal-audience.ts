@@ -55,23 +55,29 @@ export async function signalAudience(database: Database, key: string, value: Jso
     knownKeys.add(kwargs.key);
     if (kwargs.key === key && (kwargs.match === undefined || matches(value, kwargs.match))) waits += wait.waiting;
   }
-  const scheduledDags: string[] = [];
-  for (const { dagId, dataJson } of dags) {
-    let dag: ReturnType<typeof toSchedulerDag>;
-    try {
-      dag = toSchedulerDag(dagId, dataJson, '');
-    } catch {
-      continue; // a DAG this version cannot read: the scheduler says so; it is nobody here
-    }
-    if (dag.signalSchedule) {
-      knownKeys.add(dag.signalSchedule.key);
-      if (dag.signalSchedule.key === key) scheduledDags.push(dagId);
-    }
-    for (const task of dag.tasks) for (const action of task.signalActions) knownKeys.add(action.key);
-  }
+  // A DAG scheduled on the key spells it, quoted, in its JSON: only those are parsed, unless the
+  // signal reaches nobody and every key a DAG knows is looked through for the closest.
+  const quotedKey = JSON.stringify(key);
+  const scheduledDags = dags.filter((dag) => dag.dataJson.includes(quotedKey) && dagSignalKeys(dag)?.schedule === key).map((dag) => dag.dagId);
   const audience = { waits, signalActions, scheduledDags };
   if (!reachesNobody({ ...audience, closestKey: null })) return { ...audience, closestKey: null };
+  for (const dag of dags) {
+    const keys = dagSignalKeys(dag);
+    if (keys?.schedule != null) knownKeys.add(keys.schedule);
+    for (const actionKey of keys?.actions ?? []) knownKeys.add(actionKey);
+  }
   for (const actionKey of await storage.signalActionKeys()) knownKeys.add(actionKey);
   knownKeys.delete(key);
   return { ...audience, closestKey: closestName(key, knownKeys) };
+}
+
+/** The key a serialized DAG is scheduled on (or null) and those its tasks act on; null if this version cannot read it. */
+function dagSignalKeys({ dagId, dataJson }: { readonly dagId: string; readonly dataJson: string }): { schedule: string | null; actions: string[] } | null {
+  let dag: ReturnType<typeof toSchedulerDag>;
+  try {
+    dag = toSchedulerDag(dagId, dataJson, '');
+  } catch {
+    return null; // a DAG this version cannot read: the scheduler says so; it is nobody here
+  }
+  return { schedule: dag.signalSchedule?.key ?? null, actions: dag.tasks.flatMap((task) => task.signalActions.map((action) => action.key)) };
 }

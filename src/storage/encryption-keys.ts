@@ -57,6 +57,7 @@ async function proveAgainstSealedValues(context: StorageContext, id: string): Pr
       .selectFrom(table)
       .select(['id', value.as('value')])
       .where(sealedFormOf(adapter, sealed) === 'bytes' ? sql<boolean>`(${inText} or ${inBytes})` : inText)
+      .orderBy('id')
       .limit(1)
       .executeTakeFirst()) as { id: number; value: StoredValue } | undefined;
     if (found === undefined) continue;

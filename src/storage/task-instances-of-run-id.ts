@@ -29,28 +29,30 @@ const BETWEEN_POKES = new Set(['up_for_reschedule', 'scheduled', 'queued']);
  * by DAG and task id: what the CLI looks a task up in when users name a run, not a DAG.
  */
 export async function taskInstancesOfRunId({ db }: StorageContext, runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {
+  // One pass over the reschedules: every try's count, and the next try's (a sensor between pokes).
   let query = db
     .selectFrom('task_instance')
-    .select(['id', 'dag_id', 'task_id', 'try_number', 'state', 'hostname', 'start_date', 'end_date', 'next_method'])
-    .select((eb) =>
-      eb
-        .selectFrom('task_reschedule')
-        .select((count) => count.fn.countAll<number>().as('n'))
-        .whereRef('task_reschedule.task_instance_id', '=', 'task_instance.id')
-        .as('reschedules'),
-    )
-    .select((eb) =>
-      eb
-        .selectFrom('task_reschedule')
-        .select((count) => count.fn.countAll<number>().as('n'))
-        .whereRef('task_reschedule.task_instance_id', '=', 'task_instance.id')
-        .where('task_reschedule.try_number', '=', sql<number>`task_instance.try_number + 1`)
-        .as('reschedules_of_next_try'),
-    )
-    .where('run_id', '=', runId)
-    .orderBy('dag_id')
-    .orderBy('task_id');
-  if (dagId !== undefined) query = query.where('dag_id', '=', dagId);
+    .leftJoin('task_reschedule', 'task_reschedule.task_instance_id', 'task_instance.id')
+    .select([
+      'task_instance.id',
+      'task_instance.dag_id',
+      'task_instance.task_id',
+      'task_instance.try_number',
+      'task_instance.state',
+      'task_instance.hostname',
+      'task_instance.start_date',
+      'task_instance.end_date',
+      'task_instance.next_method',
+    ])
+    .select((eb) => [
+      eb.fn.count<number>('task_reschedule.id').as('reschedules'),
+      eb.fn.sum<number>(sql`case when task_reschedule.try_number = task_instance.try_number + 1 then 1 else 0 end`).as('reschedules_of_next_try'),
+    ])
+    .groupBy('task_instance.id')
+    .where('task_instance.run_id', '=', runId)
+    .orderBy('task_instance.dag_id')
+    .orderBy('task_instance.task_id');
+  if (dagId !== undefined) query = query.where('task_instance.dag_id', '=', dagId);
   return (await query.execute()).map((row) => ({
     id: row.id,
     dagId: row.dag_id,
