@@ -16,7 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { loadDagFolder } from '../src/dags/loader.ts';
+import { loadDagFolder } from '../src/authoring/dags/loader.ts';
 
 const args = await yargs(hideBin(process.argv)).option('edits', { type: 'number', default: 1000, describe: 'N: edits of the DAG file' }).strict().parse();
 

@@ -42,12 +42,12 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { openDatabase, type Database } from '../src/db/connect.ts';
-import { migrateToLatest } from '../src/db/migrate.ts';
-import { toDbTime } from '../src/db/schema.ts';
+import { openDatabase, type Database } from '../src/database/connect.ts';
+import { migrateToLatest } from '../src/database/migrate.ts';
+import { toDbTime } from '../src/database/schema.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
 import { DistinctEventTrigger } from './distinct-event-trigger.ts';
-import { Keyring } from '../src/encryption/keyring.ts';
+import { Keyring } from '../src/database/encryption/keyring.ts';
 import { wake } from '../src/storage/wake.ts';
 import { benchDatabase, percentile } from './bench-support.ts';
 

@@ -14,9 +14,9 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { openDatabase, type Database } from '../src/db/connect.ts';
-import { migrateToLatest } from '../src/db/migrate.ts';
-import { TRIGGERER_JOB_TYPE, toDbTime } from '../src/db/schema.ts';
+import { openDatabase, type Database } from '../src/database/connect.ts';
+import { migrateToLatest } from '../src/database/migrate.ts';
+import { TRIGGERER_JOB_TYPE, toDbTime } from '../src/database/schema.ts';
 import { benchDatabase, percentile } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))

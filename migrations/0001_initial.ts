@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Immutable from the first release (0.1.0) on: change the schema with a new numbered file.
 

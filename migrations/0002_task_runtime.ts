@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // The task runtime: serialized DAGs (the scheduler's only view of DAG structure), DAG runs, the
 // DAG files that failed to load, and what a worker and the scheduler record on task instances.

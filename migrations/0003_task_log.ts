@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Task logs: what a task logged through context.log, and the worker's own lines about it, per
 // try. In the database rather than in files so that `deferflow tasks logs` shows a task's log

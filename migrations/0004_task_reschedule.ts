@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Reschedules: one row each time a task's try ended up_for_reschedule (a sensor in reschedule
 // mode that gave its slot back between pokes), as Airflow's task_reschedule. A sensor's timeout

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Signals (AIP-35's notification service): a key, a JSON value, and a version per key counted up
 // by every send. signal_key holds each key's latest version, so versions keep rising after old

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Signal actions (AIP-35's start, restart and stop conditions on operators). Immutable once released.
 //

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Trigger logs (Airflow's "my task is deferred and I cannot see why", apache/airflow#44683).
 // Immutable once released.

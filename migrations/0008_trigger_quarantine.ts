@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Poison triggers (issue 13). Immutable once released.
 //

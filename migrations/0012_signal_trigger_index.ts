@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // What a sent signal reaches (issue 40): `signal send` and POST /signals/:key count the waits on
 // signal triggers. Immutable once released.

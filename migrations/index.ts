@@ -2,7 +2,7 @@
 // (dist/migrations/*.js) runs the same list as the sources. Add a new numbered file here too; a
 // test fails when a file in this folder is missing from the list.
 import type { Kysely } from 'kysely';
-import type { DialectAdapter } from '../src/db/dialect.ts';
+import type { DialectAdapter } from '../src/database/dialect.ts';
 import * as m0001 from './0001_initial.ts';
 import * as m0002 from './0002_task_runtime.ts';
 import * as m0003 from './0003_task_log.ts';

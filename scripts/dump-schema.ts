@@ -13,9 +13,9 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openDatabase } from '../src/db/connect.ts';
-import { migrateToLatest } from '../src/db/migrate.ts';
-import { dumpSchema } from '../src/db/schema-dump.ts';
+import { openDatabase } from '../src/database/connect.ts';
+import { migrateToLatest } from '../src/database/migrate.ts';
+import { dumpSchema } from '../src/database/schema-dump.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const DEFAULT_PG_URL = 'postgres://postgres@127.0.0.1:5432/test';

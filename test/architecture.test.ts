@@ -12,9 +12,9 @@ const sources = (dir: string) =>
     .map((file) => path.join(dir, file));
 
 describe('the code', () => {
-  it('keeps every SQL statement in src/storage (operations) and src/db (connections, dialects, migrations)', () => {
+  it('keeps every SQL statement in src/storage (operations) and src/database (connections, dialects, migrations)', () => {
     const outside = sources('src')
-      .filter((file) => !file.startsWith(path.join('src', 'storage')) && !file.startsWith(path.join('src', 'db')))
+      .filter((file) => !file.startsWith(path.join('src', 'storage')) && !file.startsWith(path.join('src', 'database')))
       .flatMap((file) =>
         readFileSync(path.join(REPO_ROOT, file), 'utf8')
           .split('\n')

@@ -2,9 +2,9 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { processDagFolder } from '../src/dags/dag-processor.ts';
-import { toDbTime } from '../src/db/schema.ts';
-import { triggerDagRun } from '../src/dags/manual-run.ts';
+import { processDagFolder } from '../src/services/dags/dag-processor.ts';
+import { toDbTime } from '../src/database/schema.ts';
+import { triggerDagRun } from '../src/services/dags/manual-run.ts';
 import { processScratch } from './support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess } from './support/processes.ts';

@@ -2,8 +2,8 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { processDagFolder, serializedDagSource } from '../src/dags/dag-processor.ts';
-import { toDbTime } from '../src/db/schema.ts';
+import { processDagFolder, serializedDagSource } from '../src/services/dags/dag-processor.ts';
+import { toDbTime } from '../src/database/schema.ts';
 import { TaskDeferred } from '../src/index.ts';
 import { Storage } from '../src/storage/index.ts';
 import * as t from './fixtures/test-triggers.ts';

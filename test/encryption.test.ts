@@ -22,16 +22,16 @@ import {
   type SerializedTrigger,
   type TaskContext,
 } from '../src/index.ts';
-import { migrateToLatest } from '../src/db/migrate.ts';
-import { resolveStandaloneOptions } from '../src/standalone/options.ts';
+import { migrateToLatest } from '../src/database/migrate.ts';
+import { resolveStandaloneOptions } from '../src/app/standalone/options.ts';
 import { Storage } from '../src/storage/index.ts';
-import { SealingService } from '../src/encryption/sealing-service.ts';
+import { SealingService } from '../src/database/encryption/sealing-service.ts';
 import { TRIGGER_FAILURE_METHOD } from '../src/storage/context.ts';
-import { triggerHash } from '../src/triggers/base-trigger.ts';
+import { triggerHash } from '../src/authoring/triggers/base-trigger.ts';
 import { EchoTrigger } from './fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects } from './support/databases.ts';
 import { parsePlain, waitFor } from './support/fixtures.ts';
-import type { SealableJson } from '../src/db/schema.ts';
+import type { SealableJson } from '../src/database/schema.ts';
 import { PACKAGE_ENTRY, spawnDeferflow } from './support/processes.ts';
 import { processScratch } from './support/process-scratch.ts';
 

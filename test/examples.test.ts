@@ -105,7 +105,7 @@ describe.each(testDialects)('README example on %s', (dialect) => {
 
 describe('the npm start demo DAG', () => {
   it('examples/dags loads cleanly (with the streaming example): deferral_demo has 200 tasks that each defer 10 s on a TimeDeltaTrigger and resume at afterWait', async () => {
-    const { loadDagFolder } = await import('../src/dags/loader.ts');
+    const { loadDagFolder } = await import('../src/authoring/dags/loader.ts');
     const loaded = await loadDagFolder('examples/dags');
     expect(loaded.errors).toEqual([]);
     expect(loaded.dags.map(({ dag }) => dag.dagId).sort()).toEqual(['deferral_demo', 'streaming_demo']);

@@ -4,13 +4,13 @@ import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { sqliteAdapter } from '../src/db/dialect.ts';
-import { Keyring } from '../src/encryption/keyring.ts';
-import { SealingService } from '../src/encryption/sealing-service.ts';
-import { ObservabilityServer } from '../src/observability/http-server.ts';
-import { Metrics } from '../src/observability/metrics.ts';
-import { Watchdog } from '../src/triggerer/watchdog.ts';
-import { helperThreadId, installService, type HelperService } from '../src/threads/helper-thread.ts';
+import { sqliteAdapter } from '../src/database/dialect.ts';
+import { Keyring } from '../src/database/encryption/keyring.ts';
+import { SealingService } from '../src/database/encryption/sealing-service.ts';
+import { ObservabilityServer } from '../src/services/observability/http-server.ts';
+import { Metrics } from '../src/services/observability/metrics.ts';
+import { Watchdog } from '../src/daemons/triggerer/watchdog.ts';
+import { helperThreadId, installService, type HelperService } from '../src/vocabulary/helper-thread.ts';
 import { waitFor } from './support/fixtures.ts';
 
 /** A service that answers each message with the id of the thread it runs on and its own name. */

@@ -2,7 +2,7 @@
 // under way ends the next one at once, and a floor keeps a burst of wakes from ending it before
 // the floor (how the scheduler and the triggerer space the passes wake-ups start).
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { InterruptibleSleep } from '../src/time/interruptible-sleep.ts';
+import { InterruptibleSleep } from '../src/vocabulary/time/interruptible-sleep.ts';
 
 describe('InterruptibleSleep', () => {
   beforeEach(() => {

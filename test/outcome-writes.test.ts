@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred, TRIGGER_FAILURE_METHOD } from '../src/index.ts';
 import { Storage } from '../src/storage/index.ts';
 import type { TriggerEventRecord } from '../src/storage/index.ts';
-import { OutcomeWriter } from '../src/triggerer/outcome-writer.ts';
+import { OutcomeWriter } from '../src/daemons/triggerer/outcome-writer.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import {

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/db/connect.ts';
+import { openDatabase } from '../src/database/connect.ts';
 import { REPO_ROOT } from './support/processes.ts';
 
 const run = promisify(execFile);

@@ -2,7 +2,7 @@
 // then one per gap however often they are woken, and the burst is earned back while passes are
 // rarer than that.
 import { describe, expect, it } from 'vitest';
-import { PassPacer } from '../src/time/pass-pacer.ts';
+import { PassPacer } from '../src/vocabulary/time/pass-pacer.ts';
 
 /** Passes of `durationMs` each, started as soon as the pacer lets them (woken at once every time): their start times. */
 function starts(pacer: PassPacer, durationMs: number, count: number, from = 0): number[] {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { progressLine, summaryLine } from '../src/standalone/progress-line.ts';
+import { progressLine, summaryLine } from '../src/app/standalone/progress-line.ts';
 
 const run = { dagId: 'demo', runId: 'manual__1', state: 'success' };
 const allDone = (n: number) => ({ state: 'success' as const, counts: { success: n } });

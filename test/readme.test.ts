@@ -3,10 +3,10 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TRIGGERER_OPTIONS } from '../src/index.ts';
-import { ERROR_CODES } from '../src/errors.ts';
-import { SCHEDULER_OPTIONS } from '../src/scheduler/options.ts';
-import { STANDALONE_OPTIONS } from '../src/standalone/options.ts';
-import { WORKER_OPTIONS } from '../src/worker/options.ts';
+import { ERROR_CODES } from '../src/vocabulary/errors.ts';
+import { SCHEDULER_OPTIONS } from '../src/daemons/scheduler/options.ts';
+import { STANDALONE_OPTIONS } from '../src/app/standalone/options.ts';
+import { WORKER_OPTIONS } from '../src/daemons/worker/options.ts';
 import { WEB_COMMAND_OPTIONS } from '../src/cli/web-command.ts';
 import { REPO_ROOT } from './support/processes.ts';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { refusalLines } from '../src/cli/refusal.ts';
-import { closestName } from '../src/config/suggest.ts';
+import { closestName } from '../src/vocabulary/suggest.ts';
 
 const WORKER = ['concurrency', 'pollInterval', 'heartbeatInterval', 'shutdownGrace', 'queues'];
 

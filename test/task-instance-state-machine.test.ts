@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { TASK_INSTANCE_STATES } from '../src/db/schema.ts';
+import { TASK_INSTANCE_STATES } from '../src/database/schema.ts';
 import { TASK_INSTANCE_TRANSITIONS } from '../src/storage/task-instance-state-machine.ts';
 import { REPO_ROOT } from './support/processes.ts';
 

@@ -5,8 +5,8 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { processDagFolder } from '../src/dags/dag-processor.ts';
-import { triggerDagRun } from '../src/dags/manual-run.ts';
+import { processDagFolder } from '../src/services/dags/dag-processor.ts';
+import { triggerDagRun } from '../src/services/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import { waitFor } from './support/fixtures.ts';
 import { processScratch } from './support/process-scratch.ts';

@@ -8,7 +8,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { toDbTime } from '../src/db/schema.ts';
+import { toDbTime } from '../src/database/schema.ts';
 import { dropTestDatabases } from './support/databases.ts';
 import { migratedDatabase, parsePlain, type TestDatabase, waitFor } from './support/fixtures.ts';
 import { killLeftovers, spawnTriggerer, type LogLine, type TriggererProcess } from './support/processes.ts';

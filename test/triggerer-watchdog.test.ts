@@ -4,7 +4,7 @@
 // and the limit, it is never claimed again, and the 1,000 healthy triggers still fire on time.
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../src/index.ts';
-import { toDbTime } from '../src/db/schema.ts';
+import { toDbTime } from '../src/database/schema.ts';
 import { Storage } from '../src/storage/index.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
 import * as t from './fixtures/test-triggers.ts';

@@ -4,8 +4,8 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../src/index.ts';
 import { NO_RETRIES, type RetryPolicy } from '../src/model/retry-policy.ts';
-import { TASK_LOG_LINE_CAP } from '../src/worker/task-log-writer.ts';
-import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../src/worker/worker.ts';
+import { TASK_LOG_LINE_CAP } from '../src/daemons/worker/task-log-writer.ts';
+import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../src/daemons/worker/worker.ts';
 import * as t from './fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from './support/databases.ts';
 import {

@@ -1,16 +1,16 @@
 import { Duration } from 'luxon';
 import type { Logger } from 'pino';
-import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../config/common-options.ts';
-import type { OptionTable, RawOptions } from '../config/option-table.ts';
-import { closestName } from '../config/suggest.ts';
-import { InvalidOptionError } from '../errors.ts';
-import { Keyring } from '../encryption/keyring.ts';
-import type { DurationInput } from '../time/duration.ts';
-import { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from '../scheduler/options.ts';
-import { isTriggerClass, type TriggerClass } from '../triggers/base-trigger.ts';
-import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../triggerer/options.ts';
-import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../worker/options.ts';
-import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../observability/options.ts';
+import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../daemons/common-options.ts';
+import type { OptionTable, RawOptions } from '../vocabulary/options/option-table.ts';
+import { closestName } from '../vocabulary/suggest.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
+import { Keyring } from '../database/encryption/keyring.ts';
+import type { DurationInput } from '../vocabulary/time/duration.ts';
+import { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from '../daemons/scheduler/options.ts';
+import { isTriggerClass, type TriggerClass } from '../authoring/triggers/base-trigger.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../daemons/triggerer/options.ts';
+import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../daemons/worker/options.ts';
+import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../services/observability/options.ts';
 
 export type { DurationInput };
 

@@ -1,4 +1,4 @@
-import { ERROR_CODES } from '../errors.ts';
+import { ERROR_CODES } from '../vocabulary/errors.ts';
 
 /** Exit code for refused input or a failed command (2 is yargs' own usage error too). */
 export const DEFERFLOW_ERROR_EXIT = 2;

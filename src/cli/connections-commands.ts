@@ -1,5 +1,5 @@
 import type { Argv } from 'yargs';
-import { CONNECTION_ENV_PREFIX, listConnections, maskConnectionUrl } from '../connections/connections.ts';
+import { CONNECTION_ENV_PREFIX, listConnections, maskConnectionUrl } from '../authoring/connections/connections.ts';
 import { printListing } from './table.ts';
 
 /** `deferflow connections list`: the named connections this environment defines, passwords masked. */

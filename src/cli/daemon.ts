@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Deferflow } from '../app/deferflow.ts';
-import { describeThrown } from '../errors.ts';
+import { describeThrown } from '../vocabulary/errors.ts';
 
 /**
  * How every long-running deferflow process (triggerer, worker, scheduler, standalone) lives and

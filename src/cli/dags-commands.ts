@@ -1,13 +1,13 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { formatTable, printListing } from './table.ts';
-import { InvalidOptionError } from '../errors.ts';
-import { assertJsonObject, type JsonObject } from '../serialization/json.ts';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
-import { WORKER_OPTIONS } from '../worker/options.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
+import { assertJsonObject, type JsonObject } from '../vocabulary/serialization/json.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
+import { WORKER_OPTIONS } from '../daemons/worker/options.ts';
 import { withMigratedDatabase, withStorage } from './db-commands.ts';
-import { positiveInteger } from '../config/option-table.ts';
-import { DAG_RUN_STATES, type DagRunState } from '../db/schema.ts';
+import { positiveInteger } from '../vocabulary/options/option-table.ts';
+import { DAG_RUN_STATES, type DagRunState } from '../database/schema.ts';
 
 /** A stored schedule as people write it: the cron (with its zone), the interval or the signal; null for none. */
 function describeSchedule(schedule: { cron?: string; timezone?: string; interval_ms?: number; signal?: string } | null | undefined): string | null {
@@ -75,7 +75,7 @@ export function registerDagsCommands(cli: Argv): void {
             }
             assertJsonObject(conf, 'conf');
           }
-          const { triggerDagRun } = await import('../dags/manual-run.ts');
+          const { triggerDagRun } = await import('../services/dags/manual-run.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId, logicalDate: args.logicalDate });
             process.stdout.write(`${runId}\n`);
@@ -101,7 +101,7 @@ export function registerDagsCommands(cli: Argv): void {
               // Without --state the list just read already says the DAG has no run at all.
               const anyRun = args.state === undefined ? runs : await storage.listDagRuns({ dagId: args.dagId, limit: 1 });
               if (anyRun.length === 0 && (await storage.readSerializedDag(args.dagId)) === null) {
-                const { unknownDagError } = await import('../dags/unknown-dag.ts');
+                const { unknownDagError } = await import('../services/dags/unknown-dag.ts');
                 throw await unknownDagError(database, args.dagId, 'dag-id');
               }
             }
@@ -139,7 +139,7 @@ export function registerDagsCommands(cli: Argv): void {
                 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
-          const { processDagFolder } = await import('../dags/dag-processor.ts');
+          const { processDagFolder } = await import('../services/dags/dag-processor.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });

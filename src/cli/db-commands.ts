@@ -1,12 +1,12 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
-import type { Database } from '../db/connect.ts';
+import type { Database } from '../database/connect.ts';
 import type { Storage } from '../storage/index.ts';
-import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../db/database-url.ts';
-import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV, keyringOf } from '../config/common-options.ts';
-import { Keyring } from '../encryption/keyring.ts';
-import { durationText } from '../config/option-table.ts';
-import { InvalidOptionError } from '../errors.ts';
+import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../database/database-url.ts';
+import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV, keyringOf } from '../daemons/common-options.ts';
+import { Keyring } from '../database/encryption/keyring.ts';
+import { durationText } from '../vocabulary/options/option-table.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
 
 export function databaseUrlFrom(flag: string | undefined): string {
   return flag ?? process.env[COMMON_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
@@ -18,7 +18,7 @@ export function databaseUrlFrom(flag: string | undefined): string {
  * what is encrypted at rest (only what is read needs it; nothing is written with it).
  */
 export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: Database) => Promise<T>, keyring?: Keyring): Promise<T> {
-  const { openMigratedDatabase } = await import('../db/open-migrated-database.ts');
+  const { openMigratedDatabase } = await import('../database/open-migrated-database.ts');
   const database = await openMigratedDatabase(databaseUrlFrom(dbFlag as string | undefined), keyring);
   try {
     return await work(database);
@@ -73,10 +73,10 @@ export function registerDbCommands(cli: Argv): void {
       }
       const url = databaseUrlFrom(args.db);
       const [{ openDatabase }, { openMigratedDatabase }, { migrateToLatest }, { dumpSchema }] = await Promise.all([
-        import('../db/connect.ts'),
-        import('../db/open-migrated-database.ts'),
-        import('../db/migrate.ts'),
-        import('../db/schema-dump.ts'),
+        import('../database/connect.ts'),
+        import('../database/open-migrated-database.ts'),
+        import('../database/migrate.ts'),
+        import('../database/schema-dump.ts'),
       ]);
       // migrate creates what is missing; schema shows a migrated database only.
       const database = args.action === 'migrate' ? openDatabase(url) : await openMigratedDatabase(url);
@@ -132,7 +132,7 @@ async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | unde
       `db rotate-key needs the keys: set ${ENCRYPTION_KEYS_ENV} or --encryption-keys-file, the new key first and the old ones after it`,
     );
   }
-  const [{ openMigratedDatabase }, { Storage }] = await Promise.all([import('../db/open-migrated-database.ts'), import('../storage/index.ts')]);
+  const [{ openMigratedDatabase }, { Storage }] = await Promise.all([import('../database/open-migrated-database.ts'), import('../storage/index.ts')]);
   const database = await openMigratedDatabase(databaseUrlFrom(dbFlag), keyring);
   try {
     const storage = new Storage(database);

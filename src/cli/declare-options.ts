@@ -1,5 +1,5 @@
 import type { Argv } from 'yargs';
-import type { OptionSpec, OptionTable, RawOptions } from '../config/option-table.ts';
+import type { OptionSpec, OptionTable, RawOptions } from '../vocabulary/options/option-table.ts';
 
 /** Declares the table's flags on a yargs command, with env, unit and default in each help line. */
 export function declareOptions(command: Argv, table: OptionTable): Argv {

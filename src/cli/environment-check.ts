@@ -1,14 +1,14 @@
-import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV } from '../config/common-options.ts';
-import type { OptionTable } from '../config/option-table.ts';
-import { closestName } from '../config/suggest.ts';
-import { CONNECTION_ENV_PREFIX } from '../connections/connections.ts';
-import { HTTP_OPTIONS } from '../observability/options.ts';
-import { SCHEDULER_OPTIONS } from '../scheduler/options.ts';
-import { STANDALONE_OPTIONS } from '../standalone/options.ts';
-import { TRIGGERER_OPTIONS } from '../triggerer/options.ts';
-import { WEB_OPTIONS } from '../web/options.ts';
-import { WORKER_OPTIONS } from '../worker/options.ts';
-import { RUNNER_SMART_SENSORS_ENV } from '../worker/runner-protocol.ts';
+import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV } from '../daemons/common-options.ts';
+import type { OptionTable } from '../vocabulary/options/option-table.ts';
+import { closestName } from '../vocabulary/suggest.ts';
+import { CONNECTION_ENV_PREFIX } from '../authoring/connections/connections.ts';
+import { HTTP_OPTIONS } from '../services/observability/options.ts';
+import { SCHEDULER_OPTIONS } from '../daemons/scheduler/options.ts';
+import { STANDALONE_OPTIONS } from '../app/standalone/options.ts';
+import { TRIGGERER_OPTIONS } from '../daemons/triggerer/options.ts';
+import { WEB_OPTIONS } from '../app/web/options.ts';
+import { WORKER_OPTIONS } from '../daemons/worker/options.ts';
+import { RUNNER_SMART_SENSORS_ENV } from '../daemons/worker/runner-protocol.ts';
 
 const PREFIX = 'DEFERFLOW_';
 

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Argv } from 'yargs';
-import { InvalidOptionError } from '../errors.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
 import { installationSource, ownPackage } from './own-package.ts';
 
 /** `deferflow init [DIR]`: a project a user can start from, next to nothing deferflow needs to know. */

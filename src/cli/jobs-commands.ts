@@ -1,10 +1,10 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
-import { positiveInteger } from '../config/option-table.ts';
-import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../jobs/job-liveness.ts';
-import { resolveSchedulerOptions } from '../scheduler/options.ts';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
-import { resolveTriggererOptions } from '../triggerer/options.ts';
+import { positiveInteger } from '../vocabulary/options/option-table.ts';
+import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../services/jobs/job-liveness.ts';
+import { resolveSchedulerOptions } from '../daemons/scheduler/options.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
+import { resolveTriggererOptions } from '../daemons/triggerer/options.ts';
 import { withStorage } from './db-commands.ts';
 import { printListing } from './table.ts';
 

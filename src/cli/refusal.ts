@@ -1,5 +1,5 @@
 import yargs, { type Argv } from 'yargs';
-import { closestName } from '../config/suggest.ts';
+import { closestName } from '../vocabulary/suggest.ts';
 
 /**
  * What yargs hands a failure handler as `usage`: the refused command's help, whose descriptions

@@ -1,10 +1,10 @@
 import type { Argv } from 'yargs';
 import { deferflowOptionsOf } from '../app/config.ts';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
-import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../scheduler/options.ts';
-import { resolveWorkerOptions, WORKER_OPTIONS } from '../worker/options.ts';
+import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../daemons/scheduler/options.ts';
+import { resolveWorkerOptions, WORKER_OPTIONS } from '../daemons/worker/options.ts';
 import { runUntilSignalled } from './daemon.ts';
-import { resolveObservabilityHttp } from '../observability/options.ts';
+import { resolveObservabilityHttp } from '../services/observability/options.ts';
 
 /** `deferflow worker` and `deferflow scheduler`. */
 export function registerRuntimeCommands(cli: Argv): void {
@@ -16,7 +16,7 @@ export function registerRuntimeCommands(cli: Argv): void {
       const raw = rawOptionsFrom(WORKER_OPTIONS, args);
       const options = resolveWorkerOptions(raw);
       const http = resolveObservabilityHttp(raw, process.env);
-      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../logging.ts')]);
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../vocabulary/logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
       const app = await Deferflow.open(deferflowOptionsOf({ worker: options }, false, http), log);
       await runUntilSignalled(log, app, options.shutdownGraceMs + 5_000);
@@ -31,7 +31,7 @@ export function registerRuntimeCommands(cli: Argv): void {
       const raw = rawOptionsFrom(SCHEDULER_OPTIONS, args);
       const options = resolveSchedulerOptions(raw);
       const http = resolveObservabilityHttp(raw, process.env);
-      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../logging.ts')]);
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../vocabulary/logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'scheduler' });
       const app = await Deferflow.open(deferflowOptionsOf({ scheduler: options }, false, http), log);
       await runUntilSignalled(log, app, 5_000);

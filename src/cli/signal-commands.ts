@@ -1,9 +1,9 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
-import { COMMON_OPTIONS, keyringOf } from '../config/common-options.ts';
-import { positiveInteger } from '../config/option-table.ts';
-import { NotJsonError } from '../errors.ts';
-import type { JsonValue } from '../serialization/json.ts';
+import { COMMON_OPTIONS, keyringOf } from '../daemons/common-options.ts';
+import { positiveInteger } from '../vocabulary/options/option-table.ts';
+import { NotJsonError } from '../vocabulary/errors.ts';
+import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import { withMigratedDatabase } from './db-commands.ts';
 import { printListing } from './table.ts';
 
@@ -23,8 +23,8 @@ export function registerSignalCommands(cli: Argv): void {
         async (args) => {
           const value = signalValue(args.value, args.text === true);
           const [{ sendSignal }, { nobodyWarning, reachesNobody, signalAudience }] = await Promise.all([
-            import('../signals/signal-service.ts'),
-            import('../signals/signal-audience.ts'),
+            import('../services/signals/signal-service.ts'),
+            import('../services/signals/signal-audience.ts'),
           ]);
           await withMigratedDatabase(
             args.db,
@@ -53,7 +53,7 @@ export function registerSignalCommands(cli: Argv): void {
         async (args) => {
           const since = args.since === undefined ? 0 : args.since === '0' ? 0 : positiveInteger(args.since, 'since');
           const limit = positiveInteger(args.limit, 'limit');
-          const { listSignals } = await import('../signals/signal-service.ts');
+          const { listSignals } = await import('../services/signals/signal-service.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const rows = (await listSignals(database, args.key!, { sinceVersion: since, limit })).map((s) => ({
               key: s.key,

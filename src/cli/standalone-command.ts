@@ -2,15 +2,15 @@ import os from 'node:os';
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
 import type { Storage } from '../storage/index.ts';
-import { redactDatabaseUrl } from '../db/database-url.ts';
-import { InvalidOptionError } from '../errors.ts';
-import { STANDALONE_OPTIONS, resolveStandaloneOptions, type StandaloneOptions } from '../standalone/options.ts';
-import { progressFigures, progressLine, summaryLine } from '../standalone/progress-line.ts';
+import { redactDatabaseUrl } from '../database/database-url.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
+import { STANDALONE_OPTIONS, resolveStandaloneOptions, type StandaloneOptions } from '../app/standalone/options.ts';
+import { progressFigures, progressLine, summaryLine } from '../app/standalone/progress-line.ts';
 import { deferflowOptionsOf } from '../app/config.ts';
 import type { Deferflow } from '../app/deferflow.ts';
 import { runUntilSignalled } from './daemon.ts';
-import { ProgressScreen } from '../standalone/progress-screen.ts';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { ProgressScreen } from '../app/standalone/progress-screen.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 
 const PROGRESS_INTERVAL_MS = 200;
 /** Without a terminal, a progress line is printed when the figures change, at most this often. */
@@ -29,10 +29,10 @@ export function registerStandaloneCommand(cli: Argv): void {
       }
       const [{ Deferflow }, { createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
         import('../app/deferflow.ts'),
-        import('../logging.ts'),
+        import('../vocabulary/logging.ts'),
         import('../storage/index.ts'),
-        import('../web/status-pages.ts'),
-        import('../dags/manual-run.ts'),
+        import('../app/web/status-pages.ts'),
+        import('../services/dags/manual-run.ts'),
       ]);
       // On a terminal (stdout and stderr both), log lines are pretty unless a format was asked
       // for, and go above the progress line, which stays last; elsewhere JSON, on stderr.

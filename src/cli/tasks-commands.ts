@@ -2,8 +2,8 @@ import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import type { Storage } from '../storage/index.ts';
 import { formatTable } from './table.ts';
-import { InvalidOptionError } from '../errors.ts';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 import { withStorage } from './db-commands.ts';
 
 /** `deferflow tasks list | clear | logs | reschedules`: the task instances of a DAG run. */
@@ -61,7 +61,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
         async (args) => {
-          const { serializedDagSource } = await import('../dags/dag-processor.ts');
+          const { serializedDagSource } = await import('../services/dags/dag-processor.ts');
           await withStorage(args.db, async (storage, database) => {
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
             const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);

@@ -1,9 +1,9 @@
 import type { Argv } from 'yargs';
 import { deferflowOptionsOf } from '../app/config.ts';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
-import { resolveTriggererOptions, TRIGGERER_OPTIONS, TRIGGERER_SIGNAL_HTTP_PORT } from '../triggerer/options.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS, TRIGGERER_SIGNAL_HTTP_PORT } from '../daemons/triggerer/options.ts';
 import { runUntilSignalled } from './daemon.ts';
-import { resolveObservabilityHttp } from '../observability/options.ts';
+import { resolveObservabilityHttp } from '../services/observability/options.ts';
 
 /** Hard stop if a graceful one has not finished by then (a hung database, say). */
 const SHUTDOWN_DEADLINE_MS = 5_000;
@@ -18,7 +18,7 @@ export function registerTriggererCommand(cli: Argv): void {
       const options = resolveTriggererOptions(raw);
       // With a signal token, the endpoint that serves POST /signals/:key is on unless told off.
       const http = resolveObservabilityHttp(raw, process.env, options.signalHttpToken ? TRIGGERER_SIGNAL_HTTP_PORT : 'off');
-      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../logging.ts')]);
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../app/deferflow.ts'), import('../vocabulary/logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'triggerer' });
       const app = await Deferflow.open(deferflowOptionsOf({ triggerer: options }, false, http), log);
       await runUntilSignalled(log, app, SHUTDOWN_DEADLINE_MS);

@@ -1,7 +1,7 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
-import { COMMON_OPTIONS } from '../config/common-options.ts';
-import { positiveInteger } from '../config/option-table.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
+import { positiveInteger } from '../vocabulary/options/option-table.ts';
 import { withStorage } from './db-commands.ts';
 import { printListing } from './table.ts';
 

@@ -1,12 +1,12 @@
 import type { Argv } from 'yargs';
-import { COMMON_OPTIONS, logFormat, logLevel } from '../config/common-options.ts';
-import { optionPicker } from '../config/option-table.ts';
-import { describeThrown, InvalidOptionError } from '../errors.ts';
-import { ObservabilityServer } from '../observability/http-server.ts';
-import { Metrics } from '../observability/metrics.ts';
-import { HTTP_OPTIONS, resolveObservabilityHttp } from '../observability/options.ts';
-import { STANDALONE_HTTP_PORT } from '../standalone/options.ts';
-import { resolveWebOptions, WEB_OPTIONS } from '../web/options.ts';
+import { COMMON_OPTIONS, logFormat, logLevel } from '../daemons/common-options.ts';
+import { optionPicker } from '../vocabulary/options/option-table.ts';
+import { describeThrown, InvalidOptionError } from '../vocabulary/errors.ts';
+import { ObservabilityServer } from '../services/observability/http-server.ts';
+import { Metrics } from '../services/observability/metrics.ts';
+import { HTTP_OPTIONS, resolveObservabilityHttp } from '../services/observability/options.ts';
+import { STANDALONE_HTTP_PORT } from '../app/standalone/options.ts';
+import { resolveWebOptions, WEB_OPTIONS } from '../app/web/options.ts';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
 import { livenessThresholds } from './jobs-commands.ts';
 
@@ -33,10 +33,10 @@ export function registerWebCommand(cli: Argv): void {
       if (http === null) throw new InvalidOptionError('http-port', 'deferflow web serves the status page: give a port (0: any free one), not off');
       const web = resolveWebOptions(raw, process.env, http.host);
       const [{ createLogger }, { openMigratedDatabase }, { Storage }, { statusPages }] = await Promise.all([
-        import('../logging.ts'),
-        import('../db/open-migrated-database.ts'),
+        import('../vocabulary/logging.ts'),
+        import('../database/open-migrated-database.ts'),
         import('../storage/index.ts'),
-        import('../web/status-pages.ts'),
+        import('../app/web/status-pages.ts'),
       ]);
       const log = createLogger({ level: logLevel(pick('log-level')), format: logFormat(pick('log-format')), name: 'web' });
       const database = await openMigratedDatabase(String(pick('db')));

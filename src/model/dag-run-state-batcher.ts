@@ -1,4 +1,4 @@
-import { InvalidOptionError } from '../errors.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
 import { momentMs } from './schedule.ts';
 import type { DagRunStates, DagRunStatesKey, DagRunStatesQuery } from './dag-run-states.ts';
 

@@ -1,4 +1,4 @@
-import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
+import type { DagRunState, TaskInstanceState } from '../database/schema.ts';
 
 /**
  * One question a trigger or a sensor may ask of deferflow's own database: what state a DAG run

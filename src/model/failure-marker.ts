@@ -1,4 +1,4 @@
-import type { DeferflowErrorCode } from '../errors.ts';
+import type { DeferflowErrorCode } from '../vocabulary/errors.ts';
 
 /**
  * next_method of a task instance whose trigger failed or timed out (Airflow's "__fail__"): the

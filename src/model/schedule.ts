@@ -1,7 +1,7 @@
 import type { CronExpressionParser } from 'cron-parser';
-import { lazyPackage } from '../lazy-package.ts';
+import { lazyPackage } from '../vocabulary/lazy-package.ts';
 import { DateTime, Duration, IANAZone } from 'luxon';
-import type { JsonObject } from '../serialization/json.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 
 const cronParser = lazyPackage<{ CronExpressionParser: typeof CronExpressionParser }>('cron-parser');
 

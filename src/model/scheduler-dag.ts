@@ -1,6 +1,6 @@
 import type { ScheduleWindow } from './schedule.ts';
 import type { RetryPolicy } from './retry-policy.ts';
-import type { JsonObject } from '../serialization/json.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import type { TriggerRule } from './trigger-rules.ts';
 import type { SignalAction } from './signal-actions.ts';
 

@@ -1,5 +1,5 @@
-import type { StopRequest, TaskInstanceState } from '../db/schema.ts';
-import type { Signal } from '../signals/signal.ts';
+import type { StopRequest, TaskInstanceState } from '../database/schema.ts';
+import type { Signal } from './signal.ts';
 
 /** A signal an action acted on; `value` and `sentAt` are null once retention pruned it. */
 export type ActedSignal = Omit<Signal, 'sentAt' | 'value'> & { readonly value: Signal['value'] | null; readonly sentAt: number | null };

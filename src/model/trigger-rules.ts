@@ -1,4 +1,4 @@
-import type { TaskInstanceState } from '../db/schema.ts';
+import type { TaskInstanceState } from '../database/schema.ts';
 
 /** When a task may run, given its upstream tasks' states (Airflow's trigger rules). */
 export const TRIGGER_RULES = ['all_success', 'all_failed', 'all_done', 'one_success', 'one_failed', 'none_failed'] as const;

@@ -1,4 +1,4 @@
-import { toDbTime } from '../db/schema.ts';
+import { toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface TaskLogLine {

@@ -1,4 +1,4 @@
-import type { StopRequest } from '../db/schema.ts';
+import type { StopRequest } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { describeHolder, type HeldTry } from './held-try.ts';
 

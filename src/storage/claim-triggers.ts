@@ -1,5 +1,5 @@
 import type { StorageContext } from './context.ts';
-import type { EncryptionKeyError } from '../errors.ts';
+import type { EncryptionKeyError } from '../vocabulary/errors.ts';
 import { openTriggerRows } from './sealed-values.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 

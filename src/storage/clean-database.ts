@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { toDbTime } from '../db/schema.ts';
+import { toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { pruneSignals } from './signals.ts';
 

@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
-import type { DialectAdapter } from '../db/dialect.ts';
-import type { DatabaseSchema } from '../db/schema.ts';
-import type { Keyring } from '../encryption/keyring.ts';
+import type { DialectAdapter } from '../database/dialect.ts';
+import type { DatabaseSchema } from '../database/schema.ts';
+import type { Keyring } from '../database/encryption/keyring.ts';
 
 /** What every storage operation receives: a connection (or open transaction) and the adapter. */
 export interface StorageContext {

@@ -1,6 +1,6 @@
-import { toDbTime, type DagRunType } from '../db/schema.ts';
+import { toDbTime, type DagRunType } from '../database/schema.ts';
 import type { SchedulerDag } from '../model/scheduler-dag.ts';
-import type { JsonObject } from '../serialization/json.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 import { wake } from './wake.ts';
 import { latestSignalVersions } from './signals.ts';

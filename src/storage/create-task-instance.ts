@@ -1,4 +1,4 @@
-import { toDbTime, type TaskInstanceState } from '../db/schema.ts';
+import { toDbTime, type TaskInstanceState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface NewTaskInstance {

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../db/schema.ts';
-import type { JsonObject } from '../serialization/json.ts';
+import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../database/schema.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
 

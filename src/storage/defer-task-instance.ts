@@ -1,9 +1,9 @@
 import { sql, type RawBuilder, type Transaction, type UpdateObject } from 'kysely';
-import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
-import type { DialectAdapter } from '../db/dialect.ts';
-import { DatabaseError, TaskInstanceStateError } from '../errors.ts';
-import type { SerializedTrigger } from '../triggers/base-trigger.ts';
-import type { JsonObject } from '../serialization/json.ts';
+import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../database/schema.ts';
+import type { DialectAdapter } from '../database/dialect.ts';
+import { DatabaseError, TaskInstanceStateError } from '../vocabulary/errors.ts';
+import type { SerializedTrigger } from '../authoring/triggers/base-trigger.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { wake, wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
 import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';

@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
-import { bytesHeader, STORED_TEXT_PREFIX } from '../encryption/sealed-format.ts';
-import { EncryptionKeyError, EncryptionKeyMismatchError } from '../errors.ts';
-import { fromDbTime, toDbTime } from '../db/schema.ts';
+import { bytesHeader, STORED_TEXT_PREFIX } from '../database/encryption/sealed-format.ts';
+import { EncryptionKeyError, EncryptionKeyMismatchError } from '../vocabulary/errors.ts';
+import { fromDbTime, toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { SEALABLE_COLUMNS, sealedFormOf } from './sealed-values.ts';
-import type { StoredValue } from '../encryption/keyring.ts';
+import type { StoredValue } from '../database/encryption/keyring.ts';
 
 /**
  * Checks a process's keys against the keys the database knows (table encryption_key), before

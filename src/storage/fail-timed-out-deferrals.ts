@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { fromDbTime, toDbTime } from '../db/schema.ts';
+import { fromDbTime, toDbTime } from '../database/schema.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs, type StorageContext } from './context.ts';
 import { wake } from './wake.ts';
 

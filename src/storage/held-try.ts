@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { TaskInstanceState } from '../db/schema.ts';
+import type { TaskInstanceState } from '../database/schema.ts';
 
 /**
  * The try a worker runs, as starting it gave it: the worker's job and the try's number. A

@@ -1,5 +1,5 @@
-import { Keyring, type StoredValue } from '../encryption/keyring.ts';
-import type { Database } from '../db/connect.ts';
+import { Keyring, type StoredValue } from '../database/encryption/keyring.ts';
+import type { Database } from '../database/connect.ts';
 import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
@@ -46,8 +46,8 @@ import {
 import { carryOutStopRequest } from './stop-requests.ts';
 import { checkHeldTries, type HeldTryNews } from './check-held-tries.ts';
 import type { ActedSignal } from '../model/signal-actions.ts';
-import type { StopRequest } from '../db/schema.ts';
-import type { Signal } from '../signals/signal.ts';
+import type { StopRequest } from '../database/schema.ts';
+import type { Signal } from '../model/signal.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
 import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-triggers.ts';
@@ -65,8 +65,8 @@ import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances
 import { tryErrors, type TryError } from './try-errors.ts';
 import { countSignalActionTasks, signalActionKeys, signalTriggerWaits, type SignalTriggerWait } from './signal-audience.ts';
 import { listActiveDags, listImportErrors, listSerializedDags, readSerializedDag } from './serialized-dags.ts';
-import type { DagRunState, TaskInstanceState } from '../db/schema.ts';
-import type { TaskEndState } from '../triggers/trigger-event.ts';
+import type { DagRunState, TaskInstanceState } from '../database/schema.ts';
+import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';
 import type { SchedulerDag } from '../model/scheduler-dag.ts';
 import {
   claimTaskInstances,
@@ -124,7 +124,7 @@ export interface TriggerFailureRecord {
 
 /**
  * The named database operations, one file each under src/storage/. Every one runs unchanged on
- * SQLite and PostgreSQL; what differs lives in src/db/dialect.ts. Times are epoch ms passed in
+ * SQLite and PostgreSQL; what differs lives in src/database/dialect.ts. Times are epoch ms passed in
  * by the caller, so tests and peers agree on one clock per call.
  */
 export class Storage {

@@ -1,4 +1,4 @@
-import { toDbTime, type JobState } from '../db/schema.ts';
+import { toDbTime, type JobState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface JobFields {

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { fromDbTime } from '../db/schema.ts';
+import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 /** The logical date of a DAG's latest scheduled run (the next interval starts where its ended); null if it has none. */

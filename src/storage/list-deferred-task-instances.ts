@@ -1,4 +1,4 @@
-import { fromDbTime } from '../db/schema.ts';
+import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 /** A deferred task instance as the status page shows it: what it waits on, since when, until when. */

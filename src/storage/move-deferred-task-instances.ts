@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
-import { toDbTime } from '../db/schema.ts';
-import type { TriggerValue } from '../db/dialect.ts';
-import type { TaskEndState } from '../triggers/trigger-event.ts';
+import { toDbTime } from '../database/schema.ts';
+import type { TriggerValue } from '../database/dialect.ts';
+import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';
 import { wake } from './wake.ts';
 import { sealedFormOf } from './sealed-values.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';

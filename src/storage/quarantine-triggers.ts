@@ -1,4 +1,4 @@
-import type { DialectAdapter } from '../db/dialect.ts';
+import type { DialectAdapter } from '../database/dialect.ts';
 import type { StorageContext } from './context.ts';
 
 /**

@@ -1,4 +1,4 @@
-import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
+import { fromDbTime, toDbTime, type TaskInstanceState } from '../database/schema.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import type { StorageContext } from './context.ts';
 

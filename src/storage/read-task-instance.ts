@@ -1,5 +1,5 @@
 import type { Selectable } from 'kysely';
-import type { TaskInstanceTable } from '../db/schema.ts';
+import type { TaskInstanceTable } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 /** A task instance row, by id or by its key; null when there is none. */

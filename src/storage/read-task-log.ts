@@ -1,4 +1,4 @@
-import { fromDbTime } from '../db/schema.ts';
+import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import type { TaskLogLine } from './append-task-log-lines.ts';
 

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { toDbTime, WORKER_JOB_TYPE } from '../db/schema.ts';
+import { toDbTime, WORKER_JOB_TYPE } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { stopRequestCarriedOut } from './stop-requests.ts';
 

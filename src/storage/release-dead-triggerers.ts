@@ -1,4 +1,4 @@
-import { toDbTime, TRIGGERER_JOB_TYPE } from '../db/schema.ts';
+import { toDbTime, TRIGGERER_JOB_TYPE } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 /**

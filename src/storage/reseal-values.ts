@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { Keyring, type SealedColumn, type StoredValue } from '../encryption/keyring.ts';
-import { EncryptionKeyError } from '../errors.ts';
+import { Keyring, type SealedColumn, type StoredValue } from '../database/encryption/keyring.ts';
+import { EncryptionKeyError } from '../vocabulary/errors.ts';
 import type { StorageContext } from './context.ts';
 import { SEALABLE_COLUMNS, sealedFormOf } from './sealed-values.ts';
 

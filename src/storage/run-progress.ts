@@ -1,4 +1,4 @@
-import { fromDbTime, type DagRunState, type TaskInstanceState } from '../db/schema.ts';
+import { fromDbTime, type DagRunState, type TaskInstanceState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface RunProgress {

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { fromDbTime, toDbTime } from '../db/schema.ts';
+import { fromDbTime, toDbTime } from '../database/schema.ts';
 import { wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
 

@@ -1,6 +1,6 @@
-import { EncryptionKeyError } from '../errors.ts';
-import type { Keyring, SealedColumn, SealedForm, StoredValue } from '../encryption/keyring.ts';
-import type { DialectAdapter } from '../db/dialect.ts';
+import { EncryptionKeyError } from '../vocabulary/errors.ts';
+import type { Keyring, SealedColumn, SealedForm, StoredValue } from '../database/encryption/keyring.ts';
+import type { DialectAdapter } from '../database/dialect.ts';
 import type { TriggerRow } from './claim-triggers.ts';
 
 /**

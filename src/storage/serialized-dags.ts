@@ -1,5 +1,5 @@
-import { toDbTime } from '../db/schema.ts';
-import type { JsonObject } from '../serialization/json.ts';
+import { toDbTime } from '../database/schema.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 
 export type SerializedDagWrite = 'created' | 'updated' | 'unchanged';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
-import { fromDbTime, toDbTime, type TaskInstanceState } from '../db/schema.ts';
+import { fromDbTime, toDbTime, type TaskInstanceState } from '../database/schema.ts';
 import type { ActedSignal, SignalActionPlan } from '../model/signal-actions.ts';
-import type { JsonValue } from '../serialization/json.ts';
+import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { EncryptionKeyError } from '../errors.ts';
+import type { EncryptionKeyError } from '../vocabulary/errors.ts';
 import type { StorageContext } from './context.ts';
 
 /*

@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
-import { fromDbTime, toDbTime } from '../db/schema.ts';
-import type { JsonValue } from '../serialization/json.ts';
-import type { Signal } from '../signals/signal.ts';
+import { fromDbTime, toDbTime } from '../database/schema.ts';
+import type { JsonValue } from '../vocabulary/serialization/json.ts';
+import type { Signal } from '../model/signal.ts';
 import type { StorageContext } from './context.ts';
-import { SIGNAL_CHANNEL } from '../db/notification-hub.ts';
+import { SIGNAL_CHANNEL } from '../database/notification-hub.ts';
 
 /**
  * Sends a signal: the key's next version (1 for its first send) and the value, in one transaction.

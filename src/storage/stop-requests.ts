@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
-import { toDbTime, type StopRequest } from '../db/schema.ts';
+import { toDbTime, type StopRequest } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
-import type { DialectAdapter } from '../db/dialect.ts';
+import type { DialectAdapter } from '../database/dialect.ts';
 import { wake } from './wake.ts';
 import { stillHeld, type HeldTry } from './held-try.ts';
 

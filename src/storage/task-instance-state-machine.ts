@@ -1,4 +1,4 @@
-import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../db/schema.ts';
+import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../database/schema.ts';
 
 /*
  * A task instance's life (Airflow's states), every transition there is:

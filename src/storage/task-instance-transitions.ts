@@ -1,7 +1,7 @@
 import { sql, type ExpressionBuilder } from 'kysely';
-import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../db/schema.ts';
+import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
-import type { EncryptionKeyError } from '../errors.ts';
+import type { EncryptionKeyError } from '../vocabulary/errors.ts';
 import { openNextKwargs } from './sealed-values.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
 import { wakeForChangedRows } from './wake.ts';

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { fromDbTime } from '../db/schema.ts';
+import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface TaskInstanceOfRunId {

@@ -1,4 +1,4 @@
-import { fromDbTime, toDbTime } from '../db/schema.ts';
+import { fromDbTime, toDbTime } from '../database/schema.ts';
 import type { TaskReschedule } from '../model/task-reschedule.ts';
 import type { StorageContext } from './context.ts';
 

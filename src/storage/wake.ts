@@ -1,7 +1,7 @@
 import type { AliasedRawBuilder, Kysely, Transaction } from 'kysely';
-import type { DatabaseSchema } from '../db/schema.ts';
-import { WAKE_CHANNEL } from '../db/notification-hub.ts';
-import type { DialectAdapter } from '../db/dialect.ts';
+import type { DatabaseSchema } from '../database/schema.ts';
+import { WAKE_CHANNEL } from '../database/notification-hub.ts';
+import type { DialectAdapter } from '../database/dialect.ts';
 
 /**
  * Which daemons a write gives work to: a new trigger to claim, a task instance to run, a state to

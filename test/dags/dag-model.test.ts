@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { Dag } from '../../src/dags/dag.ts';
-import { serializeDag, toSchedulerDag } from '../../src/dags/serialized-dag.ts';
+import { Dag } from '../../src/authoring/dags/dag.ts';
+import { serializeDag, toSchedulerDag } from '../../src/authoring/dags/serialized-dag.ts';
 import { BaseOperator, chain, InvalidDagError, InvalidSerializedDagError, type TaskOptions } from '../../src/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 

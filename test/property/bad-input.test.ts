@@ -5,10 +5,10 @@
 import fc from 'fast-check';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, Dag, DeferflowError, sendSignal, TaskDeferred, TRIGGERER_OPTIONS } from '../../src/index.ts';
-import { toDbTime } from '../../src/db/schema.ts';
-import { listSignals } from '../../src/signals/signal-service.ts';
+import { toDbTime } from '../../src/database/schema.ts';
+import { listSignals } from '../../src/services/signals/signal-service.ts';
 import { Storage } from '../../src/storage/index.ts';
-import { resolveTriggererOptions } from '../../src/triggerer/options.ts';
+import { resolveTriggererOptions } from '../../src/daemons/triggerer/options.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from '../support/fixtures.ts';

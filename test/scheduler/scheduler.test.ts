@@ -5,12 +5,12 @@
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BaseOperator, type TaskContext } from '../../src/index.ts';
-import { Scheduler } from '../../src/scheduler/scheduler.ts';
-import { Metrics } from '../../src/observability/metrics.ts';
-import { WOKEN_PASS_PACING } from '../../src/jobs/daemon.ts';
+import { Scheduler } from '../../src/daemons/scheduler/scheduler.ts';
+import { Metrics } from '../../src/services/observability/metrics.ts';
+import { WOKEN_PASS_PACING } from '../../src/services/jobs/daemon.ts';
 import type { SchedulerDag, SchedulerTask } from '../../src/model/scheduler-dag.ts';
 import { NO_RETRIES } from '../../src/model/retry-policy.ts';
-import { Worker, type TaskResolver } from '../../src/worker/worker.ts';
+import { Worker, type TaskResolver } from '../../src/daemons/worker/worker.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { LogCapture, migratedDatabase, parsePlain, startTriggerer, type TestDatabase, type TestTriggerer, waitFor } from '../support/fixtures.ts';

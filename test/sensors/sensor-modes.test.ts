@@ -11,7 +11,7 @@ import { sql } from 'kysely';
 import { deferflow, fromDbTime, openDatabase, type Deferflow, type DeferflowConfig } from '../../src/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../support/databases.ts';
 import { LogCapture, parsePlain, waitFor } from '../support/fixtures.ts';
-import { backoffPause } from '../../src/sensors/poke-result.ts';
+import { backoffPause } from '../../src/authoring/sensors/poke-result.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 

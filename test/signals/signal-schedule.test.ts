@@ -5,7 +5,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Dag, sendSignal } from '../../src/index.ts';
-import { processDagFolder } from '../../src/dags/dag-processor.ts';
+import { processDagFolder } from '../../src/services/dags/dag-processor.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
 import { PACKAGE_ENTRY, spawnDeferflow, type TriggererProcess, stopCleanly } from '../support/processes.ts';

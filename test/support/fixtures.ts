@@ -1,12 +1,12 @@
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import { openDatabase, type Database } from '../../src/db/connect.ts';
-import { migrateToLatest } from '../../src/db/migrate.ts';
-import { toDbTime, type SealableJson, type TaskInstanceState } from '../../src/db/schema.ts';
+import { openDatabase, type Database } from '../../src/database/connect.ts';
+import { migrateToLatest } from '../../src/database/migrate.ts';
+import { toDbTime, type SealableJson, type TaskInstanceState } from '../../src/database/schema.ts';
 import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
-import { TriggerRegistry } from '../../src/triggers/registry.ts';
-import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/triggerer/options.ts';
-import { Triggerer } from '../../src/triggerer/triggerer.ts';
+import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
+import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/daemons/triggerer/options.ts';
+import { Triggerer } from '../../src/daemons/triggerer/triggerer.ts';
 import * as testTriggers from '../fixtures/test-triggers.ts';
 import { freshDatabaseUrl, type TestDialect } from './databases.ts';
 

@@ -7,7 +7,7 @@ import BetterSqlite3 from 'better-sqlite3';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TriggerRegistry, type TriggerClass } from '../../src/index.ts';
-import { TriggerRunner } from '../../src/triggerer/trigger-runner.ts';
+import { TriggerRunner } from '../../src/daemons/triggerer/trigger-runner.ts';
 import { DateTimeTrigger, FileTrigger, HttpTrigger, SqlTrigger, TaskStateTrigger } from '../../triggers/index.ts';
 import { waitFor } from '../support/fixtures.ts';
 import { processScratch } from '../support/process-scratch.ts';

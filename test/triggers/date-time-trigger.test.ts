@@ -1,10 +1,10 @@
 import { DateTime, Duration } from 'luxon';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { renderStartTriggerKwargs } from '../../src/triggers/start-trigger-kwargs.ts';
-import { InvalidTriggerArgumentError } from '../../src/errors.ts';
-import { classpathOf, type BaseTrigger } from '../../src/triggers/base-trigger.ts';
-import { TriggerRegistry } from '../../src/triggers/registry.ts';
-import type { TriggerEvent } from '../../src/triggers/trigger-event.ts';
+import { renderStartTriggerKwargs } from '../../src/authoring/triggers/start-trigger-kwargs.ts';
+import { InvalidTriggerArgumentError } from '../../src/vocabulary/errors.ts';
+import { classpathOf, type BaseTrigger } from '../../src/authoring/triggers/base-trigger.ts';
+import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
+import type { TriggerEvent } from '../../src/authoring/triggers/trigger-event.ts';
 import { BUILTIN_TRIGGERS, DateTimeTrigger, FileTrigger, TimeDeltaTrigger } from '../../triggers/index.ts';
 
 /** Runs a trigger outside a triggerer and returns its first event. */

@@ -3,7 +3,7 @@
 // neither loses nor repeats a wake-up. The queue's timers keep counting monotonic time across a
 // jump; only Date.now() jumps, as when NTP steps the clock.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { DeadlineQueue, type DeadlineWaiter } from '../../src/triggerer/deadline-queue.ts';
+import { DeadlineQueue, type DeadlineWaiter } from '../../src/daemons/triggerer/deadline-queue.ts';
 
 interface Waiter extends DeadlineWaiter {
   readonly name: string;

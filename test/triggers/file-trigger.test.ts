@@ -2,8 +2,8 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { InvalidTriggerArgumentError } from '../../src/errors.ts';
-import type { TriggerEvent } from '../../src/triggers/trigger-event.ts';
+import { InvalidTriggerArgumentError } from '../../src/vocabulary/errors.ts';
+import type { TriggerEvent } from '../../src/authoring/triggers/trigger-event.ts';
 import { FileTrigger } from '../../triggers/index.ts';
 
 let dir: string;

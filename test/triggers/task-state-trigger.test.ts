@@ -3,7 +3,7 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { DagRunStates, DagRunStatesQuery } from '../../src/index.ts';
 import { TriggerRegistry } from '../../src/index.ts';
-import { TriggerRunner } from '../../src/triggerer/trigger-runner.ts';
+import { TriggerRunner } from '../../src/daemons/triggerer/trigger-runner.ts';
 import { ExternalTaskSensor, TaskStateTrigger } from '../../triggers/index.ts';
 import { judgeTaskStates, resolveTaskStateCheck } from '../../triggers/task-state-trigger.ts';
 import { waitFor } from '../support/fixtures.ts';

@@ -1,0 +1,108 @@
+import { flag, optionPicker, type RawOptions } from '../../vocabulary/options/option-table.ts';
+import { resolveSchedulerOptions, type ResolvedSchedulerOptions } from '../../daemons/scheduler/options.ts';
+import { COMMON_OPTIONS, logFormat as toLogFormat, logLevel as toLogLevel, type LogFormat, type LogLevel } from '../../daemons/common-options.ts';
+import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../../daemons/triggerer/options.ts';
+import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../../daemons/worker/options.ts';
+import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../../services/observability/options.ts';
+import { resolveWebOptions, WEB_OPTIONS, type WebOptions } from '../web/options.ts';
+
+/** Where standalone serves /metrics and /health unless told otherwise. */
+export const STANDALONE_HTTP_PORT = 8794;
+
+/**
+ * `deferflow standalone` options: the few a one-process setup needs. Everything else (poll and
+ * heartbeat intervals, grace periods) is each component's own option, read from its
+ * environment variable as the separate commands do (see their tables).
+ */
+export const STANDALONE_OPTIONS = {
+  db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
+  dags: WORKER_OPTIONS.dags,
+  concurrency: WORKER_OPTIONS.concurrency,
+  capacity: TRIGGERER_OPTIONS.capacity,
+  'trigger-module': TRIGGERER_OPTIONS['trigger-module'],
+  'smart-sensors': WORKER_OPTIONS['smart-sensors'],
+  'trigger-dag': {
+    env: 'DEFERFLOW_STANDALONE_TRIGGER_DAG',
+    default: '',
+    unit: 'DAG id',
+    describe: 'Once started, create a manual run of this DAG and show its progress',
+  },
+  'exit-when-done': {
+    env: 'DEFERFLOW_STANDALONE_EXIT_WHEN_DONE',
+    default: false,
+    unit: 'flag',
+    describe: 'With trigger-dag: stop once that run finishes; exit 0 if it succeeded, 1 if it failed',
+  },
+  'shutdown-grace': {
+    env: 'DEFERFLOW_STANDALONE_SHUTDOWN_GRACE',
+    default: 0,
+    unit: 'seconds',
+    describe: 'On Ctrl-C or SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again on the next start)',
+  },
+  'http-port': {
+    ...HTTP_OPTIONS['http-port'],
+    default: STANDALONE_HTTP_PORT,
+    describe:
+      'Serve the status page, /metrics (Prometheus) and /health on this port; off: not served (the default port, when taken, is skipped with a warning)',
+  },
+  ...WEB_OPTIONS,
+  'http-host': HTTP_OPTIONS['http-host'],
+  'health-loop-threshold': HTTP_OPTIONS['health-loop-threshold'],
+  'log-level': {
+    ...COMMON_OPTIONS['log-level'],
+    default: 'warn',
+    describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)',
+  },
+  'log-format': COMMON_OPTIONS['log-format'],
+} as const;
+
+export interface StandaloneOptions {
+  readonly worker: ResolvedWorkerOptions;
+  readonly scheduler: ResolvedSchedulerOptions;
+  readonly triggerer: TriggererOptions;
+  /** A DAG to run once started; null for none. */
+  readonly triggerDag: string | null;
+  readonly exitWhenDone: boolean;
+  /** The status page, /metrics and /health; null: not served. */
+  readonly http: ObservabilityHttpOptions | null;
+  /** The status page's options; null when nothing is served. */
+  readonly web: WebOptions | null;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+}
+
+export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): StandaloneOptions {
+  const pick = optionPicker(STANDALONE_OPTIONS, raw, env);
+  const logLevel = toLogLevel(pick('log-level'));
+  const logFormat = toLogFormat(pick('log-format'));
+  const shared = { db: pick('db') as string, 'encryption-keys-file': pick('encryption-keys-file') as string, 'log-level': logLevel, 'log-format': logFormat };
+  const triggerDag = String(pick('trigger-dag')).trim();
+  const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);
+  // The keyring is loaded once, with the worker's options, and shared: one process, one database.
+  const worker = resolveWorkerOptions(
+    {
+      ...shared,
+      dags: pick('dags') as string,
+      concurrency: pick('concurrency') as number,
+      'shutdown-grace': pick('shutdown-grace') as number,
+      'smart-sensors': pick('smart-sensors') as string,
+    },
+    env,
+  );
+  return Object.freeze({
+    worker,
+    scheduler: resolveSchedulerOptions(shared, env, worker.keyring),
+    triggerer: resolveTriggererOptions(
+      { ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] },
+      env,
+      worker.keyring,
+    ),
+    triggerDag: triggerDag === '' ? null : triggerDag,
+    exitWhenDone: flag(pick('exit-when-done'), 'exit-when-done'),
+    http,
+    web: http === null ? null : resolveWebOptions(raw, env, http.host),
+    logLevel,
+    logFormat,
+  });
+}

@@ -1,0 +1,302 @@
+import { sameToken } from '../../vocabulary/options/tokens.ts';
+import type { Database } from '../../database/connect.ts';
+import { TRIGGERER_JOB_TYPE } from '../../database/schema.ts';
+import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
+import { jobLiveness, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
+import { nextDueAt } from '../../model/schedule.ts';
+import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
+import { Storage, type StoredLogLine } from '../../storage/index.ts';
+import { ago, href, html, isoMoment, page, stateBadge, type Html } from './html.ts';
+
+/** Rows on one page of a long list (deferred task instances, triggers). */
+export const PAGE_ROWS = 100;
+
+export interface StatusPageOptions {
+  /** Seconds between the page's own refreshes; 0: none. */
+  readonly refreshSeconds: number;
+  /** Asked for as a bearer token or a basic-auth password; null: none asked (loopback only). */
+  readonly token: string | null;
+  /** How the page judges triggerers alive (the triggerers' own health-check threshold). */
+  readonly liveness: LivenessThresholds;
+}
+
+/**
+ * The read-only status page: what deferflow is doing, from the database alone (the serialized
+ * DAGs, never DAG code). Every list is paged or limited in its query, so a page costs the same at
+ * 10 or 10,000 deferred task instances. Served next to /metrics and /health (see
+ * ObservabilityServer); returns null for paths that are not its own.
+ */
+export function statusPages(database: Database, options: StatusPageOptions): (request: HttpRequest) => Promise<HttpReply | null> {
+  const storage = new Storage(database);
+  const token = options.token === null ? null : Buffer.from(options.token);
+  const show = (title: string, here: string, content: Html): HttpReply => ({
+    status: 200,
+    headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' },
+    body: page(title, here, content, options.refreshSeconds),
+  });
+  const notFound = (what: string): HttpReply => ({
+    status: 404,
+    headers: { 'content-type': 'text/html; charset=utf-8' },
+    body: page('Not found', '', html`<h1>Not found</h1><p>${what}</p>`, 0),
+  });
+
+  return async (request) => {
+    const url = new URL(request.url, 'http://deferflow.invalid');
+    const segments = url.pathname
+      .split('/')
+      .filter((segment) => segment !== '')
+      .map((segment) => decodeURIComponent(segment));
+    const known = segments.length === 0 || ['deferred', 'triggers', 'triggerers', 'dags', 'ti'].includes(segments[0]!);
+    if (!known) return null;
+    if (token !== null && !authorized(request.headers.authorization, token)) {
+      return {
+        status: 401,
+        headers: { 'content-type': 'text/plain', 'www-authenticate': 'Basic realm="deferflow", charset="UTF-8"' },
+        body: 'the status page needs the web token: as a bearer token, or as the password of basic auth (any user name)\n',
+      };
+    }
+    if (request.method !== 'GET' && request.method !== 'HEAD')
+      return { status: 405, headers: { allow: 'GET', 'content-type': 'text/plain' }, body: 'read-only: GET\n' };
+    const after = optionalId(url.searchParams.get('after'));
+    const [area, id, sub, subId] = segments;
+    if (area === undefined) return show('Overview', '/', await overview(storage, options));
+    if (area === 'deferred' && id === undefined) return show('Deferred task instances', '/deferred', await deferredPage(storage, after));
+    if (area === 'triggers' && id === undefined) return show('Triggers', '/triggers', await triggersPage(storage, after));
+    if (area === 'triggerers' && id === undefined) return show('Triggerers', '/triggerers', await triggerersPage(storage, options));
+    if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
+    if (area === 'dags' && id !== undefined && sub === undefined) {
+      const content = await dagPage(storage, id);
+      return content ? show(`DAG ${id}`, '/dags', content) : notFound(`There is no DAG ${id} among the serialized DAGs.`);
+    }
+    if (area === 'dags' && id !== undefined && sub === 'runs' && subId !== undefined) {
+      const content = await runPage(storage, id, subId);
+      return content ? show(`${id} ${subId}`, '/dags', content) : notFound(`DAG ${id} has no run ${subId}.`);
+    }
+    if (area === 'ti' && id !== undefined && sub === 'log') {
+      const content = await logPage(storage, Number(id), optionalId(url.searchParams.get('try')));
+      return content ? show(`Log of task instance ${id}`, '/deferred', content) : notFound(`There is no task instance ${id}.`);
+    }
+    return notFound(`Nothing is served at ${url.pathname}.`);
+  };
+}
+
+function authorized(header: string | undefined, token: Buffer): boolean {
+  const bearer = /^Bearer (.+)$/i.exec(header ?? '')?.[1];
+  const basic = /^Basic (.+)$/i.exec(header ?? '')?.[1];
+  let given: string | undefined = bearer;
+  if (basic !== undefined) {
+    const decoded = Buffer.from(basic, 'base64').toString('utf8');
+    given = decoded.slice(decoded.indexOf(':') + 1);
+  }
+  return sameToken(given, token);
+}
+
+function optionalId(text: string | null): number | undefined {
+  return text !== null && /^\d{1,15}$/.test(text) ? Number(text) : undefined;
+}
+
+const runLink = (dagId: string, runId: string) => html`<a href="${href(['dags', dagId, 'runs', runId])}">${runId}</a>`;
+const dagLink = (dagId: string) => html`<a href="${href(['dags', dagId])}">${dagId}</a>`;
+const logLink = (id: number, text: string | number = 'log') => html`<a href="${href(['ti', id, 'log'])}">${text}</a>`;
+
+function pager(path: string, rows: readonly { id: number }[], after: number | undefined): Html {
+  const next = rows.length === PAGE_ROWS ? html`<a href="${href([path], { after: rows.at(-1)!.id })}">next ${PAGE_ROWS} →</a>` : '';
+  const first = after !== undefined ? html`<a href="${href([path])}">← first page</a>` : '';
+  return html`<div class="pager">${first}${next}</div>`;
+}
+
+async function overview(storage: Storage, options: StatusPageOptions): Promise<Html> {
+  const now = Date.now();
+  const [counts, triggers, triggerers, dags, importErrors] = await Promise.all([
+    storage.countWaitingWork(),
+    storage.countTriggers(),
+    storage.listJobs({ jobType: TRIGGERER_JOB_TYPE, runningOnly: true, limit: 1000 }),
+    storage.listSerializedDags(),
+    storage.listImportErrors(),
+  ]);
+  const alive = triggerers.filter((job) => jobLiveness(job, options.liveness, now) === 'alive').length;
+  const card = (figure: number, what: string, link: string) => html`<a class="card" href="${link}"><b>${figure.toLocaleString('en')}</b>${what}</a>`;
+  return html`<h1>Overview</h1><div class="cards">
+${card(counts.deferredTaskInstances, 'deferred task instances', '/deferred')}
+${card(triggers, 'triggers', '/triggers')}
+${card(alive, 'live triggerers', '/triggerers')}
+${card(counts.dagRuns.running + counts.dagRuns.queued, 'unfinished DAG runs', '/dags')}
+${card(dags.length, 'DAGs', '/dags')}
+${card(importErrors.length, 'import errors', '/dags')}
+</div>`;
+}
+
+async function deferredPage(storage: Storage, after: number | undefined): Promise<Html> {
+  const now = Date.now();
+  const [rows, counts] = await Promise.all([storage.listDeferredTaskInstances({ limit: PAGE_ROWS, afterId: after }), storage.countWaitingWork()]);
+  return html`<h1>Deferred task instances <span class="muted">(${counts.deferredTaskInstances.toLocaleString('en')})</span></h1>
+${
+  rows.length === 0
+    ? html`<p class="muted">No task instance is deferred${after !== undefined ? ' past this point' : ''}.</p>`
+    : html`
+<table id="deferred"><tr><th>task instance</th><th>DAG</th><th>task</th><th>run</th><th>waits on</th><th>triggerer</th><th>since</th><th>timeout in</th><th>resumes at</th></tr>
+${rows.map(
+  (
+    ti,
+  ) => html`<tr data-ti="${ti.id}"><td class="num">${logLink(ti.id, ti.id)}</td><td>${dagLink(ti.dagId)}</td><td>${ti.taskId}</td><td>${runLink(ti.dagId, ti.runId)}</td>
+<td>${ti.triggerId === null ? html`<span class="muted">no trigger</span>` : html`trigger ${ti.triggerId} <code>${ti.classpath ?? '?'}</code>`}</td>
+<td>${ti.triggererId === null ? html`<span class="muted">unowned</span>` : ti.triggererId}</td>
+<td title="${isoMoment(ti.waitingSince)}">${ti.waitingSince === null ? '' : ago(now - ti.waitingSince)}</td>
+<td title="${isoMoment(ti.timeoutAt)}">${ti.timeoutAt === null ? html`<span class="muted">none</span>` : ago(ti.timeoutAt - now)}</td><td><code>${ti.nextMethod ?? ''}</code></td></tr>`,
+)}</table>`
+}
+${pager('deferred', rows, after)}`;
+}
+
+async function triggersPage(storage: Storage, after: number | undefined): Promise<Html> {
+  const now = Date.now();
+  const rows = await storage.listTriggers({ limit: PAGE_ROWS, afterId: after, perTrigger: 5 });
+  return html`<h1>Triggers</h1>
+${
+  rows.length === 0
+    ? html`<p class="muted">No trigger.</p>`
+    : html`
+<table id="triggers"><tr><th>trigger</th><th>classpath</th><th>triggerer</th><th>age</th><th>task instances waiting</th></tr>
+${rows.map(
+  (trigger) => html`<tr data-trigger="${trigger.id}"><td class="num">${trigger.id}</td><td><code>${trigger.classpath}</code></td>
+<td>${trigger.triggererId === null ? html`<span class="muted">unowned</span>` : `${trigger.triggererId} (${trigger.triggererHost ?? '?'})`}</td>
+<td>${ago(now - trigger.createdAt)}</td>
+<td>${trigger.taskInstanceCount}: ${trigger.taskInstances.map((ti, i) => html`${i > 0 ? ', ' : ''}${logLink(ti.id, `${ti.dagId}.${ti.taskId}`)}`)}${trigger.taskInstanceCount > trigger.taskInstances.length ? ' …' : ''}</td></tr>`,
+)}</table>`
+}
+${pager('triggers', rows, after)}`;
+}
+
+async function triggerersPage(storage: Storage, options: StatusPageOptions): Promise<Html> {
+  const now = Date.now();
+  const jobs = await storage.listJobs({ jobType: TRIGGERER_JOB_TYPE, limit: PAGE_ROWS });
+  const owned = await storage.ownedTriggerCounts(jobs.map((job) => job.id));
+  return html`<h1>Triggerers</h1>
+${
+  jobs.length === 0
+    ? html`<p class="muted">No triggerer has run on this database.</p>`
+    : html`
+<table id="triggerers"><tr><th>job</th><th>host</th><th>pid</th><th>state</th><th>last heartbeat</th><th>triggers</th><th>capacity</th><th>load</th></tr>
+${jobs.map((job) => {
+  const liveness = jobLiveness(job, options.liveness, now);
+  const count = owned.get(job.id) ?? 0;
+  return html`<tr><td class="num">${job.id}</td><td>${job.hostname}</td><td class="num">${job.pid ?? ''}</td><td>${stateBadge(liveness)}</td>
+<td>${job.latestHeartbeat === null ? '' : `${ago(now - job.latestHeartbeat)} ago`}</td><td class="num">${count}</td><td class="num">${job.capacity ?? ''}</td>
+<td class="num">${job.capacity ? `${Math.round((100 * count) / job.capacity)} %` : ''}</td></tr>`;
+})}</table>`
+}`;
+}
+
+/** A DAG's serialized JSON, read as the page needs it (never DAG code). */
+function dagOf(dagId: string, dataJson: string) {
+  const data = JSON.parse(dataJson) as {
+    dag: {
+      description?: string | null;
+      schedule: null | { cron?: string; timezone?: string; interval_ms?: number; signal?: string };
+      tasks: {
+        task_id: string;
+        operator: string;
+        upstream_task_ids: string[];
+        trigger_rule: string;
+        retries: number;
+        start_trigger: null | { classpath: string };
+        signals?: { key: string; action: string }[];
+      }[];
+    };
+  };
+  const schedule = data.dag.schedule;
+  const scheduleText =
+    schedule === null
+      ? 'none (triggered only)'
+      : schedule.cron !== undefined
+        ? `cron ${schedule.cron} (${schedule.timezone})`
+        : schedule.interval_ms !== undefined
+          ? `every ${ago(schedule.interval_ms)}`
+          : `on signal ${schedule.signal}`;
+  return { dagId, description: data.dag.description ?? null, scheduleText, tasks: data.dag.tasks };
+}
+
+async function dagsPage(storage: Storage): Promise<Html> {
+  const [dags, importErrors] = await Promise.all([storage.listSerializedDags(), storage.listImportErrors()]);
+  const latest = await Promise.all(dags.map((dag) => storage.listDagRuns({ dagId: dag.dagId, limit: 1 })));
+  return html`<h1>DAGs</h1>
+${
+  dags.length === 0
+    ? html`<p class="muted">No DAG has been processed.</p>`
+    : html`
+<table id="dags"><tr><th>DAG</th><th>schedule</th><th>tasks</th><th>latest run</th><th>file</th></tr>
+${dags.map((row, i) => {
+  const dag = dagOf(row.dagId, row.dataJson);
+  const run = latest[i]![0];
+  return html`<tr><td>${dagLink(dag.dagId)}</td><td>${dag.scheduleText}</td><td class="num">${dag.tasks.length}</td>
+<td>${run ? html`${runLink(dag.dagId, run.runId)} ${stateBadge(run.state)}` : html`<span class="muted">none</span>`}</td><td class="muted">${row.fileloc}</td></tr>`;
+})}</table>`
+}
+<h2>Import errors</h2>
+${importErrors.length === 0 ? html`<p class="muted">None.</p>` : html`<table id="import-errors"><tr><th>file</th><th>error</th></tr>${importErrors.map((error) => html`<tr><td>${error.fileloc}</td><td><pre>${error.message}</pre></td></tr>`)}</table>`}`;
+}
+
+async function dagPage(storage: Storage, dagId: string): Promise<Html | null> {
+  const stored = await storage.readSerializedDag(dagId);
+  if (!stored) return null;
+  const dag = dagOf(dagId, stored.data);
+  const scheduler = toSchedulerDag(dagId, stored.data, stored.hash);
+  const nextAt = scheduler.schedule ? nextDueAt(scheduler.schedule, await storage.latestScheduledLogicalDate(dagId)) : null;
+  const runs = await storage.listDagRuns({ dagId, limit: 25 });
+  const downstream = (taskId: string) => dag.tasks.filter((task) => task.upstream_task_ids.includes(taskId)).map((task) => task.task_id);
+  return html`<h1>DAG ${dagId}</h1>
+${dag.description ? html`<p>${dag.description}</p>` : ''}
+<p>Schedule: <b>${dag.scheduleText}</b>${nextAt !== null ? html` · next run created at <b>${isoMoment(nextAt)}</b>` : ''} · file <span class="muted">${stored.fileloc}</span></p>
+<h2>Tasks</h2>
+<table id="tasks"><tr><th>task</th><th>operator</th><th>upstream</th><th>downstream</th><th>trigger rule</th><th>retries</th><th>starts from</th><th>signals</th></tr>
+${dag.tasks.map(
+  (task) => html`<tr data-task="${task.task_id}"><td>${task.task_id}</td><td><code>${task.operator}</code></td><td>${task.upstream_task_ids.join(', ')}</td>
+<td>${downstream(task.task_id).join(', ')}</td><td>${task.trigger_rule}</td><td class="num">${task.retries}</td><td>${task.start_trigger ? html`<code>${task.start_trigger.classpath}</code>` : ''}</td>
+<td>${(task.signals ?? []).map((signal, i) => html`${i > 0 ? ', ' : ''}${signal.action} on <code>${signal.key}</code>`)}</td></tr>`,
+)}</table>
+<h2>Runs</h2>
+${
+  runs.length === 0
+    ? html`<p class="muted">No run yet.</p>`
+    : html`<table id="runs"><tr><th>run</th><th>type</th><th>state</th><th>logical date</th><th>started</th><th>ended</th></tr>
+${runs.map(
+  (run) => html`<tr><td>${runLink(dagId, run.runId)}</td><td>${run.runType}</td><td>${stateBadge(run.state)}</td><td>${isoMoment(run.logicalDate)}</td>
+<td>${isoMoment(run.startDate)}</td><td>${isoMoment(run.endDate)}</td></tr>`,
+)}</table>`
+}`;
+}
+
+async function runPage(storage: Storage, dagId: string, runId: string): Promise<Html | null> {
+  const run = await storage.findDagRun(dagId, runId);
+  if (!run) return null;
+  const tis = await storage.taskInstancesOfRunId(runId, dagId);
+  return html`<h1>${dagLink(dagId)} run ${runId} ${stateBadge(run.state)}</h1>
+<table id="task-instances"><tr><th>task</th><th>state</th><th>try</th><th>host</th><th>started</th><th>ended</th><th>log</th></tr>
+${tis.map(
+  (
+    ti,
+  ) => html`<tr data-task="${ti.taskId}"><td>${ti.taskId}</td><td>${stateBadge(ti.state)}</td><td class="num">${ti.tryNumber}</td><td>${ti.hostname ?? ''}</td>
+<td>${isoMoment(ti.startDate)}</td><td>${isoMoment(ti.endDate)}</td><td>${logLink(ti.id)}</td></tr>`,
+)}</table>`;
+}
+
+async function logPage(storage: Storage, id: number, tryAsked: number | undefined): Promise<Html | null> {
+  if (!Number.isSafeInteger(id)) return null;
+  const ti = await storage.readTaskInstance({ id });
+  if (!ti) return null;
+  const tries = await storage.taskLogTries(id);
+  const tryNumber = tryAsked ?? Math.max(ti.try_number, ...tries);
+  const lines = await storage.readTaskLog(id, tryNumber);
+  // As `deferflow tasks logs` prints them: the fields as JSON, a stack indented below.
+  const line = (entry: StoredLogLine) => {
+    const { traceback, ...rest } = entry.fieldsJson === null ? {} : (JSON.parse(entry.fieldsJson) as Record<string, unknown>);
+    const fields = Object.keys(rest).length === 0 ? '' : ` ${JSON.stringify(rest)}`;
+    const stack = typeof traceback === 'string' ? `\n${traceback.replace(/^/gm, '    ')}` : '';
+    const from = entry.triggerId === null ? '' : `[trigger ${entry.triggerId}] `;
+    const level = entry.level === 'warn' || entry.level === 'error' || entry.level === 'fatal' ? entry.level : '';
+    return html`<span class="${[entry.triggerId === null ? '' : 'trigger', level].join(' ').trim()}">${isoMoment(entry.loggedAt)} ${entry.level.toUpperCase().padEnd(5)} ${from}${entry.message}${fields}${stack}</span>\n`;
+  };
+  return html`<h1>${dagLink(ti.dag_id)} · ${runLink(ti.dag_id, ti.run_id)} · ${ti.task_id} ${stateBadge(ti.state)}</h1>
+<p>Tries: ${tries.length === 0 ? html`<span class="muted">none logged yet</span>` : tries.map((n) => html`<a href="${href(['ti', id, 'log'], { try: n })}">${n === tryNumber ? html`<b>${n}</b>` : n}</a> `)}</p>
+${lines.length === 0 ? html`<p class="muted">No log lines for try ${tryNumber} yet.</p>` : html`<pre class="log" id="log">${lines.map(line)}</pre>`}`;
+}

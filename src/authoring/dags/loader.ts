@@ -1,0 +1,133 @@
+import { readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { describeThrown, TaskNotFoundError } from '../../vocabulary/errors.ts';
+import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
+import { importUserModule, type UserModule } from '../user-code/user-module.ts';
+import { isDag, type Dag } from './dag.ts';
+
+export interface LoadedDag {
+  readonly dag: Dag;
+  /** The absolute path of the file that defines it. */
+  readonly fileloc: string;
+}
+
+export interface DagFileError {
+  readonly fileloc: string;
+  readonly message: string;
+}
+
+export interface DagFolder {
+  readonly dags: readonly LoadedDag[];
+  /** Files that could not be loaded (or whose DAGs are invalid), with why; the others load. */
+  readonly errors: readonly DagFileError[];
+  /** Every DAG file found, loaded or not. */
+  readonly files: readonly string[];
+  /**
+   * Loaded files Node keeps every version of until the process exits (loaded with import(), see
+   * importUserModule), with why: each edit of one costs memory.
+   */
+  readonly unreloadable: readonly DagFileError[];
+}
+
+const DAG_FILE = /\.(ts|mts|cts|js|mjs|cjs)$/;
+
+/**
+ * Imports every DAG file under `folder` (recursively; names starting with `_` or `.`, and
+ * node_modules, are skipped) and collects the Dag objects each exports, validated. A file that
+ * fails to import, or defines an invalid DAG or a dag_id another file already defined, is
+ * reported in `errors` and never stops the others. A file is loaded afresh when its mtime
+ * changes, and the old version is not kept (see importUserModule). TypeScript and CommonJS files
+ * load without a build step.
+ */
+export async function loadDagFolder(folder: string): Promise<DagFolder> {
+  const files = await dagFiles(path.resolve(folder));
+  const dags: LoadedDag[] = [];
+  const errors: DagFileError[] = [];
+  const unreloadable: DagFileError[] = [];
+  const definedIn = new Map<string, string>();
+  for (const fileloc of files) {
+    let exports: Record<string, unknown>;
+    try {
+      const loaded = await importDagFile(fileloc);
+      exports = loaded.exports;
+      if (loaded.importedBecause !== null) unreloadable.push({ fileloc, message: loaded.importedBecause });
+    } catch (error) {
+      errors.push({ fileloc, message: `could not be loaded: ${explainLoadFailure(fileloc, error)}` });
+      continue;
+    }
+    const found = [...new Set(Object.values(exports).filter(isDag))];
+    const problems: string[] = [];
+    for (const dag of found) {
+      try {
+        dag.validate();
+      } catch (error) {
+        problems.push(describeThrown(error).error);
+        continue;
+      }
+      const earlier = definedIn.get(dag.dagId);
+      if (earlier !== undefined) {
+        problems.push(`DAG ${dag.dagId} is already defined in ${earlier}`);
+        continue;
+      }
+      definedIn.set(dag.dagId, fileloc);
+      dags.push({ dag, fileloc });
+    }
+    if (problems.length > 0) errors.push({ fileloc, message: problems.join('; ') });
+  }
+  return { dags, errors, files, unreloadable };
+}
+
+/** Imports one DAG file as it is now (its mtime is checked, so an edit is seen). */
+async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<UserModule> {
+  // A worker imports a DAG file for every task it runs: unchanged files are served from here
+  // (compiling one costs milliseconds), and a worker re-checks a file's mtime at most every maxAgeMs.
+  const cached = imported.get(fileloc);
+  if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.module;
+  const version = await dagFileVersion(fileloc);
+  const module = cached?.version === version ? cached.module : await importUserModule(fileloc, version);
+  imported.set(fileloc, { version, module, checkedAt: performance.now() });
+  return module;
+}
+
+const imported = new Map<string, { version: string; module: UserModule; checkedAt: number }>();
+
+/** A DAG file's version as this process sees it now: its mtime, in whole microseconds. */
+export async function dagFileVersion(fileloc: string): Promise<string> {
+  // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
+  return String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+}
+
+/** The version of `fileloc` this process last loaded (see loadDagFromFile), if it has. */
+export function loadedDagFileVersion(fileloc: string): string | undefined {
+  return imported.get(fileloc)?.version;
+}
+
+/** How stale a worker's view of a DAG file may be: an edit is picked up by tasks starting this long after it. */
+export const WORKER_RECHECK_MS = 1_000;
+
+/** The DAG `dagId` as defined in `fileloc` now (as of at most a second ago), validated; throws, naming both, when it is not there. */
+export async function loadDagFromFile(fileloc: string, dagId: string): Promise<Dag> {
+  const { exports } = await importDagFile(fileloc, WORKER_RECHECK_MS);
+  const dag = Object.values(exports).find((value): value is Dag => isDag(value) && value.dagId === dagId);
+  if (!dag) throw new TaskNotFoundError(`${fileloc} no longer defines DAG ${dagId}`);
+  // The same module (file unchanged) hands back the same Dag: validated once, not per task run.
+  if (!validated.has(dag)) {
+    dag.validate();
+    validated.add(dag);
+  }
+  return dag;
+}
+
+const validated = new WeakSet<Dag>();
+
+async function dagFiles(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const files: string[] = [];
+  for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    if (entry.name.startsWith('_') || entry.name.startsWith('.') || entry.name === 'node_modules') continue;
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) files.push(...(await dagFiles(full)));
+    else if (entry.isFile() && DAG_FILE.test(entry.name) && !entry.name.endsWith('.d.ts')) files.push(full);
+  }
+  return files;
+}

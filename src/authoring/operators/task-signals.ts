@@ -1,0 +1,76 @@
+import { DateTime, Duration } from 'luxon';
+import { InvalidOptionError, type DeferflowErrorCode } from '../../vocabulary/errors.ts';
+import { durationToMs, type DurationInput } from '../../vocabulary/time/duration.ts';
+
+/*
+ * Besides returning, throwing or deferring, a task may end its try three more ways (Airflow's
+ * AirflowSkipException, AirflowRescheduleException and AirflowFailException):
+ * - TaskSkipped: the task is skipped (downstream tasks follow their trigger rules);
+ * - TaskRescheduled: the task runs again, afresh, at a later moment (a sensor in reschedule
+ *   mode); the try does not count against its retries;
+ * - TaskFailedWithoutRetry: the task fails at once, whatever retries it has left (retrying
+ *   cannot help: a sensor that timed out).
+ * Operators throw them through `this.skip()`, `this.reschedule()` and `this.fail()`. Like
+ * TaskDeferred they are recognised by a registered symbol: a DAG file loaded as CommonJS throws
+ * its own copy.
+ */
+const SKIPPED_BRAND = Symbol.for('deferflow.TaskSkipped');
+const RESCHEDULED_BRAND = Symbol.for('deferflow.TaskRescheduled');
+const FAILED_BRAND = Symbol.for('deferflow.TaskFailedWithoutRetry');
+
+export class TaskSkipped extends Error {
+  readonly [SKIPPED_BRAND] = true;
+  constructor(readonly reason: string = 'skipped by the task') {
+    super(reason);
+    this.name = 'TaskSkipped';
+  }
+}
+
+export class TaskRescheduled extends Error {
+  readonly [RESCHEDULED_BRAND] = true;
+  /** Epoch ms: the task instance is not scheduled again before it. */
+  readonly readyAt: number;
+
+  /** `at`: a moment (Date, ISO string with offset, luxon DateTime), or a delay from now (Duration or seconds). */
+  constructor(at: Date | string | DateTime | DurationInput) {
+    const readyAt = rescheduleMoment(at);
+    super(`task rescheduled to ${new Date(readyAt).toISOString()}`);
+    this.name = 'TaskRescheduled';
+    this.readyAt = readyAt;
+  }
+}
+
+export class TaskFailedWithoutRetry extends Error {
+  readonly [FAILED_BRAND] = true;
+  /** `code`: the stable code the failure is logged with (DF_TASK_FAILED unless said otherwise). */
+  constructor(
+    message: string,
+    readonly code: DeferflowErrorCode = 'DF_TASK_FAILED',
+  ) {
+    super(message);
+    this.name = 'TaskFailedWithoutRetry';
+  }
+}
+
+export function isTaskFailedWithoutRetry(thrown: unknown): thrown is TaskFailedWithoutRetry {
+  return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[FAILED_BRAND] === true;
+}
+
+export function isTaskSkipped(thrown: unknown): thrown is TaskSkipped {
+  return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[SKIPPED_BRAND] === true;
+}
+
+export function isTaskRescheduled(thrown: unknown): thrown is TaskRescheduled {
+  return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[RESCHEDULED_BRAND] === true;
+}
+
+function rescheduleMoment(at: unknown): number {
+  if (typeof at === 'number' || Duration.isDuration(at)) return Date.now() + durationToMs(at, 'reschedule');
+  if (at instanceof Date && Number.isFinite(at.getTime())) return at.getTime();
+  if (DateTime.isDateTime(at) && at.isValid) return at.toMillis();
+  if (typeof at === 'string' && /(Z|[+-]\d\d:?\d\d)$/.test(at) && Number.isFinite(Date.parse(at))) return Date.parse(at);
+  throw new InvalidOptionError(
+    'reschedule',
+    `expected a moment (Date, ISO-8601 string with an offset, luxon DateTime) or a delay (Duration or seconds), got ${JSON.stringify(at) ?? typeof at}`,
+  );
+}

@@ -1,0 +1,197 @@
+import { TriggerRuntimeError } from '../../vocabulary/errors.ts';
+import type { Logger } from 'pino';
+import { canonicalJson, sha256Hex, type JsonObject } from '../../vocabulary/serialization/json.ts';
+import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
+import type { TriggerEvent } from './trigger-event.ts';
+import type { SensorClass } from '../sensors/sensor-class.ts';
+import type { DagRunStates, DagRunStatesQuery } from '../../model/dag-run-states.ts';
+import type { Signal } from '../../model/signal.ts';
+
+export interface SerializedTrigger {
+  /** The name the triggerer's registry knows the class by. */
+  readonly classpath: string;
+  /** JSON kwargs that rebuild an equal trigger through `new Class(kwargs)`. */
+  readonly kwargs: JsonObject;
+}
+
+/**
+ * What the triggerer lends a running trigger. Created once per trigger by the runner; the
+ * trigger reaches it through its protected helpers.
+ */
+export interface TriggerRuntime {
+  readonly signal: AbortSignal;
+  /** Resolves at `epochMs`, or rejects with an AbortError when the trigger is cancelled. */
+  sleepUntil(epochMs: number): Promise<void>;
+  /** The trigger's child logger (trigger id, classpath), created on first use. */
+  logger(): Logger;
+  /** A sensor class this triggerer allows (consolidated sensor pokes); throws DF_UNKNOWN_SENSOR for any other. */
+  sensorClass(classpath: string): SensorClass;
+  /** A DAG run's states from deferflow's database, read-only and batched with every other trigger's reads. */
+  dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
+  /** The first signal on `key` after `afterVersion` that `accept` takes (default: any). */
+  nextSignal(key: string, afterVersion: number, accept?: (signal: Signal) => boolean): Promise<Signal>;
+}
+
+const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
+const NEVER_ABORTED = new AbortController().signal;
+// Registered globally (Symbol.for), as the brand is: a trigger module may carry its own copy of
+// deferflow (another install, or the same file loaded twice through require and import), and
+// its triggers must still reach the runtime the triggerer attaches.
+const RUNTIME = Symbol.for('deferflow.triggerRuntime');
+
+/**
+ * A trigger waits for one thing on the triggerer's event loop and yields a TriggerEvent when
+ * it happens. Subclasses implement:
+ * - `constructor(kwargs)`: validate and keep what run() needs; throw on bad input.
+ * - `serialize()`: the classpath and JSON kwargs that rebuild it on the triggerer.
+ * - `async *run(signal)`: wait (prefer `this.sleep` / `this.sleepUntil`, which cost no timer
+ *   per trigger) and yield events; the first event completes the wait. `signal` aborts when the
+ *   trigger is cancelled; pass it to fetch() and the like. Declare `run()` without the parameter
+ *   when you do not need it: the triggerer then makes no AbortSignal for the trigger (a few
+ *   hundred bytes each, at 100,000 triggers), and `this.signal` still makes one on demand.
+ * - `cleanup()` (optional): release what run() opened; it runs whenever the trigger stops
+ *   (fired, failed, cancelled, moved to another triggerer).
+ * - `onKill()` (optional): the wait was abandoned for good (its task instances were cleared or
+ *   finished otherwise, so its row is gone): stop what it started outside this process, e.g.
+ *   cancel a remote job. It runs before cleanup(), and not when the trigger merely moves to
+ *   another triggerer, which runs it on.
+ *
+ * The triggerer finds a class by its classpath: a subclass's own `static classpath`, else its
+ * class name.
+ */
+export abstract class BaseTrigger {
+  static readonly [TRIGGER_BRAND] = true;
+
+  /**
+   * Names of kwargs fields that hold secrets (a token, a password): their values are masked
+   * (`***`) in the trigger's log lines and in the error of a failure, wherever those are printed
+   * or stored. Connection passwords (DEFERFLOW_CONN_*) are masked without being named here.
+   */
+  static readonly secretKwargs?: readonly string[];
+
+  [RUNTIME]: TriggerRuntime | undefined;
+
+  abstract serialize(): SerializedTrigger;
+
+  /**
+   * How the trigger is stored in a serialized DAG when it starts a task (`startTrigger`): by
+   * default as serialize() gives it. A trigger whose kwargs depend on when the task starts (a
+   * delay) writes a placeholder the scheduler renders at that moment (see
+   * start-trigger-kwargs.ts), since the DAG is serialized long before.
+   */
+  serializeAsStartTrigger(): SerializedTrigger {
+    return this.serialize();
+  }
+
+  abstract run(signal: AbortSignal): AsyncGenerator<TriggerEvent, void, void>;
+
+  /**
+   * Aborted when the trigger is cancelled (the same signal run(signal) receives), made on first
+   * use. Outside a triggerer it never aborts.
+   */
+  protected get signal(): AbortSignal {
+    return this[RUNTIME]?.signal ?? NEVER_ABORTED;
+  }
+
+  async cleanup(): Promise<void> {}
+
+  async onKill(): Promise<void> {}
+
+  /** Sleeps `ms` milliseconds; see sleepUntil. */
+  protected sleep(ms: number): Promise<void> {
+    return this.sleepUntil(Date.now() + ms);
+  }
+
+  /**
+   * Sleeps until the wall-clock moment `epochMs` (never wakes early, works past Node's 24.8-day
+   * timer limit). On a triggerer this joins one shared timer queue; cancelling the trigger
+   * rejects it with an AbortError.
+   */
+  protected sleepUntil(epochMs: number): Promise<void> {
+    const runtime = this[RUNTIME];
+    return runtime ? runtime.sleepUntil(epochMs) : standaloneSleepUntil(epochMs);
+  }
+
+  /**
+   * A sensor class the triggerer allows, by classpath (a consolidated sensor wait pokes with it);
+   * DF_UNKNOWN_SENSOR for a class not on its allow-list.
+   */
+  protected allowedSensorClass(classpath: string): SensorClass {
+    const runtime = this[RUNTIME];
+    if (!runtime) throw new TriggerRuntimeError('sensor classes are available while the trigger runs on a triggerer');
+    return runtime.sensorClass(classpath);
+  }
+
+  /**
+   * The states of a DAG run of deferflow's own database (by DAG and logical date) and of the task
+   * instances of `taskIds` in it; null while the run does not exist. Read-only, and cheap to call
+   * from many triggers: the triggerer gathers the reads of all its triggers into one query a
+   * second. Cancelling the trigger rejects a read in flight with an AbortError.
+   */
+  protected dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
+    const runtime = this[RUNTIME];
+    if (!runtime)
+      return Promise.reject(
+        new TriggerRuntimeError("this.dagRunStates() reads the triggerer's database: it is available while the trigger runs on a triggerer"),
+      );
+    return runtime.dagRunStates(query);
+  }
+
+  /**
+   * The first signal on `key` newer than `afterVersion` that `accept` takes (default: any): one
+   * already sent, or the next to come. The triggerer's signal service listens for every trigger
+   * at once (one query a round; pushed at once on PostgreSQL). Cancelling the trigger rejects it
+   * with an AbortError and stops listening.
+   */
+  protected nextSignal(key: string, afterVersion: number, accept?: (signal: Signal) => boolean): Promise<Signal> {
+    const runtime = this[RUNTIME];
+    if (!runtime)
+      return Promise.reject(new TriggerRuntimeError('this.nextSignal() listens through the triggerer: it is available while the trigger runs on a triggerer'));
+    return runtime.nextSignal(key, afterVersion, accept);
+  }
+
+  /**
+   * What the blocked-loop warning and other logs add to the classpath to say which wait this is
+   * (a consolidated sensor names its sensor class and poke context); empty by default.
+   */
+  describeWait(): string {
+    return '';
+  }
+
+  /** A logger bound to this trigger's id and classpath. */
+  protected get log(): Logger {
+    const runtime = this[RUNTIME];
+    if (!runtime) throw new TriggerRuntimeError('this.log is available while the trigger runs on a triggerer');
+    return runtime.logger();
+  }
+}
+
+/**
+ * A trigger class, as a triggerer is allowed to run it: constructed from the kwargs its row
+ * stores (JSON). Its constructor may type its kwargs as it likes (`{ from: number }`): it is the
+ * one that checks them (InvalidTriggerArgumentError), so any constructor argument type is taken.
+ */
+export type TriggerClass = (new (kwargs: never) => BaseTrigger) & { readonly classpath?: string };
+
+/** Builds a trigger from its stored kwargs: its constructor checks them. */
+export function constructTrigger(cls: TriggerClass, kwargs: JsonObject): BaseTrigger {
+  return new (cls as unknown as new (kwargs: JsonObject) => BaseTrigger)(kwargs);
+}
+
+export function isTriggerClass(value: unknown): value is TriggerClass {
+  return typeof value === 'function' && (value as unknown as Record<symbol, unknown>)[TRIGGER_BRAND] === true;
+}
+
+export function classpathOf(cls: TriggerClass): string {
+  return Object.hasOwn(cls, 'classpath') && typeof cls.classpath === 'string' ? cls.classpath : cls.name;
+}
+
+/** Lends `runtime` to `trigger` (the runner's side of the protected helpers). */
+export function attachRuntime(trigger: BaseTrigger, runtime: TriggerRuntime): void {
+  trigger[RUNTIME] = runtime;
+}
+
+/** sha256 of the canonical {classpath, kwargs}: identical waits share one trigger row. */
+export function triggerHash(serialized: SerializedTrigger): string {
+  return sha256Hex(canonicalJson({ classpath: serialized.classpath, kwargs: serialized.kwargs }));
+}

@@ -1,0 +1,48 @@
+import type { JsonValue } from '../../vocabulary/serialization/json.ts';
+
+/** What a trigger yields: its payload reaches every waiting task instance as next_kwargs.event. */
+export class TriggerEvent<Payload extends JsonValue = JsonValue> {
+  constructor(readonly payload: Payload) {}
+}
+
+/** The states an event can end its task instances in. */
+export const TASK_END_STATES = ['success', 'failed', 'skipped'] as const;
+export type TaskEndState = (typeof TASK_END_STATES)[number];
+
+/**
+ * An event that finishes its task instances itself (Airflow's TaskSuccessEvent and friends):
+ * the triggerer moves them from deferred straight to `taskState`, and no worker resumes them.
+ * Worth it when the wait *is* the task (a sensor, a remote job whose result is all that
+ * matters): the task never takes a worker slot again.
+ *
+ * A `failed` end is final: retries are for tries a worker ran, and the trigger already decided.
+ */
+export class TaskEndEvent<Payload extends JsonValue = JsonValue> extends TriggerEvent<Payload> {
+  constructor(
+    readonly taskState: TaskEndState,
+    payload: Payload,
+  ) {
+    super(payload);
+  }
+}
+
+/** Ends the task instances as success; `returnValue` becomes their return value (XCom). */
+export class TaskSuccessEvent<ReturnValue extends JsonValue = JsonValue> extends TaskEndEvent<ReturnValue | null> {
+  constructor(returnValue: ReturnValue | null = null) {
+    super('success', returnValue);
+  }
+}
+
+/** Ends the task instances as failed (no retry); `reason` is logged by the triggerer. */
+export class TaskFailedEvent extends TaskEndEvent<{ reason: string }> {
+  constructor(reason: string) {
+    super('failed', { reason });
+  }
+}
+
+/** Ends the task instances as skipped (downstream tasks follow their trigger rules). */
+export class TaskSkippedEvent extends TaskEndEvent<{ reason: string } | null> {
+  constructor(reason?: string) {
+    super('skipped', reason === undefined ? null : { reason });
+  }
+}

@@ -1,0 +1,68 @@
+import { DEFAULT_DATABASE_URL } from '../database/database-url.ts';
+import { oneOf } from '../vocabulary/options/option-table.ts';
+import { Keyring } from '../database/encryption/keyring.ts';
+
+/**
+ * The options every long-running process shares (database, logging), in the shape of an option
+ * table (see option-table.ts). Each daemon's table includes them; the commands that only read
+ * the database take `db` from here.
+ */
+export const COMMON_OPTIONS = {
+  db: {
+    env: 'DEFERFLOW_DATABASE_URL',
+    default: DEFAULT_DATABASE_URL,
+    unit: 'URL',
+    describe: 'Database: sqlite:PATH or postgres://USER@HOST:PORT/DB',
+  },
+  'encryption-keys-file': {
+    env: 'DEFERFLOW_ENCRYPTION_KEYS_FILE',
+    default: '',
+    unit: 'path',
+    describe:
+      'Encrypt trigger kwargs, next_kwargs and event payloads at rest with the keys in this file (ID:BASE64 a line, the first encrypts; see `deferflow db generate-key`). DEFERFLOW_ENCRYPTION_KEYS may list them instead (comma-separated; never a flag, which ps would show). Every daemon needs the same keys',
+  },
+  'log-level': {
+    env: 'DEFERFLOW_LOG_LEVEL',
+    default: 'info',
+    unit: 'trace|debug|info|warn|error',
+    describe: 'Least severe log level printed',
+  },
+  'log-format': {
+    env: 'DEFERFLOW_LOG_FORMAT',
+    default: 'json',
+    unit: 'json|pretty',
+    describe: 'json: one pino JSON object per line; pretty: coloured lines for humans',
+  },
+  push: {
+    env: 'DEFERFLOW_PUSH',
+    default: true,
+    unit: 'flag',
+    describe:
+      "Hear wake-ups and signals pushed by PostgreSQL (LISTEN/NOTIFY), or other processes' commits to a SQLite file, instead of waiting for the next poll; false (--no-push): poll only, e.g. behind a transaction-mode pooler",
+  },
+} as const;
+
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+/** The environment variable that may hold the keys themselves (comma-separated ID:BASE64). */
+export const ENCRYPTION_KEYS_ENV = 'DEFERFLOW_ENCRYPTION_KEYS';
+
+/** A process's keyring: the keys in DEFERFLOW_ENCRYPTION_KEYS, then those in the keys file. */
+export function keyringOf(keysFile: unknown, env: NodeJS.ProcessEnv): Keyring {
+  const fromEnv = (env[ENCRYPTION_KEYS_ENV] ?? '')
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  return Keyring.load(fromEnv, typeof keysFile === 'string' && keysFile !== '' ? keysFile : undefined);
+}
+
+export function logLevel(value: unknown): LogLevel {
+  return oneOf(value, 'log-level', LOG_LEVELS);
+}
+
+export function logFormat(value: unknown): LogFormat {
+  return oneOf(value, 'log-format', LOG_FORMATS);
+}

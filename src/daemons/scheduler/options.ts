@@ -1,0 +1,65 @@
+import type { Keyring } from '../../database/encryption/keyring.ts';
+import { HTTP_OPTIONS } from '../../services/observability/options.ts';
+import os from 'node:os';
+import { InvalidOptionError } from '../../vocabulary/errors.ts';
+import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
+import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../common-options.ts';
+import type { SchedulerOptions } from './scheduler.ts';
+
+/** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */
+export const SCHEDULER_OPTIONS = {
+  db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
+  'poll-interval': { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
+  'heartbeat-interval': {
+    env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL',
+    default: 5,
+    unit: 'seconds',
+    describe: 'How often the scheduler records that it is alive',
+  },
+  'zombie-threshold': {
+    env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD',
+    default: 60,
+    unit: 'seconds',
+    describe: 'A worker silent this long is dead: its task instances are retried or failed',
+  },
+  'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
+  ...HTTP_OPTIONS,
+  push: COMMON_OPTIONS.push,
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
+} as const;
+
+export interface ResolvedSchedulerOptions extends SchedulerOptions {
+  readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+}
+
+/** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
+export function resolveSchedulerOptions(
+  raw: RawOptions<typeof SCHEDULER_OPTIONS> = {},
+  env: NodeJS.ProcessEnv = process.env,
+  keyring?: Keyring,
+): ResolvedSchedulerOptions {
+  const pick = optionPicker(SCHEDULER_OPTIONS, raw, env);
+  const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
+  const zombieThresholdMs = seconds(pick('zombie-threshold'), 'zombie-threshold');
+  if (zombieThresholdMs <= heartbeatIntervalMs) {
+    throw new InvalidOptionError('zombie-threshold', `must be longer than a worker's heartbeat interval (${heartbeatIntervalMs / 1000} s)`);
+  }
+  return Object.freeze({
+    databaseUrl: String(pick('db')),
+    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
+    pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
+    heartbeatIntervalMs,
+    zombieThresholdMs,
+    runsPerPass: positiveInteger(pick('runs-per-pass'), 'runs-per-pass'),
+    push: flag(pick('push'), 'push'),
+    logLevel: logLevel(pick('log-level')),
+    logFormat: logFormat(pick('log-format')),
+    hostname: os.hostname(),
+  });
+}

@@ -1,0 +1,167 @@
+import type { Keyring } from '../../database/encryption/keyring.ts';
+import os from 'node:os';
+import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../common-options.ts';
+import { InvalidOptionError } from '../../vocabulary/errors.ts';
+import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../../vocabulary/options/option-table.ts';
+import { tokenOption } from '../../vocabulary/options/tokens.ts';
+import { HTTP_OPTIONS } from '../../services/observability/options.ts';
+
+/**
+ * Every triggerer option, in one place: its flag, environment variable, default and unit.
+ * The CLI builds its flags and --help from this table and the README's table mirrors it.
+ * Options go raw (flags and env, strings or numbers) → defaulted → validated and frozen.
+ * A flag wins over its environment variable, which wins over the default.
+ */
+/** The triggerer's HTTP port when a signal token is set and --http-port is not given (off otherwise). */
+export const TRIGGERER_SIGNAL_HTTP_PORT = 8795;
+
+export const TRIGGERER_OPTIONS = {
+  db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
+  capacity: {
+    env: 'DEFERFLOW_TRIGGERER_CAPACITY',
+    default: 1000,
+    unit: 'triggers',
+    describe: 'Most triggers this triggerer runs at once; it claims no more',
+  },
+  'heartbeat-interval': {
+    env: 'DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL',
+    default: 5,
+    unit: 'seconds',
+    describe: 'How often the triggerer records that it is alive',
+  },
+  'health-check-threshold': {
+    env: 'DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD',
+    default: 30,
+    unit: 'seconds',
+    describe: 'A triggerer silent for this long is dead; peers take its triggers',
+  },
+  'claims-per-loop': {
+    env: 'DEFERFLOW_TRIGGERER_CLAIMS_PER_LOOP',
+    default: 50,
+    unit: 'triggers',
+    describe: 'Most unowned triggers claimed in one pass (a full batch starts the next pass at once)',
+  },
+  'poll-interval': {
+    env: 'DEFERFLOW_TRIGGERER_POLL_INTERVAL',
+    default: 1,
+    unit: 'seconds',
+    describe: 'Pause between passes (claim, hand over, clean up) when there is nothing more to claim',
+  },
+  'block-threshold': {
+    env: 'DEFERFLOW_TRIGGERER_BLOCK_THRESHOLD',
+    default: 200,
+    unit: 'milliseconds',
+    describe: 'A trigger step holding the event loop longer than this is logged as a warning naming it',
+  },
+  'watchdog-limit': {
+    env: 'DEFERFLOW_TRIGGERER_WATCHDOG_LIMIT',
+    default: 10,
+    unit: 'seconds',
+    describe:
+      'A watchdog thread restarts the process (SIGKILL; its supervisor starts it again) once a step has held the event loop this long, recording the trigger whose step it was; 0: no watchdog',
+  },
+  'quarantine-after': {
+    env: 'DEFERFLOW_TRIGGERER_QUARANTINE_AFTER',
+    default: 2,
+    unit: 'times',
+    describe: 'A trigger the watchdog recorded this many times is quarantined: never run again, its task instances failed (DF_TRIGGER_QUARANTINED)',
+  },
+  'signal-retention': {
+    env: 'DEFERFLOW_SIGNAL_RETENTION',
+    default: 7 * 24 * 3600,
+    unit: 'seconds',
+    describe: "Signals older than this are pruned (each key's latest is kept, and versions keep rising)",
+  },
+  'signal-http-token': {
+    env: 'DEFERFLOW_SIGNAL_HTTP_TOKEN',
+    default: '',
+    unit: 'text, 16 characters or more',
+    describe:
+      "Serve POST /signals/:key on the process's HTTP endpoint (--http-port; the triggerer's default becomes 8795), refusing requests without this bearer token (off when unset; prefer the env var: a flag shows in ps)",
+  },
+  'trigger-module': {
+    env: 'DEFERFLOW_TRIGGER_MODULES',
+    default: [] as string[],
+    unit: 'paths or packages (env: comma-separated)',
+    describe: 'Module whose exported BaseTrigger classes this triggerer may run (repeatable; built-ins always allowed)',
+  },
+  ...HTTP_OPTIONS,
+  push: COMMON_OPTIONS.push,
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
+} as const;
+
+export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
+export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | boolean | readonly string[] | undefined>>;
+
+export interface TriggererOptions {
+  readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
+  readonly capacity: number;
+  readonly heartbeatIntervalMs: number;
+  readonly healthCheckThresholdMs: number;
+  readonly claimsPerLoop: number;
+  readonly pollIntervalMs: number;
+  readonly blockThresholdMs: number;
+  /** Held this long, the event loop is restarted by the watchdog; 0: no watchdog. */
+  readonly watchdogLimitMs: number;
+  /** Watchdog records after which a trigger is quarantined. */
+  readonly quarantineAfter: number;
+  readonly triggerModules: readonly string[];
+  /** Signals sent longer ago than this are pruned at cleanup, each key's latest kept. */
+  readonly signalRetentionMs: number;
+  /** Listen for pushed wake-ups and signals (PostgreSQL LISTEN/NOTIFY); false: poll only. */
+  readonly push: boolean;
+  /** The signal endpoint (POST /signals/:key); null (no token set): not served. */
+  /** The bearer token POST /signals/:key requires on the process's HTTP endpoint; null: not served. */
+  readonly signalHttpToken: string | null;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+  /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
+  readonly timeoutSweepMs: number;
+  /** How often triggers no task instance points at are deleted. */
+  readonly cleanupIntervalMs: number;
+  /** What a graceful stop waits for triggers' cleanup() before handing over anyway. */
+  readonly cleanupGraceMs: number;
+  readonly hostname: string;
+}
+
+/** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
+export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: NodeJS.ProcessEnv = process.env, keyring?: Keyring): TriggererOptions {
+  const pick = optionPicker(TRIGGERER_OPTIONS, raw, env);
+  const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
+  const healthCheckThresholdMs = seconds(pick('health-check-threshold'), 'health-check-threshold');
+  if (healthCheckThresholdMs <= heartbeatIntervalMs) {
+    throw new InvalidOptionError(
+      'health-check-threshold',
+      `must be longer than heartbeat-interval (${heartbeatIntervalMs / 1000} s), or live triggerers would look dead between heartbeats`,
+    );
+  }
+  const pollIntervalMs = seconds(pick('poll-interval'), 'poll-interval');
+  const modules = pick('trigger-module');
+  const options: TriggererOptions = {
+    databaseUrl: String(pick('db')),
+    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
+    capacity: positiveInteger(pick('capacity'), 'capacity'),
+    heartbeatIntervalMs,
+    healthCheckThresholdMs,
+    claimsPerLoop: positiveInteger(pick('claims-per-loop'), 'claims-per-loop'),
+    pollIntervalMs,
+    blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
+    watchdogLimitMs: nonNegativeSeconds(pick('watchdog-limit'), 'watchdog-limit'),
+    quarantineAfter: positiveInteger(pick('quarantine-after'), 'quarantine-after'),
+    triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
+    signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
+    push: flag(pick('push'), 'push'),
+    signalHttpToken: tokenOption(pick('signal-http-token'), 'signal-http-token', '; the endpoint is off without one'),
+    logLevel: logLevel(pick('log-level')),
+    logFormat: logFormat(pick('log-format')),
+    timeoutSweepMs: Math.min(500, pollIntervalMs),
+    cleanupIntervalMs: 30_000,
+    cleanupGraceMs: 3_000,
+    hostname: os.hostname(),
+  };
+  return Object.freeze(options);
+}

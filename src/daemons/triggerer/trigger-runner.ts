@@ -1,0 +1,491 @@
+import type { Logger } from 'pino';
+import { codeOf, describeThrown, TriggerFailedError, TriggerRuntimeError, withoutDeferflowFrames } from '../../vocabulary/errors.ts';
+import { toJsonText, type JsonObject } from '../../vocabulary/serialization/json.ts';
+import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../../authoring/triggers/base-trigger.ts';
+import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
+import type { SensorClass } from '../../authoring/sensors/sensor-class.ts';
+import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../../authoring/triggers/trigger-event.ts';
+import type { FailureKwargs, OwnedDigest, TriggerRow } from '../../storage/index.ts';
+import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
+import { LoopWatch } from './loop-watch.ts';
+import type { TriggererMetrics } from '../../services/observability/metrics.ts';
+import type { TriggerLogWriter } from './trigger-log-writer.ts';
+import { secretKwargValues } from '../../services/logs/secret-masker.ts';
+import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../../model/dag-run-states.ts';
+import type { Signal } from '../../model/signal.ts';
+import type { SignalListener, SignalSubscription } from '../../services/signals/signal-service.ts';
+
+/** Where a runner sends what its triggers produced; the triggerer batches them into the database. */
+export interface RunnerOutcomes {
+  /** `endState` set: the event ends its task instances (a TaskEndEvent) rather than resuming them. */
+  event(triggerId: number, payloadJson: string, endState: TaskEndState | null): void;
+  failure(triggerId: number, failure: FailureKwargs): void;
+}
+
+export interface TriggerRunnerOptions {
+  /** A trigger step that keeps the event loop longer than this is logged by name. */
+  readonly blockThresholdMs: number;
+  /** Where triggers' this.dagRunStates() reads go (the triggerer's batched reader); none: such reads fail. */
+  readonly dagRunStates?: DagRunStatesReader;
+  /** Where triggers' this.nextSignal() listens (the triggerer's signal service); none: such waits fail. */
+  readonly listenSignal?: (key: string, listener: SignalListener, options: { sinceVersion: number }) => Promise<SignalSubscription>;
+  /** Counts blocked steps, failures and events by classpath. */
+  readonly metrics?: TriggererMetrics;
+  /** Where triggers' this.log lines are stored (the triggerer's); none: the runner's log only. */
+  readonly triggerLogs?: TriggerLogWriter;
+  /** Told the id of the trigger whose step starts, and 0 when it ends (the watchdog's culprit). */
+  readonly stepping?: (triggerId: number) => void;
+}
+
+/*
+ * A run's life:
+ *
+ *   running ──first event──▶ fired  ──outcome written──▶ (forgotten)
+ *      │  └──throws / ends──▶ failed ──outcome written──▶ (forgotten)
+ *      └──cancel (lost ownership, deleted, shutdown)──▶ stopped (forgotten at once; nothing written)
+ *
+ * Every path out of running stops the generator and runs cleanup() exactly once.
+ */
+type RunState = 'running' | 'fired' | 'failed' | 'stopped';
+type TriggerGenerator = AsyncGenerator<TriggerEvent, void, void>;
+
+class TriggerRun implements TriggerRuntime, DeadlineWaiter {
+  wakeAt = 0;
+  heapIndex = -1;
+  resolveWait: (() => void) | null = null;
+  rejectWait: ((reason: unknown) => void) | null = null;
+  state: RunState = 'running';
+  generator: AsyncGenerator<TriggerEvent, void, void> | null = null;
+  cleanupStarted = false;
+  // Made on first use: an AbortSignal is an EventTarget with its own maps and shapes, several
+  // hundred bytes a trigger that most triggers (a sleep in the shared timer queue) never need.
+  #controller: AbortController | undefined;
+  #log: Logger | undefined;
+  // Rejecters of this trigger's reads in flight, so a cancel stops a trigger awaiting one at once.
+  #reads: Set<(reason: unknown) => void> | undefined;
+
+  constructor(
+    readonly id: number,
+    readonly classpath: string,
+    readonly trigger: BaseTrigger,
+    readonly runner: TriggerRunner,
+  ) {}
+
+  get signal(): AbortSignal {
+    this.#controller ??= new AbortController();
+    // Asked for after the trigger began stopping: it is aborted already.
+    if (this.cleanupStarted && !this.#controller.signal.aborted) this.#controller.abort(CANCELLED);
+    return this.#controller.signal;
+  }
+
+  /** Aborts the signal, if anyone ever asked for it. */
+  abort(): void {
+    this.#controller?.abort(CANCELLED);
+  }
+
+  sleepUntil(epochMs: number): Promise<void> {
+    return this.runner.sleepUntil(this, epochMs);
+  }
+
+  logger(): Logger {
+    this.#log ??= this.runner.triggerLogger(this);
+    return this.#log;
+  }
+
+  sensorClass(classpath: string): SensorClass {
+    return this.runner.resolveSensor(classpath);
+  }
+
+  dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
+    return this.#untilCancelled((resolve, reject) => {
+      this.runner.readDagRunStates(query).then(resolve, reject);
+      return () => {};
+    });
+  }
+
+  nextSignal(key: string, afterVersion: number, accept: (signal: Signal) => boolean = () => true): Promise<Signal> {
+    return this.#untilCancelled<Signal>((resolve, reject) => {
+      let subscription: SignalSubscription | null = null;
+      let released = false;
+      this.runner
+        .listenSignal(
+          key,
+          (signal) => {
+            if (accept(signal)) resolve(signal);
+          },
+          { sinceVersion: afterVersion },
+        )
+        .then((made) => {
+          subscription = made;
+          if (released) made.close();
+        }, reject);
+      return () => {
+        released = true;
+        subscription?.close();
+      };
+    });
+  }
+
+  /**
+   * A wait that cancelling the trigger rejects at once (AbortError). `start` begins it and
+   * returns what releases it; that runs once, however the wait ends.
+   */
+  #untilCancelled<T>(start: (resolve: (value: T) => void, reject: (error: unknown) => void) => () => void): Promise<T> {
+    if (this.cleanupStarted) return Promise.reject(CANCELLED);
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      let release: (() => void) | null = null;
+      const settle = (finish: () => void) => {
+        if (settled) return;
+        settled = true;
+        this.#reads?.delete(cancel);
+        release?.();
+        finish();
+      };
+      const cancel = (reason: unknown) => settle(() => reject(reason));
+      this.#reads ??= new Set();
+      this.#reads.add(cancel);
+      const stop = start(
+        (value) => settle(() => resolve(value)),
+        (error) => settle(() => reject(error)),
+      );
+      if (settled) stop();
+      else release = stop;
+    });
+  }
+
+  /** Rejects the reads in flight (the trigger is stopping). */
+  abortReads(): void {
+    if (!this.#reads) return;
+    for (const reject of this.#reads) reject(CANCELLED);
+    this.#reads.clear();
+  }
+}
+
+/**
+ * The one reason every cancelled sleep and aborted signal carries. Shared, because building a
+ * DOMException captures a stack (~10 µs): 100,000 of them would stall a mass cancel.
+ */
+const CANCELLED: DOMException = new DOMException('the trigger was cancelled', 'AbortError');
+
+/**
+ * Runs triggers as async generators on this one event loop. It knows nothing of the database:
+ * the triggerer tells it what to start and cancel, and hears back through RunnerOutcomes.
+ * Per trigger it keeps one small record (also the trigger's slot in the shared timer heap) and
+ * the generator; loggers are made on first use.
+ */
+export class TriggerRunner {
+  readonly #runs = new Map<number, TriggerRun>();
+  /** Triggers whose class or kwargs could not be built: failure reported, not yet written. */
+  readonly #unbuildable = new Set<number>();
+  #heldCount = 0;
+  #heldIdSum = 0;
+  readonly #timers: DeadlineQueue<TriggerRun>;
+  readonly #watch: LoopWatch<TriggerRun>;
+  readonly #dagRunStates: DagRunStatesReader | undefined;
+  readonly #listenSignal: TriggerRunnerOptions['listenSignal'];
+  readonly #metrics: TriggererMetrics | undefined;
+  readonly #triggerLogs: TriggerLogWriter | undefined;
+  readonly #stepping: (triggerId: number) => void;
+
+  constructor(
+    private readonly registry: TriggerRegistry,
+    readonly log: Logger,
+    private readonly outcomes: RunnerOutcomes,
+    options: TriggerRunnerOptions,
+  ) {
+    this.#dagRunStates = options.dagRunStates;
+    this.#listenSignal = options.listenSignal;
+    const metrics = options.metrics;
+    this.#metrics = metrics;
+    this.#triggerLogs = options.triggerLogs;
+    const stepping = options.stepping ?? (() => {});
+    this.#stepping = stepping;
+    this.#watch = new LoopWatch<TriggerRun>(
+      options.blockThresholdMs,
+      ({ subject, blockedMs }) => {
+        metrics?.blockedMainThread.inc({ classpath: subject.classpath });
+        metrics?.blockedMainThreadSeconds.inc({ classpath: subject.classpath }, blockedMs / 1000);
+        // A consolidated sensor names its sensor class and poke context: the classpath alone is every sensor's.
+        const wait = subject.trigger.describeWait();
+        this.log.warn(
+          { trigger_id: subject.id, classpath: subject.classpath, ...(wait === '' ? {} : { wait }), blocked_ms: Math.round(blockedMs) },
+          `trigger ${subject.id} (${subject.classpath}${wait === '' ? '' : `: ${wait}`}) blocked the event loop for ${Math.round(blockedMs)} ms; ` +
+            'move blocking work off the loop (await an async API or a worker thread)',
+        );
+      },
+      (blockedMs, steps) =>
+        steps > 0
+          ? this.log.debug({ blocked_ms: Math.round(blockedMs), trigger_steps: steps }, 'event loop busy running trigger steps')
+          : this.log.warn(
+              { blocked_ms: Math.round(blockedMs) },
+              `the event loop was blocked for ${Math.round(blockedMs)} ms by code that no trigger step accounts for`,
+            ),
+    );
+    this.#timers = new DeadlineQueue<TriggerRun>({
+      beforeResume: (run) => {
+        this.#watch.mark();
+        stepping(run.id);
+      },
+      afterResume: (run) => {
+        this.#watch.checkpoint(run);
+        stepping(0);
+      },
+    });
+  }
+
+  start(): void {
+    this.#watch.start();
+  }
+
+  /** Marks the end of work the runner does not see (a database call), for blocking attribution. */
+  markLoopEdge(): void {
+    this.#watch.mark();
+  }
+
+  /** Triggers held: running, or finished with an outcome not yet written. */
+  get size(): number {
+    return this.#runs.size + this.#unbuildable.size;
+  }
+
+  get runningCount(): number {
+    let count = 0;
+    for (const run of this.#runs.values()) if (run.state === 'running') count++;
+    return count;
+  }
+
+  has(triggerId: number): boolean {
+    return this.#runs.has(triggerId) || this.#unbuildable.has(triggerId);
+  }
+
+  isRunning(triggerId: number): boolean {
+    return this.#runs.get(triggerId)?.state === 'running';
+  }
+
+  /** Ids of triggers held (see size). */
+  heldIds(): number[] {
+    return [...this.#runs.keys(), ...this.#unbuildable];
+  }
+
+  /**
+   * The count and id sum of the triggers held, kept as they come and go: the triggerer compares
+   * it with the same digest of the rows it owns, so a pass learns "nothing changed" without
+   * reading 100,000 ids. Trigger ids are never reused, so any single change shows.
+   */
+  heldDigest(): OwnedDigest {
+    return { count: this.#heldCount, idSum: this.#heldIdSum };
+  }
+
+  #held(triggerId: number): void {
+    this.#heldCount++;
+    this.#heldIdSum += triggerId;
+  }
+
+  #released(triggerId: number): void {
+    this.#triggerLogs?.forget(triggerId);
+    this.#heldCount--;
+    this.#heldIdSum -= triggerId;
+  }
+
+  startTrigger(row: TriggerRow): void {
+    if (this.has(row.id)) return;
+    let trigger: BaseTrigger;
+    try {
+      // Encrypted kwargs without their key: this trigger's task instances fail, naming the key.
+      if (row.unreadable) throw row.unreadable;
+      const cls = this.registry.resolve(row.classpath);
+      trigger = constructTrigger(cls, JSON.parse(row.kwargs) as JsonObject);
+    } catch (error) {
+      this.#unbuildable.add(row.id);
+      this.#held(row.id);
+      this.#reportFailure(row.id, row.classpath, error, 'could not be built from its row');
+      return;
+    }
+    const run = new TriggerRun(row.id, row.classpath, trigger, this);
+    attachRuntime(trigger, run);
+    this.#runs.set(row.id, run);
+    this.#held(row.id);
+    try {
+      // A run() that declares no parameter gets no signal, so none is made (see TriggerRun).
+      run.generator = trigger.run.length === 0 ? (trigger.run as () => TriggerGenerator).call(trigger) : trigger.run(run.signal);
+    } catch (error) {
+      this.#fail(run, error);
+      return;
+    }
+    this.#step(run);
+  }
+
+  /**
+   * Stops a trigger without writing anything. `killed`: nothing waits on it any more (its row
+   * was deleted, its task instances cleared): onKill() runs before cleanup(). Otherwise (lost
+   * ownership, shutdown) another triggerer may run it next, and only cleanup() runs.
+   */
+  cancel(triggerId: number, killed = false): Promise<void> {
+    if (this.#unbuildable.delete(triggerId)) this.#released(triggerId);
+    const run = this.#runs.get(triggerId);
+    if (!run) return Promise.resolve();
+    this.#runs.delete(triggerId);
+    this.#released(triggerId);
+    if (run.state === 'running') run.state = 'stopped';
+    return this.#stopRun(run, killed);
+  }
+
+  /** Cancels every running trigger, waiting up to `timeoutMs` for their cleanups. */
+  async cancelAll(timeoutMs: number): Promise<void> {
+    const running = [...this.#runs.values()].filter((run) => run.state === 'running').map((run) => this.cancel(run.id));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.allSettled(running), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+    clearTimeout(timer);
+  }
+
+  /** The trigger's outcome is in the database: let it go. */
+  forget(triggerId: number): void {
+    if (this.#unbuildable.delete(triggerId)) this.#released(triggerId);
+    const run = this.#runs.get(triggerId);
+    if (run && run.state !== 'running') {
+      this.#runs.delete(triggerId);
+      this.#released(triggerId);
+    }
+  }
+
+  close(): void {
+    this.#watch.stop();
+    this.#timers.close();
+  }
+
+  resolveSensor(classpath: string): SensorClass {
+    return this.registry.resolveSensor(classpath);
+  }
+
+  readDagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null> {
+    if (!this.#dagRunStates) return Promise.reject(new TriggerRuntimeError('this trigger runner reads no database: DAG run states are not available'));
+    return this.#dagRunStates(query);
+  }
+
+  listenSignal(key: string, listener: SignalListener, options: { sinceVersion: number }): Promise<SignalSubscription> {
+    if (!this.#listenSignal) return Promise.reject(new TriggerRuntimeError('this trigger runner reads no database: signals are not available'));
+    return this.#listenSignal(key, listener, options);
+  }
+
+  /** A trigger's this.log: stored as its trigger log when the runner has a writer, masking its secret kwargs. */
+  triggerLogger(run: TriggerRun): Logger {
+    if (!this.#triggerLogs) return this.log.child({ trigger_id: run.id, classpath: run.classpath });
+    return this.#triggerLogs.logger(run.id, run.classpath, secretsOf(run.trigger));
+  }
+
+  sleepUntil(run: TriggerRun, epochMs: number): Promise<void> {
+    this.#watch.checkpoint(run);
+    if (run.state !== 'running') return Promise.reject(CANCELLED);
+    return this.#timers.wait(run, epochMs);
+  }
+
+  #step(run: TriggerRun): void {
+    this.#watch.mark();
+    this.#stepping(run.id);
+    const pending = run.generator!.next();
+    this.#stepping(0);
+    this.#watch.checkpoint(run);
+    pending.then(
+      (result) => this.#onStep(run, result),
+      (error: unknown) => {
+        if (run.state === 'running') this.#fail(run, error);
+      },
+    );
+  }
+
+  #onStep(run: TriggerRun, result: IteratorResult<TriggerEvent, void>): void {
+    if (run.state !== 'running') return;
+    this.#watch.checkpoint(run);
+    if (result.done) {
+      this.#fail(run, new TriggerFailedError('the trigger ended without yielding an event'));
+      return;
+    }
+    let payloadJson: string;
+    let endState: TaskEndState | null = null;
+    try {
+      const event: unknown = result.value;
+      if (event === null || typeof event !== 'object' || !('payload' in event)) {
+        throw new TriggerFailedError(`the trigger yielded ${describe(event)} instead of a TriggerEvent`);
+      }
+      // Checked by shape, not instanceof: a trigger module may carry its own copy of deferflow.
+      if ('taskState' in event) {
+        if (!TASK_END_STATES.includes(event.taskState as TaskEndState)) {
+          throw new TriggerFailedError(
+            `the trigger yielded an end event with taskState ${JSON.stringify(event.taskState) ?? describe(event.taskState)}; expected one of ${TASK_END_STATES.join(', ')}`,
+          );
+        }
+        endState = event.taskState as TaskEndState;
+      }
+      payloadJson = toJsonText(event.payload, 'event.payload');
+    } catch (error) {
+      this.#fail(run, error);
+      return;
+    }
+    run.state = 'fired';
+    this.#metrics?.succeeded.inc({ classpath: run.classpath });
+    this.outcomes.event(run.id, payloadJson, endState);
+    void this.#stopRun(run);
+  }
+
+  #fail(run: TriggerRun, error: unknown): void {
+    run.state = 'failed';
+    this.#reportFailure(run.id, run.classpath, error, 'failed', run.trigger);
+    void this.#stopRun(run);
+  }
+
+  #reportFailure(triggerId: number, classpath: string, error: unknown, what: string, trigger?: BaseTrigger): void {
+    this.#metrics?.failed.inc({ classpath });
+    // What a trigger threw may quote its secrets (a password in an auth error): masked like its lines.
+    const masker = this.#triggerLogs?.masker.with(trigger ? secretsOf(trigger) : []);
+    const described = describeThrown(error);
+    // The trigger's own frames are what its task's log shows; deferflow's around them say nothing.
+    const thrown = { error: described.error, traceback: described.traceback === null ? null : withoutDeferflowFrames(described.traceback) };
+    const failure = masker ? { error: masker.mask(thrown.error), traceback: thrown.traceback === null ? null : masker.mask(thrown.traceback) } : thrown;
+    // Anything a trigger throws that is not one of deferflow's own errors is DF_TRIGGER_FAILED.
+    const code = codeOf(error, 'DF_TRIGGER_FAILED');
+    this.log.error(
+      { code, trigger_id: triggerId, classpath, error: failure.error, traceback: failure.traceback },
+      `trigger ${triggerId} (${classpath}) ${what}: ${failure.error}; failing its task instances [${code}]`,
+    );
+    this.outcomes.failure(triggerId, { code, ...failure, reason: 'trigger_failure' });
+  }
+
+  async #stopRun(run: TriggerRun, killed = false): Promise<void> {
+    if (run.cleanupStarted) return;
+    run.cleanupStarted = true;
+    this.#timers.cancel(run, CANCELLED);
+    run.abortReads();
+    run.abort();
+    run.generator?.return(undefined).catch(() => {});
+    if (killed) {
+      try {
+        await run.trigger.onKill();
+      } catch (error) {
+        this.log.warn(
+          { trigger_id: run.id, classpath: run.classpath, error: describeThrown(error).error },
+          `trigger ${run.id} (${run.classpath}) onKill failed`,
+        );
+      }
+    }
+    try {
+      await run.trigger.cleanup();
+    } catch (error) {
+      this.log.warn(
+        { trigger_id: run.id, classpath: run.classpath, error: describeThrown(error).error },
+        `trigger ${run.id} (${run.classpath}) cleanup failed`,
+      );
+    }
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'object') return `an object (${(value as object).constructor?.name ?? 'Object'})`;
+  return `a ${typeof value}`;
+}
+
+/** The values of the kwargs the trigger's class declares secret (BaseTrigger.secretKwargs). */
+function secretsOf(trigger: BaseTrigger): string[] {
+  const names = (trigger.constructor as { secretKwargs?: readonly string[] }).secretKwargs;
+  return names && names.length > 0 ? secretKwargValues(names, trigger.serialize().kwargs) : [];
+}

@@ -1,0 +1,370 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import type { Database } from '../../database/connect.ts';
+import { redactDatabaseUrl } from '../../database/database-url.ts';
+import { errorFields, TriggerRuntimeError } from '../../vocabulary/errors.ts';
+import { TRIGGERER_JOB_TYPE } from '../../database/schema.ts';
+import { Storage, type TriggerRow } from '../../storage/index.ts';
+import { InterruptibleSleep } from '../../vocabulary/time/interruptible-sleep.ts';
+import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_PACING } from '../../services/jobs/daemon.ts';
+import { PassPacer } from '../../vocabulary/time/pass-pacer.ts';
+import type { JobRow } from '../../services/jobs/job-row.ts';
+import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
+import type { TriggererOptions } from './options.ts';
+import { OutcomeWriter } from './outcome-writer.ts';
+import { TriggerRunner } from './trigger-runner.ts';
+import { TriggerLogWriter } from './trigger-log-writer.ts';
+import { Watchdog } from './watchdog.ts';
+import { TriggerQuarantinedError } from '../../vocabulary/errors.ts';
+import { DagRunStateBatcher } from '../../model/dag-run-state-batcher.ts';
+import { SignalService } from '../../services/signals/signal-service.ts';
+import type { Metrics } from '../../services/observability/metrics.ts';
+
+/** Most rows one claim statement takes (see #pass). */
+const CLAIM_STATEMENT_ROWS = 1000;
+/** Longest between two id-by-id comparisons of owned and held triggers when digests agree. */
+const FULL_RECONCILE_MS = 60_000;
+
+/*
+ * A triggerer's life is every daemon's (src/services/jobs/daemon.ts: start once, stop once, a job row).
+ * While running, three loops share the event loop with the triggers:
+ * - the pass (every poll-interval, at once again after a full claim): release the triggers of
+ *   dead peers; when what it owns differs from what it runs, cancel what it runs but no longer
+ *   owns and start what it owns but does not run; claim more up to capacity; now and then
+ *   delete triggers nothing waits on, and release those whose owner has no job row at all;
+ * - the heartbeat (every heartbeat-interval);
+ * - the timeout sweep (at the next deferral deadline, at most timeoutSweepMs apart).
+ * Outcomes (events, failures) go through the OutcomeWriter as they happen.
+ *
+ * stop(): stop claiming, cancel triggers (cleanup runs), write outcomes already produced,
+ * release ownership so peers take over at once, mark the job row ended.
+ */
+
+export class Triggerer extends Daemon {
+  readonly #runner: TriggerRunner;
+  readonly #writer: OutcomeWriter;
+  readonly #triggerLogs: TriggerLogWriter;
+  readonly #watchdog: Watchdog | null;
+  /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
+  readonly #dagRunStates: DagRunStateBatcher;
+  #passLoop: Promise<void> | null = null;
+  readonly #pause = new InterruptibleSleep();
+  /** Paces the passes wake-ups start (one per deferral): see WOKEN_PASS_PACING. */
+  readonly #pacer = new PassPacer(WOKEN_PASS_PACING);
+  #sweepTimer: NodeJS.Timeout | null = null;
+  #sweeping: Promise<void> | null = null;
+  /** When the next timeout sweep is due (epoch ms). */
+  #sweepAt = 0;
+  #lastCleanupAt = 0;
+  #lastFullReconcileAt = 0;
+
+  constructor(
+    private readonly database: Database,
+    readonly options: TriggererOptions,
+    registry: TriggerRegistry,
+    log: Logger,
+    metrics?: Metrics,
+  ) {
+    super(
+      new Storage(database),
+      log,
+      {
+        kind: 'triggerer',
+        jobType: TRIGGERER_JOB_TYPE,
+        hostname: options.hostname,
+        capacity: options.capacity,
+        heartbeatIntervalMs: options.heartbeatIntervalMs,
+        healthThresholdMs: options.healthCheckThresholdMs,
+      },
+      metrics,
+    );
+    const triggererMetrics = this.metrics.triggerer();
+    triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
+    this.metrics.databaseGauges(() => this.storage.countWaitingWork());
+    this.#triggerLogs = new TriggerLogWriter(this.storage, log);
+    this.#watchdog =
+      options.watchdogLimitMs > 0
+        ? new Watchdog({ limitMs: options.watchdogLimitMs, quarantineAfter: options.quarantineAfter }, options.databaseUrl, database.adapter, log)
+        : null;
+    const watchdog = this.#watchdog;
+    this.#runner = new TriggerRunner(
+      registry,
+      log,
+      {
+        event: (triggerId, payloadJson, endState) => this.#writer.addEvent(triggerId, payloadJson, endState),
+        failure: (triggerId, failure) => this.#writer.addFailure(triggerId, failure),
+      },
+      {
+        blockThresholdMs: options.blockThresholdMs,
+        dagRunStates: (query) => this.#dagRunStates.read(query),
+        listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
+        metrics: triggererMetrics,
+        triggerLogs: this.#triggerLogs,
+        stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
+      },
+    );
+    this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
+    this.#writer = new OutcomeWriter(
+      this.storage,
+      log,
+      {
+        batchSize: 2000,
+        concurrency: database.adapter.concurrentWrites,
+        retryDelayMs: 1000,
+        maxRetryDelayMs: 30_000,
+        refusesValues: database.adapter.refusesValues,
+        unavailable: database.adapter.unavailable,
+        metrics: triggererMetrics,
+      },
+      (ids) => {
+        for (const id of ids) this.#runner.forget(id);
+      },
+      () => this.#runner.markLoopEdge(),
+      () => this.onWork?.(),
+    );
+  }
+
+  /**
+   * Called after task instances left deferred (events, failures, timeouts): a worker or a
+   * scheduler may have work now. Standalone wires it to their wake().
+   */
+  onWork: (() => void) | null = null;
+
+  /** Runs the next pass (claims new triggers) now instead of after the poll interval. */
+  wake(): void {
+    if (this.isRunning) this.#pause.wake();
+  }
+
+  /** A pushed wake-up: a new deferral (its timeout may be the next deadline) or a trigger to claim. */
+  #pushedWake(): void {
+    this.wake();
+    // The sweep re-reads the next deadline within timeoutSweepMs, as it does without pushes (not
+    // at once: a burst of deferrals would make a sweep each).
+    if (this.isRunning && this.#sweeping === null && this.#sweepAt - Date.now() > this.options.timeoutSweepMs) {
+      clearTimeout(this.#sweepTimer!);
+      this.#scheduleSweep(this.options.timeoutSweepMs);
+    }
+  }
+
+  /** Triggers held now: running, or fired with the outcome not yet written. */
+  get heldTriggerIds(): number[] {
+    return this.#runner.heldIds();
+  }
+
+  protected override onHeartbeat(): void {
+    this.#runner.markLoopEdge();
+    this.#writer.retryNow();
+  }
+
+  protected run(job: JobRow): void {
+    this.log.info(
+      {
+        job_id: job.id,
+        config: {
+          ...this.options,
+          databaseUrl: redactDatabaseUrl(this.options.databaseUrl),
+          signalHttpToken: this.options.signalHttpToken && '***',
+        },
+      },
+      `triggerer ${job.id} started on ${this.database.adapter.name} (capacity ${this.options.capacity})`,
+    );
+    this.#runner.start();
+    this.#watchdog?.start();
+    this.subscribeWakeups(this.database, { triggerer: () => this.#pushedWake() }, this.options.push);
+    this.#scheduleSweep(0);
+    this.#passLoop = this.#runPasses();
+  }
+
+  protected async shutdown(job: JobRow): Promise<void> {
+    this.log.info({ job_id: job.id }, 'triggerer stopping: no more claims, cancelling triggers');
+    job.stopHeartbeat();
+    clearTimeout(this.#sweepTimer!);
+    this.#pause.wake();
+    await this.#passLoop;
+    await this.#sweeping;
+    // One grace for both: cleanups, then writing what already fired. Past it, peers take over
+    // (and re-run what was not written), which is what the process exit deadline protects.
+    const graceEndsAt = Date.now() + this.options.cleanupGraceMs;
+    await this.#runner.cancelAll(this.options.cleanupGraceMs);
+    await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
+    this.#writer.close();
+    await this.#triggerLogs.close();
+    this.#runner.close();
+    await this.#watchdog?.stop();
+    this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
+    try {
+      const released = await this.storage.releaseOwnedTriggers(job.id);
+      this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);
+    } catch (error) {
+      this.log.error(
+        { job_id: job.id, ...errorFields(error, 'DF_DATABASE') },
+        'could not release triggers on stop; peers take them after the health-check threshold',
+      );
+    }
+  }
+
+  /**
+   * Fails the task instances of quarantined triggers (see watchdog.ts): they never run again.
+   * Any triggerer does it, on its first pass and at each cleanup; a second one finds nothing
+   * left to move.
+   */
+  async #failQuarantined(): Promise<void> {
+    for (const trigger of await this.storage.listQuarantinedTriggers(1000)) {
+      const error = new TriggerQuarantinedError(
+        `trigger ${trigger.id} (${trigger.classpath}) held a triggerer's event loop past the watchdog limit ` +
+          `(${this.options.watchdogLimitMs / 1000} s) ${trigger.culpritCount} time(s): it is quarantined and never run again; ` +
+          'fix its code (a step must await, not compute or wait synchronously), then defer again',
+      );
+      this.log.error({ code: error.code, trigger_id: trigger.id, classpath: trigger.classpath, culprit_count: trigger.culpritCount }, error.message);
+      this.metrics.triggerer().failed.inc({ classpath: trigger.classpath });
+      this.#writer.addFailure(trigger.id, { code: error.code, error: `TriggerQuarantinedError: ${error.message}`, traceback: null, reason: 'trigger_failure' });
+    }
+  }
+
+  async #runPasses(): Promise<void> {
+    while (this.isRunning) {
+      this.#pacer.passStarted();
+      let again = false;
+      try {
+        again = await this.#pass();
+      } catch (error) {
+        this.log.error(errorFields(error, 'DF_DATABASE'), 'triggerer pass failed; retrying next pass');
+      }
+      this.#runner.markLoopEdge();
+      if (!this.isRunning) break;
+      // A full claim goes on at once; otherwise a storm of wake-ups (one per deferral) shares a
+      // pass every WOKEN_PASS_PACING.gapMs.
+      await this.#pause.sleep(again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs), this.#pacer.floorMs());
+    }
+  }
+
+  /** One pass; true when it claimed a full batch (so more may be waiting). */
+  async #pass(): Promise<boolean> {
+    const jobId = this.jobId!;
+    const { storage, options } = this;
+    const released = await storage.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
+    if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
+
+    // What this triggerer owns against what it holds: a digest each (one row from the database)
+    // tells whether anything changed; only then, or now and then as a guard against a digest
+    // collision, are the two sets compared id by id.
+    const ownedDigest = await storage.ownedTriggersDigest(jobId);
+    this.#runner.markLoopEdge();
+    const held = this.#runner.heldDigest();
+    let ownedCount = ownedDigest.count;
+    if (ownedDigest.count !== held.count || ownedDigest.idSum !== held.idSum || Date.now() - this.#lastFullReconcileAt >= FULL_RECONCILE_MS) {
+      ownedCount = await this.#reconcile(jobId);
+      this.#lastFullReconcileAt = Date.now();
+    }
+    if (!this.isRunning) return false;
+
+    const room = Math.min(options.claimsPerLoop, options.capacity - ownedCount);
+    let claimedTotal = 0;
+    // Claim in statements of at most CLAIM_STATEMENT_ROWS so no single (on SQLite, synchronous)
+    // statement holds the loop long, letting due triggers fire in between.
+    // Each claim's triggers start once their kwargs are opened, which with encryption happens on
+    // another thread while the next claim runs; the pass ends when all have started.
+    const starting: Promise<void>[] = [];
+    while (claimedTotal < room && this.isRunning) {
+      const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
+      const { claimed, rows, examined, orphansDeleted } = await storage.claimTriggers(jobId, want);
+      this.#runner.markLoopEdge();
+      starting.push(rows.then((opened) => this.#startClaimed(opened)));
+      claimedTotal += claimed;
+      if (orphansDeleted > 0)
+        this.log.info({ deleted_triggers: orphansDeleted }, `deleted ${orphansDeleted} unowned trigger(s) no task instance waits on instead of claiming them`);
+      // Fewer looked at than asked for: nothing more is waiting. Nothing claimed nor deleted
+      // (orphans a peer holds locked): try again next pass rather than spin.
+      if (examined < want || claimed + orphansDeleted === 0) break;
+      await nextTurn();
+    }
+    await Promise.all(starting);
+    if (claimedTotal > 0) {
+      this.metrics.triggerer().claimBatchSize.observe(claimedTotal);
+      this.log.info({ claimed: claimedTotal, running: this.#runner.runningCount }, `claimed ${claimedTotal} trigger(s); running ${this.#runner.runningCount}`);
+    }
+    const claimedFull = room > 0 && claimedTotal === room;
+
+    if (Date.now() - this.#lastCleanupAt >= options.cleanupIntervalMs) {
+      this.#lastCleanupAt = Date.now();
+      const deleted = await storage.cleanUnusedTriggers();
+      if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
+      const pruned = await storage.pruneSignals(Date.now() - options.signalRetentionMs);
+      if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
+      await this.#failQuarantined();
+      const orphaned = await storage.releaseTriggersOfMissingTriggerers();
+      if (orphaned > 0)
+        this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
+    }
+    return claimedFull;
+  }
+
+  #startClaimed(rows: readonly TriggerRow[]): void {
+    for (const row of rows) this.#runner.startTrigger(row);
+    this.#runner.markLoopEdge();
+  }
+
+  /**
+   * Stops what it runs but no longer owns (deleted, or taken over while this process looked
+   * dead) and starts what it owns but does not run. Returns how many triggers it owns.
+   */
+  async #reconcile(jobId: number): Promise<number> {
+    const owned = await this.storage.listOwnedTriggerIds(jobId);
+    this.#runner.markLoopEdge();
+    const ownedSet = new Set(owned);
+    const lost = this.#runner.heldIds().filter((id) => !ownedSet.has(id) && this.#runner.isRunning(id));
+    if (lost.length > 0) {
+      // A row still there belongs to another triggerer now; a row gone was abandoned (killed).
+      const elsewhere = new Set(await this.storage.existingTriggerIds(lost));
+      for (const id of lost) {
+        const killed = !elsewhere.has(id);
+        this.log.info({ trigger_id: id, killed }, `trigger ${id} is no longer ours (${killed ? 'nothing waits on it' : 'taken over'}); stopping it`);
+        void this.#runner.cancel(id, killed);
+      }
+    }
+    if (!this.isRunning) return owned.length;
+    const notRunning = owned.filter((id) => !this.#runner.has(id));
+    if (notRunning.length > 0) {
+      for (const row of await this.storage.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
+      this.#runner.markLoopEdge();
+    }
+    return owned.length;
+  }
+
+  #scheduleSweep(delayMs: number): void {
+    if (!this.isRunning) return;
+    this.#sweepAt = Date.now() + delayMs;
+    this.#sweepTimer = setTimeout(() => {
+      this.#sweeping = this.#sweepTimeouts().finally(() => (this.#sweeping = null));
+    }, delayMs);
+  }
+
+  /**
+   * Fails deferrals past their timeout, then sleeps until the next deadline (at most
+   * timeoutSweepMs; while pushes work, a deferral wakes it early, so the safety net is longer).
+   */
+  async #sweepTimeouts(): Promise<void> {
+    // While pushes work, every deferral wakes the sweep to re-read the deadline (#pushedWake), so
+    // its safety net is the daemons' longest.
+    const { timeoutSweepMs } = this.options;
+    let nextInMs = this.wakeupsPushed(this.database) ? Math.max(timeoutSweepMs, PUSHED_POLL_MAX_MS) : timeoutSweepMs;
+    try {
+      // The deadline first: an idle sweep is that one read.
+      let deadline = await this.storage.nextDeferralDeadline();
+      if (deadline !== null && deadline <= Date.now()) {
+        const failed = await this.storage.failTimedOutDeferrals();
+        if (failed > 0) {
+          this.metrics.triggerer().timedOut.inc(failed);
+          this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
+          this.onWork?.();
+        }
+        deadline = await this.storage.nextDeferralDeadline();
+      }
+      this.#runner.markLoopEdge();
+      if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));
+    } catch (error) {
+      this.log.error(errorFields(error, 'DF_DATABASE'), 'timeout sweep failed');
+    }
+    this.#scheduleSweep(nextInMs);
+  }
+}

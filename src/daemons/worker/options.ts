@@ -1,0 +1,145 @@
+import type { Keyring } from '../../database/encryption/keyring.ts';
+import { HTTP_OPTIONS } from '../../services/observability/options.ts';
+import os from 'node:os';
+import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
+import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../common-options.ts';
+import type { WorkerOptions } from './worker.ts';
+import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
+import { InvalidOptionError } from '../../vocabulary/errors.ts';
+
+/** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
+export const WORKER_OPTIONS = {
+  db: COMMON_OPTIONS.db,
+  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
+  dags: {
+    env: 'DEFERFLOW_DAGS_FOLDER',
+    default: './dags',
+    unit: 'path',
+    describe: 'Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs), processed at start and every dag-process-interval',
+  },
+  concurrency: { env: 'DEFERFLOW_WORKER_CONCURRENCY', default: 16, unit: 'task instances', describe: 'Slots: most task instances run at once' },
+  'poll-interval': {
+    env: 'DEFERFLOW_WORKER_POLL_INTERVAL',
+    default: 1,
+    unit: 'seconds',
+    describe: 'Pause between claims when there is nothing to claim or no free slot',
+  },
+  'heartbeat-interval': { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
+  'shutdown-grace': {
+    env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE',
+    default: 30,
+    unit: 'seconds',
+    describe:
+      'On SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again, no retry spent); 0 hands them back at once',
+  },
+  'dag-process-interval': {
+    env: 'DEFERFLOW_DAG_PROCESS_INTERVAL',
+    default: 30,
+    unit: 'seconds',
+    describe: 'How often the DAG folder is processed into serialized DAGs',
+  },
+  'smart-sensors': {
+    env: 'DEFERFLOW_SMART_SENSORS',
+    default: '',
+    unit: 'sensor classes (comma-separated) or all',
+    describe: 'Sensor classes that wait consolidated on the triggerer whatever mode their DAG gave them (Smart Sensors); all: every sensor that can',
+  },
+  'task-isolation': {
+    env: 'DEFERFLOW_TASK_ISOLATION',
+    default: 'process',
+    unit: 'process or none',
+    describe:
+      "Where task code runs: process, a pool of runner processes off the worker's event loop (execution timeouts kill, crashes fail one try); none, on the worker's own loop",
+  },
+  'runner-max-tasks': {
+    env: 'DEFERFLOW_RUNNER_MAX_TASKS',
+    default: 1000,
+    unit: 'tasks',
+    describe: 'Tasks a runner process runs before it is replaced, so leaks in task code do not pile up',
+  },
+  'runner-max-memory': {
+    env: 'DEFERFLOW_RUNNER_MAX_MEMORY',
+    default: 1024,
+    unit: 'MB',
+    describe: "A runner process's heap limit (a task past it fails, DF_TASK_CRASHED) and the resident size past which it is replaced after a task",
+  },
+  ...HTTP_OPTIONS,
+  push: COMMON_OPTIONS.push,
+  'log-level': COMMON_OPTIONS['log-level'],
+  'log-format': COMMON_OPTIONS['log-format'],
+} as const;
+
+export interface ResolvedWorkerOptions extends WorkerOptions {
+  readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
+  readonly dagsFolder: string;
+  readonly dagProcessIntervalMs: number;
+  /** Sensor classes (classpath or class name) switched to the consolidated deferrable mode; 'all'; [] for none. */
+  readonly smartSensors: SmartSensors;
+  /** Where task code runs: 'process' (runner processes) or 'none' (the worker's own event loop). */
+  readonly taskIsolation: TaskIsolation;
+  /** Tasks a runner process runs before it is replaced. */
+  readonly runnerMaxTasks: number;
+  /** A runner process's heap limit and the resident size past which it is replaced, in MB. */
+  readonly runnerMaxMemoryMb: number;
+  readonly logLevel: LogLevel;
+  readonly logFormat: LogFormat;
+}
+
+/** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
+export function resolveWorkerOptions(
+  raw: RawOptions<typeof WORKER_OPTIONS> = {},
+  env: NodeJS.ProcessEnv = process.env,
+  keyring?: Keyring,
+): ResolvedWorkerOptions {
+  const pick = optionPicker(WORKER_OPTIONS, raw, env);
+  return Object.freeze({
+    databaseUrl: String(pick('db')),
+    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
+    dagsFolder: String(pick('dags')),
+    concurrency: positiveInteger(pick('concurrency'), 'concurrency'),
+    pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
+    heartbeatIntervalMs: seconds(pick('heartbeat-interval'), 'heartbeat-interval'),
+    shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
+    dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
+    smartSensors: smartSensorsOf(pick('smart-sensors')),
+    taskIsolation: oneOf(pick('task-isolation'), 'task-isolation', TASK_ISOLATIONS),
+    runnerMaxTasks: positiveInteger(pick('runner-max-tasks'), 'runner-max-tasks'),
+    runnerMaxMemoryMb: runnerMemory(pick('runner-max-memory')),
+    push: flag(pick('push'), 'push'),
+    logLevel: logLevel(pick('log-level')),
+    logFormat: logFormat(pick('log-format')),
+    hostname: os.hostname(),
+  });
+}
+
+/** `all`, or sensor class names (a list, or comma-separated text), as `--smart-sensors` takes them. */
+function smartSensorsOf(value: unknown): SmartSensors {
+  const names = (Array.isArray(value) ? value.map(String) : String(value ?? '').split(',')).map((name) => name.trim()).filter((name) => name !== '');
+  if (names.includes('all')) {
+    if (names.length > 1)
+      throw new InvalidOptionError('smart-sensors', `"all" already covers every sensor class; give all, or class names, not both (got ${names.join(', ')})`);
+    return 'all';
+  }
+  const bad = names.find((name) => !/^[A-Za-z_$][\w$.-]*$/.test(name));
+  if (bad !== undefined)
+    throw new InvalidOptionError('smart-sensors', `${JSON.stringify(bad)} is not a sensor class name; give class names or classpaths, comma-separated, or all`);
+  return Object.freeze(names);
+}
+
+export const TASK_ISOLATIONS = ['process', 'none'] as const;
+export type TaskIsolation = (typeof TASK_ISOLATIONS)[number];
+
+/** Below this a runner cannot load deferflow and a DAG file. */
+const RUNNER_MIN_MEMORY_MB = 64;
+
+function runnerMemory(value: unknown): number {
+  const mb = positiveInteger(value, 'runner-max-memory');
+  if (mb < RUNNER_MIN_MEMORY_MB)
+    throw new InvalidOptionError(
+      'runner-max-memory',
+      `${mb} MB is too little for a runner process to load deferflow and a DAG file; give at least ${RUNNER_MIN_MEMORY_MB}`,
+    );
+  return mb;
+}

@@ -1,0 +1,44 @@
+import type { Logger } from 'pino';
+import { errorFields } from '../../vocabulary/errors.ts';
+import type { JobFields, Storage } from '../../storage/index.ts';
+
+/**
+ * A long-running process's row in `job` (triggerer, worker, scheduler): registered when it
+ * starts, heartbeated while it runs (peers judge it dead when the heartbeat goes stale), ended
+ * when it stops. A failed heartbeat is logged and the next one tried: one database hiccup does
+ * not make a process look dead.
+ */
+export class JobRow {
+  #timer: NodeJS.Timeout | null;
+
+  private constructor(
+    readonly id: number,
+    private readonly storage: Storage,
+    heartbeatIntervalMs: number,
+    private readonly log: Logger,
+    /** Called after each successful heartbeat. */
+    onBeat: () => void,
+  ) {
+    this.#timer = setInterval(() => {
+      this.storage
+        .heartbeat(this.id)
+        .then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
+    }, heartbeatIntervalMs);
+  }
+
+  static async register(storage: Storage, fields: JobFields, heartbeatIntervalMs: number, log: Logger, onBeat: () => void = () => {}): Promise<JobRow> {
+    const id = await storage.registerJob(fields);
+    return new JobRow(id, storage, heartbeatIntervalMs, log, onBeat);
+  }
+
+  /** No more heartbeats (the process is stopping); the row stays running until end(). */
+  stopHeartbeat(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  async end(state: 'success' | 'failed' = 'success'): Promise<void> {
+    this.stopHeartbeat();
+    await this.storage.endJob(this.id, state);
+  }
+}

@@ -1,0 +1,450 @@
+import { storableText } from './serialization/storable-text.ts';
+
+/**
+ * Every error deferflow raises on purpose lives here, each with a stable `code` (what scripts,
+ * logs and tests match on; messages may be reworded, codes never). Failure markers and error log
+ * lines carry the code as a field. The README's "Error codes" table says when each is raised; a
+ * test keeps it to exactly ERROR_CODES.
+ */
+
+export const ERROR_CODES = [
+  'DF_INVALID_OPTION',
+  'DF_INVALID_DATABASE_URL',
+  'DF_DATABASE_NOT_MIGRATED',
+  'DF_NOT_JSON',
+  'DF_NOT_STORABLE',
+  'DF_INVALID_TRIGGER_ARGUMENT',
+  'DF_UNKNOWN_TRIGGER',
+  'DF_TRIGGER_MODULE',
+  'DF_TRIGGER_FAILED',
+  'DF_OUTCOME_REFUSED',
+  'DF_DATABASE',
+  'DF_TASK_DEFERRAL',
+  'DF_TASK_DEFERRAL_TIMEOUT',
+  'DF_TASK_INSTANCE_STATE',
+  'DF_INVALID_TASK_INSTANCE',
+  'DF_UNKNOWN_NEXT_METHOD',
+  'DF_TASK_FAILED',
+  'DF_TASK_EXECUTION_TIMEOUT',
+  'DF_INVALID_DAG',
+  'DF_INVALID_SERIALIZED_DAG',
+  'DF_RETURN_VALUE_TOO_LARGE',
+  'DF_DAG_IMPORT',
+  'DF_TASK_NOT_FOUND',
+  'DF_WORKER_STOPPING',
+  'DF_TASK_STOPPED_BY_SIGNAL',
+  'DF_TRY_TAKEN_OVER',
+  'DF_LIFECYCLE',
+  'DF_MIGRATION_FAILED',
+  'DF_TRIGGER_RUNTIME',
+  'DF_DAG_FOLDER',
+  'DF_UNCAUGHT',
+  'DF_SENSOR_TIMEOUT',
+  'DF_INVALID_SENSOR',
+  'DF_UNKNOWN_SENSOR',
+  'DF_UNKNOWN_CONNECTION',
+  'DF_EXTERNAL_TASK_FAILED',
+  'DF_INVALID_SIGNAL',
+  'DF_TRIGGER_BLOCKED',
+  'DF_TRIGGER_QUARANTINED',
+  'DF_TASK_CRASHED',
+  'DF_ENCRYPTION_KEY',
+  'DF_ENCRYPTION_KEY_MISMATCH',
+] as const;
+
+export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
+
+export class DeferflowError extends Error {
+  readonly code: DeferflowErrorCode;
+
+  constructor(code: DeferflowErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+export class InvalidOptionError extends DeferflowError {
+  constructor(
+    readonly option: string,
+    message: string,
+  ) {
+    super('DF_INVALID_OPTION', `${option}: ${message}`);
+  }
+}
+
+export class InvalidDatabaseUrlError extends DeferflowError {
+  constructor(url: string, why: string) {
+    super('DF_INVALID_DATABASE_URL', `database URL ${JSON.stringify(url)}: ${why}`);
+  }
+}
+
+/** A command found the database missing, unmigrated, behind or ahead of this deferflow. */
+export class DatabaseNotMigratedError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_DATABASE_NOT_MIGRATED', message);
+  }
+}
+
+export class NotJsonError extends DeferflowError {
+  /** `notAValue`: the value is JSON but of the wrong kind (an array where an object is needed): no list of JSON kinds follows. */
+  constructor(
+    readonly path: string,
+    why: string,
+    notAValue = true,
+  ) {
+    super(
+      'DF_NOT_JSON',
+      notAValue ? `${path}: ${why}; only JSON values (objects, arrays, strings, finite numbers, booleans, null) can be stored` : `${path}: ${why}`,
+    );
+  }
+}
+
+/** A JSON value holds text PostgreSQL refuses; refused on SQLite too, so both dialects agree. */
+export class NotStorableError extends DeferflowError {
+  constructor(
+    readonly path: string,
+    why: string,
+  ) {
+    super('DF_NOT_STORABLE', `${path} ${why}; remove it, or encode the text (e.g. base64) before passing it`);
+  }
+}
+
+export class InvalidTriggerArgumentError extends DeferflowError {
+  constructor(trigger: string, message: string) {
+    super('DF_INVALID_TRIGGER_ARGUMENT', `${trigger}: ${message}`);
+  }
+}
+
+export class UnknownTriggerError extends DeferflowError {
+  constructor(
+    readonly classpath: string,
+    allowed: readonly string[],
+  ) {
+    super(
+      'DF_UNKNOWN_TRIGGER',
+      `trigger classpath ${JSON.stringify(classpath)} is not allowed on this triggerer ` +
+        `(allowed: ${allowed.join(', ') || 'none'}); load its module with --trigger-module`,
+    );
+  }
+}
+
+export class TriggerModuleError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_TRIGGER_MODULE', message, options);
+  }
+}
+
+export class TriggerFailedError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_TRIGGER_FAILED', message, options);
+  }
+}
+
+/** A trigger whose steps held triggerers' event loops past the watchdog's limit too often: never run again. */
+export class TriggerQuarantinedError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TRIGGER_QUARANTINED', message);
+  }
+}
+
+/**
+ * Raised inside a resumed task (by resumeTaskInstance, or the worker resuming it) when the
+ * trigger it waited on failed; its subclass TaskDeferralTimeout when the deferral timed out.
+ * Catch it in the operator's code to handle a failed wait; left uncaught, the try fails with it.
+ *
+ * - `code`: DF_TASK_DEFERRAL (the trigger failed) or DF_TASK_DEFERRAL_TIMEOUT (it timed out).
+ * - `message`: `the trigger failed [<triggerCode>]: <the trigger's error>`.
+ * - `triggerCode`: what failed on the triggerer: DF_TRIGGER_FAILED (its run() threw or ended
+ *   without an event), DF_UNKNOWN_TRIGGER (no triggerer allows its classpath),
+ *   DF_INVALID_TRIGGER_ARGUMENT (its constructor refused the stored kwargs), DF_OUTCOME_REFUSED
+ *   (the database refused its event), DF_TASK_DEFERRAL_TIMEOUT for a timeout.
+ * - `triggerTraceback`: the stack of the trigger's error as the triggerer saw it, or null.
+ * - `stack`: this error's message over the trigger's own frames (where it went wrong), not
+ *   deferflow's frames that raised it in the task; as it was raised when the trigger's had none.
+ */
+export class TaskDeferralError extends DeferflowError {
+  constructor(
+    message: string,
+    /** The stack of the trigger's error, as the triggerer saw it; null when there is none (a timeout). */
+    readonly triggerTraceback: string | null = null,
+    code: 'DF_TASK_DEFERRAL' | 'DF_TASK_DEFERRAL_TIMEOUT' = 'DF_TASK_DEFERRAL',
+    /** The code of what failed on the triggerer (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …). */
+    readonly triggerCode: DeferflowErrorCode | null = null,
+  ) {
+    super(code, message);
+    const triggerFrames = triggerTraceback === null ? [] : stackFrames(triggerTraceback);
+    if (triggerFrames.length > 0) this.stack = [`${this.name}: ${message}`, ...triggerFrames].join('\n');
+  }
+}
+
+/** Whether a line of a stack is a frame (`    at …`) rather than its message. */
+const isFrame = (line: string) => /^\s+at /.test(line);
+
+/** The frame lines of a stack, without its message. */
+function stackFrames(stack: string): string[] {
+  return stack.split('\n').filter(isFrame);
+}
+
+/** Where deferflow's own modules are (src/ in a checkout, dist/src/ installed): the folder above this file's. */
+const OWN_SOURCE_DIR = new URL('..', import.meta.url);
+
+/**
+ * A stack with deferflow's own frames (its modules and Node's internals) left out, so that what
+ * is left is the user's code, innermost first: what a trigger's failure shows its task. Frames
+ * of deferflow's built-in triggers (outside src/) stay. Unchanged if nothing but deferflow's frames is in it.
+ */
+export function withoutDeferflowFrames(stack: string): string {
+  const internal = (line: string) =>
+    isFrame(line) && (line.includes(OWN_SOURCE_DIR.href) || line.includes(OWN_SOURCE_DIR.pathname) || /\(node:internal\/|at node:internal\//.test(line));
+  const kept = stack.split('\n').filter((line) => !internal(line));
+  return kept.some(isFrame) ? kept.join('\n') : stack;
+}
+
+/** Raised inside a resumed task when its deferral's timeout passed before the trigger fired. */
+export class TaskDeferralTimeout extends TaskDeferralError {
+  constructor(message: string) {
+    super(message, null, 'DF_TASK_DEFERRAL_TIMEOUT', 'DF_TASK_DEFERRAL_TIMEOUT');
+  }
+}
+
+export class TaskInstanceStateError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TASK_INSTANCE_STATE', message);
+  }
+}
+
+/** createTaskInstance was given a field it cannot store (named in the message). */
+export class InvalidTaskInstanceError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_TASK_INSTANCE', `createTaskInstance: ${message}`);
+  }
+}
+
+export class UnknownNextMethodError extends DeferflowError {
+  constructor(operator: string, method: string) {
+    super('DF_UNKNOWN_NEXT_METHOD', `operator ${operator} has no method ${JSON.stringify(method)} to resume at`);
+  }
+}
+
+/** A task ran past its execution_timeout, which spans its deferrals too. */
+export class TaskExecutionTimeoutError extends DeferflowError {
+  constructor(task: string, deadline: number) {
+    super('DF_TASK_EXECUTION_TIMEOUT', `${task} ran past its execution timeout (${new Date(deadline).toISOString()})`);
+  }
+}
+
+/**
+ * The process a task ran in (a task runner) ended while the task ran: process.exit(), an
+ * uncaught exception, out of memory, a native crash. Only that try fails (retried if it may be).
+ */
+export class TaskCrashedError extends DeferflowError {
+  constructor(task: string, how: string) {
+    super('DF_TASK_CRASHED', `${task} crashed its task runner: ${how}; the worker and its other tasks carry on, and the runner is replaced`);
+  }
+}
+
+/** A task's return value (kept per task instance, read downstream) is over the size kept. */
+export class ReturnValueTooLargeError extends DeferflowError {
+  constructor(task: string, bytes: number, limit: number) {
+    super(
+      'DF_RETURN_VALUE_TOO_LARGE',
+      `${task} returned ${bytes} bytes of JSON; a task instance keeps at most ${limit} (store large results elsewhere and return where they are)`,
+    );
+  }
+}
+
+/** A DAG or task definition is malformed; the message names the DAG and task. */
+export class InvalidDagError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_DAG', message);
+  }
+}
+
+/** A database operation failed in a way deferflow recognised (DF_DATABASE); retrying it may succeed. */
+export class DatabaseError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_DATABASE', message, options);
+  }
+}
+
+/** The worker cannot find a task's code: its DAG is not serialized, or its file no longer defines the DAG or the task. */
+export class TaskNotFoundError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TASK_NOT_FOUND', message);
+  }
+}
+
+/** The reason a running task's signal is aborted when its worker stops and hands the try back. */
+export class WorkerStoppingError extends DeferflowError {
+  constructor() {
+    super('DF_WORKER_STOPPING', 'the worker is shutting down; this try is handed back and runs again');
+  }
+}
+
+/** The reason a running task's signal is aborted when a signal action stops or restarts it. */
+export class TaskStoppedBySignalError extends DeferflowError {
+  constructor(readonly request: 'restart' | 'success' | 'failed' | 'skipped') {
+    super(
+      'DF_TASK_STOPPED_BY_SIGNAL',
+      request === 'restart' ? 'a signal restarts this task: this try is stopped and a new one runs' : `a signal stops this task: it ends ${request}`,
+    );
+  }
+}
+
+/**
+ * The reason a running task's signal is aborted when its worker finds the try is no longer its
+ * own: the scheduler retried it while the worker's heartbeat was stale (cut off from the
+ * database, or paused), or it was cleared or deleted. Nothing more of that try is written.
+ */
+export class TryTakenOverError extends DeferflowError {
+  constructor(label: string, tryNumber: number, now: string) {
+    super(
+      'DF_TRY_TAKEN_OVER',
+      `${label}, try ${tryNumber}, is no longer this worker's (it is ${now}): its heartbeat went stale past the zombie threshold and the try was retried, or it was cleared; its code is stopped and nothing more of the try is written`,
+    );
+  }
+}
+
+/** A daemon (triggerer, worker, scheduler) asked to start when it is not new. */
+export class LifecycleError extends DeferflowError {
+  constructor(daemon: string, state: string, message = `${daemon} already ${state}: start() runs once; make a new ${daemon} to start again`) {
+    super('DF_LIFECYCLE', message);
+  }
+}
+
+/** A migration failed (the database is left as it was before it: migrations run in one transaction). */
+export class MigrationFailedError extends DeferflowError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('DF_MIGRATION_FAILED', message, options);
+  }
+}
+
+/** A trigger used what only a triggerer lends it (this.log) outside one. */
+export class TriggerRuntimeError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_TRIGGER_RUNTIME', message);
+  }
+}
+
+/** DAG processing refused a folder that holds none of the DAG files it processed before. */
+export class DagFolderError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_DAG_FOLDER', message);
+  }
+}
+
+/** A serialized DAG read from the database does not have the shape this version writes. */
+export class InvalidSerializedDagError extends DeferflowError {
+  constructor(dagId: string, field: string, why: string) {
+    super('DF_INVALID_SERIALIZED_DAG', `serialized DAG ${JSON.stringify(dagId)}: ${field} ${why}`);
+  }
+}
+
+/** The stable code of anything thrown: its own when deferflow raised it, else `fallback`. */
+export function codeOf(thrown: unknown, fallback: DeferflowErrorCode): DeferflowErrorCode {
+  // By shape, not instanceof: a trigger module or DAG file may carry its own copy of deferflow.
+  const code = typeof thrown === 'object' && thrown !== null ? (thrown as { code?: unknown }).code : undefined;
+  return (ERROR_CODES as readonly unknown[]).includes(code) ? (code as DeferflowErrorCode) : fallback;
+}
+
+/** The fields every error log line carries: its stable code (see codeOf) and its text. */
+export function errorFields(thrown: unknown, fallback: DeferflowErrorCode): { code: DeferflowErrorCode; error: string } {
+  return { code: codeOf(thrown, fallback), error: describeThrown(thrown).error };
+}
+
+/**
+ * The text and stack of anything thrown, for logs and the failure marker's next_kwargs; made
+ * storable (U+0000 and lone surrogates become U+FFFD): an error message is deferflow's text
+ * about a failure, and it must never be what stops the failure being recorded.
+ */
+export function describeThrown(thrown: unknown): { error: string; traceback: string | null } {
+  const { error, traceback } = describeRaw(thrown);
+  return { error: storableText(error), traceback: traceback === null ? null : storableText(traceback) };
+}
+
+function describeRaw(thrown: unknown): { error: string; traceback: string | null } {
+  if (thrown instanceof Error) {
+    return { error: `${thrown.name}: ${thrown.message}`, traceback: thrown.stack ?? null };
+  }
+  // An error-like object from another realm or loader, or anything else thrown.
+  if (typeof thrown === 'object' && thrown !== null && typeof (thrown as { message?: unknown }).message === 'string') {
+    const { name, message, stack } = thrown as { name?: unknown; message: string; stack?: unknown };
+    return { error: `${typeof name === 'string' ? name : 'Error'}: ${message}`, traceback: typeof stack === 'string' ? stack : null };
+  }
+  if (typeof thrown === 'object' && thrown !== null) {
+    try {
+      return { error: JSON.stringify(thrown), traceback: null };
+    } catch {
+      // not serializable: fall through
+    }
+  }
+  return { error: String(thrown), traceback: null };
+}
+
+/** A sensor's options or poke context cannot work (named in the message): refused where it is made or deferred. */
+export class InvalidSensorError extends DeferflowError {
+  constructor(sensor: string, message: string) {
+    super('DF_INVALID_SENSOR', `${sensor}: ${message}`);
+  }
+}
+
+/** A consolidated sensor trigger names a sensor class this triggerer does not allow. */
+export class UnknownSensorError extends DeferflowError {
+  constructor(classpath: string, allowed: readonly string[]) {
+    super(
+      'DF_UNKNOWN_SENSOR',
+      `sensor class ${JSON.stringify(classpath)} is not allowed on this triggerer (allowed: ${allowed.length === 0 ? 'none' : allowed.join(', ')}); ` +
+        'load the module that exports it with --trigger-module (DEFERFLOW_TRIGGER_MODULES)',
+    );
+  }
+}
+
+/** A named connection is not defined (DEFERFLOW_CONN_<NAME>), or its name is not one. */
+export class UnknownConnectionError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_UNKNOWN_CONNECTION', message);
+  }
+}
+
+/** A signal's key is not one, or its value is not JSON or too large (named in the message). */
+export class InvalidSignalError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_SIGNAL', message);
+  }
+}
+
+/**
+ * A value encrypted at rest cannot be read: the key it was sealed with is not configured, or it
+ * does not open with the key of that id. Only the row's own task instances fail.
+ */
+export class EncryptionKeyError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_ENCRYPTION_KEY', message);
+  }
+}
+
+/** A DAG asked for by id whose file failed to import (the message names the file and its error). */
+export class DagImportError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_DAG_IMPORT', message);
+  }
+}
+
+/**
+ * A key whose id the database knows under other key material (a pasted wrong key, another
+ * environment's keys file): refused at start, before the process seals anything with it.
+ */
+export class EncryptionKeyMismatchError extends DeferflowError {
+  constructor(
+    readonly keyId: string,
+    why: string,
+  ) {
+    super(
+      'DF_ENCRYPTION_KEY_MISMATCH',
+      `encryption key ${keyId} is not the key this database knows by that id: ${why}; nothing was written. ` +
+        `Check that DEFERFLOW_ENCRYPTION_KEYS (or the keys file) holds the same ${keyId} as every other process of this deployment, ` +
+        'or give a new key a new id (`deferflow db generate-key --id ID`)',
+    );
+  }
+}
