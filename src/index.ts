@@ -1,7 +1,6 @@
 // deferflow's public API. Triggers: BaseTrigger + TriggerEvent; operators: BaseOperator.defer()
 // throwing TaskDeferred; persistence: deferTaskInstance / resumeTaskInstance and the task
 // instances they work on; embedding: deferflow({...}), or the Worker, Scheduler and Triggerer.
-// The foundations come first: the built-in triggers (loaded by the app, last) import this module.
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './authoring/triggers/base-trigger.ts';
 export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './authoring/triggers/trigger-event.ts';
 export { TriggerRegistry } from './authoring/triggers/registry.ts';
@@ -76,7 +75,7 @@ export {
 } from './database/schema.ts';
 export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TaskRescheduleRow, TriggerTableRow } from './database/rows.ts';
 export { createLogger, type Logger } from './vocabulary/logging.ts';
-export type { LogFormat, LogLevel } from './daemons/common-options.ts';
+export type { LogFormat, LogLevel } from './vocabulary/logging.ts';
 export { canonicalJson, type JsonValue, type JsonObject } from './vocabulary/serialization/json.ts';
 export * from './vocabulary/errors.ts';
 export { Triggerer } from './daemons/triggerer/triggerer.ts';
@@ -89,7 +88,6 @@ export { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptio
 export { serializedDagSource, processDagFolder } from './services/dags/dag-processor.ts';
 export type { DagSource, SchedulerDag } from './model/scheduler-dag.ts';
 export { triggerDagRun, type ManualRunOptions } from './services/dags/manual-run.ts';
-// Last: it loads the built-in triggers, which import the exports above.
 export { deferflow, Deferflow } from './app/deferflow.ts';
 export {
   resolveDeferflowConfig,

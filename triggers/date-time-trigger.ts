@@ -1,5 +1,7 @@
 import { DateTime } from 'luxon';
-import { InvalidTriggerArgumentError, BaseTrigger, type SerializedTrigger, TaskSuccessEvent, TriggerEvent } from '../src/index.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TaskSuccessEvent, TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
 
 /** A timezone-aware moment: an ISO-8601 string with an offset or `Z`, a luxon DateTime, or a Date. */
 export type MomentInput = string | Date | DateTime;

@@ -1,15 +1,12 @@
 import { DateTime, Duration } from 'luxon';
-import {
-  BaseSensorOperator,
-  InvalidSensorError,
-  PokeReturnValue,
-  TaskFailedWithoutRetry,
-  type DurationInput,
-  type JsonValue,
-  type PokeContext,
-  type RuntimeContext,
-  type SensorOptions,
-} from '../src/index.ts';
+import { BaseSensorOperator, type SensorOptions } from '../src/authoring/sensors/base-sensor.ts';
+import { InvalidSensorError } from '../src/vocabulary/errors.ts';
+import { PokeReturnValue } from '../src/authoring/sensors/poke-result.ts';
+import { TaskFailedWithoutRetry } from '../src/authoring/operators/task-signals.ts';
+import type { DurationInput } from '../src/vocabulary/time/duration.ts';
+import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
+import type { PokeContext } from '../src/authoring/sensors/sensor-class.ts';
+import type { RuntimeContext } from '../src/authoring/operators/base-operator.ts';
 import { describeValue } from './date-time-trigger.ts';
 import { checkSensorOptions } from './sensor-option-error.ts';
 import {

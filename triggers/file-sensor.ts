@@ -1,5 +1,7 @@
 import path from 'node:path';
-import { BaseSensorOperator, PokeReturnValue, type JsonValue, type SensorOptions } from '../src/index.ts';
+import { BaseSensorOperator, type SensorOptions } from '../src/authoring/sensors/base-sensor.ts';
+import { PokeReturnValue } from '../src/authoring/sensors/poke-result.ts';
+import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { FileTrigger, readyFile } from './file-trigger.ts';
 import { checkSensorOptions } from './sensor-option-error.ts';
 

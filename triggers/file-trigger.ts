@@ -2,7 +2,9 @@ import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { describeValue } from './date-time-trigger.ts';
 import { findFirstFile, hasMagic, isRegularFile, splitGlob, segmentToRegExp } from './glob.ts';
-import { InvalidTriggerArgumentError, BaseTrigger, type SerializedTrigger, TriggerEvent } from '../src/index.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
 
 export interface FileTriggerKwargs {
   /** A file path or a glob (see ./glob.ts); relative paths resolve against the current directory when constructed. */

@@ -19,7 +19,7 @@
 import type { Dirent } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { InvalidTriggerArgumentError } from '../src/index.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 
 export interface GlobOptions {
   /** `**` as a whole segment matches zero or more directories. Default false (`**` is `*`). */

@@ -1,4 +1,7 @@
-import { BaseSensorOperator, PokeReturnValue, type JsonValue, type PokeContext, type SensorOptions } from '../src/index.ts';
+import { BaseSensorOperator, type SensorOptions } from '../src/authoring/sensors/base-sensor.ts';
+import { PokeReturnValue } from '../src/authoring/sensors/poke-result.ts';
+import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
+import type { PokeContext } from '../src/authoring/sensors/sensor-class.ts';
 import { checkSensorOptions } from './sensor-option-error.ts';
 import { checkHttp, HttpTrigger, resolveHttpCheck, type HttpCheck } from './http-trigger.ts';
 

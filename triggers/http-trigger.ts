@@ -1,14 +1,8 @@
-import {
-  BaseTrigger,
-  canonicalJson,
-  connectionFromEnv,
-  InvalidOptionError,
-  InvalidTriggerArgumentError,
-  TriggerEvent,
-  type JsonObject,
-  type JsonValue,
-  type SerializedTrigger,
-} from '../src/index.ts';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
+import { InvalidOptionError, InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 /** What an HTTP check asks of a response (HttpTrigger's kwargs, HttpSensor's options). */

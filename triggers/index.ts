@@ -11,7 +11,9 @@ import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
 import { TaskStateTrigger } from './task-state-trigger.ts';
-import { SensorPokeTrigger, SignalTrigger, type TriggerClass } from '../src/index.ts';
+import { SensorPokeTrigger } from '../src/authoring/sensors/sensor-poke-trigger.ts';
+import { SignalTrigger } from '../src/authoring/triggers/signal-trigger.ts';
+import type { TriggerClass } from '../src/authoring/triggers/base-trigger.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 export { FileTrigger, readyFile, type FileTriggerKwargs } from './file-trigger.ts';
@@ -22,7 +24,7 @@ export { HttpSensor } from './http-sensor.ts';
 export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
 export { SqlSensor } from './sql-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
-export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from '../src/index.ts';
+export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from '../src/authoring/triggers/signal-trigger.ts';
 export { TaskStateTrigger, type TaskStateCheck, type TaskStateEvent, type TaskStateTriggerKwargs } from './task-state-trigger.ts';
 export { ExternalTaskSensor, type ExternalTaskSensorOptions, type LogicalDateFn } from './external-task-sensor.ts';
 

@@ -1,4 +1,4 @@
-import { InvalidSensorError, InvalidTriggerArgumentError } from '../src/index.ts';
+import { InvalidSensorError, InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 
 /**
  * Runs a check of a built-in sensor's options that is written for its trigger (which throws

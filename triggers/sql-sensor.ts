@@ -1,4 +1,7 @@
-import { BaseSensorOperator, isTruthyCell, PokeReturnValue, queryFirstCell, type JsonValue, type SensorOptions } from '../src/index.ts';
+import { BaseSensorOperator, type SensorOptions } from '../src/authoring/sensors/base-sensor.ts';
+import { isTruthyCell, queryFirstCell } from '../src/authoring/connections/sql-connection.ts';
+import { PokeReturnValue } from '../src/authoring/sensors/poke-result.ts';
+import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkSensorOptions } from './sensor-option-error.ts';
 import { jsonCell, resolveSqlCheck, SqlTrigger, type SqlCheck } from './sql-trigger.ts';
 

@@ -1,4 +1,8 @@
-import { BaseTrigger, InvalidTriggerArgumentError, isTruthyCell, queryFirstCell, TriggerEvent, type JsonValue, type SerializedTrigger } from '../src/index.ts';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { isTruthyCell, queryFirstCell } from '../src/authoring/connections/sql-connection.ts';
+import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
+import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 export interface SqlCheck {

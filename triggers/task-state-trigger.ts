@@ -1,13 +1,9 @@
 import { DateTime } from 'luxon';
-import {
-  BaseTrigger,
-  DAG_RUN_STATES,
-  InvalidTriggerArgumentError,
-  TASK_INSTANCE_STATES,
-  TriggerEvent,
-  type DagRunStates,
-  type SerializedTrigger,
-} from '../src/index.ts';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { DAG_RUN_STATES, TASK_INSTANCE_STATES } from '../src/database/schema.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
+import type { DagRunStates } from '../src/model/dag-run-states.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 /** What an external wait watches and which states end it (TaskStateTrigger's kwargs, ExternalTaskSensor's options). */

@@ -1,6 +1,8 @@
 import { DateTime, Duration } from 'luxon';
 import { DateTimeTrigger, describeValue } from './date-time-trigger.ts';
-import { InvalidTriggerArgumentError, type SerializedTrigger, nowPlusPlaceholder } from '../src/index.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import type { SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { nowPlusPlaceholder } from '../src/authoring/triggers/start-trigger-kwargs.ts';
 
 /**
  * Fires `delta` after it is constructed (a luxon Duration, or a number of seconds >= 0).

@@ -1,12 +1,8 @@
 import { DateTime, Duration } from 'luxon';
-import {
-  BaseSensorOperator,
-  InvalidSensorError,
-  InvalidTriggerArgumentError,
-  type DurationInput,
-  type RuntimeContext,
-  type SensorOptions,
-} from '../src/index.ts';
+import { BaseSensorOperator, type SensorOptions } from '../src/authoring/sensors/base-sensor.ts';
+import { InvalidSensorError, InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import type { DurationInput } from '../src/vocabulary/time/duration.ts';
+import type { RuntimeContext } from '../src/authoring/operators/base-operator.ts';
 import { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
 
 /** A DAG run's dates, as a DateTimeSensor's function of the run receives them (UTC). */

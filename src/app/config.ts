@@ -1,6 +1,7 @@
 import { Duration } from 'luxon';
 import type { Logger } from 'pino';
-import { COMMON_OPTIONS, logFormat, logLevel, type LogFormat, type LogLevel } from '../daemons/common-options.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
+import { logFormat, logLevel, type LogFormat, type LogLevel } from '../vocabulary/logging.ts';
 import type { OptionTable, RawOptions } from '../vocabulary/options/option-table.ts';
 import { closestName } from '../vocabulary/suggest.ts';
 import { InvalidOptionError } from '../vocabulary/errors.ts';

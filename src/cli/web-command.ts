@@ -1,5 +1,6 @@
 import type { Argv } from 'yargs';
-import { COMMON_OPTIONS, logFormat, logLevel } from '../daemons/common-options.ts';
+import { COMMON_OPTIONS } from '../daemons/common-options.ts';
+import { logFormat, logLevel } from '../vocabulary/logging.ts';
 import { optionPicker } from '../vocabulary/options/option-table.ts';
 import { describeThrown, InvalidOptionError } from '../vocabulary/errors.ts';
 import { ObservabilityServer } from '../services/observability/http-server.ts';

@@ -1,5 +1,4 @@
 import { DEFAULT_DATABASE_URL } from '../database/database-url.ts';
-import { oneOf } from '../vocabulary/options/option-table.ts';
 import { Keyring } from '../database/encryption/keyring.ts';
 
 /**
@@ -42,11 +41,6 @@ export const COMMON_OPTIONS = {
   },
 } as const;
 
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
-export type LogLevel = (typeof LOG_LEVELS)[number];
-export const LOG_FORMATS = ['json', 'pretty'] as const;
-export type LogFormat = (typeof LOG_FORMATS)[number];
-
 /** The environment variable that may hold the keys themselves (comma-separated ID:BASE64). */
 export const ENCRYPTION_KEYS_ENV = 'DEFERFLOW_ENCRYPTION_KEYS';
 
@@ -57,12 +51,4 @@ export function keyringOf(keysFile: unknown, env: NodeJS.ProcessEnv): Keyring {
     .map((entry) => entry.trim())
     .filter((entry) => entry !== '');
   return Keyring.load(fromEnv, typeof keysFile === 'string' && keysFile !== '' ? keysFile : undefined);
-}
-
-export function logLevel(value: unknown): LogLevel {
-  return oneOf(value, 'log-level', LOG_LEVELS);
-}
-
-export function logFormat(value: unknown): LogFormat {
-  return oneOf(value, 'log-format', LOG_FORMATS);
 }

@@ -1,9 +1,24 @@
 import pino, { type Logger } from 'pino';
 import type PinoPretty from 'pino-pretty';
 import { lazyPackage } from './lazy-package.ts';
-import type { LogFormat, LogLevel } from '../daemons/common-options.ts';
+import { oneOf } from './options/option-table.ts';
 
 export type { Logger } from 'pino';
+
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+/** A --log-level value, or DF_INVALID_OPTION naming the levels. */
+export function logLevel(value: unknown): LogLevel {
+  return oneOf(value, 'log-level', LOG_LEVELS);
+}
+
+/** A --log-format value, or DF_INVALID_OPTION naming the formats. */
+export function logFormat(value: unknown): LogFormat {
+  return oneOf(value, 'log-format', LOG_FORMATS);
+}
 
 const pretty = lazyPackage<typeof PinoPretty>('pino-pretty');
 

@@ -1,6 +1,7 @@
 import { flag, optionPicker, type RawOptions } from '../../vocabulary/options/option-table.ts';
 import { resolveSchedulerOptions, type ResolvedSchedulerOptions } from '../../daemons/scheduler/options.ts';
-import { COMMON_OPTIONS, logFormat as toLogFormat, logLevel as toLogLevel, type LogFormat, type LogLevel } from '../../daemons/common-options.ts';
+import { COMMON_OPTIONS } from '../../daemons/common-options.ts';
+import { logFormat as toLogFormat, logLevel as toLogLevel, type LogFormat, type LogLevel } from '../../vocabulary/logging.ts';
 import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../../daemons/triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../../daemons/worker/options.ts';
 import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../../services/observability/options.ts';

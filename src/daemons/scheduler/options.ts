@@ -3,7 +3,8 @@ import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import os from 'node:os';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
-import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../common-options.ts';
+import { COMMON_OPTIONS, keyringOf } from '../common-options.ts';
+import { logFormat, logLevel, type LogFormat, type LogLevel } from '../../vocabulary/logging.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 
 /** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */

@@ -1,6 +1,7 @@
 import type { Keyring } from '../../database/encryption/keyring.ts';
 import os from 'node:os';
-import { COMMON_OPTIONS, keyringOf, logFormat, logLevel, type LogFormat, type LogLevel } from '../common-options.ts';
+import { COMMON_OPTIONS, keyringOf } from '../common-options.ts';
+import { logFormat, logLevel, type LogFormat, type LogLevel } from '../../vocabulary/logging.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../../vocabulary/options/option-table.ts';
 import { tokenOption } from '../../vocabulary/options/tokens.ts';
