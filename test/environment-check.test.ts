@@ -7,11 +7,13 @@ import { REPO_ROOT } from './support/processes.ts';
 const NAMED = /\bDEFERFLOW_[A-Z][A-Z_]*[A-Z]\b/g;
 
 describe('the environment variables deferflow knows', () => {
-  it('are every one its sources read and its README documents, so that none of them is ever called mistyped', () => {
+  it('are every one its sources read and its README and docs/ document, so that none of them is ever called mistyped', () => {
     const sources = readdirSync(path.join(REPO_ROOT, 'src'), { recursive: true, encoding: 'utf8' })
       .filter((file) => file.endsWith('.ts'))
       .flatMap((file) => readFileSync(path.join(REPO_ROOT, 'src', file), 'utf8').match(NAMED) ?? []);
-    const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8').match(NAMED) ?? [];
+    const readme = ['README.md', ...readdirSync(path.join(REPO_ROOT, 'docs')).map((file) => path.join('docs', file))]
+      .filter((file) => file.endsWith('.md'))
+      .flatMap((file) => readFileSync(path.join(REPO_ROOT, file), 'utf8').match(NAMED) ?? []);
     const known = knownVariables();
     const notKnown = [...new Set([...sources, ...readme])].filter(
       (name) =>

@@ -7,7 +7,7 @@
  * package itself.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -130,11 +130,12 @@ async function betterSqlitePrebuild(): Promise<Record<string, string>> {
 }
 
 /**
- * The README's TypeScript modules: every ```ts block (a ```ts fragment is a piece of code shown
+ * The TypeScript modules of the README and docs/: every ```ts block (a ```ts fragment is a piece of code shown
  * in passing, not a module), with the extension its first-line comment names (`// dags/etl.mts`).
  */
 function readmeTypeScript(): { code: string; extension: string }[] {
-  const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
+  const pages = ['README.md', ...readdirSync(path.join(REPO_ROOT, 'docs')).map((file) => path.join('docs', file))].filter((file) => file.endsWith('.md'));
+  const readme = pages.map((file) => readFileSync(path.join(REPO_ROOT, file), 'utf8')).join('\n');
   return [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map(([, code]) => ({
     code: code!,
     extension: /^\/\/ \S+(\.[cm]?ts)\n/.exec(code!)?.[1] ?? '.ts',
@@ -214,8 +215,10 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
       // Written one folder down, as a DAG file is: the README's paths from the project root move up one.
       const code = module.code.replaceAll("from './", "from '../");
       writeFileSync(path.join(project, 'readme', `example-${index + 1}${module.extension}`), code);
-      // Its DAG example imports the README's trigger from where a project keeps it.
+      // Its DAG examples import its triggers from where a project keeps them (the tour's names its file).
       if (code.includes('export class HttpStatusTrigger')) writeFileSync(path.join(project, 'triggers/http-status-trigger.ts'), code);
+      const triggerFile = /^\/\/ (triggers\/[\w-]+\.ts)\n/.exec(module.code)?.[1];
+      if (triggerFile !== undefined) writeFileSync(path.join(project, triggerFile), module.code);
     }
     writeFileSync(
       path.join(project, 'tsconfig.json'),

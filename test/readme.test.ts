@@ -1,5 +1,6 @@
-// The README stays true where it restates code: the options table and the two commands.
-import { readdirSync, readFileSync } from 'node:fs';
+// The README and docs/ stay true where they restate code (the options, the error codes, the
+// commands), the README stays a front door, and every link between them resolves.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TRIGGERER_OPTIONS } from '../src/index.ts';
@@ -11,11 +12,16 @@ import { WEB_COMMAND_OPTIONS } from '../src/cli/web-command.ts';
 import { REPO_ROOT } from './support/processes.ts';
 
 const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
+const DOCS = readdirSync(path.join(REPO_ROOT, 'docs'))
+  .filter((file) => file.endsWith('.md'))
+  .map((file) => path.join('docs', file));
+const doc = (file: string) => readFileSync(path.join(REPO_ROOT, file), 'utf8');
+const configuration = doc('docs/configuration.md');
 const packageJson = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
 
-describe('README', () => {
+describe('README and docs/', () => {
   it.each(Object.entries(TRIGGERER_OPTIONS))('documents --%s with its environment variable and default', (name, spec) => {
-    const row = readme.split('\n').find((line) => line.startsWith(`| \`--${name}\` |`));
+    const row = configuration.split('\n').find((line) => line.startsWith(`| \`--${name}\` |`));
     expect(row, `a configuration table row for --${name}`).toBeDefined();
     const cells = row!.split('|').map((cell) => cell.trim());
     expect(cells[2]).toBe(`\`${spec.env}\``);
@@ -24,7 +30,7 @@ describe('README', () => {
   });
 
   it('documents no option no command has, each once', () => {
-    const documented = [...readme.matchAll(/^\| `--([a-z-]+)` \|/gm)].map((match) => match[1]!);
+    const documented = [...configuration.matchAll(/^\| `--([a-z-]+)` \|/gm)].map((match) => match[1]!);
     const known = new Set(
       [TRIGGERER_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, STANDALONE_OPTIONS, WEB_COMMAND_OPTIONS].flatMap((table) => Object.keys(table)),
     );
@@ -38,13 +44,13 @@ describe('README', () => {
     ['standalone', STANDALONE_OPTIONS],
     ['web', WEB_COMMAND_OPTIONS],
   ] as const)('names every option of deferflow %s', (_command, table) => {
-    const missing = Object.keys(table).filter((name) => !readme.includes(`\`--${name}\``));
+    const everything = [readme, ...DOCS.map(doc)].join('\n');
+    const missing = Object.keys(table).filter((name) => !everything.includes(`\`--${name}\``));
     expect(missing).toEqual([]);
   });
 
   it('documents exactly the error codes deferflow has, one row each', () => {
-    const section = readme.slice(readme.indexOf('## Error codes'), readme.indexOf('\n## ', readme.indexOf('## Error codes') + 1));
-    const documented = [...section.matchAll(/^\| `(DF_[A-Z_]+)` \| \S/gm)].map((match) => match[1]);
+    const documented = [...doc('docs/error-codes.md').matchAll(/^\| `(DF_[A-Z_]+)` \| \S/gm)].map((match) => match[1]);
     expect(documented.slice().sort()).toEqual([...ERROR_CODES].sort());
     expect(new Set(documented).size).toBe(documented.length);
   });
@@ -64,9 +70,33 @@ describe('README', () => {
   });
 
   it('claims no handover "at once" on a graceful stop: a peer claims released triggers at its next pass (measured 8.4 s)', () => {
-    const said = readme.replace(/\s+/g, ' ');
+    const said = [readme, ...DOCS.map(doc)].join('\n').replace(/\s+/g, ' ');
     expect(said).not.toMatch(/(hands? over|take over|takes over) at once/);
-    expect(said).toContain('a peer claims them at its next pass');
+    expect(doc('docs/production.md').replace(/\s+/g, ' ')).toContain('a peer claims them at its next pass');
+  });
+
+  it('keeps the README a front door: at most 300 lines', () => {
+    expect(readme.split('\n').length).toBeLessThanOrEqual(300);
+  });
+
+  it('links only to files and headings that exist', () => {
+    const broken = ['README.md', ...DOCS].flatMap((file) =>
+      [
+        ...doc(file)
+          .replace(/^```[\s\S]*?^```$/gm, '')
+          .matchAll(/\]\(([^)\s]+)\)/g),
+      ]
+        .map(([, target]) => target!)
+        .filter((target) => !/^[a-z]+:/.test(target))
+        .filter((target) => {
+          const [relative, anchor] = target.split('#') as [string, string | undefined];
+          const resolved = relative === '' ? file : path.join(path.dirname(file), relative);
+          if (!existsSync(path.join(REPO_ROOT, resolved))) return true;
+          return anchor !== undefined && resolved.endsWith('.md') && !headingAnchors(doc(resolved)).has(anchor);
+        })
+        .map((target) => `${file}: ${target}`),
+    );
+    expect(broken).toEqual([]);
   });
 
   it('gives the two set-up commands, and they name scripts package.json has', () => {
@@ -86,3 +116,16 @@ describe('docker-compose.yml', () => {
     expect(compose).toContain('"--dags", "/app/examples/dags"');
   });
 });
+
+/** The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens. */
+function headingAnchors(markdown: string): Set<string> {
+  const headings = [...markdown.replace(/^```[\s\S]*?^```$/gm, '').matchAll(/^#{1,6} (.+)$/gm)].map(([, heading]) => heading!);
+  return new Set(
+    headings.map((heading) =>
+      heading
+        .toLowerCase()
+        .replace(/[^a-z0-9 _-]/g, '')
+        .replace(/ /g, '-'),
+    ),
+  );
+}
