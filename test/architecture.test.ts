@@ -17,7 +17,8 @@
 //               the options all three share.
 //   app         composition: the embedded API (deferflow()), standalone, the status page.
 //   cli         the commands, mapping flags and environment variables onto the options below.
-// src/index.ts, the package's entry, is above them all.
+// src/index.ts, the package's entry, gathers the public API from every layer up to the app; the CLI
+// loads it when a command runs user code, so that this code gets that very module.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -33,12 +34,12 @@ const sources = (dir: string) =>
     .filter((file) => file.endsWith('.ts'))
     .map((file) => path.join(dir, file));
 
-/** A file's place in the order: its layer's index; the built-ins just above authoring; migrations with the database; the entry on top. */
+/** A file's place in the order: its layer's index; the built-ins just above authoring; migrations with the database; the entry between app and cli. */
 function levelOf(file: string): number {
   const [top, area] = file.split(path.sep);
   if (top === 'triggers') return LAYERS.indexOf('authoring') + 0.5;
   if (top === 'migrations') return LAYERS.indexOf('database');
-  if (file === path.join('src', 'index.ts')) return LAYERS.length;
+  if (file === path.join('src', 'index.ts')) return LAYERS.indexOf('app') + 0.5;
   const level = LAYERS.indexOf(area as (typeof LAYERS)[number]);
   if (level < 0) throw new Error(`${file} is in no layer`);
   return level;

@@ -139,7 +139,8 @@ export function registerDagsCommands(cli: Argv): void {
                 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
-          const { processDagFolder } = await import('../services/dags/dag-processor.ts');
+          // From the package entry, which hands itself to the DAG files it loads (see standalone).
+          const { processDagFolder } = await import('../index.ts');
           await withMigratedDatabase(args.db, async (database) => {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });

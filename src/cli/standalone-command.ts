@@ -27,9 +27,10 @@ export function registerStandaloneCommand(cli: Argv): void {
       if (options.exitWhenDone && options.triggerDag === null) {
         throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
       }
-      const [{ Deferflow }, { createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
-        import('../app/deferflow.ts'),
-        import('../vocabulary/logging.ts'),
+      // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to
+      // the user code this process loads, so a DAG file's `deferflow` is this very module.
+      const [{ Deferflow, createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
+        import('../index.ts'),
         import('../storage/index.ts'),
         import('../app/web/status-pages.ts'),
         import('../services/dags/manual-run.ts'),
