@@ -1,7 +1,7 @@
 /**
  * Regenerates the committed schema dumps, migrations/schema/sqlite.sql and
  * migrations/schema/postgres.sql: migrates a fresh SQLite file and a fresh PostgreSQL schema
- * and writes what `deferflow db schema` prints for each. test/migrations.test.ts compares a
+ * and writes what `deferflow db schema` prints for each. test/process/migrations.test.ts compares a
  * freshly migrated database with these files, so a migration change shows up in review.
  *
  *   npm run db:schema        (= npx tsx scripts/dump-schema.ts)

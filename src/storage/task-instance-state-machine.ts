@@ -39,7 +39,7 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../database/schema
  *
  * TASK_INSTANCE_TRANSITIONS is the same, one row per statement kind, naming the file that
  * performs it. Each `updateTable('task_instance')` in src/storage carries a
- * `// transition: <name>` comment, and test/task-instance-state-machine.test.ts checks that every
+ * `// transition: <name>` comment, and test/unit/task-instance-state-machine.test.ts checks that every
  * one is listed here, in that file, and that the states its SQL names are the row's.
  */
 

@@ -13,7 +13,7 @@ import { bytesHeader, BYTES_FORMAT, IV_BYTES, IV_POOL_BYTES, STORED_TEXT_PREFIX,
  *
  * Its code is plain CommonJS, so the same text works from the sources and the built package;
  * the format's constants are written into it from sealed-format.ts. It writes both forms
- * Keyring.seal writes and reads what Keyring.open reads (test/encryption.test.ts checks each
+ * Keyring.seal writes and reads what Keyring.open reads (test/process/encryption.test.ts checks each
  * opens the other's). A value it cannot open comes back as null: the Keyring opens that one
  * itself, to raise the error that names the row.
  *

@@ -1,0 +1,118 @@
+// Users' own files in every flavour Node knows, loaded from a folder outside the repository; a
+// file that cannot load names the fix.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { dropTestDatabases } from '../support/databases.ts';
+import { processScratch } from '../support/process-scratch.ts';
+import { PACKAGE_ENTRY, RUNNER_PROCESSES, spawnDeferflow } from '../support/processes.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+const entry = JSON.stringify(PACKAGE_ENTRY);
+
+const TRIGGER_CTS = `import { BaseTrigger, TriggerEvent, type SerializedTrigger } from ${entry};
+export class CountdownTrigger extends BaseTrigger {
+  static readonly classpath = 'legacy.CountdownTrigger';
+  constructor(readonly kwargs: { from: number }) { super(); }
+  serialize(): SerializedTrigger { return { classpath: CountdownTrigger.classpath, kwargs: this.kwargs }; }
+  async *run(): AsyncGenerator<TriggerEvent<{ steps: number }>> {
+    for (let left = this.kwargs.from; left > 0; left--) await this.sleep(20);
+    yield new TriggerEvent({ steps: this.kwargs.from });
+  }
+}
+`;
+const DAG_CTS = `import { BaseOperator, Dag, type RuntimeContext } from ${entry};
+import { CountdownTrigger } from '../triggers/countdown.cts';
+class Countdown extends BaseOperator<RuntimeContext> {
+  execute(): never { return this.defer({ trigger: new CountdownTrigger({ from: 2 }), method: 'counted' }); }
+  counted(_context: RuntimeContext, event: { steps: number }) { return { steps: event.steps, url: import.meta.url }; }
+}
+export const dag = new Dag({ dagId: 'typed_cts' }).add(new Countdown({ taskId: 'count' }));
+`;
+const DAG_CJS = `const { Dag, FunctionOperator } = require(${entry});
+module.exports = new Dag({ dagId: 'plain_cjs' }).add(new FunctionOperator({ taskId: 'hello', fn: () => require('node:path').basename(__filename) }));
+`;
+// ES module syntax and TypeScript in a .ts file that Node would read as CommonJS (no "type": "module").
+const DAG_TS = `import { Dag, FunctionOperator } from ${entry};
+const greeting: string = 'from ts';
+export const dag = new Dag({ dagId: 'esm_syntax_ts' }).add(new FunctionOperator({ taskId: 'hello', fn: () => greeting }));
+`;
+
+describe('user files', () => {
+  it('.cts, .cjs and a .ts outside an ESM package load as DAG files and trigger modules, and run', async () => {
+    const db = await scratch.database('sqlite');
+    // A CommonJS project: its package.json has no "type": "module".
+    const project = scratch.dir('commonjs-project');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'commonjs-project' }));
+    mkdirSync(path.join(project, 'dags'));
+    mkdirSync(path.join(project, 'triggers'));
+    writeFileSync(path.join(project, 'triggers/countdown.cts'), TRIGGER_CTS);
+    writeFileSync(path.join(project, 'dags/typed.cts'), DAG_CTS);
+    writeFileSync(path.join(project, 'dags/plain.cjs'), DAG_CJS);
+    writeFileSync(path.join(project, 'dags/esm-syntax.ts'), DAG_TS);
+    for (const dagId of ['typed_cts', 'plain_cjs', 'esm_syntax_ts']) {
+      const run = spawnDeferflow(
+        ['standalone', '--db', db.url, '--dags', './dags', '--trigger-module', './triggers/countdown.cts', '--trigger-dag', dagId, '--exit-when-done'],
+        {},
+        project,
+      );
+      const exit = await run.exit;
+      expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+      expect(run.text.join('\n')).toMatch(new RegExp(`${dagId} manual__\\S+: success in `));
+    }
+    const rows = await db.db.selectFrom('task_instance').select(['dag_id', 'state', 'return_value']).orderBy('dag_id').execute();
+    expect(rows.map((r) => [r.dag_id, r.state, JSON.parse(r.return_value!)])).toEqual([
+      ['esm_syntax_ts', 'success', 'from ts'],
+      ['plain_cjs', 'success', 'plain.cjs'],
+      ['typed_cts', 'success', { steps: 2, url: `file://${path.join(project, 'dags/typed.cts')}` }],
+    ]);
+  }, 90_000);
+
+  it('a DAG file importing a package that only loads with import() runs its top-level code once, and the worker says it is not reloadable', async () => {
+    const db = await scratch.database('sqlite');
+    const project = scratch.dir('esm-only-import');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'esm-only-import', type: 'module' }));
+    // A package with no export for require: only the "import" condition.
+    const pkg = path.join(project, 'node_modules/import-only');
+    mkdirSync(pkg, { recursive: true });
+    writeFileSync(path.join(pkg, 'package.json'), JSON.stringify({ name: 'import-only', type: 'module', exports: { import: './index.js' } }));
+    writeFileSync(path.join(pkg, 'index.js'), `export const word = 'imported';\n`);
+    mkdirSync(path.join(project, 'dags'));
+    writeFileSync(
+      path.join(project, 'dags/import-only.ts'),
+      `import { appendFileSync } from 'node:fs';\nimport { Dag, FunctionOperator } from ${entry};\nimport { word } from 'import-only';\n` +
+        `appendFileSync(${JSON.stringify(path.join(project, 'loads.txt'))}, process.pid + '\\n');\n` +
+        `export const dag = new Dag({ dagId: 'import_only' }).add(new FunctionOperator({ taskId: 'hello', fn: () => word }));\n`,
+    );
+    const run = spawnDeferflow(
+      ['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'import_only', '--exit-when-done'],
+      RUNNER_PROCESSES,
+      project,
+    );
+    const exit = await run.exit;
+    expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+    const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();
+    expect([row.state, JSON.parse(row.return_value!)]).toEqual(['success', 'imported']);
+    const warnings = run.stderr.filter((line) => line.includes('is loaded with import() because it imports import-only'));
+    expect(warnings, run.stderr.join('\n')).toHaveLength(1);
+    // Loaded once per process: by the DAG processor in the worker, and by the runner process that
+    // ran the task; no process runs the file twice.
+    const loads = readFileSync(path.join(project, 'loads.txt'), 'utf8').trim().split('\n');
+    expect(loads).toHaveLength(2);
+    expect(new Set(loads).size).toBe(2);
+    expect(loads[0]).toBe(String(run.pid));
+  }, 60_000);
+
+  it('a file whose project lacks deferflow is reported with the fix', async () => {
+    const db = await scratch.database('sqlite');
+    const dir = scratch.dir('user-code');
+    writeFileSync(path.join(dir, 'uninstalled.mts'), `import { Dag } from 'deferflow';\nexport const dag = new Dag({ dagId: 'uninstalled' });\n`);
+    // Run from the user's folder, as they would: from the repository, tsx would map 'deferflow' through its tsconfig.json.
+    const reserialize = spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dir], {}, dir);
+    expect((await reserialize.exit).code).toBe(1);
+    expect(reserialize.text.join('\n')).toContain(
+      `deferflow is not installed where uninstalled.mts can find it: run \`npm install deferflow\` in the project that holds ${path.join(dir, 'uninstalled.mts')}`,
+    );
+  }, 60_000);
+});

@@ -1,0 +1,234 @@
+// DAG files in a folder → serialized DAGs and import errors → scheduler and worker running them.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { processDagFolder, serializedDagSource } from '../../../src/services/dags/dag-processor.ts';
+import { Scheduler } from '../../../src/daemons/scheduler/scheduler.ts';
+import { dagFileResolver } from '../../../src/daemons/worker/dag-file-resolver.ts';
+import { Worker } from '../../../src/daemons/worker/worker.ts';
+import { PACKAGE_ENTRY } from '../../support/processes.ts';
+import { dropTestDatabases, testDialects } from '../../support/databases.ts';
+import { LogCapture, migratedDatabase, waitFor, type TestDatabase } from '../../support/fixtures.ts';
+
+afterAll(dropTestDatabases);
+
+const INDEX = PACKAGE_ENTRY;
+const dagFile = (dagId: string, { retries = 0, value = 'done' } = {}) => `
+import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
+class Step extends BaseOperator {
+  constructor(taskId: string, readonly value: string) { super({ taskId }); }
+  execute() { return this.value; }
+}
+export const dag = new Dag({ dagId: ${JSON.stringify(dagId)}, defaultArgs: { retries: ${retries} } });
+const extract = new Step('extract', 'rows');
+const load = new Step('load', ${JSON.stringify(value)});
+dag.add(extract, load);
+extract.before(load);
+`;
+
+describe.each(testDialects)('DAG processing on %s', (dialect) => {
+  const open: { databases: TestDatabase[]; dirs: string[]; stops: (() => Promise<void>)[] } = { databases: [], dirs: [], stops: [] };
+  afterEach(async () => {
+    for (const stop of open.stops.splice(0).reverse()) await stop();
+    await Promise.all(open.databases.splice(0).map((db) => db.close()));
+    for (const dir of open.dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+  const setup = async () => {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-dags-'));
+    open.dirs.push(dir);
+    const write = (name: string, text: string) => writeFileSync(path.join(dir, name), text);
+    const rows = async () =>
+      Object.fromEntries(
+        (await db.db.selectFrom('serialized_dag').select(['dag_id', 'deleted_at', 'hash']).execute()).map((r) => [
+          r.dag_id,
+          r.deleted_at === null ? 'live' : 'deleted',
+        ]),
+      );
+    const importErrors = async () =>
+      Object.fromEntries((await db.db.selectFrom('import_error').select(['fileloc', 'message']).execute()).map((r) => [path.basename(r.fileloc), r.message]));
+    return { db, dir, write, rows, importErrors };
+  };
+
+  it('records serialized DAGs and import errors; one broken file never stops the others; changes and deletions are tracked', async () => {
+    const { db, dir, write, rows, importErrors } = await setup();
+    write('etl.ts', dagFile('etl'));
+    write('reports.ts', dagFile('reports'));
+    write('broken.ts', `${dagFile('broken')}\nthrow new Error('cannot reach the config service');`);
+    write('zz-copycat.ts', dagFile('etl'));
+    write('loop.ts', dagFile('loop').replace('extract.before(load);', 'extract.before(load).before(extract);'));
+    write('_helpers.ts', 'throw new Error("never imported");');
+
+    const first = await processDagFolder(db, dir);
+    expect(first.written).toEqual({ etl: 'created', reports: 'created' });
+    expect(await rows()).toEqual({ etl: 'live', reports: 'live' });
+    const errors = await importErrors();
+    expect(Object.keys(errors).sort()).toEqual(['broken.ts', 'loop.ts', 'zz-copycat.ts']);
+    expect(errors['broken.ts']).toContain('Error: cannot reach the config service');
+    expect(errors['zz-copycat.ts']).toBe(`DAG etl is already defined in ${path.join(dir, 'etl.ts')}`);
+    expect(errors['loop.ts']).toContain('DAG loop has a cycle: extract -> load -> extract');
+
+    expect((await processDagFolder(db, dir)).written).toEqual({ etl: 'unchanged', reports: 'unchanged' });
+    write('etl.ts', dagFile('etl', { retries: 3 }));
+    expect((await processDagFolder(db, dir)).written).toMatchObject({ etl: 'updated' });
+    const stored = await db.db.selectFrom('serialized_dag').select('data').where('dag_id', '=', 'etl').executeTakeFirstOrThrow();
+    expect(JSON.parse(stored.data).dag.tasks.map((task: { retries: number }) => task.retries)).toEqual([3, 3]);
+
+    rmSync(path.join(dir, 'reports.ts'));
+    write('broken.ts', dagFile('broken'));
+    const later = await processDagFolder(db, dir);
+    expect(later.deleted).toEqual(['reports']);
+    expect(await rows()).toEqual({ etl: 'live', reports: 'deleted', broken: 'live' });
+    expect(Object.keys(await importErrors()).sort()).toEqual(['loop.ts', 'zz-copycat.ts']);
+  });
+
+  it('a wrong folder (empty, or missing) marks nothing deleted; a task of a DAG marked deleted waits instead of failing, and runs when the file is back', async () => {
+    const { db, dir, write, rows } = await setup();
+    write('etl.ts', dagFile('etl'));
+    write('other.ts', dagFile('other'));
+    await processDagFolder(db, dir);
+    const empty = mkdtempSync(path.join(os.tmpdir(), 'deferflow-empty-'));
+    open.dirs.push(empty);
+    await expect(processDagFolder(db, empty)).rejects.toMatchObject({ code: 'DF_DAG_FOLDER' });
+    await expect(processDagFolder(db, path.join(empty, 'missing'))).rejects.toMatchObject({ code: 'DF_INVALID_OPTION' });
+    expect(await rows()).toEqual({ etl: 'live', other: 'live' });
+
+    // The file really goes (and the DAG is marked deleted) while a task instance is scheduled.
+    const dags = serializedDagSource(db);
+    const log = pino({ level: 'debug' }, new LogCapture());
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' },
+      dags,
+      log,
+    );
+    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'while_gone', runType: 'manual', logicalDate: Date.now(), conf: {} });
+    await db.db.updateTable('task_instance').set({ state: 'scheduled' }).where('run_id', '=', 'while_gone').where('task_id', '=', 'extract').execute();
+    const moved = path.join(empty, 'etl.ts');
+    writeFileSync(moved, dagFile('etl'));
+    rmSync(path.join(dir, 'etl.ts'));
+    expect((await processDagFolder(db, dir)).deleted).toEqual(['etl']);
+    const worker = { jobId: 1, hostname: 'test', pid: process.pid };
+    expect(await scheduler.storage.claimTaskInstances(worker, 10)).toEqual([]);
+    const extract = async () =>
+      db.db
+        .selectFrom('task_instance')
+        .select(['state', 'try_number'])
+        .where('run_id', '=', 'while_gone')
+        .where('task_id', '=', 'extract')
+        .executeTakeFirstOrThrow();
+    expect(await extract()).toEqual({ state: 'scheduled', try_number: 0 });
+
+    // The file comes back: the next processing revives the DAG and the task runs.
+    writeFileSync(path.join(dir, 'etl.ts'), dagFile('etl'));
+    await processDagFolder(db, dir);
+    const runner = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' },
+      dagFileResolver(db),
+      log,
+    );
+    await runner.start();
+    open.stops.push(() => runner.stop());
+    await waitFor(async () => (await extract()).state === 'success', { what: 'the task run once its DAG is back' });
+  });
+
+  it('a DAG run goes scheduler → worker → success from the folder; the scheduler needs only the serialized DAG', async () => {
+    const { db, dir, write } = await setup();
+    write('etl.ts', dagFile('etl', { value: 'loaded' }));
+    await processDagFolder(db, dir);
+    const log = pino({ level: 'debug' }, new LogCapture());
+    const dags = serializedDagSource(db);
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' },
+      dags,
+      log,
+    );
+    const worker = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' },
+      dagFileResolver(db),
+      log,
+    );
+    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
+    await scheduler.start();
+    open.stops.push(() => scheduler.stop());
+    await worker.start();
+    open.stops.push(() => worker.stop());
+    const runState = async (runId: string) => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', runId).executeTakeFirstOrThrow()).state;
+    await waitFor(async () => (await runState('manual__1')) === 'success', { what: 'the run to succeed' });
+    const load = await db.db.selectFrom('task_instance').select('return_value').where('task_id', '=', 'load').executeTakeFirstOrThrow();
+    expect(JSON.parse(load.return_value!)).toBe('loaded');
+
+    // The code goes away; the scheduler still schedules from the serialized DAG, and only the
+    // worker, which needs the code, fails the task, naming the file.
+    await worker.stop();
+    rmSync(path.join(dir, 'etl.ts'));
+    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__2', runType: 'manual', logicalDate: Date.now() + 1, conf: {} });
+    await waitFor(
+      async () =>
+        (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', 'manual__2').where('task_id', '=', 'extract').executeTakeFirstOrThrow())
+          .state === 'scheduled',
+      { what: 'extract scheduled without the code' },
+    );
+  });
+
+  it("a task sees its DAG run conf, its params over the DAG's, a logger, and upstream return values", async () => {
+    const { db, dir, write } = await setup();
+    write(
+      'report.ts',
+      `
+import { BaseOperator, Dag, type RuntimeContext } from ${JSON.stringify(INDEX)};
+class Extract extends BaseOperator<RuntimeContext> { execute() { return { rows: 42 }; } }
+class Report extends BaseOperator<RuntimeContext> {
+  async execute(context: RuntimeContext) {
+    context.log.info({ reporting: true }, 'reporting');
+    return { extracted: await context.xcomPull('extract'), missing: await context.xcomPull('nope'), day: context.dagRun.conf.day, params: context.params, run: context.dagRun.runId };
+  }
+}
+export const dag = new Dag({ dagId: 'report', params: { region: 'eu', format: 'csv' } });
+const extract = new Extract({ taskId: 'extract' });
+const report = new Report({ taskId: 'report', params: { format: 'parquet' } });
+dag.add(extract, report);
+extract.before(report);
+`,
+    );
+    await processDagFolder(db, dir);
+    const logs = new LogCapture();
+    const log = pino({ level: 'debug' }, logs);
+    const dags = serializedDagSource(db);
+    const scheduler = new Scheduler(
+      db,
+      { pollIntervalMs: 50, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 10, hostname: 'test' },
+      dags,
+      log,
+    );
+    const worker = new Worker(
+      db,
+      { concurrency: 2, pollIntervalMs: 50, heartbeatIntervalMs: 500, shutdownGraceMs: 200, hostname: 'test' },
+      dagFileResolver(db),
+      log,
+    );
+    await scheduler.storage.createDagRun((await dags('report'))!, { runId: 'daily', runType: 'manual', logicalDate: Date.now(), conf: { day: '2026-11-22' } });
+    await scheduler.start();
+    open.stops.push(() => scheduler.stop());
+    await worker.start();
+    open.stops.push(() => worker.stop());
+    await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'daily').executeTakeFirstOrThrow()).state === 'success', {
+      what: 'the run',
+    });
+    const row = await db.db.selectFrom('task_instance').select('return_value').where('task_id', '=', 'report').executeTakeFirstOrThrow();
+    expect(JSON.parse(row.return_value!)).toEqual({
+      extracted: { rows: 42 },
+      missing: null,
+      day: '2026-11-22',
+      params: { region: 'eu', format: 'parquet' },
+      run: 'daily',
+    });
+    expect(logs.matching((line) => line.reporting === true)).toMatchObject([{ dag_id: 'report', task_id: 'report', run_id: 'daily', try_number: 1 }]);
+  });
+});
