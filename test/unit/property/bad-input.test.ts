@@ -8,6 +8,7 @@ import { BaseOperator, Dag, DeferflowError, sendSignal, TaskDeferred, TRIGGERER_
 import { toDbTime } from '../../../src/database/schema.ts';
 import { listSignals } from '../../../src/services/signals/signal-service.ts';
 import { Storage } from '../../../src/storage/index.ts';
+import { wake } from '../../../src/storage/wake.ts';
 import { resolveTriggererOptions } from '../../../src/daemons/triggerer/options.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
@@ -99,8 +100,10 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
         for (const [cp, kw] of rows) {
           const id = await createTaskInstance(db, { state: 'running' });
           // Written as a buggy client would: straight into the rows, unchecked (in one
-          // transaction, as a deferral is: a trigger no task instance waits on is deleted).
+          // transaction that wakes the triggerer, as a deferral is: a trigger no task instance
+          // waits on is deleted, and a triggerer with pushes polls only as a safety net).
           await db.db.transaction().execute(async (trx) => {
+            await wake(trx, db.adapter, 'triggerer');
             const trigger = await trx
               .insertInto('trigger')
               .values({ classpath: cp, kwargs: JSON.stringify(kw), created_at: toDbTime(Date.now()), triggerer_id: null, hash: null })

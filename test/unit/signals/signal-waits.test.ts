@@ -81,13 +81,13 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
   new WaitForSignal({ taskId: 'matching', key: 'orders.ready', match: { status: 'ok' } }),
   ...['a', 'b', 'c'].map((id) => new WaitForSignal({ taskId: 'any_' + id, key: 'orders.ready' })),
   new WaitForSignal({ taskId: 'late', key: 'early.bird' }),
-  new WaitForSignal({ taskId: 'never', key: 'never.sent', timeout: 5 })`,
+  new WaitForSignal({ taskId: 'never', key: 'never.sent', timeout: 2 })`,
       sender: `new SendSignal({ taskId: 'send', key: 'orders.ready', value: { status: 'ok', rows: 3 } })`,
     });
     expect(await app.sendSignal('early.bird', 'before the wait')).toBe(1);
     const runId = await app.triggerDagRun('listener');
     // These five by name: a count of five deferred could also be reached with one of them not yet
-    // deferred and never (which times out after 5 s) deferred, and its trigger row would be missing.
+    // deferred and never (which times out after 2 s) deferred, and its trigger row would be missing.
     await waitFor(
       async () => {
         const now = await tis(app, 'listener', runId);
@@ -97,7 +97,7 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
     );
     const rows = await app.database.db.selectFrom('trigger').select(['classpath', 'kwargs']).execute();
     expect(rows.every((row) => row.classpath === 'deferflow.triggers.SignalTrigger')).toBe(true);
-    // (never.sent's row may already be gone: its task times out after 5 s.)
+    // (never.sent's row may already be gone: its task times out after 2 s.)
     const waits = rows.map((row) => canonicalJson(parsePlain(row.kwargs))).filter((kwargs) => !kwargs.includes('never.sent'));
     expect(waits.sort()).toEqual(
       (
