@@ -7,6 +7,7 @@ export default defineConfig({
   resolve: {
     alias: [
       { find: /^deferflow$/, replacement: fileURLToPath(new URL('./src/index.ts', import.meta.url)) },
+      { find: /^deferflow\/internals$/, replacement: fileURLToPath(new URL('./src/internals.ts', import.meta.url)) },
       { find: /^deferflow\/triggers$/, replacement: fileURLToPath(new URL('./triggers/index.ts', import.meta.url)) },
     ],
   },

@@ -24,7 +24,8 @@ import pino from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { Duration } from 'luxon';
-import { deferflow, fromDbTime, parseDatabaseUrl } from '../dist/src/index.js';
+import { deferflow } from '../dist/src/index.js';
+import { fromDbTime, parseDatabaseUrl } from '../dist/src/internals.js';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const args = await yargs(hideBin(process.argv))

@@ -17,7 +17,8 @@ import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { deferflow, fromDbTime, parseDatabaseUrl } from '../src/index.ts';
+import { deferflow } from '../src/index.ts';
+import { fromDbTime, parseDatabaseUrl } from '../src/internals.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 const args = await yargs(hideBin(process.argv))

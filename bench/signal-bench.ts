@@ -28,22 +28,21 @@ import pg from 'pg';
 import pino from 'pino';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
+import { openDatabase, sendSignal } from '../src/index.ts';
 import {
   dagFileResolver,
   migrateToLatest,
-  openDatabase,
   processDagFolder,
   resolveSchedulerOptions,
   resolveTriggererOptions,
   resolveWorkerOptions,
   Scheduler,
-  sendSignal,
   serializedDagSource,
   Triggerer,
   triggerDagRun,
   TriggerRegistry,
   Worker,
-} from '../src/index.ts';
+} from '../src/internals.ts';
 import { BUILTIN_TRIGGERS } from '../triggers/index.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 

@@ -1,13 +1,18 @@
-// deferflow's public API. Triggers: BaseTrigger + TriggerEvent; operators: BaseOperator.defer()
-// throwing TaskDeferred; persistence: deferTaskInstance / resumeTaskInstance and the task
-// instances they work on; embedding: deferflow({...}), or the Worker, Scheduler and Triggerer.
+/**
+ * deferflow: deferrable tasks and a triggerer daemon. This entry is what DAG and trigger authors
+ * and embedders use: operators, triggers, sensors, `Dag`, events, errors, signals, and
+ * `deferflow({...})` with its options. The daemon classes, storage and table types are in
+ * `deferflow/internals`. Its API report is docs/api/deferflow.api.md.
+ *
+ * @packageDocumentation
+ */
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './authoring/triggers/base-trigger.ts';
 export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './authoring/triggers/trigger-event.ts';
-export { TriggerRegistry } from './authoring/triggers/registry.ts';
 export { nowPlusPlaceholder } from './authoring/triggers/start-trigger-kwargs.ts';
 export {
   BaseOperator,
   chain,
+  type AnyOperator,
   type RuntimeContext,
   type TaskContext,
   type TaskDefaults,
@@ -31,14 +36,12 @@ export {
 export { BaseSensorOperator, SENSOR_MODES, type SensorMode, type SensorOptions, type SmartSensors } from './authoring/sensors/base-sensor.ts';
 export { PokeReturnValue, isPokeReturnValue } from './authoring/sensors/poke-result.ts';
 export { isSensorClass, type PokeContext, type SensorClass } from './authoring/sensors/sensor-class.ts';
-export { SensorPokeTrigger, type SensorPokeKwargs } from './authoring/sensors/sensor-poke-trigger.ts';
 export type { TaskReschedule } from './model/task-reschedule.ts';
 export type { DagRunStates, DagRunStatesQuery } from './model/dag-run-states.ts';
 export { CONNECTION_ENV_PREFIX, connectionFromEnv, listConnections, maskConnectionUrl, type Connection } from './authoring/connections/connections.ts';
 export { isTruthyCell, queryFirstCell } from './authoring/connections/sql-connection.ts';
 export { MAX_SIGNAL_KEY_LENGTH, MAX_SIGNAL_VALUE_BYTES, checkSignalKey, type Signal } from './model/signal.ts';
 export {
-  SignalService,
   latestSignalVersion,
   listSignals,
   listenSignal,
@@ -53,57 +56,22 @@ export { deferTaskInstance, resumeTaskInstance } from './services/deferral.ts';
 export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type TaskInstance } from './services/task-instances.ts';
 export { openDatabase, type Database } from './database/connect.ts';
 export { Keyring } from './database/encryption/keyring.ts';
-export { parseDatabaseUrl, DEFAULT_DATABASE_URL } from './database/database-url.ts';
-export { migrateToLatest } from './database/migrate.ts';
-export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './model/failure-marker.ts';
-export {
-  fromDbTime,
-  toDbTime,
-  DAG_RUN_STATES,
-  TASK_INSTANCE_STATES,
-  type DagRunState,
-  type DatabaseSchema,
-  type DagRunTable,
-  type ImportErrorTable,
-  type JobTable,
-  type SerializedDagTable,
-  type TaskInstanceState,
-  type TaskInstanceTable,
-  type TaskLogTable,
-  type TaskRescheduleTable,
-  type TriggerTable,
-} from './database/schema.ts';
-export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TaskRescheduleRow, TriggerTableRow } from './database/rows.ts';
-export { createLogger, type Logger } from './vocabulary/logging.ts';
-export type { LogFormat, LogLevel } from './vocabulary/logging.ts';
-export { canonicalJson, type JsonValue, type JsonObject } from './vocabulary/serialization/json.ts';
+export type { DagRunState, TaskInstanceState } from './database/schema.ts';
+export type { Logger, LogFormat, LogLevel } from './vocabulary/logging.ts';
+export type { JsonValue, JsonObject } from './vocabulary/serialization/json.ts';
+export type { DurationInput } from './vocabulary/time/duration.ts';
 export * from './vocabulary/errors.ts';
-export { Triggerer } from './daemons/triggerer/triggerer.ts';
-export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './daemons/triggerer/options.ts';
-export { Worker, type TaskResolver, type WorkerOptions } from './daemons/worker/worker.ts';
-export { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from './daemons/worker/options.ts';
-export { dagFileResolver } from './daemons/worker/dag-file-resolver.ts';
-export { Scheduler, type SchedulerOptions } from './daemons/scheduler/scheduler.ts';
-export { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from './daemons/scheduler/options.ts';
-export { serializedDagSource, processDagFolder } from './services/dags/dag-processor.ts';
-export type { DagSource, SchedulerDag } from './model/scheduler-dag.ts';
-export { triggerDagRun, type ManualRunOptions } from './services/dags/manual-run.ts';
 export { deferflow, Deferflow } from './app/deferflow.ts';
-export {
-  resolveDeferflowConfig,
-  type DeferflowConfig,
-  type DeferflowOptions,
-  type DurationInput,
-  type SchedulerConfig,
-  type TriggererConfig,
-  type WorkerConfig,
-} from './app/config.ts';
+export type { DeferflowConfig, DeferflowOptions, SchedulerConfig, TriggererConfig, WorkerConfig } from './app/config.ts';
 
-// This module and the built-in triggers' are the ones a DAG file or trigger module importing
-// deferflow gets (not a second copy of the library): see shareWithUserCode.
+// This module, deferflow/internals and the built-in triggers' are the ones a DAG file or trigger
+// module importing deferflow gets (not a second copy of the library): see shareWithUserCode.
 import * as publicApi from './index.ts';
+import * as internals from './internals.ts';
 import * as builtinTriggers from '../triggers/index.ts';
 import { shareWithUserCode } from './authoring/user-code/shared-modules.ts';
 
+const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
 shareWithUserCode(import.meta.url, publicApi);
-shareWithUserCode(new URL(`../triggers/index${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url).href, builtinTriggers);
+shareWithUserCode(new URL(`./internals${extension}`, import.meta.url).href, internals);
+shareWithUserCode(new URL(`../triggers/index${extension}`, import.meta.url).href, builtinTriggers);

@@ -139,8 +139,8 @@ export function registerDagsCommands(cli: Argv): void {
                 'Mark deleted the DAGs of files not found even when the folder holds none of the files processed before (refused otherwise: a wrong --dags)',
             }),
         async (args) => {
-          // From the package entry, which hands itself to the DAG files it loads (see standalone).
-          const { processDagFolder } = await import('../index.ts');
+          // The package entry too, which hands itself to the DAG files this loads (see standalone).
+          const [, { processDagFolder }] = await Promise.all([import('../index.ts'), import('../services/dags/dag-processor.ts')]);
           await withMigratedDatabase(args.db, async (database) => {
             const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });

@@ -18,7 +18,7 @@ export function registerRuntimeCommands(cli: Argv): void {
       const http = resolveObservabilityHttp(raw, process.env);
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to the
       // user code this process loads, so a DAG file's `deferflow` is this very module, not a second copy.
-      const { Deferflow, createLogger } = await import('../index.ts');
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../index.ts'), import('../vocabulary/logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'worker' });
       const app = await Deferflow.open(deferflowOptionsOf({ worker: options }, false, http), log);
       await runUntilSignalled(log, app, options.shutdownGraceMs + 5_000);
@@ -35,7 +35,7 @@ export function registerRuntimeCommands(cli: Argv): void {
       const http = resolveObservabilityHttp(raw, process.env);
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to the
       // user code this process loads, so a DAG file's `deferflow` is this very module, not a second copy.
-      const { Deferflow, createLogger } = await import('../index.ts');
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../index.ts'), import('../vocabulary/logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'scheduler' });
       const app = await Deferflow.open(deferflowOptionsOf({ scheduler: options }, false, http), log);
       await runUntilSignalled(log, app, 5_000);

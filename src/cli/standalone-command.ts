@@ -29,8 +29,9 @@ export function registerStandaloneCommand(cli: Argv): void {
       }
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to
       // the user code this process loads, so a DAG file's `deferflow` is this very module.
-      const [{ Deferflow, createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
+      const [{ Deferflow }, { createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
         import('../index.ts'),
+        import('../vocabulary/logging.ts'),
         import('../storage/index.ts'),
         import('../app/web/status-pages.ts'),
         import('../services/dags/manual-run.ts'),

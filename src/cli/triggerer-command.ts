@@ -20,7 +20,7 @@ export function registerTriggererCommand(cli: Argv): void {
       const http = resolveObservabilityHttp(raw, process.env, options.signalHttpToken ? TRIGGERER_SIGNAL_HTTP_PORT : 'off');
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to the
       // user code this process loads, so a DAG file's `deferflow` is this very module, not a second copy.
-      const { Deferflow, createLogger } = await import('../index.ts');
+      const [{ Deferflow }, { createLogger }] = await Promise.all([import('../index.ts'), import('../vocabulary/logging.ts')]);
       const log = createLogger({ level: options.logLevel, format: options.logFormat, name: 'triggerer' });
       const app = await Deferflow.open(deferflowOptionsOf({ triggerer: options }, false, http), log);
       await runUntilSignalled(log, app, SHUTDOWN_DEADLINE_MS);

@@ -26,6 +26,7 @@ import type { DatabaseSchema } from './schema.ts';
 import { NotificationHub } from './notification-hub.ts';
 import { Keyring } from './encryption/keyring.ts';
 
+/** An open database: its kysely instance, its dialect's adapter, its keyring, and close(). */
 export interface Database {
   readonly db: Kysely<DatabaseSchema>;
   readonly adapter: DialectAdapter;
@@ -47,6 +48,7 @@ export interface OpenDatabaseOptions {
   readonly keyring?: Keyring;
 }
 
+/** Opens a database by URL (sqlite:PATH or postgres://…), with the keyring that opens encrypted values. */
 export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Database {
   const target = parseDatabaseUrl(url);
   if (options.mustExist && target.dialect === 'sqlite' && target.file !== ':memory:' && !existsSync(target.file)) {

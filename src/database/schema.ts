@@ -32,8 +32,10 @@ export const TASK_INSTANCE_STATES = [
   // Never ran: an upstream it needed failed (its trigger rule can no longer be met).
   'upstream_failed',
 ] as const;
+/** A task instance's state (Airflow's), null being "no state" yet. */
 export type TaskInstanceState = (typeof TASK_INSTANCE_STATES)[number];
 
+/** The trigger table: one row per distinct wait, owned by the triggerer running it. */
 export interface TriggerTable {
   id: Generated<number>;
   classpath: string;
@@ -51,6 +53,7 @@ export interface TriggerTable {
   quarantined_at: DbTime | null;
 }
 
+/** The task_instance table: one row per task of each DAG run, its state and its deferral. */
 export interface TaskInstanceTable {
   id: Generated<number>;
   dag_id: string;
@@ -101,9 +104,11 @@ export interface TaskInstanceSignalTable {
 }
 
 export const DAG_RUN_STATES = ['queued', 'running', 'success', 'failed'] as const;
+/** A DAG run's state. */
 export type DagRunState = (typeof DAG_RUN_STATES)[number];
 export type DagRunType = 'manual' | 'scheduled';
 
+/** The dag_run table: one row per DAG run. */
 export interface DagRunTable {
   id: Generated<number>;
   dag_id: string;
@@ -122,6 +127,7 @@ export interface DagRunTable {
   updated_at: DbTime;
 }
 
+/** The serialized_dag table: each DAG's structure as JSON, written by DAG processing and read by the scheduler. */
 export interface SerializedDagTable {
   dag_id: string;
   fileloc: string;
@@ -134,6 +140,7 @@ export interface SerializedDagTable {
   deleted_at: NullableDbTime;
 }
 
+/** The import_error table: DAG files that failed to load, with why. */
 export interface ImportErrorTable {
   id: Generated<number>;
   fileloc: string;
@@ -141,6 +148,7 @@ export interface ImportErrorTable {
   created_at: DbTime;
 }
 
+/** The task_log table: task instances' log lines, by try. */
 export interface TaskLogTable {
   id: Generated<number>;
   task_instance_id: number;
@@ -181,6 +189,7 @@ export interface TriggerWaitTable {
   waited_from: DbTime;
 }
 
+/** The task_reschedule table: each reschedule of a sensor's try. */
 export interface TaskRescheduleTable {
   id: Generated<number>;
   task_instance_id: number;
@@ -219,6 +228,7 @@ export const WORKER_JOB_TYPE = 'WorkerJob';
 export const SCHEDULER_JOB_TYPE = 'SchedulerJob';
 export type JobState = 'running' | 'success' | 'failed';
 
+/** The job table: one row per daemon run (triggerer, worker, scheduler), with its heartbeat. */
 export interface JobTable {
   id: Generated<number>;
   job_type: string;
@@ -231,6 +241,7 @@ export interface JobTable {
   latest_heartbeat: DbTime;
 }
 
+/** deferflow's tables, for `new Kysely<DatabaseSchema>(…)`. */
 export interface DatabaseSchema {
   trigger: TriggerTable;
   task_instance: TaskInstanceTable;
@@ -249,11 +260,14 @@ export interface DatabaseSchema {
   encryption_key: EncryptionKeyTable;
 }
 
+/** A time (epoch milliseconds) as a time column stores it. */
 export function toDbTime(epochMs: number): string {
   return new Date(epochMs).toISOString();
 }
 
+/** A time column's value (a Date on PostgreSQL, ISO text on SQLite) as epoch milliseconds. */
 export function fromDbTime(value: Date | string): number;
+/** A time column's value as epoch milliseconds, or null for null. */
 export function fromDbTime(value: Date | string | null): number | null;
 export function fromDbTime(value: Date | string | null): number | null {
   if (value === null) return null;

@@ -13,6 +13,7 @@ export interface DagRunStatesQuery {
   readonly taskIds?: readonly string[] | null;
 }
 
+/** The states of other DAG runs' task instances, as context.dagRunStates() reads them (ExternalTaskSensor). */
 export interface DagRunStates {
   readonly dagId: string;
   /** ISO-8601, UTC. */

@@ -37,8 +37,10 @@ export type ActedSignal = Omit<Signal, 'sentAt' | 'value'> & { readonly value: S
 export const SIGNAL_ACTIONS = ['start', 'restart', 'stop'] as const;
 export type SignalActionName = (typeof SIGNAL_ACTIONS)[number];
 export const START_CONDITIONS = ['sufficient', 'necessary'] as const;
+/** Whether a start signal alone starts the task (sufficient), or only once its trigger rule is met too (necessary). */
 export type StartCondition = (typeof START_CONDITIONS)[number];
 export const STOP_END_STATES = ['skipped', 'failed', 'success'] as const;
+/** The state a stop signal ends a task instance in. */
 export type StopEndState = (typeof STOP_END_STATES)[number];
 
 /** One signal a task reacts to, as the scheduler reads it from the serialized DAG. */

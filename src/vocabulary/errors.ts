@@ -52,8 +52,10 @@ export const ERROR_CODES = [
   'DF_ENCRYPTION_KEY_MISMATCH',
 ] as const;
 
+/** Every stable error code deferflow has (DF_…), each documented in docs/error-codes.md. */
 export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
 
+/** Every error deferflow raises on purpose: a stable `code` and a message that says what was wrong and what to do. */
 export class DeferflowError extends Error {
   readonly code: DeferflowErrorCode;
 
@@ -64,6 +66,7 @@ export class DeferflowError extends Error {
   }
 }
 
+/** An option (a flag, an environment variable or a config field) has a value it cannot take, or is not an option. */
 export class InvalidOptionError extends DeferflowError {
   constructor(
     readonly option: string,
@@ -73,6 +76,7 @@ export class InvalidOptionError extends DeferflowError {
   }
 }
 
+/** A database URL that is neither sqlite:PATH nor postgres://…. */
 export class InvalidDatabaseUrlError extends DeferflowError {
   constructor(url: string, why: string) {
     super('DF_INVALID_DATABASE_URL', `database URL ${JSON.stringify(url)}: ${why}`);
@@ -86,6 +90,7 @@ export class DatabaseNotMigratedError extends DeferflowError {
   }
 }
 
+/** A value that must be JSON is not (a function, a cycle, a non-finite number …): where, and what. */
 export class NotJsonError extends DeferflowError {
   /** `notAValue`: the value is JSON but of the wrong kind (an array where an object is needed): no list of JSON kinds follows. */
   constructor(
@@ -110,12 +115,14 @@ export class NotStorableError extends DeferflowError {
   }
 }
 
+/** A trigger's constructor refused its kwargs: what was wrong, and what to pass instead. */
 export class InvalidTriggerArgumentError extends DeferflowError {
   constructor(trigger: string, message: string) {
     super('DF_INVALID_TRIGGER_ARGUMENT', `${trigger}: ${message}`);
   }
 }
 
+/** A trigger row names a classpath no registered trigger class has. */
 export class UnknownTriggerError extends DeferflowError {
   constructor(
     readonly classpath: string,
@@ -129,12 +136,14 @@ export class UnknownTriggerError extends DeferflowError {
   }
 }
 
+/** A trigger module (--trigger-module) could not be loaded, or defines no trigger class. */
 export class TriggerModuleError extends DeferflowError {
   constructor(message: string, options?: ErrorOptions) {
     super('DF_TRIGGER_MODULE', message, options);
   }
 }
 
+/** A trigger failed (it threw, or ended without an event): its error and stack, handed to its task instances. */
 export class TriggerFailedError extends DeferflowError {
   constructor(message: string, options?: ErrorOptions) {
     super('DF_TRIGGER_FAILED', message, options);
@@ -208,6 +217,7 @@ export class TaskDeferralTimeout extends TaskDeferralError {
   }
 }
 
+/** A task instance is not in a state the call can act on. */
 export class TaskInstanceStateError extends DeferflowError {
   constructor(message: string) {
     super('DF_TASK_INSTANCE_STATE', message);
@@ -221,6 +231,7 @@ export class InvalidTaskInstanceError extends DeferflowError {
   }
 }
 
+/** A deferral names a method the operator does not have. */
 export class UnknownNextMethodError extends DeferflowError {
   constructor(operator: string, method: string) {
     super('DF_UNKNOWN_NEXT_METHOD', `operator ${operator} has no method ${JSON.stringify(method)} to resume at`);

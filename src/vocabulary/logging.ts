@@ -6,8 +6,10 @@ import { oneOf } from './options/option-table.ts';
 export type { Logger } from 'pino';
 
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+/** A pino log level. */
 export type LogLevel = (typeof LOG_LEVELS)[number];
 export const LOG_FORMATS = ['json', 'pretty'] as const;
+/** How logs are written: JSON lines, or pretty single lines. */
 export type LogFormat = (typeof LOG_FORMATS)[number];
 
 /** A --log-level value, or DF_INVALID_OPTION naming the levels. */

@@ -17,8 +17,10 @@
 //               the options all three share.
 //   app         composition: the embedded API (deferflow()), standalone, the status page.
 //   cli         the commands, mapping flags and environment variables onto the options below.
-// src/index.ts, the package's entry, gathers the public API from every layer up to the app; the CLI
-// loads it when a command runs user code, so that this code gets that very module.
+// The package's two entries sit between app and cli: src/index.ts (`deferflow`, for authors and
+// embedders) and src/internals.ts (`deferflow/internals`, the lower level) gather the public API
+// from every layer up to the app; the CLI loads the first when a command runs user code, so that
+// this code gets that very module.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -39,7 +41,7 @@ function levelOf(file: string): number {
   const [top, area] = file.split(path.sep);
   if (top === 'triggers') return LAYERS.indexOf('authoring') + 0.5;
   if (top === 'migrations') return LAYERS.indexOf('database');
-  if (file === path.join('src', 'index.ts')) return LAYERS.indexOf('app') + 0.5;
+  if (file === path.join('src', 'index.ts') || file === path.join('src', 'internals.ts')) return LAYERS.indexOf('app') + 0.5;
   const level = LAYERS.indexOf(area as (typeof LAYERS)[number]);
   if (level < 0) throw new Error(`${file} is in no layer`);
   return level;
@@ -48,7 +50,7 @@ function levelOf(file: string): number {
 const CODE = [...sources('src'), ...sources('triggers'), ...sources('migrations')];
 
 describe('the code', () => {
-  it('has one layer per top-level folder of src/, and no other module there but the package entry', () => {
+  it("has one layer per top-level folder of src/, and no other module there but the package's two entries", () => {
     const entries = readdirSync(path.join(REPO_ROOT, 'src'), { withFileTypes: true });
     expect(
       entries
@@ -56,7 +58,12 @@ describe('the code', () => {
         .map((entry) => entry.name)
         .sort(),
     ).toEqual([...LAYERS].sort());
-    expect(entries.filter((entry) => entry.isFile()).map((entry) => entry.name)).toEqual(['index.ts']);
+    expect(
+      entries
+        .filter((entry) => entry.isFile())
+        .map((entry) => entry.name)
+        .sort(),
+    ).toEqual(['index.ts', 'internals.ts']);
   });
 
   it('keeps every SQL statement in src/storage (operations) and src/database (connections, dialects, migrations)', () => {

@@ -3,7 +3,7 @@
 // runs older than D go with their task instances and logs, old signals but each key's latest,
 // ended job rows. Unfinished runs and each DAG's latest scheduled run stay, whatever their age.
 import { afterAll, describe, expect, it } from 'vitest';
-import { toDbTime } from '../../src/index.ts';
+import { toDbTime } from '../../src/internals.ts';
 import { Storage } from '../../src/storage/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { processScratch } from '../support/process-scratch.ts';

@@ -13,7 +13,6 @@ import {
   Keyring,
   openDatabase,
   readTaskInstance,
-  resolveDeferflowConfig,
   resumeTaskInstance,
   TaskDeferred,
   TriggerEvent,
@@ -22,6 +21,7 @@ import {
   type SerializedTrigger,
   type TaskContext,
 } from '../../src/index.ts';
+import { resolveDeferflowConfig } from '../../src/internals.ts';
 import { migrateToLatest } from '../../src/database/migrate.ts';
 import { resolveStandaloneOptions } from '../../src/app/standalone/options.ts';
 import { Storage } from '../../src/storage/index.ts';

@@ -73,7 +73,8 @@ await app.stop();
 
 // What a consumer's type checker sees of the embedding API and the exported row types.
 const EMBED_TYPED = `import { Duration } from 'luxon';
-import { deferflow, type DeferflowConfig, type TaskInstance, type TaskInstanceRow } from 'deferflow';
+import { deferflow, type DeferflowConfig, type TaskInstance } from 'deferflow';
+import type { TaskInstanceRow } from 'deferflow/internals';
 import { CountdownTrigger } from '../triggers/countdown.ts';
 
 const config: DeferflowConfig = {

@@ -11,12 +11,12 @@ import {
   deferflow,
   deferTaskInstance,
   readTaskInstance,
-  resolveDeferflowConfig,
   resumeTaskInstance,
   TaskDeferred,
   type Deferflow,
   type TaskContext,
 } from '../../src/index.ts';
+import { resolveDeferflowConfig } from '../../src/internals.ts';
 import { EchoTrigger } from '../fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects } from '../support/databases.ts';
 import { LogCapture, waitFor } from '../support/fixtures.ts';

@@ -4,7 +4,8 @@
 import { sql } from 'kysely';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { TaskDeferred, TRIGGER_FAILURE_METHOD } from '../../src/index.ts';
+import { TaskDeferred } from '../../src/index.ts';
+import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
 import { Storage } from '../../src/storage/index.ts';
 import type { TriggerEventRecord } from '../../src/storage/index.ts';
 import { OutcomeWriter } from '../../src/daemons/triggerer/outcome-writer.ts';

@@ -3,7 +3,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { TRIGGERER_OPTIONS } from '../../src/index.ts';
+import { TRIGGERER_OPTIONS } from '../../src/internals.ts';
 import { ERROR_CODES } from '../../src/vocabulary/errors.ts';
 import { SCHEDULER_OPTIONS } from '../../src/daemons/scheduler/options.ts';
 import { STANDALONE_OPTIONS } from '../../src/app/standalone/options.ts';

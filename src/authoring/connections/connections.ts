@@ -7,6 +7,7 @@ import { UnknownConnectionError } from '../../vocabulary/errors.ts';
  */
 export const CONNECTION_ENV_PREFIX = 'DEFERFLOW_CONN_';
 
+/** A named connection, read from a DEFERFLOW_CONN_<NAME> environment variable. */
 export interface Connection {
   /** As given: letters, digits and `_`, case-insensitive (the variable is upper case). */
   readonly name: string;

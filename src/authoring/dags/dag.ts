@@ -7,6 +7,7 @@ import { cronProblem, fixedIntervalMs, isTimeZone, momentMs, type Schedule, type
 import type { SignalSchedule } from '../../model/scheduler-dag.ts';
 import { checkSignalKey } from '../../model/signal.ts';
 
+/** What a DAG is made with: its id and, optionally, its schedule, defaults for its tasks and its description. */
 export interface DagOptions {
   /** Letters, digits, `_`, `-` and `.`. */
   readonly dagId: string;

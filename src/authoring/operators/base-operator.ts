@@ -23,6 +23,7 @@ export interface TaskInstanceRef {
   readonly tryNumber: number;
 }
 
+/** What a task is given as it runs: its task instance, the logical date and interval, its logger, the results of upstream tasks (xcomPull). */
 export interface TaskContext {
   readonly taskInstance: TaskInstanceRef;
 }
@@ -120,6 +121,7 @@ export type SignalActionOptions =
   | { readonly key: string; readonly action: 'restart' }
   | { readonly key: string; readonly action: 'stop'; readonly endState?: StopEndState };
 
+/** A task's options: its id, and what it overrides of the DAG's task defaults. */
 export interface TaskOptions extends TaskDefaults {
   /** Letters, digits, `_`, `-` and `.`; unique within its DAG. */
   readonly taskId: string;
@@ -138,6 +140,7 @@ export interface TaskOptions extends TaskDefaults {
 // biome-ignore lint/suspicious/noExplicitAny: the one place that spells "whatever context", see above
 export type AnyOperator = BaseOperator<any>;
 
+/** What can be chained: one task, or several side by side. */
 export type TaskOrTasks = AnyOperator | readonly AnyOperator[];
 
 const TASK_ID = /^[A-Za-z0-9_.-]+$/;

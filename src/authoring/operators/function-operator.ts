@@ -1,6 +1,7 @@
 import { InvalidDagError } from '../../vocabulary/errors.ts';
 import { BaseOperator, type RuntimeContext, type TaskOptions } from './base-operator.ts';
 
+/** A FunctionOperator's options: the task's, the function it runs, and optionally where a deferral resumes. */
 export interface FunctionOperatorOptions<Context extends RuntimeContext> extends TaskOptions {
   /**
    * The task's work. What it returns (JSON) is kept as the task's return value; it may defer

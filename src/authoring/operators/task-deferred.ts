@@ -3,6 +3,7 @@ import { assertJsonObject, type JsonObject } from '../../vocabulary/serializatio
 import { durationToMs, type DurationInput } from '../../vocabulary/time/duration.ts';
 import { isTriggerClass, triggerHash, type BaseTrigger, type SerializedTrigger } from '../triggers/base-trigger.ts';
 
+/** What defer() is asked: the trigger, the method to resume at, its kwargs (JSON) and an optional timeout. */
 export interface DeferralRequest {
   /** What to wait for. */
   readonly trigger: BaseTrigger;
@@ -33,6 +34,7 @@ export function isTaskDeferred(thrown: unknown): thrown is TaskDeferred {
   return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[TASK_DEFERRED_BRAND] === true;
 }
 
+/** What BaseOperator.defer() throws: the trigger to wait on, the method to resume at, its kwargs and the deferral's timeout, checked where defer() was called. */
 export class TaskDeferred extends Error {
   readonly [TASK_DEFERRED_BRAND] = true;
   readonly trigger: BaseTrigger;

@@ -18,6 +18,7 @@ const SKIPPED_BRAND = Symbol.for('deferflow.TaskSkipped');
 const RESCHEDULED_BRAND = Symbol.for('deferflow.TaskRescheduled');
 const FAILED_BRAND = Symbol.for('deferflow.TaskFailedWithoutRetry');
 
+/** Thrown by a task to end its try as skipped (Airflow's AirflowSkipException). */
 export class TaskSkipped extends Error {
   readonly [SKIPPED_BRAND] = true;
   constructor(readonly reason: string = 'skipped by the task') {
@@ -26,6 +27,7 @@ export class TaskSkipped extends Error {
   }
 }
 
+/** Thrown by a sensor in reschedule mode to give its slot back until its next poke. */
 export class TaskRescheduled extends Error {
   readonly [RESCHEDULED_BRAND] = true;
   /** Epoch ms: the task instance is not scheduled again before it. */
@@ -40,6 +42,7 @@ export class TaskRescheduled extends Error {
   }
 }
 
+/** Thrown by a task to fail its try with no retry, whatever retries it has left. */
 export class TaskFailedWithoutRetry extends Error {
   readonly [FAILED_BRAND] = true;
   /** `code`: the stable code the failure is logged with (DF_TASK_FAILED unless said otherwise). */
@@ -52,14 +55,17 @@ export class TaskFailedWithoutRetry extends Error {
   }
 }
 
+/** Whether a thrown value is a TaskFailedWithoutRetry (a brand check: true whichever copy of deferflow made it). */
 export function isTaskFailedWithoutRetry(thrown: unknown): thrown is TaskFailedWithoutRetry {
   return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[FAILED_BRAND] === true;
 }
 
+/** Whether a thrown value is a TaskSkipped (a brand check: true whichever copy of deferflow made it). */
 export function isTaskSkipped(thrown: unknown): thrown is TaskSkipped {
   return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[SKIPPED_BRAND] === true;
 }
 
+/** Whether a thrown value is a TaskRescheduled (a brand check: true whichever copy of deferflow made it). */
 export function isTaskRescheduled(thrown: unknown): thrown is TaskRescheduled {
   return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[RESCHEDULED_BRAND] === true;
 }

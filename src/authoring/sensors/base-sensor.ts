@@ -11,9 +11,11 @@ import { backoffPause, pokeResult, type PokeResult, type PokeReturnValue } from 
 import { SENSOR_BRAND, sensorClasspathOf, type PokeContext, type SensorClass } from './sensor-class.ts';
 import { SensorPokeTrigger } from './sensor-poke-trigger.ts';
 
+/** How a sensor waits: holding its slot (poke), giving it back between pokes (reschedule), or on the triggerer (deferrable). */
 export type SensorMode = 'poke' | 'reschedule' | 'deferrable';
 export const SENSOR_MODES: readonly SensorMode[] = ['poke', 'reschedule', 'deferrable'];
 
+/** A sensor's options: the task's, its mode, poke interval, timeout, exponential backoff and soft fail. */
 export interface SensorOptions extends TaskOptions {
   /** Pause between pokes (luxon Duration or seconds). @default 60 seconds */
   readonly pokeInterval?: DurationInput;

@@ -15,6 +15,7 @@ export class PokeReturnValue {
   ) {}
 }
 
+/** Whether a value is a PokeReturnValue (a brand check: true whichever copy of deferflow made it). */
 export function isPokeReturnValue(value: unknown): value is PokeReturnValue {
   return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[POKE_RETURN_BRAND] === true;
 }

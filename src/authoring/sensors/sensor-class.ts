@@ -9,6 +9,7 @@ import type { DagRunStates, DagRunStatesQuery } from '../../model/dag-run-states
  */
 export const SENSOR_BRAND = Symbol.for('deferflow.BaseSensorOperator');
 
+/** What a sensor's poke() is given on the triggerer (deferrable mode): the fields its class names in pokeContextFields, and a logger. */
 export interface PokeContext {
   /** The poke's logger: the task's log on a worker, the trigger's on the triggerer. */
   readonly log: import('pino').Logger;
@@ -25,6 +26,7 @@ export interface SensorInstance {
   poke(context: PokeContext): unknown;
 }
 
+/** A sensor class as the triggerer pokes it in deferrable mode: its classpath, pokeContextFields and a static poke. */
 export type SensorClass = (new (
   options: never,
 ) => SensorInstance) & {
@@ -32,6 +34,7 @@ export type SensorClass = (new (
   readonly pokeContextFields?: readonly string[];
 };
 
+/** Whether a value is a sensor class the triggerer can poke (a subclass of BaseSensorOperator with a classpath). */
 export function isSensorClass(value: unknown): value is SensorClass {
   return typeof value === 'function' && (value as unknown as Record<symbol, unknown>)[SENSOR_BRAND] === true;
 }

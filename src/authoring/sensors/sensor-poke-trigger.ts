@@ -6,6 +6,7 @@ import { backoffPause, pokeResult } from './poke-result.ts';
 import type { DagRunStatesQuery } from '../../model/dag-run-states.ts';
 import { sensorFromPokeContext } from './sensor-class.ts';
 
+/** The SensorPokeTrigger's kwargs: the sensor's classpath, its poke context and its poke interval. */
 export interface SensorPokeKwargs {
   /** The sensor class's classpath, on the triggerer's allow-list. */
   readonly sensor: string;

@@ -7,6 +7,7 @@ import type { SensorClass } from '../sensors/sensor-class.ts';
 import type { DagRunStates, DagRunStatesQuery } from '../../model/dag-run-states.ts';
 import type { Signal } from '../../model/signal.ts';
 
+/** A trigger as stored: its classpath and constructor kwargs (JSON), from which any triggerer rebuilds it. */
 export interface SerializedTrigger {
   /** The name the triggerer's registry knows the class by. */
   readonly classpath: string;

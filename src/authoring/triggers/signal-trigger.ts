@@ -4,6 +4,7 @@ import { BaseTrigger, type SerializedTrigger } from './base-trigger.ts';
 import { TriggerEvent } from './trigger-event.ts';
 import { checkSignalKey, type Signal } from '../../model/signal.ts';
 
+/** The SignalTrigger's kwargs: the key, the version to wait past, and an optional value to match. */
 export interface SignalTriggerKwargs {
   /** The signal key waited on. */
   readonly key: string;

@@ -10,6 +10,7 @@ import type { JsonObject, JsonValue } from '../../vocabulary/serialization/json.
  */
 export const NOW_PLUS = '$nowPlus';
 
+/** A placeholder in a start trigger's kwargs for "the moment the task instance starts, plus delta", filled in when it defers. */
 export function nowPlusPlaceholder(delta: Duration): JsonObject {
   return { [NOW_PLUS]: delta.toISO() };
 }

@@ -7,6 +7,7 @@ export class TriggerEvent<Payload extends JsonValue = JsonValue> {
 
 /** The states an event can end its task instances in. */
 export const TASK_END_STATES = ['success', 'failed', 'skipped'] as const;
+/** How a TaskEndEvent ends its task instances: success, failed or skipped. */
 export type TaskEndState = (typeof TASK_END_STATES)[number];
 
 /**

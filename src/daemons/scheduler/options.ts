@@ -31,6 +31,7 @@ export const SCHEDULER_OPTIONS = {
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
+/** The scheduler's options with every default applied, as resolveSchedulerOptions returns them. */
 export interface ResolvedSchedulerOptions extends SchedulerOptions {
   readonly databaseUrl: string;
   /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */

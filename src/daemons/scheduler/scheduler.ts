@@ -28,6 +28,7 @@ const SIGNAL_SAFETY_CHECK_MS = 60_000;
 /** Most task instances with a signal version to act on looked at in one pass (the next pass goes on). */
 const SIGNAL_ACTIONS_PER_PASS = 500;
 
+/** The scheduler's options: intervals, thresholds and the DAG source. */
 export interface SchedulerOptions {
   readonly pollIntervalMs: number;
   readonly heartbeatIntervalMs: number;
@@ -40,7 +41,9 @@ export interface SchedulerOptions {
   readonly push?: boolean;
 }
 
-/*
+/**
+ * The scheduler daemon: moves DAG runs through their tasks, from serialized DAGs (never DAG code).
+ *
  * A scheduler pass:
  * - DAGs with a schedule whose next data interval has ended → a scheduled run (see
  *   src/model/schedule.ts);

@@ -96,6 +96,7 @@ export const TRIGGERER_OPTIONS = {
 export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
 export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | boolean | readonly string[] | undefined>>;
 
+/** The triggerer's options with every default applied, as resolveTriggererOptions returns them. */
 export interface TriggererOptions {
   readonly databaseUrl: string;
   /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */

@@ -40,6 +40,7 @@ const FULL_RECONCILE_MS = 60_000;
  * release ownership so peers take over at once, mark the job row ended.
  */
 
+/** The triggerer daemon: claims trigger rows up to its capacity, runs them on its event loop, and writes their events; heartbeats, and takes over the triggers of dead peers. */
 export class Triggerer extends Daemon {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;

@@ -70,6 +70,7 @@ export const WORKER_OPTIONS = {
   'log-format': COMMON_OPTIONS['log-format'],
 } as const;
 
+/** The worker's options with every default applied, as resolveWorkerOptions returns them. */
 export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly databaseUrl: string;
   /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */

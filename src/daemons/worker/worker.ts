@@ -40,6 +40,7 @@ export type AnyResolvedTask = ResolvedTask<any>;
 /** Finds the task a claimed task instance runs (by importing its DAG file). Throws, naming the task, when it cannot. */
 export type TaskResolver = (taskInstance: ClaimedTaskInstance) => Promise<AnyResolvedTask>;
 
+/** The worker's options: slots, intervals, thresholds, task isolation and how tasks are found. */
 export interface WorkerOptions {
   /** Task instances run at once (slots). */
   readonly concurrency: number;
@@ -53,7 +54,9 @@ export interface WorkerOptions {
   readonly push?: boolean;
 }
 
-/*
+/**
+ * The worker daemon: claims scheduled task instances into its slots, runs and resumes them.
+ *
  * A worker's life is every daemon's (src/services/jobs/daemon.ts: start once, stop once, a job row).
  * While running it claims scheduled task instances into free slots and runs each: start it
  * (queued → running), execute() it or resume it at next_method, and record the outcome (see

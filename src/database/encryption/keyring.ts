@@ -68,6 +68,7 @@ interface Key {
   readonly header: Buffer;
 }
 
+/** The encryption keys a process holds: the first seals new values, every one opens values sealed under its id. */
 export class Keyring {
   /** No keys: values are written in plain; a sealed one cannot be read (EncryptionKeyError). */
   static readonly none = new Keyring([]);

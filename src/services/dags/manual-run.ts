@@ -6,6 +6,7 @@ import { Storage } from '../../storage/index.ts';
 import { serializedDagSource } from './dag-processor.ts';
 import { unknownDagError } from './unknown-dag.ts';
 
+/** A manual DAG run's options: its run id, logical date and conf. */
 export interface ManualRunOptions {
   /** The run's conf. @default {} */
   readonly conf?: JsonObject;

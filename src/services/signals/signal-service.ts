@@ -10,6 +10,7 @@ import { checkSignalKey, checkSignalVersion, signalValueText, type Signal } from
 /** Called with each signal of its key, in version order, once each. */
 export type SignalListener = (signal: Signal) => void | Promise<void>;
 
+/** A listener on a signal key, until unsubscribe(). */
 export interface SignalSubscription {
   readonly key: string;
   /** The last version handed to the listener (or the one it started after). */
@@ -18,6 +19,7 @@ export interface SignalSubscription {
   close(): void;
 }
 
+/** A SignalService's options: how it hears pushes and how often it polls. */
 export interface SignalServiceOptions extends NotificationHubOptions {
   /** Between two looks at the database while no push is known to work, ms. @default 1000 */
   readonly pollIntervalMs?: number;

@@ -11,7 +11,9 @@ import { unstorableReason } from './storable-text.ts';
  * refused the same way on both dialects (see storable-text.ts).
  */
 export type JsonPrimitive = string | number | boolean | null;
+/** A JSON value: what kwargs, events and return values are made of. */
 export type JsonValue = JsonPrimitive | JsonValue[] | { [key: string]: JsonValue };
+/** A JSON object. */
 export type JsonObject = { [key: string]: JsonValue };
 
 export function assertJsonValue(value: unknown, path: string): asserts value is JsonValue {

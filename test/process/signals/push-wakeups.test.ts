@@ -7,7 +7,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../../../src/services/dags/dag-processor.ts';
-import { fromDbTime } from '../../../src/index.ts';
+import { fromDbTime } from '../../../src/internals.ts';
 import { triggerDagRun } from '../../../src/services/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { waitFor } from '../../support/fixtures.ts';

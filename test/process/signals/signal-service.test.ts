@@ -4,7 +4,8 @@
 import pino from 'pino';
 import { sql } from 'kysely';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { openDatabase, sendSignal, SignalService, type Database, type Signal } from '../../../src/index.ts';
+import { openDatabase, sendSignal, type Database, type Signal } from '../../../src/index.ts';
+import { SignalService } from '../../../src/internals.ts';
 import { migrateToLatest } from '../../../src/database/migrate.ts';
 import { Storage } from '../../../src/storage/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../../support/databases.ts';

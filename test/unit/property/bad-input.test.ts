@@ -4,7 +4,8 @@
 // refusal is a deferflow error with a code, naming what was wrong.
 import fc from 'fast-check';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { BaseOperator, Dag, DeferflowError, sendSignal, TaskDeferred, TRIGGERER_OPTIONS } from '../../../src/index.ts';
+import { BaseOperator, Dag, DeferflowError, sendSignal, TaskDeferred } from '../../../src/index.ts';
+import { TRIGGERER_OPTIONS } from '../../../src/internals.ts';
 import { toDbTime } from '../../../src/database/schema.ts';
 import { listSignals } from '../../../src/services/signals/signal-service.ts';
 import { Storage } from '../../../src/storage/index.ts';

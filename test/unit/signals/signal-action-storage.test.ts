@@ -3,7 +3,8 @@
 // trigger; a running one is asked to stop and its worker carries the request out, which wins
 // over the try's own outcome.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { TaskDeferred, toDbTime, type TaskInstanceState } from '../../../src/index.ts';
+import { TaskDeferred, type TaskInstanceState } from '../../../src/index.ts';
+import { toDbTime } from '../../../src/internals.ts';
 import { Storage } from '../../../src/storage/index.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';

@@ -2,7 +2,7 @@ import { Duration } from 'luxon';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { DagRunStates, DagRunStatesQuery } from '../../../src/index.ts';
-import { TriggerRegistry } from '../../../src/index.ts';
+import { TriggerRegistry } from '../../../src/internals.ts';
 import { TriggerRunner } from '../../../src/daemons/triggerer/trigger-runner.ts';
 import { ExternalTaskSensor, TaskStateTrigger } from '../../../triggers/index.ts';
 import { judgeTaskStates, resolveTaskStateCheck } from '../../../triggers/task-state-trigger.ts';
