@@ -9,7 +9,7 @@ import { InvalidOptionError, LifecycleError } from '../vocabulary/errors.ts';
 import { createLogger } from '../vocabulary/logging.ts';
 import type { DagRunState } from '../database/schema.ts';
 import { Scheduler } from '../daemons/scheduler/scheduler.ts';
-import { Storage } from '../storage/index.ts';
+import { openStores } from '../storage/index.ts';
 import { SignalService, type SignalListener, type SignalSubscription } from '../services/signals/signal-service.ts';
 import { signalRoute, type SentSignal } from '../services/signals/signal-http.ts';
 import { signalAudience } from '../services/signals/signal-audience.ts';
@@ -111,7 +111,7 @@ export class Deferflow {
     if (options.keyring.encrypting) {
       // Before any component writes: a key the database knows under other material is refused here.
       try {
-        await new Storage(database).verifyEncryptionKeys(Date.now());
+        await openStores(database).maintenance.verifyEncryptionKeys(Date.now());
       } catch (error) {
         await database.close().catch(() => {});
         throw unreachable(options.databaseUrl, error);
@@ -281,7 +281,7 @@ export class Deferflow {
 
   /** The run's state now: queued, running, success or failed; null when there is no such run. */
   async dagRunState(dagId: string, runId: string): Promise<DagRunState | null> {
-    return (await new Storage(this.database).runProgress(dagId, runId))?.state ?? null;
+    return (await openStores(this.database).dagRuns.runProgress(dagId, runId))?.state ?? null;
   }
 
   /**

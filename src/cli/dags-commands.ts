@@ -28,12 +28,12 @@ export function registerDagsCommands(cli: Argv): void {
         (command) => command.option('json', { type: 'boolean', describe: 'One JSON object instead of a table' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {
-            const dagRows = (await storage.listSerializedDags()).map((row) => ({
+            const dagRows = (await storage.serializedDags.listSerializedDags()).map((row) => ({
               dag_id: row.dagId,
               fileloc: row.fileloc,
               schedule: describeSchedule(JSON.parse(row.dataJson)?.dag?.schedule),
             }));
-            const errors = await storage.listImportErrors();
+            const errors = await storage.serializedDags.listImportErrors();
             if (args.json) {
               process.stdout.write(`${JSON.stringify({ dags: dagRows, import_errors: errors })}\n`);
               return;
@@ -95,12 +95,12 @@ export function registerDagsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           await withStorage(args.db, async (storage, database) => {
-            const runs = await storage.listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
+            const runs = await storage.dagRuns.listDagRuns({ dagId: args.dagId, state: args.state as DagRunState | undefined, limit });
             // No runs of a DAG the database has never heard of: most likely a mistyped id, not an idle DAG.
             if (runs.length === 0 && args.dagId !== undefined) {
               // Without --state the list just read already says the DAG has no run at all.
-              const anyRun = args.state === undefined ? runs : await storage.listDagRuns({ dagId: args.dagId, limit: 1 });
-              if (anyRun.length === 0 && (await storage.readSerializedDag(args.dagId)) === null) {
+              const anyRun = args.state === undefined ? runs : await storage.dagRuns.listDagRuns({ dagId: args.dagId, limit: 1 });
+              if (anyRun.length === 0 && (await storage.serializedDags.readSerializedDag(args.dagId)) === null) {
                 const { unknownDagError } = await import('../services/dags/unknown-dag.ts');
                 throw await unknownDagError(database, args.dagId, 'dag-id');
               }

@@ -1,7 +1,7 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import type { Database } from '../database/connect.ts';
-import type { Storage } from '../storage/index.ts';
+import type { Stores } from '../storage/index.ts';
 import { DEFAULT_DATABASE_URL, redactDatabaseUrl } from '../database/database-url.ts';
 import { COMMON_OPTIONS, ENCRYPTION_KEYS_ENV, keyringOf } from '../daemons/common-options.ts';
 import { Keyring } from '../database/encryption/keyring.ts';
@@ -28,9 +28,9 @@ export async function withMigratedDatabase<T>(dbFlag: unknown, work: (database: 
 }
 
 /** withMigratedDatabase, handing `work` the storage layer's operations on that database too. */
-export async function withStorage<T>(dbFlag: unknown, work: (storage: Storage, database: Database) => Promise<T>): Promise<T> {
-  const { Storage } = await import('../storage/index.ts');
-  return withMigratedDatabase(dbFlag, (database) => work(new Storage(database), database));
+export async function withStorage<T>(dbFlag: unknown, work: (storage: Stores, database: Database) => Promise<T>): Promise<T> {
+  const { openStores } = await import('../storage/index.ts');
+  return withMigratedDatabase(dbFlag, (database) => work(openStores(database), database));
 }
 
 export function registerDbCommands(cli: Argv): void {
@@ -108,7 +108,7 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
   const ms = durationText(olderThan, 'older-than');
   const before = Date.now() - ms;
   await withStorage(dbFlag, async (storage) => {
-    const counts = await storage.cleanDatabase(before, !yes);
+    const counts = await storage.maintenance.cleanDatabase(before, !yes);
     const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.triggerLogLines} trigger log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s)`;
     process.stdout.write(
       yes
@@ -132,12 +132,12 @@ async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | unde
       `db rotate-key needs the keys: set ${ENCRYPTION_KEYS_ENV} or --encryption-keys-file, the new key first and the old ones after it`,
     );
   }
-  const [{ openMigratedDatabase }, { Storage }] = await Promise.all([import('../database/open-migrated-database.ts'), import('../storage/index.ts')]);
+  const [{ openMigratedDatabase }, { openStores }] = await Promise.all([import('../database/open-migrated-database.ts'), import('../storage/index.ts')]);
   const database = await openMigratedDatabase(databaseUrlFrom(dbFlag), keyring);
   try {
-    const storage = new Storage(database);
-    await storage.verifyEncryptionKeys(Date.now());
-    const counts = await storage.resealValues();
+    const storage = openStores(database);
+    await storage.maintenance.verifyEncryptionKeys(Date.now());
+    const counts = await storage.maintenance.resealValues();
     const { resealed } = counts;
     const total = Object.values(resealed).reduce((sum, count) => sum + count, 0);
     for (const message of counts.unreadable) process.stderr.write(`error [DF_ENCRYPTION_KEY]: ${message}\n`);

@@ -27,7 +27,7 @@ export function registerJobsCommands(cli: Argv): void {
           await withStorage(args.db, async (storage) => {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
-            const rows = (await storage.listJobs({ jobType, limit })).map((job) => ({
+            const rows = (await storage.jobs.listJobs({ jobType, limit })).map((job) => ({
               id: job.id,
               job_type: job.jobType,
               state: job.state,
@@ -73,7 +73,7 @@ export function registerJobsCommands(cli: Argv): void {
           await withStorage(args.db, async (storage) => {
             const now = Date.now();
             const jobType = args['job-type'] === undefined ? undefined : JOB_TYPES[args['job-type'] as keyof typeof JOB_TYPES];
-            const running = await storage.listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
+            const running = await storage.jobs.listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
             const alive = running.filter((job) => jobLiveness(job, thresholds, now) === 'alive');
             const what = `${args['job-type'] ?? 'job'}${args.hostname === undefined ? '' : ` on ${args.hostname}`}`;
             if (alive.length === 0) {

@@ -1,7 +1,7 @@
 import os from 'node:os';
 import type { Argv } from 'yargs';
 import { declareOptions, rawOptionsFrom } from './declare-options.ts';
-import type { Storage } from '../storage/index.ts';
+import type { Stores } from '../storage/index.ts';
 import { redactDatabaseUrl } from '../database/database-url.ts';
 import { InvalidOptionError } from '../vocabulary/errors.ts';
 import { STANDALONE_OPTIONS, resolveStandaloneOptions, type StandaloneOptions } from '../app/standalone/options.ts';
@@ -29,7 +29,7 @@ export function registerStandaloneCommand(cli: Argv): void {
       }
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to
       // the user code this process loads, so a DAG file's `deferflow` is this very module.
-      const [{ Deferflow }, { createLogger }, { Storage }, { statusPages }, { triggerDagRun }] = await Promise.all([
+      const [{ Deferflow }, { createLogger }, { openStores }, { statusPages }, { triggerDagRun }] = await Promise.all([
         import('../index.ts'),
         import('../vocabulary/logging.ts'),
         import('../storage/index.ts'),
@@ -53,7 +53,7 @@ export function registerStandaloneCommand(cli: Argv): void {
         log,
       );
       const database = app.database;
-      const storage = new Storage(database);
+      const storage = openStores(database);
       if (options.web) {
         app.extraRoutes = statusPages(database, {
           refreshSeconds: options.web.refreshSeconds,
@@ -89,7 +89,7 @@ export function registerStandaloneCommand(cli: Argv): void {
         },
         exitCodeAfterSignal: async (signal) => {
           if (runId === null) return 0;
-          const run = await storage.runProgress(options.triggerDag!, runId);
+          const run = await storage.dagRuns.runProgress(options.triggerDag!, runId);
           if (run && (run.state === 'success' || run.state === 'failed')) return run.state === 'success' ? 0 : 1;
           const figures = run ? progressFigures(run) : null;
           say(
@@ -118,7 +118,7 @@ export function registerStandaloneCommand(cli: Argv): void {
  * succeeded, or to null once interrupted (a signal: the stop says the rest).
  */
 async function showRunProgress(
-  storage: Storage,
+  storage: Stores,
   app: Deferflow,
   options: StandaloneOptions,
   runId: string,
@@ -131,14 +131,14 @@ async function showRunProgress(
   let lastPrintedAt = 0;
   for (;;) {
     if (progressState.interrupted) return null;
-    const progress = await storage.runProgress(dagId, runId);
+    const progress = await storage.dagRuns.runProgress(dagId, runId);
     if (!progress) throw new InvalidOptionError('trigger-dag', `DAG run ${dagId} ${runId} disappeared while standalone watched it (deleted by someone else)`);
     const elapsed = performance.now() - startedAt;
     const figures = progressFigures(progress);
     const finished = progress.state === 'success' || progress.state === 'failed';
     const line = progressLine(figures, elapsed);
     // Read before the last progress line is drawn: nothing is printed between it and the summary.
-    const taskMs = finished ? await storage.finishedTaskMs(dagId, runId) : 0;
+    const taskMs = finished ? await storage.dagRuns.finishedTaskMs(dagId, runId) : 0;
     if (screen) {
       if (finished) screen.leave(line);
       else screen.draw(line);

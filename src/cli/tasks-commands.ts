@@ -1,6 +1,6 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
-import type { Storage } from '../storage/index.ts';
+import type { Stores } from '../storage/index.ts';
 import { formatTable } from './table.ts';
 import { InvalidOptionError } from '../vocabulary/errors.ts';
 import { COMMON_OPTIONS } from '../daemons/common-options.ts';
@@ -22,9 +22,9 @@ export function registerTasksCommands(cli: Argv): void {
         async (args) => {
           await withStorage(args.db, async (storage) => {
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
-            const taskInstances = await storage.taskInstancesOfRunId(args.run, args.dag);
+            const taskInstances = await storage.taskInstances.taskInstancesOfRunId(args.run, args.dag);
             // Why the latest try failed, for a task that failed or waits to retry: its log's last error line.
-            const errors = await storage.tryErrors(taskInstances.filter((ti) => ti.state === 'failed' || ti.state === 'up_for_retry'));
+            const errors = await storage.taskInstances.tryErrors(taskInstances.filter((ti) => ti.state === 'failed' || ti.state === 'up_for_retry'));
             const rows = taskInstances.map((ti) => ({
               dag_id: ti.dagId,
               task_id: ti.taskId,
@@ -64,7 +64,7 @@ export function registerTasksCommands(cli: Argv): void {
           const { serializedDagSource } = await import('../services/dags/dag-processor.ts');
           await withStorage(args.db, async (storage, database) => {
             // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
-            const ofRun = await storage.taskInstancesOfRunId(args.run, args.dag);
+            const ofRun = await storage.taskInstances.taskInstancesOfRunId(args.run, args.dag);
             const dagIds = [...new Set(ofRun.map((ti) => ti.dagId))];
             if (dagIds.length === 0)
               throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
@@ -83,10 +83,10 @@ export function registerTasksCommands(cli: Argv): void {
             const chosen = ofRun.filter((ti) => wanted === null || wanted.has(ti.taskId));
             if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${dagId}`);
             const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
-            const result = await storage.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
+            const result = await storage.taskInstances.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
             // A finished run with cleared task instances runs again.
-            const run = await storage.findDagRun(dagId, args.run);
-            if (run && (run.state === 'success' || run.state === 'failed')) await storage.setDagRunState(run.id, run.state, 'queued');
+            const run = await storage.dagRuns.findDagRun(dagId, args.run);
+            if (run && (run.state === 'success' || run.state === 'failed')) await storage.dagRuns.setDagRunState(run.id, run.state, 'queued');
             process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
           });
         },
@@ -106,7 +106,7 @@ export function registerTasksCommands(cli: Argv): void {
             const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             // A rescheduled try gives its number back, but its lines are logged under it. A task
             // started from its trigger waits (and resumes) under try 0: that wait is its first try.
-            const loggedTries = await storage.taskLogTries(ti.id);
+            const loggedTries = await storage.logs.taskLogTries(ti.id);
             const latestTry = Math.max(ti.tryNumber, ...loggedTries);
             const firstTry = loggedTries.includes(0) ? 0 : 1;
             if (latestTry < firstTry) throw new InvalidOptionError('task', `${where} has not run yet: it has no log`);
@@ -114,7 +114,7 @@ export function registerTasksCommands(cli: Argv): void {
             if (!Number.isInteger(tryNumber) || tryNumber < firstTry || tryNumber > latestTry) {
               throw new InvalidOptionError('try', `${where} has tries ${firstTry} to ${latestTry}, not ${args.try}`);
             }
-            const lines = await storage.readTaskLog(ti.id, tryNumber);
+            const lines = await storage.logs.readTaskLog(ti.id, tryNumber);
             if (lines.length === 0 && ti.hostname === null && ti.state !== 'deferred') {
               // A task started from its trigger and ended by it: the wait was its try, on the triggerer.
               throw new InvalidOptionError(
@@ -161,7 +161,7 @@ export function registerTasksCommands(cli: Argv): void {
           await withStorage(args.db, async (storage) => {
             const { ti } = await oneTaskInstance(storage, args.run, args.task, args.dag);
             const iso = (ms: number) => new Date(ms).toISOString();
-            const rows = (await storage.taskReschedules(ti.id, null)).map((r) => ({
+            const rows = (await storage.taskInstances.taskReschedules(ti.id, null)).map((r) => ({
               try_number: r.tryNumber,
               start_date: iso(r.startDate),
               end_date: iso(r.endDate),
@@ -189,8 +189,8 @@ export function registerTasksCommands(cli: Argv): void {
 }
 
 /** The one task instance of a run with this task id; refuses, naming the fix, none or several (by DAG). */
-async function oneTaskInstance(storage: Storage, runId: string, taskId: string, dagId: string | undefined) {
-  const ofRun = await storage.taskInstancesOfRunId(runId, dagId);
+async function oneTaskInstance(storage: Stores, runId: string, taskId: string, dagId: string | undefined) {
+  const ofRun = await storage.taskInstances.taskInstancesOfRunId(runId, dagId);
   const ofDag = dagId ? ` of DAG ${dagId}` : '';
   if (ofRun.length === 0) throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(runId)}${ofDag}`);
   const found = ofRun.filter((ti) => ti.taskId === taskId);

@@ -26,7 +26,7 @@ export function registerTriggersCommands(cli: Argv): void {
           const triggererId = args.triggerer === undefined ? undefined : positiveInteger(args.triggerer, 'triggerer');
           await withStorage(args.db, async (storage) => {
             const now = Date.now();
-            const rows = (await storage.listTriggers({ limit, triggererId, perTrigger: NAMED_PER_TRIGGER })).map((trigger) => ({
+            const rows = (await storage.triggers.listTriggers({ limit, triggererId, perTrigger: NAMED_PER_TRIGGER })).map((trigger) => ({
               id: trigger.id,
               classpath: trigger.classpath,
               triggerer_id: trigger.triggererId,

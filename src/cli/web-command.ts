@@ -33,7 +33,7 @@ export function registerWebCommand(cli: Argv): void {
       const http = resolveObservabilityHttp(raw, process.env, STANDALONE_HTTP_PORT);
       if (http === null) throw new InvalidOptionError('http-port', 'deferflow web serves the status page: give a port (0: any free one), not off');
       const web = resolveWebOptions(raw, process.env, http.host);
-      const [{ createLogger }, { openMigratedDatabase }, { Storage }, { statusPages }] = await Promise.all([
+      const [{ createLogger }, { openMigratedDatabase }, { openStores }, { statusPages }] = await Promise.all([
         import('../vocabulary/logging.ts'),
         import('../database/open-migrated-database.ts'),
         import('../storage/index.ts'),
@@ -42,8 +42,8 @@ export function registerWebCommand(cli: Argv): void {
       const log = createLogger({ level: logLevel(pick('log-level')), format: logFormat(pick('log-format')), name: 'web' });
       const database = await openMigratedDatabase(String(pick('db')));
       const metrics = new Metrics();
-      const storage = new Storage(database);
-      metrics.databaseGauges(() => storage.countWaitingWork());
+      const storage = openStores(database);
+      metrics.databaseGauges(() => storage.maintenance.countWaitingWork());
       const server = new ObservabilityServer(
         // Serving the page is all this command does: its port, even the default one, must be had.
         { ...http, optional: false },

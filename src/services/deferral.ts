@@ -3,7 +3,7 @@ import { TaskInstanceStateError } from '../vocabulary/errors.ts';
 import type { BaseOperator, TaskContext } from '../authoring/operators/base-operator.ts';
 import type { TaskDeferred } from '../authoring/operators/task-deferred.ts';
 import type { JsonObject } from '../vocabulary/serialization/json.ts';
-import { Storage, type DeferResult } from '../storage/index.ts';
+import { type DeferResult, openStores } from '../storage/index.ts';
 
 /**
  * Records a deferral: in one transaction the trigger row is inserted (or an identical unfired
@@ -16,7 +16,7 @@ export function deferTaskInstance(
   deferral: TaskDeferred,
   now = Date.now(),
 ): Promise<DeferResult> {
-  return new Storage(database).deferTaskInstance(taskInstanceId, deferral, now);
+  return openStores(database).taskInstances.deferTaskInstance(taskInstanceId, deferral, now);
 }
 
 /** States a resumed task instance may be in: scheduled by the triggerer, or picked up by a worker. */
@@ -35,7 +35,7 @@ export async function resumeTaskInstance<Context extends TaskContext>(
   operator: BaseOperator<Context>,
   context: Context,
 ): Promise<unknown> {
-  const ti = await new Storage(database).readResumeState(taskInstanceId);
+  const ti = await openStores(database).taskInstances.readResumeState(taskInstanceId);
   if (!ti) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
   if (ti.nextMethod === null) {
     throw new TaskInstanceStateError(`task instance ${taskInstanceId} has no next_method: it is not resuming from a deferral`);

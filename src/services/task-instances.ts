@@ -2,7 +2,7 @@ import type { Database } from '../database/connect.ts';
 import { fromDbTime, TASK_INSTANCE_STATES, type TaskInstanceState } from '../database/schema.ts';
 import { InvalidTaskInstanceError, TaskInstanceStateError } from '../vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../vocabulary/serialization/json.ts';
-import { Storage } from '../storage/index.ts';
+import { openStores } from '../storage/index.ts';
 
 /**
  * For code that runs operators itself, outside deferflow's worker: it creates the task instance
@@ -79,10 +79,10 @@ export async function createTaskInstance(database: Pick<Database, 'db' | 'adapte
   if (!Number.isSafeInteger(retries) || retries < 0)
     throw new InvalidTaskInstanceError(`retries must be an integer of 0 or more, got ${JSON.stringify(fields.retries)}`);
   const key = { dagId: fields.dagId, taskId: fields.taskId, runId: fields.runId, mapIndex };
-  const storage = new Storage(database);
-  const id = await storage.createTaskInstance({ ...key, state, priorityWeight, maxTries: retries, operator: fields.operator ?? null });
+  const storage = openStores(database);
+  const id = await storage.taskInstances.createTaskInstance({ ...key, state, priorityWeight, maxTries: retries, operator: fields.operator ?? null });
   if (id !== null) return id;
-  const existing = await storage.readTaskInstance(key);
+  const existing = await storage.taskInstances.readTaskInstance(key);
   throw new TaskInstanceStateError(
     `task instance ${fields.dagId}.${fields.taskId} of run ${fields.runId} (map index ${mapIndex}) already exists (id ${existing?.id ?? '?'}, ${existing?.state ?? 'no state'}); read it with readTaskInstance`,
   );
@@ -96,10 +96,10 @@ export async function readTaskInstance(
   database: Pick<Database, 'db' | 'adapter'> & Partial<Pick<Database, 'keyring'>>,
   id: number,
 ): Promise<TaskInstance | null> {
-  const storage = new Storage(database);
-  const row = await storage.readTaskInstance({ id });
+  const storage = openStores(database);
+  const row = await storage.taskInstances.readTaskInstance({ id });
   if (!row) return null;
-  const nextKwargs = storage.openNextKwargs(id, row.next_kwargs, row.next_event);
+  const nextKwargs = storage.taskInstances.openNextKwargs(id, row.next_kwargs, row.next_event);
   if (nextKwargs.unreadable) throw nextKwargs.unreadable;
   const date = (value: Date | string | null) => (value === null ? null : new Date(fromDbTime(value)));
   return {

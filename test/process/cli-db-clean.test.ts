@@ -4,7 +4,7 @@
 // ended job rows. Unfinished runs and each DAG's latest scheduled run stay, whatever their age.
 import { afterAll, describe, expect, it } from 'vitest';
 import { toDbTime } from '../../src/internals.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { spawnDeferflow } from '../support/processes.ts';
@@ -16,7 +16,7 @@ const DAY = 86_400_000;
 describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
   it('counts without --yes, refuses a bad --older-than, and deletes only what finished before it', async () => {
     const db = await scratch.database(dialect);
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const now = Date.now();
     const run = async (
       runId: string,
@@ -55,16 +55,16 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
     await run('latest_scheduled', 'scheduled', 'success', 35, 36); // old, but the latest scheduled: kept
     await run('recent', 'manual', 'success', 1);
     await run('old_running', 'manual', 'running', 40, 42); // unfinished: kept
-    for (let i = 0; i < 3; i++) await storage.sendSignal('orders', String(i), now - 40 * DAY);
-    await storage.sendSignal('orders', '3', now);
-    const ended = await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 1 });
+    for (let i = 0; i < 3; i++) await storage.signals.sendSignal('orders', String(i), now - 40 * DAY);
+    await storage.signals.sendSignal('orders', '3', now);
+    const ended = await storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 1 });
     await db.db
       .updateTable('job')
       .set({ state: 'success', end_date: toDbTime(now - 40 * DAY) })
       .where('id', '=', ended)
       .execute();
-    const live = await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 2, capacity: 1 });
-    await storage.appendTriggerLogLines([
+    const live = await storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 2, capacity: 1 });
+    await storage.logs.appendTriggerLogLines([
       { triggerId: 1, loggedAt: now - 40 * DAY, level: 'info', message: 'old trigger line', fieldsJson: null },
       { triggerId: 2, loggedAt: now - 1 * DAY, level: 'info', message: 'recent trigger line', fieldsJson: null },
     ]);

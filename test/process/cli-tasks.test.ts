@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder, serializedDagSource } from '../../src/services/dags/dag-processor.ts';
 import { toDbTime } from '../../src/database/schema.ts';
 import { TaskDeferred } from '../../src/index.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -32,17 +32,17 @@ describe.each(testDialects)('deferflow tasks on %s', (dialect) => {
     const dir = scratch.dir('tasks');
     writeFileSync(path.join(dir, 'etl.mts'), DAG);
     await processDagFolder(db, dir);
-    const storage = new Storage(db);
-    const dagRunId = (await storage.createDagRun((await serializedDagSource(db)('etl'))!, {
+    const storage = openStores(db);
+    const dagRunId = (await storage.dagRuns.createDagRun((await serializedDagSource(db)('etl'))!, {
       runId: 'r1',
       runType: 'manual',
       logicalDate: Date.now(),
       conf: {},
     }))!;
-    const ids = Object.fromEntries((await storage.taskInstancesOfRun('etl', 'r1')).map((ti) => [ti.taskId, ti.id]));
+    const ids = Object.fromEntries((await storage.dagRuns.taskInstancesOfRun('etl', 'r1')).map((ti) => [ti.taskId, ti.id]));
     await db.db.updateTable('task_instance').set({ state: 'success', try_number: 1 }).where('id', '=', ids.extract!).execute();
     await db.db.updateTable('task_instance').set({ state: 'running', try_number: 3 }).where('id', '=', ids.load!).execute();
-    const { triggerId } = await storage.deferTaskInstance(ids.load!, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }));
+    const { triggerId } = await storage.taskInstances.deferTaskInstance(ids.load!, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }));
     await db.db.updateTable('dag_run').set({ state: 'failed' }).where('id', '=', dagRunId).execute();
 
     const listed = await run(spawnDeferflow(['tasks', 'list', '--db', db.url, '--run', 'r1', '--json']));

@@ -2,7 +2,7 @@
 // and the task instances waiting on it (a shared trigger names them all); never its kwargs.
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { DateTimeTrigger } from '../../triggers/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, waitFor } from '../support/fixtures.ts';
@@ -17,7 +17,7 @@ type TriggerJson = { id: number; classpath: string; triggerer_id: number | null;
 describe.each(testDialects)('deferflow triggers list on %s', (dialect) => {
   it('lists triggers with their owner, age and waiting task instances, a shared one with all of them', async () => {
     const db = await scratch.database(dialect);
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const list = async (...more: string[]) => {
       const proc = spawnDeferflow(['triggers', 'list', '--db', db.url, ...more]);
       expect((await proc.exit).code, proc.describe()).toBe(0);
@@ -26,7 +26,7 @@ describe.each(testDialects)('deferflow triggers list on %s', (dialect) => {
     expect(await list()).toEqual(['no triggers']);
     const defer = async (moment: string) => {
       const id = await createTaskInstance(db, { state: 'running' });
-      await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
+      await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
       return id;
     };
     // Two identical waits share one trigger row; a third waits on its own.

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGERER_OPTIONS } from '../../src/internals.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { EchoTrigger } from '../fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, testDialects, type TestDialect } from '../support/databases.ts';
 import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
@@ -327,7 +327,7 @@ describe('triggerer --trigger-module', () => {
     const database = await migrated(dialect);
     const message = `echo from a .ts module ✓ ${process.pid}-${Date.now()}`;
     const id = await createTaskInstance(database);
-    const { triggerId } = await new Storage(database).deferTaskInstance(
+    const { triggerId } = await openStores(database).taskInstances.deferTaskInstance(
       id,
       new TaskDeferred({ trigger: new EchoTrigger({ message }), method: 'resume', kwargs: { note: 'kept' } }),
     );

@@ -24,7 +24,7 @@ import {
 import { resolveDeferflowConfig } from '../../src/internals.ts';
 import { migrateToLatest } from '../../src/database/migrate.ts';
 import { resolveStandaloneOptions } from '../../src/app/standalone/options.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { SealingService } from '../../src/database/encryption/sealing-service.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/storage/context.ts';
 import { triggerHash } from '../../src/authoring/triggers/base-trigger.ts';
@@ -536,7 +536,7 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
       .where('id', '=', ti.id)
       .executeTakeFirstOrThrow();
     expect(row).toMatchObject({ state: 'failed', try_number: 1, max_tries: 3 });
-    const log = (await new Storage(app.database).readTaskLog(ti.id, 1)).map((line) => line.message).join('\n');
+    const log = (await openStores(app.database).logs.readTaskLog(ti.id, 1)).map((line) => line.message).join('\n');
     expect(log).toContain(`failed: EncryptionKeyError: task instance ${ti.id}: its task_instance.next_kwargs is encrypted with key "gone"`);
     // The worker goes on: a third run succeeds.
     const third = await app.triggerDagRun('secrets', { conf: { n: 3 } });

@@ -5,7 +5,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { toDbTime } from '../../src/database/schema.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { DateTimeTrigger } from '../../triggers/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -51,7 +51,7 @@ describe.each(testDialects)('the triggerer watchdog on %s', (dialect) => {
     const dueMs = Date.now() + 18_000;
     await deferHealthy(db, dueMs);
     const poisonTi = await createTaskInstance(db);
-    const { triggerId: poison } = await new Storage(db).deferTaskInstance(
+    const { triggerId: poison } = await openStores(db).taskInstances.deferTaskInstance(
       poisonTi,
       new TaskDeferred({ trigger: new t.SpinForeverTrigger({}), method: 'resume' }),
     );

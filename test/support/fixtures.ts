@@ -7,6 +7,7 @@ import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
 import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/daemons/triggerer/options.ts';
 import { Triggerer } from '../../src/daemons/triggerer/triggerer.ts';
+import type { MoveResult, Stores, TriggerEventRecord, TriggerFailureRecord } from '../../src/storage/index.ts';
 import * as testTriggers from '../fixtures/test-triggers.ts';
 import { freshDatabaseUrl, type TestDialect } from './databases.ts';
 
@@ -125,4 +126,14 @@ export async function waitFor<T>(
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+/** Moves the task instances of trigger events, as the triggerer's writer does (prepared and moved in one call). */
+export function submitEvents(storage: Stores, events: readonly TriggerEventRecord[], now = Date.now()): Promise<MoveResult> {
+  return storage.triggers.moveDeferredTaskInstances(storage.triggers.prepareEvents(events), now);
+}
+
+/** Moves the task instances of trigger failures to their failure marker, as the triggerer's writer does. */
+export function submitFailures(storage: Stores, failures: readonly TriggerFailureRecord[], now = Date.now()): Promise<MoveResult> {
+  return storage.triggers.moveDeferredTaskInstances(storage.triggers.prepareFailures(failures), now);
 }

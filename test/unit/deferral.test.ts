@@ -12,7 +12,7 @@ import {
   resumeTaskInstance,
   type TaskContext,
 } from '../../src/index.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { DateTimeTrigger, TimeDeltaTrigger } from '../../triggers/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -25,6 +25,7 @@ import {
   type TestDatabase,
   type TestTriggerer,
   waitFor,
+  submitEvents,
 } from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
@@ -79,7 +80,7 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     const operator = new WaitThenReport(moment);
     const deferral = capture(() => operator.execute());
     const deferredAt = Date.now();
-    await new Storage(db).deferTaskInstance(id, deferral, deferredAt);
+    await openStores(db).taskInstances.deferTaskInstance(id, deferral, deferredAt);
 
     const deferred = await taskInstance(db, id);
     expect(deferred).toMatchObject({ state: 'deferred', next_method: 'report', next_kwargs: { attempt: 1 }, worker_job_id: null });
@@ -103,12 +104,15 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
 
   it('resuming a failed or timed-out deferral raises TaskDeferralError / TaskDeferralTimeout with the trigger error', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const operator = new WaitThenReport(DateTime.utc().toISO()!);
     const failedId = await createTaskInstance(db);
-    const failed = await storage.deferTaskInstance(failedId, new TaskDeferred({ trigger: new t.ThrowingTrigger({ tag: 'resume' }), method: 'report' }));
+    const failed = await storage.taskInstances.deferTaskInstance(
+      failedId,
+      new TaskDeferred({ trigger: new t.ThrowingTrigger({ tag: 'resume' }), method: 'report' }),
+    );
     const timedId = await createTaskInstance(db);
-    await storage.deferTaskInstance(timedId, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'report', timeout: 0.2 }));
+    await storage.taskInstances.deferTaskInstance(timedId, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'report', timeout: 0.2 }));
     opened.triggerers.push(await startTriggerer(db));
     await waitFor(async () => (await taskInstance(db, failedId)).state === 'scheduled' && (await taskInstance(db, timedId)).state === 'scheduled');
 
@@ -128,9 +132,9 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
   it('refuses to resume at a method the operator does not have', async () => {
     const db = await database();
     const id = await createTaskInstance(db);
-    await new Storage(db).deferTaskInstance(id, new TaskDeferred({ trigger: new t.ImmediateTrigger({}), method: 'nope' }));
+    await openStores(db).taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.ImmediateTrigger({}), method: 'nope' }));
     const [trigger] = await db.db.selectFrom('trigger').select('id').execute();
-    await new Storage(db).submitEvents([{ triggerId: trigger!.id, payloadJson: '1' }]);
+    await submitEvents(openStores(db), [{ triggerId: trigger!.id, payloadJson: '1' }]);
     await expect(resumeTaskInstance(db, id, new WaitThenReport('2030-01-01T00:00:00Z'), contextFor(id))).rejects.toThrow(UnknownNextMethodError);
   });
 
@@ -152,11 +156,11 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
     );
 
     const done = await createTaskInstance(db, { state: 'success' });
-    await expect(new Storage(db).deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(TaskInstanceStateError);
-    await expect(new Storage(db).deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
+    await expect(openStores(db).taskInstances.deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(TaskInstanceStateError);
+    await expect(openStores(db).taskInstances.deferTaskInstance(done, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
       `task instance ${done} is success; only running, queued, scheduled task instances can defer`,
     );
-    await expect(new Storage(db).deferTaskInstance(done + 1000, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
+    await expect(openStores(db).taskInstances.deferTaskInstance(done + 1000, new TaskDeferred({ trigger, method: 'resume' }))).rejects.toThrow(
       `task instance ${done + 1000} does not exist`,
     );
     expect((await taskInstance(db, done)).state).toBe('success');
@@ -165,10 +169,10 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
 
   it('identical waits share one trigger row, raised to the highest priority; deduplicate:false opts out', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const moment = '2031-03-04T05:06:07.000Z';
     const defer = async (trigger: import('../../src/index.ts').BaseTrigger, priorityWeight = 1, deduplicate = true) =>
-      storage.deferTaskInstance(await createTaskInstance(db, { priorityWeight }), new TaskDeferred({ trigger, method: 'resume', deduplicate }));
+      storage.taskInstances.deferTaskInstance(await createTaskInstance(db, { priorityWeight }), new TaskDeferred({ trigger, method: 'resume', deduplicate }));
     const first = await defer(new DateTimeTrigger({ moment }));
     const sameMomentOtherSpelling = await defer(new DateTimeTrigger({ moment: DateTime.fromISO(moment).setZone('UTC+2') }), 7);
     const other = await defer(new DateTimeTrigger({ moment: '2031-03-04T05:06:08Z' }));
@@ -197,18 +201,21 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
 
   it('a deferral that joins a trigger after its event was written, before its row is deleted, gets an event of its own', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const moment = '2020-06-01T00:00:00.000Z';
     const first = await createTaskInstance(db);
-    const { triggerId } = await storage.deferTaskInstance(first, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
-    expect(await storage.submitEvents([{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
+    const { triggerId } = await storage.taskInstances.deferTaskInstance(
+      first,
+      new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }),
+    );
+    expect(await submitEvents(storage, [{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
 
     // The window between the two writes: the row is still there, so the deferral joins it ...
     const late = await createTaskInstance(db);
-    const joined = await storage.deferTaskInstance(late, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
+    const joined = await storage.taskInstances.deferTaskInstance(late, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
     expect(joined).toEqual({ triggerId, reusedTrigger: true });
     // ... and the delete that follows leaves it, because the late task instance points at it.
-    expect(await storage.cleanUnusedTriggers([triggerId])).toBe(0);
+    expect(await storage.triggers.deleteUnusedTriggers([triggerId])).toBe(0);
 
     opened.triggerers.push(await startTriggerer(db));
     await waitFor(async () => (await taskInstance(db, late)).state === 'scheduled', { what: 'the late task instance scheduled' });
@@ -238,11 +245,11 @@ describe('deferral races on postgres', () => {
     let joined = 0;
     await Promise.all(
       writers.map(async (writer, w) => {
-        const storage = new Storage(writer);
+        const storage = openStores(writer);
         for (let i = 0; i < 60; i++) {
           const id = await createTaskInstance(writer, { taskId: `w${w}_${i}` });
           ids.push(id);
-          const result = await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
+          const result = await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }));
           if (result.reusedTrigger) joined++;
         }
       }),

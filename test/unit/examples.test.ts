@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { isTaskDeferred, resumeTaskInstance, TaskDeferred, type TaskContext } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { WaitForReport } from '../../examples/operators/wait-for-report.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { REPO_ROOT } from '../support/processes.ts';
@@ -66,7 +66,7 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     // Poll every 60 s as written in the example would make a slow test: same trigger, 50 ms.
     (deferral.serializedTrigger.kwargs as { pollSeconds: number }).pollSeconds = 0.05;
     const id = await createTaskInstance(db);
-    await new Storage(db).deferTaskInstance(id, deferral);
+    await openStores(db).taskInstances.deferTaskInstance(id, deferral);
     const tr = await startTriggerer(db, { 'trigger-module': [EXAMPLE_MODULE] });
     open.triggerers.push(tr);
 
@@ -92,8 +92,8 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     (bad.serializedTrigger.kwargs as { url: string }).url = 'ftp://nowhere';
     const goodId = await createTaskInstance(db);
     const badId = await createTaskInstance(db);
-    await new Storage(db).deferTaskInstance(goodId, good);
-    await new Storage(db).deferTaskInstance(badId, bad);
+    await openStores(db).taskInstances.deferTaskInstance(goodId, good);
+    await openStores(db).taskInstances.deferTaskInstance(badId, bad);
     open.triggerers.push(await startTriggerer(db, { 'trigger-module': [EXAMPLE_MODULE] }));
 
     await waitFor(async () => (await taskInstance(db, badId)).state === 'scheduled' && (await taskInstance(db, goodId)).state === 'scheduled');

@@ -12,7 +12,7 @@ import { migrateToLatest } from '../../src/database/migrate.ts';
 import { NotificationHub, SIGNAL_CHANNEL, WAKE_CHANNEL } from '../../src/database/notification-hub.ts';
 import { TaskDeferred, TaskInstanceStateError } from '../../src/index.ts';
 import { toDbTime } from '../../src/database/schema.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, freshDatabaseUrl, freshPostgresDatabaseUrl } from '../support/databases.ts';
 import { createTaskInstance, LogCapture, waitFor } from '../support/fixtures.ts';
@@ -105,11 +105,11 @@ it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedule
     const hub = NotificationHub.of(database, pino(new LogCapture()));
     const unsubscribe = hub.subscribe(WAKE_CHANNEL, (payload) => heard.push(payload));
     await waitFor(() => hub.pushWorks, { what: 'LISTEN connected and its probe heard', timeoutMs: 10_000 });
-    const storage = new Storage(database);
-    const worker = { jobId: await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 2 }), hostname: 'h', pid: 1 };
+    const storage = openStores(database);
+    const worker = { jobId: await storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 2 }), hostname: 'h', pid: 1 };
     const id = await createTaskInstance(database, { state: 'scheduled' });
-    await storage.claimTaskInstances(worker, 1);
-    const { tryNumber } = (await storage.startTaskInstance(id, worker.jobId, null))!;
+    await storage.taskInstances.claimTaskInstances(worker, 1);
+    const { tryNumber } = (await storage.taskInstances.startTaskInstance(id, worker.jobId, null))!;
     const markHeard = async (mark: string) => {
       await database.adapter.notify(database.db, WAKE_CHANNEL, mark);
       await waitFor(() => heard.includes(mark), { what: mark, timeoutMs: 10_000 });
@@ -117,19 +117,23 @@ it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedule
     await markHeard('before');
 
     // Another worker's outcome for it is dropped: nothing changed, so nothing is pushed.
-    expect(await storage.finishTaskInstance(id, { workerJobId: worker.jobId + 1, tryNumber }, { state: 'success', returnValueJson: null })).toBe(false);
+    expect(await storage.taskInstances.finishTaskInstance(id, { workerJobId: worker.jobId + 1, tryNumber }, { state: 'success', returnValueJson: null })).toBe(
+      false,
+    );
     // Notifications arrive in commit order: a push from the dropped finish would come before the mark.
     await markHeard('after the dropped finish');
     expect(heard.slice(heard.indexOf('before') + 1)).toEqual(['after the dropped finish']);
 
-    expect(await storage.finishTaskInstance(id, { workerJobId: worker.jobId, tryNumber }, { state: 'success', returnValueJson: null })).toBe(true);
+    expect(await storage.taskInstances.finishTaskInstance(id, { workerJobId: worker.jobId, tryNumber }, { state: 'success', returnValueJson: null })).toBe(
+      true,
+    );
     await markHeard('after the finish');
     expect(heard.slice(heard.indexOf('after the dropped finish') + 1)).toEqual(['scheduler', 'after the finish']);
 
     const waiting = await createTaskInstance(database, { state: 'running' });
-    await storage.deferTaskInstance(waiting, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }));
+    await storage.taskInstances.deferTaskInstance(waiting, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }));
     // The finished one may not defer: refused, no trigger row, no push.
-    await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
+    await expect(storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
       TaskInstanceStateError,
     );
     await markHeard('after the deferrals');
@@ -140,17 +144,17 @@ it('on PostgreSQL, a deferral wakes the triggerers, a finished task the schedule
     // retries come due, and none come due wake no one.
     const [undecided, doomed] = [await createTaskInstance(database), await createTaskInstance(database)];
     await database.db.updateTable('task_instance').set({ state: null }).where('id', 'in', [undecided, doomed]).execute();
-    expect(await storage.decideTaskInstances([doomed], 'upstream_failed')).toEqual([doomed]);
-    expect(await storage.decideTaskInstances([undecided], 'scheduled')).toEqual([undecided]);
-    expect(await storage.decideTaskInstances([undecided], 'scheduled')).toEqual([]);
-    expect(await storage.scheduleReadyTaskInstances()).toBe(0);
+    expect(await storage.dagRuns.decideTaskInstances([doomed], 'upstream_failed')).toEqual([doomed]);
+    expect(await storage.dagRuns.decideTaskInstances([undecided], 'scheduled')).toEqual([undecided]);
+    expect(await storage.dagRuns.decideTaskInstances([undecided], 'scheduled')).toEqual([]);
+    expect(await storage.taskInstances.scheduleReadyTaskInstances()).toBe(0);
     const retry = await createTaskInstance(database, { state: 'up_for_retry' });
     await database.db
       .updateTable('task_instance')
       .set({ ready_at: toDbTime(Date.now() - 1000) })
       .where('id', '=', retry)
       .execute();
-    expect(await storage.scheduleReadyTaskInstances()).toBe(1);
+    expect(await storage.taskInstances.scheduleReadyTaskInstances()).toBe(1);
     await markHeard('after the decisions');
     expect(heard.slice(heard.indexOf('after the deferrals') + 1)).toEqual(['worker', 'worker', 'after the decisions']);
     unsubscribe();

@@ -6,8 +6,8 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
-import { Storage } from '../../src/storage/index.ts';
-import type { TriggerEventRecord } from '../../src/storage/index.ts';
+import { openStores, type Stores } from '../../src/storage/index.ts';
+import type { MoveResult, TriggerEventRecord, TriggerStore } from '../../src/storage/index.ts';
 import { OutcomeWriter } from '../../src/daemons/triggerer/outcome-writer.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -20,6 +20,7 @@ import {
   waitFor,
   type TestDatabase,
   type TestTriggerer,
+  submitEvents,
 } from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
@@ -38,12 +39,12 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
   };
   const deferOnto = async (db: TestDatabase, trigger: import('../../src/index.ts').BaseTrigger) => {
     const id = await createTaskInstance(db);
-    const { triggerId } = await new Storage(db).deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume', deduplicate: false }));
+    const { triggerId } = await openStores(db).taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume', deduplicate: false }));
     return { id, triggerId };
   };
   const writer = (
     db: TestDatabase,
-    storage: Storage,
+    storage: Stores,
     logs: LogCapture,
     retry = { retryDelayMs: 1000, maxRetryDelayMs: 30_000 },
     onWritten: (ids: number[]) => void = () => {},
@@ -118,7 +119,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const db = await database();
     const targets = await Promise.all(Array.from({ length: 7 }, (_, n) => deferOnto(db, new t.NeverTrigger({ n }))));
     const logs = new LogCapture();
-    const w = writer(db, new Storage(db), logs);
+    const w = writer(db, openStores(db), logs);
     // Malformed JSON stands for any value the database refuses: both dialects refuse it.
     const refused = targets[4]!;
     for (const { triggerId } of targets) w.addEvent(triggerId, triggerId === refused.triggerId ? '{"not json' : JSON.stringify({ n: triggerId }));
@@ -146,7 +147,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const db = await database();
     const first = await Promise.all([1, 2, 3].map((n) => deferOnto(db, new t.NeverTrigger({ n }))));
     const second = await deferOnto(db, new t.NeverTrigger({ n: 4 }));
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const attempts: number[] = [];
     // A connection that drops once, then, for the last event, five times running: not a refusal of the values.
     const failuresPlanned = [
@@ -162,7 +163,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
       const failure = failuresPlanned[attempts.length];
       attempts.push(Date.now());
       if (failure) throw Object.assign(new Error(failure), { code: 'ECONNRESET' });
-      return storage.submitEvents(events);
+      return submitEvents(storage, events);
     });
     const logs = new LogCapture();
     const w = writer(db, failing, logs, { retryDelayMs: 40, maxRetryDelayMs: 160 });
@@ -193,7 +194,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
   it('a batch failing while the database is unavailable is kept whole, and written in one transaction once it is back', async () => {
     const db = await database();
     const waits = await Promise.all([1, 2, 3, 4, 5].map((n) => deferOnto(db, new t.NeverTrigger({ n }))));
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const attempts: number[] = [];
     let unavailable = true;
     const failing = withSubmitEvents(storage, async (events) => {
@@ -204,7 +205,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
           ? Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' })
           : Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
       }
-      return storage.submitEvents(events);
+      return submitEvents(storage, events);
     });
     const w = writer(db, failing, new LogCapture(), { retryDelayMs: 10, maxRetryDelayMs: 20 });
     for (const { triggerId } of waits.slice(0, 3)) w.addEvent(triggerId, '"fired"');
@@ -257,11 +258,11 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
   it.runIf(dialect === 'sqlite')('a full disk fails no task instance: the batch is kept whole and written once there is room', async () => {
     const db = await database();
     const waits = await Promise.all([1, 2, 3, 4, 5].map((n) => deferOnto(db, new t.NeverTrigger({ n }))));
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const attempts: number[] = [];
     const counting = withSubmitEvents(storage, (events) => {
       attempts.push(events.length);
-      return storage.submitEvents(events);
+      return submitEvents(storage, events);
     });
     // A real SQLITE_FULL: the file may not grow by a page, and each payload needs overflow pages.
     const pages = Number((await sql<{ page_count: number }>`pragma page_count`.execute(db.db)).rows[0]!.page_count);
@@ -293,10 +294,10 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const stuck = await deferOnto(db, new t.NeverTrigger({ n: 'stuck' }));
     const batchMates = await Promise.all([1, 2, 3].map((n) => deferOnto(db, new t.NeverTrigger({ n }))));
     const later = await deferOnto(db, new t.NeverTrigger({ n: 'later' }));
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const failing = withSubmitEvents(storage, async (events) => {
       if (events.some((event) => event.triggerId === stuck.triggerId)) throw new Error('something only this outcome triggers');
-      return storage.submitEvents(events);
+      return submitEvents(storage, events);
     });
     const logs = new LogCapture();
     const w = writer(db, failing, logs, { retryDelayMs: 20, maxRetryDelayMs: 50 });
@@ -315,17 +316,17 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const db = await database();
     const stuck = await deferOnto(db, new t.NeverTrigger({ n: 'stuck' }));
     const fired = await deferOnto(db, new t.NeverTrigger({ n: 'fired' }));
-    const storage = new Storage(db);
+    const storage = openStores(db);
     let deleteAttempts = 0;
     const failing = withSubmitEvents(
       storage,
       async (events) => {
         if (events.some((event) => event.triggerId === stuck.triggerId)) throw new Error('something only this outcome triggers');
-        return storage.submitEvents(events);
+        return submitEvents(storage, events);
       },
       async (ids) => {
         if (++deleteAttempts === 1) throw new Error('lock timeout while deleting');
-        return storage.cleanUnusedTriggers(ids);
+        return storage.triggers.deleteUnusedTriggers(ids);
       },
     );
     const forgotten: number[] = [];
@@ -354,18 +355,20 @@ function expectKeptWholeAndJoined(attempts: readonly number[]): void {
 }
 
 function withSubmitEvents(
-  storage: Storage,
-  submitEvents: (events: readonly TriggerEventRecord[]) => ReturnType<Storage['submitEvents']>,
-  cleanUnusedTriggers: Storage['cleanUnusedTriggers'] = storage.cleanUnusedTriggers.bind(storage),
-): Storage {
-  const submitPrepared: Storage['submitPrepared'] = (prepared) =>
+  storage: Stores,
+  submit: (events: readonly TriggerEventRecord[]) => Promise<MoveResult>,
+  deleteUnusedTriggers: TriggerStore['deleteUnusedTriggers'] = storage.triggers.deleteUnusedTriggers.bind(storage.triggers),
+): Stores {
+  const triggers = storage.triggers;
+  const moveDeferredTaskInstances: TriggerStore['moveDeferredTaskInstances'] = (prepared) =>
     prepared.kind === 'event'
-      ? submitEvents(prepared.outcomes.map((outcome) => ({ triggerId: outcome.triggerId, payloadJson: outcome.json, endState: outcome.endState ?? null })))
-      : storage.submitPrepared(prepared);
-  return {
-    prepareEvents: storage.prepareEvents.bind(storage),
-    prepareFailures: storage.prepareFailures.bind(storage),
-    submitPrepared,
-    cleanUnusedTriggers,
-  } as Partial<Storage> as Storage;
+      ? submit(prepared.outcomes.map((outcome) => ({ triggerId: outcome.triggerId, payloadJson: outcome.json, endState: outcome.endState ?? null })))
+      : triggers.moveDeferredTaskInstances(prepared);
+  const fake = {
+    prepareEvents: triggers.prepareEvents.bind(triggers),
+    prepareFailures: triggers.prepareFailures.bind(triggers),
+    moveDeferredTaskInstances,
+    deleteUnusedTriggers,
+  } as Partial<TriggerStore> as TriggerStore;
+  return { ...storage, triggers: fake };
 }

@@ -1,10 +1,10 @@
 // The worker's side of a task instance's life, on both dialects, judged by database rows.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openDatabase, TaskDeferred } from '../../src/index.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores, type Stores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { createTaskInstance, migratedDatabase, taskInstance, type TestDatabase } from '../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, type TestDatabase, submitEvents } from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -18,58 +18,58 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     open.push(db);
     return db;
   };
-  const worker = async (storage: Storage, hostname = 'worker-host') => {
-    const jobId = await storage.registerJob({ jobType: 'WorkerJob', hostname, pid: 4242, capacity: 4 });
+  const worker = async (storage: Stores, hostname = 'worker-host') => {
+    const jobId = await storage.jobs.registerJob({ jobType: 'WorkerJob', hostname, pid: 4242, capacity: 4 });
     return { jobId, hostname, pid: 4242 };
   };
 
   it('claims scheduled task instances only, highest priority first, and records the worker', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const low = await createTaskInstance(db, { state: 'scheduled', priorityWeight: 1 });
     const high = await createTaskInstance(db, { state: 'scheduled', priorityWeight: 10 });
     const notReady = await createTaskInstance(db, { state: 'up_for_retry' });
     const me = await worker(storage);
 
-    const first = await storage.claimTaskInstances(me, 1);
+    const first = await storage.taskInstances.claimTaskInstances(me, 1);
     expect(first.map((ti) => ti.id)).toEqual([high]);
     expect(await taskInstance(db, high)).toMatchObject({ state: 'queued', worker_job_id: me.jobId, hostname: 'worker-host', pid: 4242 });
-    const rest = await storage.claimTaskInstances(me, 10);
+    const rest = await storage.taskInstances.claimTaskInstances(me, 10);
     expect(rest.map((ti) => ti.id)).toEqual([low]);
     expect((await taskInstance(db, notReady)).state).toBe('up_for_retry');
-    expect(await storage.claimTaskInstances(me, 10)).toEqual([]);
+    expect(await storage.taskInstances.claimTaskInstances(me, 10)).toEqual([]);
   });
 
   it('a claim or a start whose answer was lost is found again by its worker: the queued ones it does not hold, the same try started', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const held = await createTaskInstance(db, { state: 'scheduled' });
     const lost = await createTaskInstance(db, { state: 'scheduled' });
     const me = await worker(storage);
     const other = await worker(storage, 'other-host');
-    expect((await storage.claimTaskInstances(me, 2)).map((ti) => ti.id).sort()).toEqual([held, lost].sort());
-    expect((await storage.claimedButNotHeld(me.jobId, [held])).map((ti) => ti.id)).toEqual([lost]);
-    expect(await storage.claimedButNotHeld(other.jobId, [])).toEqual([]);
+    expect((await storage.taskInstances.claimTaskInstances(me, 2)).map((ti) => ti.id).sort()).toEqual([held, lost].sort());
+    expect((await storage.taskInstances.claimedButNotHeld(me.jobId, [held])).map((ti) => ti.id)).toEqual([lost]);
+    expect(await storage.taskInstances.claimedButNotHeld(other.jobId, [])).toEqual([]);
 
-    const started = await storage.startTaskInstance(lost, me.jobId, null, 1_000_000);
+    const started = await storage.taskInstances.startTaskInstance(lost, me.jobId, null, 1_000_000);
     // Its answer lost, the worker starts it again: the same try, not a second one, and not null.
-    expect(await storage.startTaskInstance(lost, me.jobId, null, 1_000_500)).toMatchObject({ tryNumber: started!.tryNumber, nextMethod: null });
+    expect(await storage.taskInstances.startTaskInstance(lost, me.jobId, null, 1_000_500)).toMatchObject({ tryNumber: started!.tryNumber, nextMethod: null });
     expect((await taskInstance(db, lost)).try_number).toBe(1);
-    expect(await storage.startTaskInstance(lost, other.jobId, null)).toBeNull();
-    expect((await storage.claimedButNotHeld(me.jobId, [held])).map((ti) => ti.id)).toEqual([]);
+    expect(await storage.taskInstances.startTaskInstance(lost, other.jobId, null)).toBeNull();
+    expect((await storage.taskInstances.claimedButNotHeld(me.jobId, [held])).map((ti) => ti.id)).toEqual([]);
   });
 
   it('a hand back gives the try back: a fresh run starts as the same try, a resumed one resumes again at next_method', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const me = await worker(storage);
     const fresh = await createTaskInstance(db, { state: 'scheduled' });
-    await storage.claimTaskInstances(me, 1);
-    await storage.startTaskInstance(fresh, me.jobId, null);
-    expect(await storage.handBackTaskInstance(fresh, me.jobId)).toBe(true);
+    await storage.taskInstances.claimTaskInstances(me, 1);
+    await storage.taskInstances.startTaskInstance(fresh, me.jobId, null);
+    expect(await storage.taskInstances.handBackTaskInstance(fresh, me.jobId)).toBe(true);
     expect(await taskInstance(db, fresh)).toMatchObject({ state: 'scheduled', try_number: 0, worker_job_id: null, queued_at: null });
-    await storage.claimTaskInstances(me, 1);
-    expect((await storage.startTaskInstance(fresh, me.jobId, null))?.tryNumber).toBe(1);
+    await storage.taskInstances.claimTaskInstances(me, 1);
+    expect((await storage.taskInstances.startTaskInstance(fresh, me.jobId, null))?.tryNumber).toBe(1);
 
     const resumed = await createTaskInstance(db, { state: 'scheduled' });
     await db.db
@@ -77,23 +77,23 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
       .set({ try_number: 2, next_method: 'afterWait', next_kwargs: '{"event":"fired"}' })
       .where('id', '=', resumed)
       .execute();
-    await storage.claimTaskInstances(me, 1);
-    expect(await storage.startTaskInstance(resumed, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: 'afterWait' });
-    expect(await storage.handBackTaskInstance(resumed, me.jobId)).toBe(true);
+    await storage.taskInstances.claimTaskInstances(me, 1);
+    expect(await storage.taskInstances.startTaskInstance(resumed, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: 'afterWait' });
+    expect(await storage.taskInstances.handBackTaskInstance(resumed, me.jobId)).toBe(true);
     const row = await taskInstance(db, resumed);
     expect(row).toMatchObject({ state: 'scheduled', try_number: 2, next_method: 'afterWait', next_kwargs: { event: 'fired' } });
     // Only the worker that runs it can hand it back, and only while it runs.
-    expect(await storage.handBackTaskInstance(resumed, me.jobId)).toBe(false);
+    expect(await storage.taskInstances.handBackTaskInstance(resumed, me.jobId)).toBe(false);
   });
 
   it('a fresh start takes the next try and fixes the execution deadline; a resume after a deferral keeps both', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const me = await worker(storage);
     const id = await createTaskInstance(db, { state: 'scheduled' });
     await db.db.updateTable('task_instance').set({ start_date: null }).where('id', '=', id).execute();
-    await storage.claimTaskInstances(me, 1, 1_000_000);
-    expect(await storage.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({
+    await storage.taskInstances.claimTaskInstances(me, 1, 1_000_000);
+    expect(await storage.taskInstances.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({
       tryNumber: 1,
       nextMethod: null,
       nextKwargsJson: null,
@@ -102,20 +102,25 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     });
 
     // Deferring for 10 minutes is cut to what is left of the execution timeout, and frees the worker.
-    await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }), 1_010_000);
+    await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }), 1_010_000);
     const deferred = await taskInstance(db, id);
     expect(deferred).toMatchObject({ state: 'deferred', worker_job_id: null });
     expect(new Date(deferred.trigger_timeout!).getTime()).toBe(1_060_000);
 
     // The trigger fires; the task instance is claimed and started again: same try, same deadline.
-    await storage.submitEvents([{ triggerId: deferred.trigger_id!, payloadJson: '"ok"' }], 1_020_000);
-    await storage.claimTaskInstances(me, 1, 1_030_000);
-    const resumed = await storage.startTaskInstance(id, me.jobId, 60_000, 1_030_000);
+    await submitEvents(storage, [{ triggerId: deferred.trigger_id!, payloadJson: '"ok"' }], 1_020_000);
+    await storage.taskInstances.claimTaskInstances(me, 1, 1_030_000);
+    const resumed = await storage.taskInstances.startTaskInstance(id, me.jobId, 60_000, 1_030_000);
     expect(resumed).toMatchObject({ tryNumber: 1, nextMethod: 'resume', executionDeadline: 1_060_000 });
     expect(JSON.parse(resumed!.nextKwargsJson!)).toEqual({ event: 'ok' });
-    expect(await storage.finishTaskInstance(id, { workerJobId: me.jobId, tryNumber: 1 }, { state: 'success', returnValueJson: '{"rows":3}' }, 1_040_000)).toBe(
-      true,
-    );
+    expect(
+      await storage.taskInstances.finishTaskInstance(
+        id,
+        { workerJobId: me.jobId, tryNumber: 1 },
+        { state: 'success', returnValueJson: '{"rows":3}' },
+        1_040_000,
+      ),
+    ).toBe(true);
     const done = await taskInstance(db, id);
     expect(done).toMatchObject({ state: 'success', try_number: 1, next_method: null, next_kwargs: null, worker_job_id: null });
     expect(JSON.parse(done.return_value!)).toEqual({ rows: 3 });
@@ -125,60 +130,64 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
 
   it('a retry starts a new try; a finish or start from a worker that no longer holds the task instance changes nothing', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const me = await worker(storage);
     const other = await worker(storage, 'other-host');
     const id = await createTaskInstance(db, { state: 'scheduled' });
-    await storage.claimTaskInstances(me, 1);
-    expect(await storage.startTaskInstance(id, other.jobId, null)).toBeNull();
-    await storage.startTaskInstance(id, me.jobId, null);
-    expect(await storage.finishTaskInstance(id, { workerJobId: other.jobId, tryNumber: 1 }, { state: 'success', returnValueJson: null })).toBe(false);
+    await storage.taskInstances.claimTaskInstances(me, 1);
+    expect(await storage.taskInstances.startTaskInstance(id, other.jobId, null)).toBeNull();
+    await storage.taskInstances.startTaskInstance(id, me.jobId, null);
+    expect(await storage.taskInstances.finishTaskInstance(id, { workerJobId: other.jobId, tryNumber: 1 }, { state: 'success', returnValueJson: null })).toBe(
+      false,
+    );
     expect((await taskInstance(db, id)).state).toBe('running');
 
-    expect(await storage.finishTaskInstance(id, { workerJobId: me.jobId, tryNumber: 1 }, { state: 'up_for_retry', readyAt: 5_000 })).toBe(true);
+    expect(await storage.taskInstances.finishTaskInstance(id, { workerJobId: me.jobId, tryNumber: 1 }, { state: 'up_for_retry', readyAt: 5_000 })).toBe(true);
     const waiting = await taskInstance(db, id);
     expect(waiting).toMatchObject({ state: 'up_for_retry', try_number: 1, end_date: null });
     expect(new Date(waiting.ready_at!).getTime()).toBe(5_000);
     await db.db.updateTable('task_instance').set({ state: 'scheduled' }).where('id', '=', id).execute();
-    await storage.claimTaskInstances(me, 1);
-    expect(await storage.startTaskInstance(id, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: null });
+    await storage.taskInstances.claimTaskInstances(me, 1);
+    expect(await storage.taskInstances.startTaskInstance(id, me.jobId, null)).toMatchObject({ tryNumber: 2, nextMethod: null });
   });
 
   it.each(['another worker', 'the same worker'] as const)(
     'a worker whose try was reaped and retried on %s writes nothing of the old try: no outcome, deferral or stop',
     async (retriedOn) => {
       const db = await database();
-      const storage = new Storage(db);
+      const storage = openStores(db);
       const me = await worker(storage);
       const other = await worker(storage, 'other-host');
       const id = await createTaskInstance(db, { state: 'scheduled' });
       await db.db.updateTable('task_instance').set({ max_tries: 3 }).where('id', '=', id).execute();
-      await storage.claimTaskInstances(me, 1);
-      const oldTry = { workerJobId: me.jobId, tryNumber: (await storage.startTaskInstance(id, me.jobId, null))!.tryNumber };
+      await storage.taskInstances.claimTaskInstances(me, 1);
+      const oldTry = { workerJobId: me.jobId, tryNumber: (await storage.taskInstances.startTaskInstance(id, me.jobId, null))!.tryNumber };
 
       // My heartbeat went stale (a pause past the zombie threshold): the scheduler retries the try.
       const stale = Date.now() + 60_000;
-      expect(await storage.reapZombieTaskInstances(stale, stale, async () => stale)).toMatchObject({ retried: 1 });
-      expect(await storage.scheduleReadyTaskInstances(stale)).toBe(1);
+      expect(await storage.taskInstances.reapZombieTaskInstances(stale, stale, async () => stale)).toMatchObject({ retried: 1 });
+      expect(await storage.taskInstances.scheduleReadyTaskInstances(stale)).toBe(1);
       const retrier = retriedOn === 'another worker' ? other : me;
-      await storage.claimTaskInstances(retrier, 1);
-      const newTry = { workerJobId: retrier.jobId, tryNumber: (await storage.startTaskInstance(id, retrier.jobId, null))!.tryNumber };
+      await storage.taskInstances.claimTaskInstances(retrier, 1);
+      const newTry = { workerJobId: retrier.jobId, tryNumber: (await storage.taskInstances.startTaskInstance(id, retrier.jobId, null))!.tryNumber };
       expect(newTry.tryNumber).toBe(oldTry.tryNumber + 1);
       const retried = await taskInstance(db, id);
 
       // The old try's code ends now; nothing it writes lands on the try that replaced it.
-      expect(await storage.finishTaskInstance(id, oldTry, { state: 'success', returnValueJson: '"old"' })).toBe(false);
-      await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), Date.now(), oldTry)).rejects.toThrow(
+      expect(await storage.taskInstances.finishTaskInstance(id, oldTry, { state: 'success', returnValueJson: '"old"' })).toBe(false);
+      await expect(
+        storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), Date.now(), oldTry),
+      ).rejects.toThrow(
         `task instance ${id} is no longer running try ${oldTry.tryNumber} on worker ${me.jobId} (it is running, try ${newTry.tryNumber}, on worker ${retrier.jobId})`,
       );
       await db.db.updateTable('task_instance').set({ stop_request: 'failed' }).where('id', '=', id).execute();
-      expect(await storage.carryOutStopRequest(id, oldTry)).toBe(null);
+      expect(await storage.taskInstances.carryOutStopRequest(id, oldTry)).toBe(null);
       await db.db.updateTable('task_instance').set({ stop_request: null }).where('id', '=', id).execute();
       expect(await taskInstance(db, id)).toEqual(retried);
       expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
 
       // The new try's own writes do.
-      await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), Date.now(), newTry);
+      await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), Date.now(), newTry);
       expect(await taskInstance(db, id)).toMatchObject({ state: 'deferred', try_number: newTry.tryNumber, worker_job_id: null });
     },
   );
@@ -189,12 +198,12 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     for (let i = 0; i < 200; i++) ids.push(await createTaskInstance(db, { state: 'scheduled' }));
     const connections = [0, 1, 2, 3].map(() => openDatabase(db.url, { poolSize: 2 }));
     open.push(...connections);
-    const workers = await Promise.all(connections.map((c, i) => worker(new Storage(c), `host-${i}`)));
+    const workers = await Promise.all(connections.map((c, i) => worker(openStores(c), `host-${i}`)));
     const claimedBy = await Promise.all(
       connections.map(async (connection, i) => {
-        const storage = new Storage(connection);
+        const storage = openStores(connection);
         const mine: number[] = [];
-        for (let round = 0; round < 20; round++) mine.push(...(await storage.claimTaskInstances(workers[i]!, 7)).map((ti) => ti.id));
+        for (let round = 0; round < 20; round++) mine.push(...(await storage.taskInstances.claimTaskInstances(workers[i]!, 7)).map((ti) => ti.id));
         return mine;
       }),
     );

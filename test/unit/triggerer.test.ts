@@ -4,10 +4,20 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
-import { Storage } from '../../src/storage/index.ts';
+import { openStores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from '../support/fixtures.ts';
+import {
+  createTaskInstance,
+  migratedDatabase,
+  startTriggerer,
+  taskInstance,
+  waitFor,
+  type TestDatabase,
+  type TestTriggerer,
+  submitEvents,
+  submitFailures,
+} from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
 
@@ -33,7 +43,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     extra: { kwargs?: Record<string, string>; timeout?: number; priorityWeight?: number } = {},
   ) => {
     const id = await createTaskInstance(db, { priorityWeight: extra.priorityWeight });
-    const result = await new Storage(db).deferTaskInstance(
+    const result = await openStores(db).taskInstances.deferTaskInstance(
       id,
       new TaskDeferred({ trigger, method: 'resume', kwargs: extra.kwargs ?? { note: 'kept' }, timeout: extra.timeout }),
     );
@@ -115,16 +125,16 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
 
   it('a duplicate or late event changes nothing', async () => {
     const db = await database();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const first = await deferOnto(db, new t.ImmediateTrigger({ payload: 'one' }));
-    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
-    expect(await storage.cleanUnusedTriggers([first.triggerId])).toBe(1);
+    expect(await submitEvents(storage, [{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
+    expect(await storage.triggers.deleteUnusedTriggers([first.triggerId])).toBe(1);
     const before = await taskInstance(db, first.id);
     // The same event again (a triggerer that lost ownership during a pause): nothing moves.
-    expect(await storage.submitEvents([{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, endedTaskInstances: 0 });
+    expect(await submitEvents(storage, [{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, endedTaskInstances: 0 });
     expect(await taskInstance(db, first.id)).toEqual(before);
     // A late failure for a trigger whose task instance has moved on changes nothing either.
-    await storage.submitFailures([
+    await submitFailures(storage, [
       { triggerId: first.triggerId, failure: { code: 'DF_TRIGGER_FAILED', error: 'late', traceback: null, reason: 'trigger_failure' } },
     ]);
     expect(await taskInstance(db, first.id)).toEqual(before);
@@ -303,9 +313,9 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
   it('a claim never takes more triggers than asked for', async () => {
     const db = await database();
     for (let i = 0; i < 30; i++) await deferOnto(db, new t.NeverTrigger({ n: i }));
-    const storage = new Storage(db);
-    const jobId = await storage.registerJob({ jobType: 'TriggererJob', hostname: 'here', pid: 1, capacity: 30 });
-    for (const limit of [1, 2, 5]) expect((await storage.claimTriggers(jobId, limit)).claimed).toBe(limit);
+    const storage = openStores(db);
+    const jobId = await storage.jobs.registerJob({ jobType: 'TriggererJob', hostname: 'here', pid: 1, capacity: 30 });
+    for (const limit of [1, 2, 5]) expect((await storage.triggers.claimTriggers(jobId, limit)).claimed).toBe(limit);
     const owned = await db.db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId).execute();
     expect(owned).toHaveLength(8);
   });
@@ -337,10 +347,10 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const cleared = await deferOnto(db, new t.NeverTrigger({ file, tag: 'cleared' }));
     const tr = await triggerer(db);
     await waitFor(() => readFileSync(file, 'utf8').includes('start cleared') && readFileSync(file, 'utf8').includes('start moved'), { what: 'both started' });
-    const storage = new Storage(db);
-    const otherJob = await storage.registerJob({ jobType: 'TriggererJob', hostname: 'elsewhere', pid: 1, capacity: 10 });
+    const storage = openStores(db);
+    const otherJob = await storage.jobs.registerJob({ jobType: 'TriggererJob', hostname: 'elsewhere', pid: 1, capacity: 10 });
     await db.db.updateTable('trigger').set({ triggerer_id: otherJob }).where('id', '=', moved.triggerId).execute();
-    expect(await storage.clearTaskInstances([{ id: cleared.id, retries: 2 }])).toEqual({ cleared: 1, deletedTriggers: 1 });
+    expect(await storage.taskInstances.clearTaskInstances([{ id: cleared.id, retries: 2 }])).toEqual({ cleared: 1, deletedTriggers: 1 });
 
     await waitFor(() => readFileSync(file, 'utf8').includes('cleanup moved') && readFileSync(file, 'utf8').includes('cleanup cleared'), { what: 'cleanups' });
     const lines = readFileSync(file, 'utf8')

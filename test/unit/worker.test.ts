@@ -172,7 +172,7 @@ describe.each(testDialects)('worker on %s', (dialect) => {
       timeoutMs: 20_000,
     });
 
-    const shortLog = await worker.storage.readTaskLog(short, 1);
+    const shortLog = await worker.storage.logs.readTaskLog(short, 1);
     expect(shortLog.map((line) => [line.level, line.message])).toEqual([
       ['info', expect.stringMatching(/^running .*short.*, try 1$/)],
       ['info', 'line 1'],
@@ -184,13 +184,13 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     // The lines reach the worker's own log too, bound to the task instance.
     expect(logs.matching((line) => line.msg === 'line 2' && line.task_instance_id === short && line.try_number === 1)).toHaveLength(1);
 
-    const longLog = await worker.storage.readTaskLog(long, 1);
+    const longLog = await worker.storage.logs.readTaskLog(long, 1);
     // The worker's running line, the task's first TASK_LOG_LINE_CAP lines, the cap line, and the
     // worker's outcome line, which the cap does not hold back.
     expect(longLog).toHaveLength(TASK_LOG_LINE_CAP + 3);
     expect(longLog.at(-2)).toMatchObject({ level: 'warn', message: expect.stringContaining(`task log cap reached (${TASK_LOG_LINE_CAP} lines`) });
     expect(longLog.at(-1)).toMatchObject({ level: 'info', message: expect.stringMatching(/long .* success$/) });
-    expect(await worker.storage.readTaskLog(long, 2)).toEqual([]);
+    expect(await worker.storage.logs.readTaskLog(long, 2)).toEqual([]);
   }, 30_000);
 
   it('a task may skip itself, reschedule itself without spending a try, and is failed for a return value over the cap', async () => {
@@ -205,8 +205,8 @@ describe.each(testDialects)('worker on %s', (dialect) => {
         what: 'skip, failure and the first reschedule',
       },
     );
-    expect((await worker.storage.readTaskLog(skipped, 1)).at(-1)?.message).toMatch(/skipped: nothing to do today$/);
-    const failure = (await worker.storage.readTaskLog(huge, 1)).at(-1)!;
+    expect((await worker.storage.logs.readTaskLog(skipped, 1)).at(-1)?.message).toMatch(/skipped: nothing to do today$/);
+    const failure = (await worker.storage.logs.readTaskLog(huge, 1)).at(-1)!;
     expect(failure.level).toBe('error');
     expect(JSON.parse(failure.fieldsJson!).error).toContain('ReturnValueTooLargeError: ');
     expect(failure.message).toContain(`returned ${MAX_RETURN_VALUE_BYTES + 2} bytes of JSON; a task instance keeps at most ${MAX_RETURN_VALUE_BYTES}`);
@@ -219,7 +219,7 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const storage = worker.storage;
     await waitFor(
       async () => {
-        await storage.scheduleReadyTaskInstances();
+        await storage.taskInstances.scheduleReadyTaskInstances();
         return (await stateOf(db, poked)) === 'success';
       },
       { what: 'the third poke' },
@@ -277,13 +277,13 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     const storage = open.workers[0]!.storage;
     // Either may have failed first (under load, milliseconds apart): neither is ready before the earlier ready_at.
     const firstReadyAt = Math.min(new Date(waiting.ready_at!).getTime(), new Date((await taskInstance(db, doomedId)).ready_at!).getTime());
-    expect(await storage.scheduleReadyTaskInstances(firstReadyAt - 1)).toBe(0);
+    expect(await storage.taskInstances.scheduleReadyTaskInstances(firstReadyAt - 1)).toBe(0);
 
     // Do the scheduler's part until both are done: retries go back to scheduled once ready.
     const finished = ['success', 'failed'];
     await waitFor(
       async () => {
-        await storage.scheduleReadyTaskInstances();
+        await storage.taskInstances.scheduleReadyTaskInstances();
         return finished.includes((await stateOf(db, flakyId))!) && finished.includes((await stateOf(db, doomedId))!);
       },
       { what: 'both tasks finished' },

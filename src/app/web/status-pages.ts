@@ -5,7 +5,7 @@ import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
 import { jobLiveness, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
 import { nextDueAt } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
-import { Storage, type StoredLogLine } from '../../storage/index.ts';
+import { type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
 import { ago, href, html, isoMoment, page, stateBadge, type Html } from './html.ts';
 
 /** Rows on one page of a long list (deferred task instances, triggers). */
@@ -27,7 +27,7 @@ export interface StatusPageOptions {
  * ObservabilityServer); returns null for paths that are not its own.
  */
 export function statusPages(database: Database, options: StatusPageOptions): (request: HttpRequest) => Promise<HttpReply | null> {
-  const storage = new Storage(database);
+  const storage = openStores(database);
   const token = options.token === null ? null : Buffer.from(options.token);
   const show = (title: string, here: string, content: Html): HttpReply => ({
     status: 200,
@@ -105,14 +105,14 @@ function pager(path: string, rows: readonly { id: number }[], after: number | un
   return html`<div class="pager">${first}${next}</div>`;
 }
 
-async function overview(storage: Storage, options: StatusPageOptions): Promise<Html> {
+async function overview(storage: Stores, options: StatusPageOptions): Promise<Html> {
   const now = Date.now();
   const [counts, triggers, triggerers, dags, importErrors] = await Promise.all([
-    storage.countWaitingWork(),
-    storage.countTriggers(),
-    storage.listJobs({ jobType: TRIGGERER_JOB_TYPE, runningOnly: true, limit: 1000 }),
-    storage.listSerializedDags(),
-    storage.listImportErrors(),
+    storage.maintenance.countWaitingWork(),
+    storage.triggers.countTriggers(),
+    storage.jobs.listJobs({ jobType: TRIGGERER_JOB_TYPE, runningOnly: true, limit: 1000 }),
+    storage.serializedDags.listSerializedDags(),
+    storage.serializedDags.listImportErrors(),
   ]);
   const alive = triggerers.filter((job) => jobLiveness(job, options.liveness, now) === 'alive').length;
   const card = (figure: number, what: string, link: string) => html`<a class="card" href="${link}"><b>${figure.toLocaleString('en')}</b>${what}</a>`;
@@ -126,9 +126,12 @@ ${card(importErrors.length, 'import errors', '/dags')}
 </div>`;
 }
 
-async function deferredPage(storage: Storage, after: number | undefined): Promise<Html> {
+async function deferredPage(storage: Stores, after: number | undefined): Promise<Html> {
   const now = Date.now();
-  const [rows, counts] = await Promise.all([storage.listDeferredTaskInstances({ limit: PAGE_ROWS, afterId: after }), storage.countWaitingWork()]);
+  const [rows, counts] = await Promise.all([
+    storage.taskInstances.listDeferredTaskInstances({ limit: PAGE_ROWS, afterId: after }),
+    storage.maintenance.countWaitingWork(),
+  ]);
   return html`<h1>Deferred task instances <span class="muted">(${counts.deferredTaskInstances.toLocaleString('en')})</span></h1>
 ${
   rows.length === 0
@@ -148,9 +151,9 @@ ${rows.map(
 ${pager('deferred', rows, after)}`;
 }
 
-async function triggersPage(storage: Storage, after: number | undefined): Promise<Html> {
+async function triggersPage(storage: Stores, after: number | undefined): Promise<Html> {
   const now = Date.now();
-  const rows = await storage.listTriggers({ limit: PAGE_ROWS, afterId: after, perTrigger: 5 });
+  const rows = await storage.triggers.listTriggers({ limit: PAGE_ROWS, afterId: after, perTrigger: 5 });
   return html`<h1>Triggers</h1>
 ${
   rows.length === 0
@@ -167,10 +170,10 @@ ${rows.map(
 ${pager('triggers', rows, after)}`;
 }
 
-async function triggerersPage(storage: Storage, options: StatusPageOptions): Promise<Html> {
+async function triggerersPage(storage: Stores, options: StatusPageOptions): Promise<Html> {
   const now = Date.now();
-  const jobs = await storage.listJobs({ jobType: TRIGGERER_JOB_TYPE, limit: PAGE_ROWS });
-  const owned = await storage.ownedTriggerCounts(jobs.map((job) => job.id));
+  const jobs = await storage.jobs.listJobs({ jobType: TRIGGERER_JOB_TYPE, limit: PAGE_ROWS });
+  const owned = await storage.triggers.ownedTriggerCounts(jobs.map((job) => job.id));
   return html`<h1>Triggerers</h1>
 ${
   jobs.length === 0
@@ -216,9 +219,9 @@ function dagOf(dagId: string, dataJson: string) {
   return { dagId, description: data.dag.description ?? null, scheduleText, tasks: data.dag.tasks };
 }
 
-async function dagsPage(storage: Storage): Promise<Html> {
-  const [dags, importErrors] = await Promise.all([storage.listSerializedDags(), storage.listImportErrors()]);
-  const latest = await Promise.all(dags.map((dag) => storage.listDagRuns({ dagId: dag.dagId, limit: 1 })));
+async function dagsPage(storage: Stores): Promise<Html> {
+  const [dags, importErrors] = await Promise.all([storage.serializedDags.listSerializedDags(), storage.serializedDags.listImportErrors()]);
+  const latest = await Promise.all(dags.map((dag) => storage.dagRuns.listDagRuns({ dagId: dag.dagId, limit: 1 })));
   return html`<h1>DAGs</h1>
 ${
   dags.length === 0
@@ -236,13 +239,13 @@ ${dags.map((row, i) => {
 ${importErrors.length === 0 ? html`<p class="muted">None.</p>` : html`<table id="import-errors"><tr><th>file</th><th>error</th></tr>${importErrors.map((error) => html`<tr><td>${error.fileloc}</td><td><pre>${error.message}</pre></td></tr>`)}</table>`}`;
 }
 
-async function dagPage(storage: Storage, dagId: string): Promise<Html | null> {
-  const stored = await storage.readSerializedDag(dagId);
+async function dagPage(storage: Stores, dagId: string): Promise<Html | null> {
+  const stored = await storage.serializedDags.readSerializedDag(dagId);
   if (!stored) return null;
   const dag = dagOf(dagId, stored.data);
   const scheduler = toSchedulerDag(dagId, stored.data, stored.hash);
-  const nextAt = scheduler.schedule ? nextDueAt(scheduler.schedule, await storage.latestScheduledLogicalDate(dagId)) : null;
-  const runs = await storage.listDagRuns({ dagId, limit: 25 });
+  const nextAt = scheduler.schedule ? nextDueAt(scheduler.schedule, await storage.dagRuns.latestScheduledLogicalDate(dagId)) : null;
+  const runs = await storage.dagRuns.listDagRuns({ dagId, limit: 25 });
   const downstream = (taskId: string) => dag.tasks.filter((task) => task.upstream_task_ids.includes(taskId)).map((task) => task.task_id);
   return html`<h1>DAG ${dagId}</h1>
 ${dag.description ? html`<p>${dag.description}</p>` : ''}
@@ -266,10 +269,10 @@ ${runs.map(
 }`;
 }
 
-async function runPage(storage: Storage, dagId: string, runId: string): Promise<Html | null> {
-  const run = await storage.findDagRun(dagId, runId);
+async function runPage(storage: Stores, dagId: string, runId: string): Promise<Html | null> {
+  const run = await storage.dagRuns.findDagRun(dagId, runId);
   if (!run) return null;
-  const tis = await storage.taskInstancesOfRunId(runId, dagId);
+  const tis = await storage.taskInstances.taskInstancesOfRunId(runId, dagId);
   return html`<h1>${dagLink(dagId)} run ${runId} ${stateBadge(run.state)}</h1>
 <table id="task-instances"><tr><th>task</th><th>state</th><th>try</th><th>host</th><th>started</th><th>ended</th><th>log</th></tr>
 ${tis.map(
@@ -280,13 +283,13 @@ ${tis.map(
 )}</table>`;
 }
 
-async function logPage(storage: Storage, id: number, tryAsked: number | undefined): Promise<Html | null> {
+async function logPage(storage: Stores, id: number, tryAsked: number | undefined): Promise<Html | null> {
   if (!Number.isSafeInteger(id)) return null;
-  const ti = await storage.readTaskInstance({ id });
+  const ti = await storage.taskInstances.readTaskInstance({ id });
   if (!ti) return null;
-  const tries = await storage.taskLogTries(id);
+  const tries = await storage.logs.taskLogTries(id);
   const tryNumber = tryAsked ?? Math.max(ti.try_number, ...tries);
-  const lines = await storage.readTaskLog(id, tryNumber);
+  const lines = await storage.logs.readTaskLog(id, tryNumber);
   // As `deferflow tasks logs` prints them: the fields as JSON, a stack indented below.
   const line = (entry: StoredLogLine) => {
     const { traceback, ...rest } = entry.fieldsJson === null ? {} : (JSON.parse(entry.fieldsJson) as Record<string, unknown>);

@@ -7,7 +7,7 @@ import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_PACING } from '../../ser
 import { PassPacer } from '../../vocabulary/time/pass-pacer.ts';
 import type { Metrics } from '../../services/observability/metrics.ts';
 import type { JobRow } from '../../services/jobs/job-row.ts';
-import { signalRunId, Storage, type Deferral, type PlanToApply, type UnfinishedDagRun } from '../../storage/index.ts';
+import { signalRunId, type Deferral, type PlanToApply, type UnfinishedDagRun, openStores, type Stores } from '../../storage/index.ts';
 import { triggerHash } from '../../authoring/triggers/base-trigger.ts';
 import { renderStartTriggerKwargs } from '../../authoring/triggers/start-trigger-kwargs.ts';
 import type { DagSource, SchedulerDag, SchedulerTask, StartTrigger } from '../../model/scheduler-dag.ts';
@@ -41,6 +41,9 @@ export interface SchedulerOptions {
   readonly push?: boolean;
 }
 
+/** The stores a scheduler uses: its job row, DAG runs and their task instances, signal actions and schedules, serialized DAGs, the waiting-work gauges. */
+export type SchedulerStores = Pick<Stores, 'jobs' | 'dagRuns' | 'taskInstances' | 'signals' | 'serializedDags' | 'maintenance'>;
+
 /**
  * The scheduler daemon: moves DAG runs through their tasks, from serialized DAGs (never DAG code).
  *
@@ -56,7 +59,7 @@ export interface SchedulerOptions {
  * Every write is conditional on the state it leaves, so several schedulers may run at once.
  * The scheduler reads DAG structure through a DagSource and never imports DAG code.
  */
-export class Scheduler extends Daemon {
+export class Scheduler extends Daemon<SchedulerStores> {
   #loop: Promise<void> | null = null;
   readonly #pause = new InterruptibleSleep();
   /** Paces the passes wake-ups start (one per finished task): see WOKEN_PASS_PACING. */
@@ -84,7 +87,7 @@ export class Scheduler extends Daemon {
     metrics?: Metrics,
   ) {
     super(
-      new Storage(database),
+      openStores(database),
       log,
       {
         kind: 'scheduler',
@@ -97,7 +100,7 @@ export class Scheduler extends Daemon {
       metrics,
     );
     this.metrics.scheduler();
-    this.metrics.databaseGauges(() => this.storage.countWaitingWork());
+    this.metrics.databaseGauges(() => this.storage.maintenance.countWaitingWork());
   }
 
   /** Runs the next pass now instead of after the poll interval. */
@@ -153,12 +156,12 @@ export class Scheduler extends Daemon {
     await this.#createScheduledRuns(now);
     this.#nextReadyAt = undefined;
     // The next ready_at first: an idle pass reads it and writes nothing.
-    let nextReadyAt = await this.storage.nextReadyAt();
-    const ready = nextReadyAt !== null && nextReadyAt <= now ? await this.storage.scheduleReadyTaskInstances(now) : 0;
-    if (ready > 0) nextReadyAt = await this.storage.nextReadyAt();
+    let nextReadyAt = await this.storage.taskInstances.nextReadyAt();
+    const ready = nextReadyAt !== null && nextReadyAt <= now ? await this.storage.taskInstances.scheduleReadyTaskInstances(now) : 0;
+    if (ready > 0) nextReadyAt = await this.storage.taskInstances.nextReadyAt();
     this.#nextReadyAt = nextReadyAt;
     if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
-    const reaped = await this.storage.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now, async (zombie) => {
+    const reaped = await this.storage.taskInstances.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now, async (zombie) => {
       const task = (await this.dags(zombie.dagId))?.tasks.find((candidate) => candidate.taskId === zombie.taskId);
       return now + (task ? retryDelayMs(task.retry, zombie.tryNumber) : 0);
     });
@@ -166,7 +169,7 @@ export class Scheduler extends Daemon {
       this.log.warn({ ...reaped }, `task instances of dead workers: ${reaped.requeued} requeued, ${reaped.retried} to retry, ${reaped.failed} failed`);
     }
     // Retries it just set may come due before the next ready_at read above.
-    if (reaped.retried > 0) this.#nextReadyAt = await this.storage.nextReadyAt();
+    if (reaped.retried > 0) this.#nextReadyAt = await this.storage.taskInstances.nextReadyAt();
     if (reaped.stopped > 0) this.log.info({ stopped: reaped.stopped }, `${reaped.stopped} task instance(s) of dead workers stopped as their signals asked`);
     let madeWork = ready > 0 || reaped.requeued + reaped.retried + reaped.stopped > 0;
     const dags = new Map<string, SchedulerDag | null>();
@@ -176,7 +179,7 @@ export class Scheduler extends Daemon {
     };
     const signalStarts = new Map<number, PendingSignalAction[]>();
     if (this.#signalActionsDeclared && (await this.#actOnSignals(dagOf, signalStarts, now))) madeWork = true;
-    for (const run of await this.storage.listUnfinishedDagRuns(this.options.runsPerPass)) {
+    for (const run of await this.storage.dagRuns.listUnfinishedDagRuns(this.options.runsPerPass)) {
       const dag = await dagOf(run.dagId);
       if (!dag) {
         // Said once per run until its DAG is back, not every pass.
@@ -203,7 +206,7 @@ export class Scheduler extends Daemon {
    */
   async #actOnSignals(dagOf: (dagId: string) => Promise<SchedulerDag | null>, starts: Map<number, PendingSignalAction[]>, now: number): Promise<boolean> {
     let madeWork = false;
-    for (const pending of await this.storage.pendingSignalActions(SIGNAL_ACTIONS_PER_PASS)) {
+    for (const pending of await this.storage.signals.pendingSignalActions(SIGNAL_ACTIONS_PER_PASS)) {
       const dag = await dagOf(pending.dagId);
       if (!dag) continue; // its DAG is gone for now: the version waits for it
       const task = dag.tasks.find((candidate) => candidate.taskId === pending.taskId);
@@ -215,7 +218,7 @@ export class Scheduler extends Daemon {
         continue;
       }
       const applied = this.#planToApply(plan, pending, task, now);
-      const outcome = await this.storage.applySignalAction(pending, applied, now);
+      const outcome = await this.storage.signals.applySignalAction(pending, applied, now);
       const fields = {
         dag_id: pending.dagId,
         run_id: pending.runId,
@@ -267,7 +270,7 @@ export class Scheduler extends Daemon {
    */
   async #createScheduledRuns(now: number): Promise<void> {
     const actionKeys = new Set<string>();
-    for (const { dagId, hash } of await this.storage.listActiveDags()) {
+    for (const { dagId, hash } of await this.storage.serializedDags.listActiveDags()) {
       const known = this.#nextScheduleCheck.get(dagId);
       if (known?.hash === hash && (known.at === null || now < known.at) && !this.#signalSent.has(dagId)) continue;
       // Cleared before the look: a send heard during it marks the DAG again, for the next pass.
@@ -285,10 +288,10 @@ export class Scheduler extends Daemon {
           this.#nextScheduleCheck.set(dagId, { hash, at: null });
           continue;
         }
-        let last = await this.storage.latestScheduledLogicalDate(dagId);
+        let last = await this.storage.dagRuns.latestScheduledLogicalDate(dagId);
         for (const interval of dueDataIntervals(dag.schedule, last, now)) {
           const runId = `scheduled__${new Date(interval.start).toISOString()}`;
-          const created = await this.storage.createDagRun(
+          const created = await this.storage.dagRuns.createDagRun(
             dag,
             { runId, runType: 'scheduled', logicalDate: interval.start, conf: {}, dataInterval: interval },
             now,
@@ -320,20 +323,20 @@ export class Scheduler extends Daemon {
    * SignalSchedule). Returns whether more versions wait than one look creates.
    */
   async #createSignalRuns(dag: SchedulerDag, schedule: SignalSchedule, now: number): Promise<boolean> {
-    let after = await this.storage.latestSignalRunVersion(dag.dagId);
+    let after = await this.storage.dagRuns.latestSignalRunVersion(dag.dagId);
     if (after === null) {
-      after = schedule.startDate !== null ? 0 : await this.storage.signalScheduleStart(dag.dagId, schedule.key);
+      after = schedule.startDate !== null ? 0 : await this.storage.signals.signalScheduleStart(dag.dagId, schedule.key);
     }
     // Heard from `after` on: a send between this look and the subscription is not missed.
     this.#listenFor(schedule.key, dag.dagId, after);
-    const signals = await this.storage.signalsAfter(new Map([[schedule.key, after]]), MAX_RUNS_PER_CHECK);
+    const signals = await this.storage.signals.signalsAfter(new Map([[schedule.key, after]]), MAX_RUNS_PER_CHECK);
     for (const signal of signals) {
       if (schedule.startDate !== null && signal.sentAt < schedule.startDate) continue;
       const runId = signalRunId(signal.version);
       const conf = { signal: { key: signal.key, version: signal.version, value: signal.value, sentAt: new Date(signal.sentAt).toISOString() } };
       // The logical date is the send time; two sends in one millisecond take the next free one.
       for (let offset = 0; ; offset++) {
-        const created = await this.storage.createDagRun(dag, { runId, runType: 'scheduled', logicalDate: signal.sentAt + offset, conf }, now);
+        const created = await this.storage.dagRuns.createDagRun(dag, { runId, runType: 'scheduled', logicalDate: signal.sentAt + offset, conf }, now);
         if (created !== null) {
           this.log.info(
             { dag_id: dag.dagId, run_id: runId, signal_key: signal.key, signal_version: signal.version },
@@ -342,7 +345,7 @@ export class Scheduler extends Daemon {
           break;
         }
         // Another scheduler made it, or the moment is taken by another run.
-        if ((await this.storage.findDagRun(dag.dagId, runId)) !== null || offset >= 1000) break;
+        if ((await this.storage.dagRuns.findDagRun(dag.dagId, runId)) !== null || offset >= 1000) break;
       }
     }
     return signals.length === MAX_RUNS_PER_CHECK;
@@ -379,11 +382,11 @@ export class Scheduler extends Daemon {
    * instances with no state and a new version of a key that starts them (see startDecision).
    */
   async #advance(run: UnfinishedDagRun, dag: SchedulerDag, now: number, signalStarts: ReadonlyMap<number, readonly PendingSignalAction[]>): Promise<boolean> {
-    if (run.state === 'queued' && (await this.storage.setDagRunState(run.id, 'queued', 'running', now))) {
+    if (run.state === 'queued' && (await this.storage.dagRuns.setDagRunState(run.id, 'queued', 'running', now))) {
       this.log.info({ dag_id: run.dagId, run_id: run.runId }, `DAG run ${run.dagId} ${run.runId} running`);
     }
-    if (!(await this.storage.runNeedsDecisions(run.dagId, run.runId, FINISHED_STATES))) return false;
-    const instances = await this.storage.taskInstancesOfRun(run.dagId, run.runId);
+    if (!(await this.storage.dagRuns.runNeedsDecisions(run.dagId, run.runId, FINISHED_STATES))) return false;
+    const instances = await this.storage.dagRuns.taskInstancesOfRun(run.dagId, run.runId);
     const stateOf = new Map(instances.map((ti) => [ti.taskId, ti.state]));
     const tasks = new Map(dag.tasks.map((task) => [task.taskId, task]));
     const decided = { scheduled: [] as number[], skipped: [] as number[], upstream_failed: [] as number[], failed: [] as number[] };
@@ -417,22 +420,22 @@ export class Scheduler extends Daemon {
     // Started by a signal: one at a time, each with the versions that started it.
     const startsOf = (id: number) => (signalStarts.get(id) ?? []).map((pending) => ({ key: pending.key, version: pending.latestVersion }));
     const bySignal = decided.scheduled.filter((id) => signalStarts.has(id));
-    const scheduled = await this.storage.decideTaskInstances(
+    const scheduled = await this.storage.dagRuns.decideTaskInstances(
       decided.scheduled.filter((id) => !signalStarts.has(id)),
       'scheduled',
       now,
     );
-    for (const id of bySignal) if (await this.storage.startOnSignal(id, startsOf(id), now)) scheduled.push(id);
-    await this.storage.decideTaskInstances(decided.skipped, 'skipped', now);
-    await this.storage.decideTaskInstances(decided.upstream_failed, 'upstream_failed', now);
-    await this.storage.decideTaskInstances(decided.failed, 'failed', now);
+    for (const id of bySignal) if (await this.storage.signals.startOnSignal(id, startsOf(id), now)) scheduled.push(id);
+    await this.storage.dagRuns.decideTaskInstances(decided.skipped, 'skipped', now);
+    await this.storage.dagRuns.decideTaskInstances(decided.upstream_failed, 'upstream_failed', now);
+    await this.storage.dagRuns.decideTaskInstances(decided.failed, 'failed', now);
     // Tasks that start from a trigger go from no state straight to deferred, in one statement:
     // no worker slot, and no moment in which a worker could claim them.
     for (const [id, deferral] of startDeferrals) {
       try {
-        await this.storage.deferTaskInstance(id, deferral, now);
+        await this.storage.taskInstances.deferTaskInstance(id, deferral, now);
         scheduled.push(id);
-        if (signalStarts.has(id)) await this.storage.recordSignalStarts(id, startsOf(id));
+        if (signalStarts.has(id)) await this.storage.signals.recordSignalStarts(id, startsOf(id));
       } catch (error) {
         // Another scheduler decided it first (or it was cleared): nothing to do here.
         if (!(error instanceof TaskInstanceStateError)) throw error;
@@ -448,10 +451,10 @@ export class Scheduler extends Daemon {
     }
 
     const changed = decided.skipped.length + decided.upstream_failed.length + decided.failed.length + scheduled.length > 0;
-    const states = changed ? new Map((await this.storage.taskInstancesOfRun(run.dagId, run.runId)).map((ti) => [ti.taskId, ti.state])) : stateOf;
+    const states = changed ? new Map((await this.storage.dagRuns.taskInstancesOfRun(run.dagId, run.runId)).map((ti) => [ti.taskId, ti.state])) : stateOf;
     if (![...states.values()].every((state) => state !== null && FINISHED_STATES.includes(state))) return scheduled.length > 0;
     const outcome = leavesSucceeded(dag, states) ? 'success' : 'failed';
-    if (await this.storage.setDagRunState(run.id, 'running', outcome, now)) {
+    if (await this.storage.dagRuns.setDagRunState(run.id, 'running', outcome, now)) {
       this.metrics.scheduler().dagRunsFinished.inc({ state: outcome });
       this.log.info({ dag_id: run.dagId, run_id: run.runId, state: outcome }, `DAG run ${run.dagId} ${run.runId} ${outcome}`);
     }

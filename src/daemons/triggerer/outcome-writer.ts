@@ -1,7 +1,7 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../../vocabulary/errors.ts';
-import type { FailureKwargs, PreparedMove, Storage, TriggerEventRecord, TriggerFailureRecord } from '../../storage/index.ts';
+import type { FailureKwargs, PreparedMove, TriggerEventRecord, TriggerFailureRecord, Stores } from '../../storage/index.ts';
 import type { TaskEndState } from '../../authoring/triggers/trigger-event.ts';
 import type { TriggererMetrics } from '../../services/observability/metrics.ts';
 
@@ -102,7 +102,7 @@ export class OutcomeWriter {
   #closed = false;
 
   constructor(
-    private readonly storage: Storage,
+    private readonly storage: Pick<Stores, 'triggers'>,
     private readonly log: Logger,
     private readonly options: OutcomeWriterOptions,
     /** Called with the trigger ids whose outcome is fully written. */
@@ -218,7 +218,9 @@ export class OutcomeWriter {
   }
 
   #prepare(kind: Kind, batch: Outcome[]): PreparedMove {
-    return kind === 'failure' ? this.storage.prepareFailures(batch as TriggerFailureRecord[]) : this.storage.prepareEvents(batch as PendingEvent[]);
+    return kind === 'failure'
+      ? this.storage.triggers.prepareFailures(batch as TriggerFailureRecord[])
+      : this.storage.triggers.prepareEvents(batch as PendingEvent[]);
   }
 
   /** Waits until the next retry (of a move or a delete) is due, or new outcomes come in. */
@@ -238,7 +240,7 @@ export class OutcomeWriter {
   /** Writes one batch; `prepared` when it was made ready ahead, else (a retry) it is made ready now. */
   async #moveBatch(kind: Kind, batch: Outcome[], failures: number, prepared?: PreparedMove): Promise<void> {
     try {
-      const { movedTaskInstances, endedTaskInstances } = await this.storage.submitPrepared(prepared ?? this.#prepare(kind, batch));
+      const { movedTaskInstances, endedTaskInstances } = await this.storage.triggers.moveDeferredTaskInstances(prepared ?? this.#prepare(kind, batch));
       this.onDatabaseCall();
       const metrics = this.options.metrics;
       if (kind === 'event' && metrics) {
@@ -370,7 +372,7 @@ export class OutcomeWriter {
   async #deleteBatch(): Promise<void> {
     const ids = this.#moved.splice(0, this.options.batchSize);
     try {
-      const deleted = await this.storage.cleanUnusedTriggers(ids);
+      const deleted = await this.storage.triggers.deleteUnusedTriggers(ids);
       this.onDatabaseCall();
       this.#deleteFailures = 0;
       this.#deleteRetryAt = 0;

@@ -3,7 +3,7 @@ import { describeThrown } from '../../vocabulary/errors.ts';
 import { isStoredLevel, LineBuffer, LogCap, parsePinoLine, storedLogLevel, TASK_LOG_BYTE_CAP, TASK_LOG_LINE_CAP } from '../../services/logs/log-buffer.ts';
 import { maskFields, SecretMasker } from '../../services/logs/secret-masker.ts';
 import { storableJson, storableText } from '../../vocabulary/serialization/storable-text.ts';
-import type { Storage, TriggerLogLine } from '../../storage/index.ts';
+import type { TriggerLogLine, Stores } from '../../storage/index.ts';
 
 /** What a trigger's logger binds: the stored line's trigger_id column says it already. */
 const BOUND_KEYS = new Set(['trigger_id', 'classpath']);
@@ -28,13 +28,13 @@ export class TriggerLogWriter {
   readonly #maskers = new Map<number, SecretMasker>();
 
   constructor(
-    storage: Storage,
+    storage: Pick<Stores, 'logs'>,
     private readonly processLog: Logger,
     /** Connection passwords: masked in every trigger's lines. */
     readonly masker: SecretMasker = SecretMasker.fromEnvironment(),
   ) {
     this.#buffer = new LineBuffer(
-      (lines) => storage.appendTriggerLogLines(lines),
+      (lines) => storage.logs.appendTriggerLogLines(lines),
       (error, lines) =>
         processLog.error(
           { lines, error: describeThrown(error).error },

@@ -4,7 +4,7 @@ import type { Database } from '../../database/connect.ts';
 import { redactDatabaseUrl } from '../../database/database-url.ts';
 import { errorFields, TriggerRuntimeError } from '../../vocabulary/errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../../database/schema.ts';
-import { Storage, type TriggerRow } from '../../storage/index.ts';
+import { type TriggerRow, openStores, type Stores } from '../../storage/index.ts';
 import { InterruptibleSleep } from '../../vocabulary/time/interruptible-sleep.ts';
 import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_PACING } from '../../services/jobs/daemon.ts';
 import { PassPacer } from '../../vocabulary/time/pass-pacer.ts';
@@ -40,8 +40,11 @@ const FULL_RECONCILE_MS = 60_000;
  * release ownership so peers take over at once, mark the job row ended.
  */
 
+/** The stores a triggerer uses: its job row, its triggers and what they move, signals (pruned), trigger logs, DAG run states (sensors' reads), the waiting-work gauges. */
+export type TriggererStores = Pick<Stores, 'jobs' | 'triggers' | 'signals' | 'logs' | 'dagRuns' | 'maintenance'>;
+
 /** The triggerer daemon: claims trigger rows up to its capacity, runs them on its event loop, and writes their events; heartbeats, and takes over the triggers of dead peers. */
-export class Triggerer extends Daemon {
+export class Triggerer extends Daemon<TriggererStores> {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
   readonly #triggerLogs: TriggerLogWriter;
@@ -67,7 +70,7 @@ export class Triggerer extends Daemon {
     metrics?: Metrics,
   ) {
     super(
-      new Storage(database),
+      openStores(database),
       log,
       {
         kind: 'triggerer',
@@ -81,7 +84,7 @@ export class Triggerer extends Daemon {
     );
     const triggererMetrics = this.metrics.triggerer();
     triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
-    this.metrics.databaseGauges(() => this.storage.countWaitingWork());
+    this.metrics.databaseGauges(() => this.storage.maintenance.countWaitingWork());
     this.#triggerLogs = new TriggerLogWriter(this.storage, log);
     this.#watchdog =
       options.watchdogLimitMs > 0
@@ -104,7 +107,7 @@ export class Triggerer extends Daemon {
         stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
       },
     );
-    this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.readDagRunStates(keys));
+    this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.dagRuns.readDagRunStates(keys));
     this.#writer = new OutcomeWriter(
       this.storage,
       log,
@@ -194,7 +197,7 @@ export class Triggerer extends Daemon {
     await this.#watchdog?.stop();
     this.#dagRunStates.close(new TriggerRuntimeError('the triggerer stopped'));
     try {
-      const released = await this.storage.releaseOwnedTriggers(job.id);
+      const released = await this.storage.triggers.releaseOwnedTriggers(job.id);
       this.log.info({ job_id: job.id, released_triggers: released }, `triggerer ${job.id} released ${released} trigger(s) to peers`);
     } catch (error) {
       this.log.error(
@@ -210,7 +213,7 @@ export class Triggerer extends Daemon {
    * left to move.
    */
   async #failQuarantined(): Promise<void> {
-    for (const trigger of await this.storage.listQuarantinedTriggers(1000)) {
+    for (const trigger of await this.storage.triggers.listQuarantinedTriggers(1000)) {
       const error = new TriggerQuarantinedError(
         `trigger ${trigger.id} (${trigger.classpath}) held a triggerer's event loop past the watchdog limit ` +
           `(${this.options.watchdogLimitMs / 1000} s) ${trigger.culpritCount} time(s): it is quarantined and never run again; ` +
@@ -243,13 +246,13 @@ export class Triggerer extends Daemon {
   async #pass(): Promise<boolean> {
     const jobId = this.jobId!;
     const { storage, options } = this;
-    const released = await storage.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
+    const released = await storage.triggers.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
     if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
 
     // What this triggerer owns against what it holds: a digest each (one row from the database)
     // tells whether anything changed; only then, or now and then as a guard against a digest
     // collision, are the two sets compared id by id.
-    const ownedDigest = await storage.ownedTriggersDigest(jobId);
+    const ownedDigest = await storage.triggers.ownedTriggersDigest(jobId);
     this.#runner.markLoopEdge();
     const held = this.#runner.heldDigest();
     let ownedCount = ownedDigest.count;
@@ -268,7 +271,7 @@ export class Triggerer extends Daemon {
     const starting: Promise<void>[] = [];
     while (claimedTotal < room && this.isRunning) {
       const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
-      const { claimed, rows, examined, orphansDeleted } = await storage.claimTriggers(jobId, want);
+      const { claimed, rows, examined, orphansDeleted } = await storage.triggers.claimTriggers(jobId, want);
       this.#runner.markLoopEdge();
       starting.push(rows.then((opened) => this.#startClaimed(opened)));
       claimedTotal += claimed;
@@ -288,12 +291,12 @@ export class Triggerer extends Daemon {
 
     if (Date.now() - this.#lastCleanupAt >= options.cleanupIntervalMs) {
       this.#lastCleanupAt = Date.now();
-      const deleted = await storage.cleanUnusedTriggers();
+      const deleted = await storage.triggers.deleteUnusedTriggers();
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
-      const pruned = await storage.pruneSignals(Date.now() - options.signalRetentionMs);
+      const pruned = await storage.signals.pruneSignals(Date.now() - options.signalRetentionMs);
       if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
       await this.#failQuarantined();
-      const orphaned = await storage.releaseTriggersOfMissingTriggerers();
+      const orphaned = await storage.triggers.releaseTriggersOfMissingTriggerers();
       if (orphaned > 0)
         this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
     }
@@ -310,13 +313,13 @@ export class Triggerer extends Daemon {
    * dead) and starts what it owns but does not run. Returns how many triggers it owns.
    */
   async #reconcile(jobId: number): Promise<number> {
-    const owned = await this.storage.listOwnedTriggerIds(jobId);
+    const owned = await this.storage.triggers.listOwnedTriggerIds(jobId);
     this.#runner.markLoopEdge();
     const ownedSet = new Set(owned);
     const lost = this.#runner.heldIds().filter((id) => !ownedSet.has(id) && this.#runner.isRunning(id));
     if (lost.length > 0) {
       // A row still there belongs to another triggerer now; a row gone was abandoned (killed).
-      const elsewhere = new Set(await this.storage.existingTriggerIds(lost));
+      const elsewhere = new Set(await this.storage.triggers.existingTriggerIds(lost));
       for (const id of lost) {
         const killed = !elsewhere.has(id);
         this.log.info({ trigger_id: id, killed }, `trigger ${id} is no longer ours (${killed ? 'nothing waits on it' : 'taken over'}); stopping it`);
@@ -326,7 +329,7 @@ export class Triggerer extends Daemon {
     if (!this.isRunning) return owned.length;
     const notRunning = owned.filter((id) => !this.#runner.has(id));
     if (notRunning.length > 0) {
-      for (const row of await this.storage.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
+      for (const row of await this.storage.triggers.loadOwnedTriggers(jobId, notRunning)) this.#runner.startTrigger(row);
       this.#runner.markLoopEdge();
     }
     return owned.length;
@@ -351,15 +354,15 @@ export class Triggerer extends Daemon {
     let nextInMs = this.wakeupsPushed(this.database) ? Math.max(timeoutSweepMs, PUSHED_POLL_MAX_MS) : timeoutSweepMs;
     try {
       // The deadline first: an idle sweep is that one read.
-      let deadline = await this.storage.nextDeferralDeadline();
+      let deadline = await this.storage.triggers.nextDeferralDeadline();
       if (deadline !== null && deadline <= Date.now()) {
-        const failed = await this.storage.failTimedOutDeferrals();
+        const failed = await this.storage.triggers.failTimedOutDeferrals();
         if (failed > 0) {
           this.metrics.triggerer().timedOut.inc(failed);
           this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
           this.onWork?.();
         }
-        deadline = await this.storage.nextDeferralDeadline();
+        deadline = await this.storage.triggers.nextDeferralDeadline();
       }
       this.#runner.markLoopEdge();
       if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Database } from '../../database/connect.ts';
 import { TaskNotFoundError } from '../../vocabulary/errors.ts';
-import { Storage, type ClaimedTaskInstance, type StartedTaskInstance } from '../../storage/index.ts';
+import { type ClaimedTaskInstance, type StartedTaskInstance, openStores } from '../../storage/index.ts';
 import type { AnyOperator, RuntimeContext } from '../../authoring/operators/base-operator.ts';
 import type { JsonObject, JsonValue } from '../../vocabulary/serialization/json.ts';
 import type { Dag } from '../../authoring/dags/dag.ts';
@@ -24,19 +24,19 @@ export const TASK_SERVICE_NAMES = ['xcomPull', 'taskReschedules', 'dagRunStates'
 
 /** Makes the services of each task instance a worker runs; one per worker. */
 export function taskServices(database: Database): (claimed: ClaimedTaskInstance, started: StartedTaskInstance) => TaskServices {
-  const storage = new Storage(database);
+  const storage = openStores(database);
   // One per worker: every task's dagRunStates() reads (ExternalTaskSensors poking) share its rounds.
-  const dagRunStates = new DagRunStateBatcher((keys) => storage.readDagRunStates(keys));
+  const dagRunStates = new DagRunStateBatcher((keys) => storage.dagRuns.readDagRunStates(keys));
   return (claimed, started) => ({
     xcomPull: async (taskId) => {
-      const returned = await storage.readReturnValue(claimed.dagId, claimed.runId, taskId);
+      const returned = await storage.taskInstances.readReturnValue(claimed.dagId, claimed.runId, taskId);
       return returned === null ? null : (JSON.parse(returned) as JsonValue);
     },
-    taskReschedules: () => storage.taskReschedules(claimed.id, started.tryNumber),
+    taskReschedules: () => storage.taskInstances.taskReschedules(claimed.id, started.tryNumber),
     dagRunStates: (query) => dagRunStates.read(query),
     sendSignal: (key, value) => SignalService.of(database).send(key, value ?? null),
     latestSignalVersion: (key) => SignalService.of(database).latestVersion(key),
-    actedSignal: (key) => storage.readActedSignal(claimed.id, key),
+    actedSignal: (key) => storage.signals.readActedSignal(claimed.id, key),
   });
 }
 

@@ -1,6 +1,6 @@
 import pino, { type Logger } from 'pino';
 import { describeThrown } from '../../vocabulary/errors.ts';
-import type { Storage, TaskLogLine } from '../../storage/index.ts';
+import type { TaskLogLine, Stores } from '../../storage/index.ts';
 import { storableJson, storableText } from '../../vocabulary/serialization/storable-text.ts';
 import { maskFields, SecretMasker } from '../../services/logs/secret-masker.ts';
 import { isStoredLevel, LineBuffer, LogCap, parsePinoLine, storedLogLevel, TASK_LOG_BYTE_CAP, TASK_LOG_LINE_CAP } from '../../services/logs/log-buffer.ts';
@@ -39,13 +39,13 @@ export class TaskLogWriter {
   readonly #workerLogger: Logger;
 
   constructor(
-    storage: Storage,
+    storage: Pick<Stores, 'logs'>,
     private readonly processLog: Logger,
     /** Connection passwords and other known secrets, masked in every line. */
     private readonly masker: SecretMasker = SecretMasker.fromEnvironment(),
   ) {
     this.#buffer = new LineBuffer(
-      (lines) => storage.appendTaskLogLines(lines),
+      (lines) => storage.logs.appendTaskLogLines(lines),
       (error, lines) =>
         processLog.error(
           { lines, error: describeThrown(error).error },

@@ -14,7 +14,7 @@ import {
 import type { BaseOperator, TaskContext } from '../../authoring/operators/base-operator.ts';
 import { WakeSet } from '../../vocabulary/time/wake-set.ts';
 import { InterruptibleSleep } from '../../vocabulary/time/interruptible-sleep.ts';
-import { Storage, type ClaimedTaskInstance, type HeldTry, type StartedTaskInstance, type TaskOutcome } from '../../storage/index.ts';
+import { type ClaimedTaskInstance, type HeldTry, type StartedTaskInstance, type TaskOutcome, openStores, type Stores } from '../../storage/index.ts';
 import { retryDelayMs, type RetryPolicy } from '../../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
 import { InlineTaskRunner } from './inline-task-runner.ts';
@@ -54,6 +54,9 @@ export interface WorkerOptions {
   readonly push?: boolean;
 }
 
+/** The stores a worker uses: its job row, the task instances it runs, DAG run states and signals (tasks' context), task logs. */
+export type WorkerStores = Pick<Stores, 'jobs' | 'taskInstances' | 'dagRuns' | 'signals' | 'logs'>;
+
 /**
  * The worker daemon: claims scheduled task instances into its slots, runs and resumes them.
  *
@@ -67,7 +70,7 @@ export interface WorkerOptions {
  * stop(): claim nothing more, give running tasks `shutdownGraceMs` to finish, hand the others
  * back (scheduled, their try given back: run again, not lost, no retry spent), end the job row.
  */
-export class Worker extends Daemon {
+export class Worker extends Daemon<WorkerStores> {
   readonly #running = new Map<number, Promise<void>>();
   /** The tries whose code runs now, by task instance (see RunningTry). */
   readonly #runningTries = new Map<number, RunningTry>();
@@ -95,7 +98,7 @@ export class Worker extends Daemon {
     metrics?: Metrics,
   ) {
     super(
-      new Storage(database),
+      openStores(database),
       log,
       {
         kind: 'worker',
@@ -178,7 +181,7 @@ export class Worker extends Daemon {
         do {
           check.again = false;
           const running = [...this.#runningTries].filter(([, entry]) => !entry.settled);
-          const news = await this.storage.checkHeldTries(new Map(running.map(([taskInstanceId, entry]) => [taskInstanceId, entry.held])));
+          const news = await this.storage.taskInstances.checkHeldTries(new Map(running.map(([taskInstanceId, entry]) => [taskInstanceId, entry.held])));
           for (const [taskInstanceId, found] of news) {
             const entry = this.#runningTries.get(taskInstanceId);
             // Gone, settled or replaced by a newer try (of this worker) since the read began.
@@ -223,7 +226,7 @@ export class Worker extends Daemon {
     for (const taskInstanceId of this.#running.keys()) {
       // Its code may still be running in this process, but the process is going: hand it back,
       // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
-      const handedBack = await this.storage.handBackTaskInstance(taskInstanceId, jobId);
+      const handedBack = await this.storage.taskInstances.handBackTaskInstance(taskInstanceId, jobId);
       if (handedBack) {
         this.log.warn(
           { task_instance_id: taskInstanceId },
@@ -249,7 +252,7 @@ export class Worker extends Daemon {
       if (free > 0) {
         try {
           if (claimFailed) {
-            claimed = await this.storage.claimedButNotHeld(worker.jobId, [...this.#running.keys()]);
+            claimed = await this.storage.taskInstances.claimedButNotHeld(worker.jobId, [...this.#running.keys()]);
             if (claimed.length > 0)
               this.log.warn(
                 { task_instance_ids: claimed.map((taskInstance) => taskInstance.id) },
@@ -257,7 +260,7 @@ export class Worker extends Daemon {
               );
             claimFailed = false;
           }
-          if (claimed.length < free) claimed.push(...(await this.storage.claimTaskInstances(worker, free - claimed.length)));
+          if (claimed.length < free) claimed.push(...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length)));
         } catch (error) {
           claimFailed = true;
           this.log.error(errorFields(error, 'DF_DATABASE'), 'claiming task instances failed; retrying');
@@ -301,7 +304,9 @@ export class Worker extends Daemon {
       task = await this.#runner.prepare(taskInstance);
     } catch (error) {
       // No code to run: the try is spent like any failure, without retries (they would fail alike).
-      const started = await this.#recordPersistently(taskInstance.id, 'its start', () => this.storage.startTaskInstance(taskInstance.id, jobId, null));
+      const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
+        this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, null),
+      );
       if (!started) return;
       try {
         await this.#finish(
@@ -320,7 +325,7 @@ export class Worker extends Daemon {
     // Like an outcome, a start is kept through an outage: a claimed task instance that could not
     // be started would otherwise stay queued on this (live) worker until it stops.
     const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
-      this.storage.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
+      this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
     );
     if (!started) return; // cleared or reaped meanwhile
     // What this try writes lands only while the try is still this worker's (see HeldTry).
@@ -385,7 +390,9 @@ export class Worker extends Daemon {
         // task's failure (failing it would spend a try, or end the task, for an outage). The
         // moment it deferred stays the start of its timeout however long the write waits.
         const deferredAt = Date.now();
-        await this.#recordPersistently(taskInstance.id, 'its deferral', () => this.storage.deferTaskInstance(taskInstance.id, deferral, deferredAt, held));
+        await this.#recordPersistently(taskInstance.id, 'its deferral', () =>
+          this.storage.taskInstances.deferTaskInstance(taskInstance.id, deferral, deferredAt, held),
+        );
         this.#countOutcome(taskInstance, 'deferred');
         // No flush: the deferral's line rides the next timed write (the task is not finished).
         tryLog.worker.info({ next_method: deferral.method }, `${label} deferred; resumes at ${deferral.method}`);
@@ -431,7 +438,9 @@ export class Worker extends Daemon {
    * outcome, if any, is dropped. Returns whether there was a request to carry out.
    */
   async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, held: HeldTry, label: string, tryLog: TryLoggers): Promise<boolean> {
-    const done = await this.#recordPersistently(taskInstance.id, 'the stop a signal asked for', () => this.storage.carryOutStopRequest(taskInstance.id, held));
+    const done = await this.#recordPersistently(taskInstance.id, 'the stop a signal asked for', () =>
+      this.storage.taskInstances.carryOutStopRequest(taskInstance.id, held),
+    );
     if (done === null) return false;
     this.#countOutcome(taskInstance, done === 'restart' ? 'scheduled' : done);
     tryLog.worker.info(
@@ -506,7 +515,7 @@ export class Worker extends Daemon {
     }
     await this.#taskLogs.flush();
     const recorded = await this.#recordPersistently(taskInstance.id, `its outcome (${outcome.state})`, () =>
-      this.storage.finishTaskInstance(taskInstance.id, held, outcome, now),
+      this.storage.taskInstances.finishTaskInstance(taskInstance.id, held, outcome, now),
     );
     if (recorded) this.#countOutcome(taskInstance, outcome.state);
     // A signal asked to stop it before the outcome was written: the request wins.

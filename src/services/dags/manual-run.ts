@@ -2,7 +2,7 @@ import type { Database } from '../../database/connect.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 import { momentMs } from '../../model/schedule.ts';
 import type { JsonObject } from '../../vocabulary/serialization/json.ts';
-import { Storage } from '../../storage/index.ts';
+import { openStores } from '../../storage/index.ts';
 import { serializedDagSource } from './dag-processor.ts';
 import { unknownDagError } from './unknown-dag.ts';
 
@@ -29,11 +29,11 @@ export async function triggerDagRun(database: Database, dagId: string, options: 
   const asked = options.logicalDate === undefined ? now : parseLogicalDate(options.logicalDate);
   const attempts = options.logicalDate === undefined && options.runId === undefined ? SAME_MOMENT_ATTEMPTS : 1;
   const runIdAt = (logicalDate: number) => options.runId ?? `manual__${new Date(logicalDate).toISOString()}`;
-  const storage = new Storage(database);
+  const storage = openStores(database);
   for (let attempt = 0; attempt < attempts; attempt++) {
     const logicalDate = asked + attempt;
     const runId = runIdAt(logicalDate);
-    const created = await storage.createDagRun(dag, { runId, runType: 'manual', logicalDate, conf: options.conf ?? {} }, now);
+    const created = await storage.dagRuns.createDagRun(dag, { runId, runType: 'manual', logicalDate, conf: options.conf ?? {} }, now);
     if (created !== null) return runId;
   }
   throw new InvalidOptionError(

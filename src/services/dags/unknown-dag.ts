@@ -3,7 +3,7 @@ import path from 'node:path';
 import { closestName } from '../../vocabulary/suggest.ts';
 import type { Database } from '../../database/connect.ts';
 import { DagImportError, InvalidOptionError } from '../../vocabulary/errors.ts';
-import { Storage } from '../../storage/index.ts';
+import { openStores } from '../../storage/index.ts';
 
 /**
  * The refusal of a DAG id the database has no serialized DAG for (`deferflow dags trigger`,
@@ -14,8 +14,8 @@ import { Storage } from '../../storage/index.ts';
  * failed to import, which might define it, are counted.
  */
 export async function unknownDagError(database: Database, dagId: string, option: string): Promise<InvalidOptionError | DagImportError> {
-  const storage = new Storage(database);
-  const [dags, importErrors] = await Promise.all([storage.listActiveDags(), storage.listImportErrors()]);
+  const storage = openStores(database);
+  const [dags, importErrors] = await Promise.all([storage.serializedDags.listActiveDags(), storage.serializedDags.listImportErrors()]);
   const defining = [];
   for (const importError of importErrors) if (await mayDefine(importError.fileloc, dagId)) defining.push(importError);
   if (defining.length > 0) {

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { errorFields, LifecycleError } from '../../vocabulary/errors.ts';
-import type { Storage } from '../../storage/index.ts';
+import type { Stores } from '../../storage/index.ts';
 import { JobRow } from './job-row.ts';
 import type { Database } from '../../database/connect.ts';
 import { NotificationHub, WAKE_CHANNEL } from '../../database/notification-hub.ts';
@@ -65,7 +65,7 @@ export interface DaemonHealth {
  * - The shutdown is the daemon's own (shutdown()), then the job row is ended (its heartbeat
  *   stops first, in shutdown, where the daemon needs it to).
  */
-export abstract class Daemon {
+export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs'>> {
   #state: DaemonState = 'new';
   #job: JobRow | null = null;
   #starting: Promise<void> | null = null;
@@ -73,7 +73,8 @@ export abstract class Daemon {
   #lastHeartbeatAt: number | null = null;
 
   protected constructor(
-    readonly storage: Storage,
+    /** The stores this daemon uses (its subclass's type names them): its job row's, and its work's. */
+    readonly storage: S,
     readonly log: Logger,
     private readonly description: DaemonJob,
     /** Where this daemon's metrics go (the process's, when it serves /metrics). */

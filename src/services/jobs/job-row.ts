@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { errorFields } from '../../vocabulary/errors.ts';
-import type { JobFields, Storage } from '../../storage/index.ts';
+import type { JobFields, Stores } from '../../storage/index.ts';
 
 /**
  * A long-running process's row in `job` (triggerer, worker, scheduler): registered when it
@@ -13,21 +13,27 @@ export class JobRow {
 
   private constructor(
     readonly id: number,
-    private readonly storage: Storage,
+    private readonly storage: Pick<Stores, 'jobs'>,
     heartbeatIntervalMs: number,
     private readonly log: Logger,
     /** Called after each successful heartbeat. */
     onBeat: () => void,
   ) {
     this.#timer = setInterval(() => {
-      this.storage
-        .heartbeat(this.id)
+      this.storage.jobs
+        .heartbeatJob(this.id)
         .then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
     }, heartbeatIntervalMs);
   }
 
-  static async register(storage: Storage, fields: JobFields, heartbeatIntervalMs: number, log: Logger, onBeat: () => void = () => {}): Promise<JobRow> {
-    const id = await storage.registerJob(fields);
+  static async register(
+    storage: Pick<Stores, 'jobs'>,
+    fields: JobFields,
+    heartbeatIntervalMs: number,
+    log: Logger,
+    onBeat: () => void = () => {},
+  ): Promise<JobRow> {
+    const id = await storage.jobs.registerJob(fields);
     return new JobRow(id, storage, heartbeatIntervalMs, log, onBeat);
   }
 
@@ -39,6 +45,6 @@ export class JobRow {
 
   async end(state: 'success' | 'failed' = 'success'): Promise<void> {
     this.stopHeartbeat();
-    await this.storage.endJob(this.id, state);
+    await this.storage.jobs.endJob(this.id, state);
   }
 }

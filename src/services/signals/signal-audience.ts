@@ -2,7 +2,7 @@ import { closestName } from '../../vocabulary/suggest.ts';
 import type { Database } from '../../database/connect.ts';
 import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
 import type { JsonValue } from '../../vocabulary/serialization/json.ts';
-import { Storage } from '../../storage/index.ts';
+import { openStores } from '../../storage/index.ts';
 import { matches, SignalTrigger } from '../../authoring/triggers/signal-trigger.ts';
 
 /**
@@ -39,11 +39,11 @@ export function nobodyWarning(key: string, version: number, audience: SignalAudi
  * after, a triggerer quick to fire them would already have moved them on.
  */
 export async function signalAudience(database: Database, key: string, value: JsonValue): Promise<SignalAudience> {
-  const storage = new Storage(database);
+  const storage = openStores(database);
   const [triggerWaits, signalActions, dags] = await Promise.all([
-    storage.signalTriggerWaits(SignalTrigger.classpath),
-    storage.countSignalActionTasks(key),
-    storage.listSerializedDags(),
+    storage.triggers.signalTriggerWaits(SignalTrigger.classpath),
+    storage.signals.countSignalActionTasks(key),
+    storage.serializedDags.listSerializedDags(),
   ]);
   const knownKeys = new Set<string>();
   let waits = 0;
@@ -66,7 +66,7 @@ export async function signalAudience(database: Database, key: string, value: Jso
     if (keys?.schedule != null) knownKeys.add(keys.schedule);
     for (const actionKey of keys?.actions ?? []) knownKeys.add(actionKey);
   }
-  for (const actionKey of await storage.signalActionKeys()) knownKeys.add(actionKey);
+  for (const actionKey of await storage.signals.signalActionKeys()) knownKeys.add(actionKey);
   knownKeys.delete(key);
   return { ...audience, closestKey: closestName(key, knownKeys) };
 }

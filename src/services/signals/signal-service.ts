@@ -4,7 +4,7 @@ import { NotificationHub, SIGNAL_CHANNEL, type NotificationHubOptions } from '..
 import { describeThrown, InvalidSignalError } from '../../vocabulary/errors.ts';
 import { createLogger } from '../../vocabulary/logging.ts';
 import type { JsonValue } from '../../vocabulary/serialization/json.ts';
-import { Storage } from '../../storage/index.ts';
+import { openStores, type Stores } from '../../storage/index.ts';
 import { checkSignalKey, checkSignalVersion, signalValueText, type Signal } from '../../model/signal.ts';
 
 /** Called with each signal of its key, in version order, once each. */
@@ -76,7 +76,7 @@ export class SignalService {
   }
 
   readonly #database: Database;
-  readonly #storage: Storage;
+  readonly #storage: Pick<Stores, 'signals'>;
   #log: Logger;
   #logGiven: boolean;
   readonly #pollIntervalMs: number;
@@ -97,7 +97,7 @@ export class SignalService {
 
   private constructor(database: Database, log: Logger | undefined, options: SignalServiceOptions) {
     this.#database = database;
-    this.#storage = new Storage(database);
+    this.#storage = openStores(database);
     this.#log = log ?? createLogger({ level: 'warn', format: 'json', stderr: true });
     this.#logGiven = log !== undefined;
     this.#pollIntervalMs = options.pollIntervalMs ?? 1000;
@@ -113,7 +113,7 @@ export class SignalService {
   /** Sends `value` (JSON, null by default) on `key`; resolves with the version it got. */
   async send(key: string, value: JsonValue = null): Promise<number> {
     checkSignalKey(key);
-    const version = await this.#storage.sendSignal(key, signalValueText(key, value));
+    const version = await this.#storage.signals.sendSignal(key, signalValueText(key, value));
     if (this.#listening.has(key)) this.#wakeSoon();
     return version;
   }
@@ -121,7 +121,7 @@ export class SignalService {
   /** The key's latest version; 0 when nothing was ever sent on it. */
   async latestVersion(key: string): Promise<number> {
     checkSignalKey(key);
-    return (await this.#storage.latestSignalVersions([key])).get(key) ?? 0;
+    return (await this.#storage.signals.latestSignalVersions([key])).get(key) ?? 0;
   }
 
   /** The key's signals after `sinceVersion` (default 0: all kept), oldest first, at most `limit` (default 1000). */
@@ -130,7 +130,7 @@ export class SignalService {
     const since = checkSignalVersion(options.sinceVersion ?? 0, 'sinceVersion');
     const limit = options.limit ?? 1000;
     if (!Number.isSafeInteger(limit) || limit < 1) throw new InvalidSignalError(`limit ${JSON.stringify(limit)} is not a whole number above 0`);
-    return this.#storage.signalsAfter(new Map([[key, since]]), limit);
+    return this.#storage.signals.signalsAfter(new Map([[key, since]]), limit);
   }
 
   /**
@@ -273,14 +273,14 @@ export class SignalService {
     const behind = new Map<string, number>();
     for (let start = 0; start < keys.length; start += KEYS_PER_QUERY) {
       const chunk = keys.slice(start, start + KEYS_PER_QUERY);
-      const latest = await this.#storage.latestSignalVersions(chunk);
+      const latest = await this.#storage.signals.latestSignalVersions(chunk);
       for (const key of chunk) {
         const from = this.#lowestAfter(key);
         if (from !== null && (latest.get(key) ?? 0) > from) behind.set(key, from);
       }
     }
     while (behind.size > 0) {
-      const signals = await this.#storage.signalsAfter(behind, CATCH_UP_BATCH);
+      const signals = await this.#storage.signals.signalsAfter(behind, CATCH_UP_BATCH);
       for (const signal of signals) {
         this.#deliver(signal);
         behind.set(signal.key, signal.version);

@@ -6,7 +6,7 @@ import net from 'node:net';
 import BetterSqlite3 from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../../src/index.ts';
-import { Storage } from '../../../src/storage/index.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { createTaskInstance, waitFor, type TestDatabase } from '../../support/fixtures.ts';
@@ -22,7 +22,7 @@ const FAST_HEARTBEATS = ['--heartbeat-interval', '0.5', '--health-check-threshol
 
 async function deferOnto(db: TestDatabase, trigger: import('../../../src/index.ts').BaseTrigger) {
   const id = await createTaskInstance(db);
-  await new Storage(db).deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume' }));
+  await openStores(db).taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume' }));
   return id;
 }
 

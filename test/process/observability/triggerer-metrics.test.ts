@@ -2,7 +2,7 @@
 // scrape, make the triggerer do something, scrape again.
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../../src/index.ts';
-import { Storage } from '../../../src/storage/index.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { createTaskInstance, taskInstance, waitFor, type TestDatabase } from '../../support/fixtures.ts';
@@ -15,7 +15,7 @@ const scratch = processScratch();
 
 async function deferOnto(db: TestDatabase, trigger: import('../../../src/index.ts').BaseTrigger, timeout?: number) {
   const id = await createTaskInstance(db);
-  const { triggerId } = await new Storage(db).deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume', timeout }));
+  const { triggerId } = await openStores(db).taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume', timeout }));
   return { id, triggerId };
 }
 

@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openDatabase, sendSignal, type Database, type Signal } from '../../../src/index.ts';
 import { SignalService } from '../../../src/internals.ts';
 import { migrateToLatest } from '../../../src/database/migrate.ts';
-import { Storage } from '../../../src/storage/index.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../../support/databases.ts';
 import { LogCapture, migratedDatabase, startTriggerer, waitFor } from '../../support/fixtures.ts';
 import { spawnDeferflow } from '../../support/processes.ts';
@@ -116,7 +116,7 @@ describe.each(testDialects)('signals on %s', (dialect: TestDialect) => {
     const signals = service(db);
     for (let i = 0; i < 3; i++) await signals.send('old', i);
     await signals.send('other');
-    const pruned = await new Storage(db).pruneSignals(Date.now() + 1000);
+    const pruned = await openStores(db).signals.pruneSignals(Date.now() + 1000);
     expect(pruned).toBe(2);
     expect((await signals.list('old')).map((s) => s.version)).toEqual([3]);
     expect((await signals.list('other')).map((s) => s.version)).toEqual([1]);

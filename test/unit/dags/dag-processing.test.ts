@@ -105,14 +105,14 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
       dags,
       log,
     );
-    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'while_gone', runType: 'manual', logicalDate: Date.now(), conf: {} });
+    await scheduler.storage.dagRuns.createDagRun((await dags('etl'))!, { runId: 'while_gone', runType: 'manual', logicalDate: Date.now(), conf: {} });
     await db.db.updateTable('task_instance').set({ state: 'scheduled' }).where('run_id', '=', 'while_gone').where('task_id', '=', 'extract').execute();
     const moved = path.join(empty, 'etl.ts');
     writeFileSync(moved, dagFile('etl'));
     rmSync(path.join(dir, 'etl.ts'));
     expect((await processDagFolder(db, dir)).deleted).toEqual(['etl']);
     const worker = { jobId: 1, hostname: 'test', pid: process.pid };
-    expect(await scheduler.storage.claimTaskInstances(worker, 10)).toEqual([]);
+    expect(await scheduler.storage.taskInstances.claimTaskInstances(worker, 10)).toEqual([]);
     const extract = async () =>
       db.db
         .selectFrom('task_instance')
@@ -154,7 +154,7 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
       dagFileResolver(db),
       log,
     );
-    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
+    await scheduler.storage.dagRuns.createDagRun((await dags('etl'))!, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());
     await worker.start();
@@ -168,7 +168,7 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     // worker, which needs the code, fails the task, naming the file.
     await worker.stop();
     rmSync(path.join(dir, 'etl.ts'));
-    await scheduler.storage.createDagRun((await dags('etl'))!, { runId: 'manual__2', runType: 'manual', logicalDate: Date.now() + 1, conf: {} });
+    await scheduler.storage.dagRuns.createDagRun((await dags('etl'))!, { runId: 'manual__2', runType: 'manual', logicalDate: Date.now() + 1, conf: {} });
     await waitFor(
       async () =>
         (await db.db.selectFrom('task_instance').select('state').where('run_id', '=', 'manual__2').where('task_id', '=', 'extract').executeTakeFirstOrThrow())
@@ -213,7 +213,12 @@ extract.before(report);
       dagFileResolver(db),
       log,
     );
-    await scheduler.storage.createDagRun((await dags('report'))!, { runId: 'daily', runType: 'manual', logicalDate: Date.now(), conf: { day: '2026-11-22' } });
+    await scheduler.storage.dagRuns.createDagRun((await dags('report'))!, {
+      runId: 'daily',
+      runType: 'manual',
+      logicalDate: Date.now(),
+      conf: { day: '2026-11-22' },
+    });
     await scheduler.start();
     open.stops.push(() => scheduler.stop());
     await worker.start();

@@ -8,7 +8,7 @@ import { BaseOperator, Dag, DeferflowError, sendSignal, TaskDeferred } from '../
 import { TRIGGERER_OPTIONS } from '../../../src/internals.ts';
 import { toDbTime } from '../../../src/database/schema.ts';
 import { listSignals } from '../../../src/services/signals/signal-service.ts';
-import { Storage } from '../../../src/storage/index.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import { wake } from '../../../src/storage/wake.ts';
 import { resolveTriggererOptions } from '../../../src/daemons/triggerer/options.ts';
 import * as t from '../../fixtures/test-triggers.ts';
@@ -82,12 +82,12 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
   it('trigger rows of any classpath and kwargs fail only their own task instances, and the triggerer keeps running', async () => {
     const db = await migratedDatabase(dialect);
     open.databases.push(db);
-    const storage = new Storage(db);
+    const storage = openStores(db);
     // Bystanders: waits that must stay exactly as they are.
     const bystanders = await Promise.all(
       [0, 1, 2].map(async (n) => {
         const id = await createTaskInstance(db);
-        await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({ n }), method: 'resume' }));
+        await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({ n }), method: 'resume' }));
         return id;
       }),
     );
@@ -140,7 +140,7 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
     expect(await Promise.all(bystanders.map((id) => taskInstance(db, id)))).toEqual(before);
     // Still alive: a new, healthy wait fires.
     const healthy = await createTaskInstance(db);
-    await storage.deferTaskInstance(healthy, new TaskDeferred({ trigger: new t.DelayTrigger({ ms: 10 }), method: 'resume' }));
+    await storage.taskInstances.deferTaskInstance(healthy, new TaskDeferred({ trigger: new t.DelayTrigger({ ms: 10 }), method: 'resume' }));
     await waitFor(async () => (await taskInstance(db, healthy)).state === 'scheduled', { what: 'a healthy trigger fired after the bad ones' });
     expect(tr.triggerer.jobId).not.toBeNull();
   }, 120_000);
@@ -148,7 +148,7 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
   it('event payloads of any JSON reach their own task instance exactly, or fail it naming what the database cannot store', async () => {
     const db = await migratedDatabase(dialect);
     open.databases.push(db);
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const tr = await startTriggerer(db);
     open.triggerers.push(tr);
     const payload = fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.constantFrom('nul \u0000 inside', { deep: ['half \ud800'] }));
@@ -159,7 +159,10 @@ describe.each(testDialects)('bad input on %s', (dialect) => {
           const id = await createTaskInstance(db);
           // Through the kwargs a trigger's own code would compute its payload from.
           try {
-            await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.EchoPayloadTrigger({ payload: value as never }), method: 'resume' }));
+            await storage.taskInstances.deferTaskInstance(
+              id,
+              new TaskDeferred({ trigger: new t.EchoPayloadTrigger({ payload: value as never }), method: 'resume' }),
+            );
           } catch (error) {
             // Text the database cannot store is refused at the deferral already, naming where.
             expectNamedRefusal(error);

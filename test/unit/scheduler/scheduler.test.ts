@@ -113,8 +113,9 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
         open.stops.push(() => worker.stop());
         open.triggerers.push(await startTriggerer(db));
       },
-      run: (runId: string) => scheduler.storage.createDagRun(dag, { runId, runType: 'manual', logicalDate: Date.now(), conf: {} }),
-      states: async (runId: string) => Object.fromEntries((await scheduler.storage.taskInstancesOfRun(dag.dagId, runId)).map((ti) => [ti.taskId, ti.state])),
+      run: (runId: string) => scheduler.storage.dagRuns.createDagRun(dag, { runId, runType: 'manual', logicalDate: Date.now(), conf: {} }),
+      states: async (runId: string) =>
+        Object.fromEntries((await scheduler.storage.dagRuns.taskInstancesOfRun(dag.dagId, runId)).map((ti) => [ti.taskId, ti.state])),
       runState: async (runId: string) => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', runId).executeTakeFirstOrThrow()).state,
     };
   }
@@ -268,7 +269,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
     await rt.run('manual__1');
-    const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
+    const dead = await rt.scheduler.storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
     const set = (taskId: string, state: 'running' | 'queued', tryNumber: number) =>
       rt.db.db.updateTable('task_instance').set({ state, worker_job_id: dead, try_number: tryNumber }).where('task_id', '=', taskId).execute();
     await set('was_running', 'running', 1);
@@ -307,7 +308,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     const operator = new ResumesOrStarts();
     const rt = await runtime(dag, { retried: operator, out_of_tries: operator }, { zombieThresholdMs: 1000 });
     await rt.run('manual__1');
-    const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
+    const dead = await rt.scheduler.storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, Date.now() - 60_000);
     // Both were running their resume method (after a deferral) when their worker died.
     const resuming = (taskId: string, tryNumber: number) =>
       rt.db.db
@@ -341,7 +342,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     const rt = await runtime(dag, {}, { zombieThresholdMs: 1000 });
     await rt.run('manual__1');
     const now = Date.now();
-    const dead = await rt.scheduler.storage.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, now - 60_000);
+    const dead = await rt.scheduler.storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'gone', pid: 1, capacity: 1 }, now - 60_000);
     await rt.db.db.updateTable('task_instance').set({ state: 'running', worker_job_id: dead, try_number: 2 }).where('task_id', '=', 'slow').execute();
     await rt.scheduler.pass(now);
     const ti = await rt.db.db.selectFrom('task_instance').select(['state', 'ready_at', 'worker_job_id']).executeTakeFirstOrThrow();
@@ -358,11 +359,11 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, signalSchedule: null, tasks: [task('only')] };
     const rt = await runtime(dag, {});
     const at = Date.now();
-    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(
+    expect(await rt.scheduler.storage.dagRuns.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(
       expect.any(Number),
     );
-    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at + 1, conf: {} })).toBeNull();
-    expect(await rt.scheduler.storage.createDagRun(dag, { runId: 'scheduled__b', runType: 'scheduled', logicalDate: at, conf: {} })).toBeNull();
+    expect(await rt.scheduler.storage.dagRuns.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at + 1, conf: {} })).toBeNull();
+    expect(await rt.scheduler.storage.dagRuns.createDagRun(dag, { runId: 'scheduled__b', runType: 'scheduled', logicalDate: at, conf: {} })).toBeNull();
     expect(await rt.db.db.selectFrom('task_instance').select('id').execute()).toHaveLength(1);
   });
 });

@@ -7,7 +7,7 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { deferflow, type Deferflow } from '../../../src/index.ts';
 import { DagRunStateBatcher } from '../../../src/model/dag-run-state-batcher.ts';
-import { Storage } from '../../../src/storage/index.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../../support/databases.ts';
 import { LogCapture, migratedDatabase, parsePlain, waitFor } from '../../support/fixtures.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS } from '../../support/processes.ts';
@@ -166,16 +166,20 @@ export const dag = new Dag({ dagId: 'watcher' }).add(
   it('answers many readers with few queries: reads gathered into rounds at most a second apart, identical runs asked once', async () => {
     const database = await migratedDatabase(dialect);
     try {
-      const storage = new Storage(database);
+      const storage = openStores(database);
       const dag = {
         dagId: 'target',
         hash: 'h',
         tasks: ['a', 'b'].map((taskId) => ({ taskId, operator: 'X', retry: { retries: 0 }, priorityWeight: 1, signalActions: [] })),
       };
       for (let hour = 0; hour < 300; hour++) {
-        await storage.createDagRun(dag as never, { runId: `r${hour}`, runType: 'manual', logicalDate: Date.UTC(2026, 0, 1, hour), conf: {} }, Date.now());
+        await storage.dagRuns.createDagRun(
+          dag as never,
+          { runId: `r${hour}`, runType: 'manual', logicalDate: Date.UTC(2026, 0, 1, hour), conf: {} },
+          Date.now(),
+        );
       }
-      const batcher = new DagRunStateBatcher((keys) => storage.readDagRunStates(keys), { minGapMs: 1000, runsPerQuery: 200 });
+      const batcher = new DagRunStateBatcher((keys) => storage.dagRuns.readDagRunStates(keys), { minGapMs: 1000, runsPerQuery: 200 });
       const logicalDate = (hour: number) => new Date(Date.UTC(2026, 0, 1, hour)).toISOString();
       // 1,000 readers over 300 runs plus one missing run, in one turn of the loop.
       const firstWaveAt = Date.now();

@@ -5,7 +5,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred, type TaskInstanceState } from '../../../src/index.ts';
 import { toDbTime } from '../../../src/internals.ts';
-import { Storage } from '../../../src/storage/index.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { createTaskInstance, migratedDatabase, taskInstance, type TestDatabase } from '../../support/fixtures.ts';
@@ -36,27 +36,27 @@ describe.each(testDialects)('signal actions in storage on %s', (dialect) => {
         updated_at: now,
       })
       .execute();
-    const storage = new Storage(db);
+    const storage = openStores(db);
     const watching = async (state: TaskInstanceState | null) => {
       const id = await createTaskInstance(db, { state: state ?? 'scheduled' });
       if (state === null) await db.db.updateTable('task_instance').set({ state: null }).where('id', '=', id).execute();
       await db.db.insertInto('task_instance_signal').values({ task_instance_id: id, signal_key: 'k', version: 0 }).execute();
       return id;
     };
-    const pendingFor = async (id: number) => (await storage.pendingSignalActions(100)).find((pending) => pending.taskInstanceId === id)!;
+    const pendingFor = async (id: number) => (await storage.signals.pendingSignalActions(100)).find((pending) => pending.taskInstanceId === id)!;
     return { db, storage, watching, pendingFor };
   }
 
   it('restarts a deferred task instance afresh, dropping its trigger, once per version', async () => {
     const { db, storage, watching, pendingFor } = await setup();
     const id = await watching('running');
-    await storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }));
-    expect(await storage.pendingSignalActions(100)).toEqual([]);
-    await storage.sendSignal('k', '"go"');
+    await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }));
+    expect(await storage.signals.pendingSignalActions(100)).toEqual([]);
+    await storage.signals.sendSignal('k', '"go"');
     const pending = await pendingFor(id);
     expect(pending).toMatchObject({ state: 'deferred', key: 'k', seenVersion: 0, latestVersion: 1 });
 
-    expect(await storage.applySignalAction(pending, { kind: 'fresh-try' })).toBe('acted');
+    expect(await storage.signals.applySignalAction(pending, { kind: 'fresh-try' })).toBe('acted');
     expect(await taskInstance(db, id)).toMatchObject({ state: 'scheduled', trigger_id: null, trigger_timeout: null, next_method: null, next_kwargs: null });
     expect(await db.db.selectFrom('trigger').select('id').execute()).toEqual([]);
     expect(
@@ -65,24 +65,24 @@ describe.each(testDialects)('signal actions in storage on %s', (dialect) => {
       ),
     ).toBe(1);
     // A second scheduler with the same read finds it taken, and changes nothing.
-    expect(await storage.applySignalAction(pending, { kind: 'end', state: 'skipped' })).toBe('taken');
+    expect(await storage.signals.applySignalAction(pending, { kind: 'end', state: 'skipped' })).toBe('taken');
     expect((await taskInstance(db, id)).state).toBe('scheduled');
-    expect(await storage.pendingSignalActions(100)).toEqual([]);
-    expect(await storage.readActedSignal(id, 'k')).toMatchObject({ key: 'k', version: 1, value: 'go' });
+    expect(await storage.signals.pendingSignalActions(100)).toEqual([]);
+    expect(await storage.signals.readActedSignal(id, 'k')).toMatchObject({ key: 'k', version: 1, value: 'go' });
   });
 
   it('leaves the version untaken when the state moved on since the read, and stops a task with no state yet', async () => {
     const { db, storage, watching, pendingFor } = await setup();
     const moving = await watching('success');
     const waiting = await watching(null);
-    await storage.sendSignal('k', 'null');
+    await storage.signals.sendSignal('k', 'null');
     const stale = await pendingFor(moving);
     await db.db.updateTable('task_instance').set({ state: 'failed' }).where('id', '=', moving).execute();
-    expect(await storage.applySignalAction(stale, { kind: 'fresh-try' })).toBe('moved');
+    expect(await storage.signals.applySignalAction(stale, { kind: 'fresh-try' })).toBe('moved');
     expect((await taskInstance(db, moving)).state).toBe('failed');
     expect((await pendingFor(moving)).seenVersion).toBe(0); // rolled back: planned again next pass
 
-    expect(await storage.applySignalAction(await pendingFor(waiting), { kind: 'end', state: 'skipped' })).toBe('acted');
+    expect(await storage.signals.applySignalAction(await pendingFor(waiting), { kind: 'end', state: 'skipped' })).toBe('acted');
     const stopped = await taskInstance(db, waiting);
     expect(stopped.state).toBe('skipped');
     expect(stopped.end_date).not.toBe(null);
@@ -90,23 +90,23 @@ describe.each(testDialects)('signal actions in storage on %s', (dialect) => {
 
   it("asks a running try's worker to stop; its outcome and deferral are refused, and the request is carried out by that worker alone", async () => {
     const { db, storage, watching, pendingFor } = await setup();
-    const jobId = await storage.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 1 });
+    const jobId = await storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'h', pid: 1, capacity: 1 });
     const id = await watching('running');
     await db.db.updateTable('task_instance').set({ worker_job_id: jobId }).where('id', '=', id).execute();
     const held = { workerJobId: jobId, tryNumber: (await taskInstance(db, id)).try_number };
-    await storage.sendSignal('k', 'null');
-    expect(await storage.applySignalAction(await pendingFor(id), { kind: 'request', request: 'failed' })).toBe('acted');
+    await storage.signals.sendSignal('k', 'null');
+    expect(await storage.signals.applySignalAction(await pendingFor(id), { kind: 'request', request: 'failed' })).toBe('acted');
     expect(await taskInstance(db, id)).toMatchObject({ state: 'running', stop_request: 'failed' });
-    expect(await storage.checkHeldTries(new Map([[id, held]]))).toEqual(new Map([[id, { kind: 'stop-requested', request: 'failed' }]]));
+    expect(await storage.taskInstances.checkHeldTries(new Map([[id, held]]))).toEqual(new Map([[id, { kind: 'stop-requested', request: 'failed' }]]));
 
-    expect(await storage.finishTaskInstance(id, held, { state: 'success', returnValueJson: '1' })).toBe(false);
-    await expect(storage.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
+    expect(await storage.taskInstances.finishTaskInstance(id, held, { state: 'success', returnValueJson: '1' })).toBe(false);
+    await expect(storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }))).rejects.toThrow(
       'is being stopped by a signal (failed); it does not defer',
     );
-    expect(await storage.handBackTaskInstance(id, jobId)).toBe(false);
-    expect(await storage.carryOutStopRequest(id, { ...held, workerJobId: jobId + 1 })).toBe(null);
-    expect(await storage.carryOutStopRequest(id, held)).toBe('failed');
+    expect(await storage.taskInstances.handBackTaskInstance(id, jobId)).toBe(false);
+    expect(await storage.taskInstances.carryOutStopRequest(id, { ...held, workerJobId: jobId + 1 })).toBe(null);
+    expect(await storage.taskInstances.carryOutStopRequest(id, held)).toBe('failed');
     expect(await taskInstance(db, id)).toMatchObject({ state: 'failed', stop_request: null, worker_job_id: null, return_value: null });
-    expect(await storage.carryOutStopRequest(id, held)).toBe(null);
+    expect(await storage.taskInstances.carryOutStopRequest(id, held)).toBe(null);
   });
 });

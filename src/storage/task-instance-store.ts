@@ -1,0 +1,128 @@
+import type { StoredValue } from '../database/encryption/keyring.ts';
+import type { StorageContext } from './context.ts';
+import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
+import { nextReadyAt, scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
+import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
+import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
+import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
+import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
+import { readTaskInstance } from './read-task-instance.ts';
+import type { TaskReschedule } from '../model/task-reschedule.ts';
+import { taskReschedules } from './task-reschedules.ts';
+import { carryOutStopRequest } from './stop-requests.ts';
+import { checkHeldTries, type HeldTryNews } from './check-held-tries.ts';
+import type { StopRequest } from '../database/schema.ts';
+import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
+import { openNextKwargs, type OpenedNextKwargs } from './sealed-values.ts';
+import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
+import { tryErrors, type TryError } from './try-errors.ts';
+import {
+  claimTaskInstances,
+  claimedButNotHeld,
+  finishTaskInstance,
+  handBackTaskInstance,
+  startTaskInstance,
+  type ClaimedTaskInstance,
+  type StartedTaskInstance,
+  type TaskOutcome,
+  type WorkerIdentity,
+} from './task-instance-transitions.ts';
+import type { HeldTry } from './held-try.ts';
+
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
+export class TaskInstanceStore {
+  readonly #context: StorageContext;
+
+  constructor(context: StorageContext) {
+    this.#context = context;
+  }
+
+  createTaskInstance(fields: NewTaskInstance, now = Date.now()): Promise<number | null> {
+    return createTaskInstance(this.#context, fields, now);
+  }
+
+  readTaskInstance(by: Parameters<typeof readTaskInstance>[1]): ReturnType<typeof readTaskInstance> {
+    return readTaskInstance(this.#context, by);
+  }
+
+  /** A row's next_kwargs with its event, decrypted with this storage's keys (see sealed-values.ts). */
+  openNextKwargs(taskInstanceId: number, nextKwargs: StoredValue | null, nextEvent: StoredValue | null): OpenedNextKwargs {
+    return openNextKwargs(this.#context.keyring, taskInstanceId, nextKwargs, nextEvent);
+  }
+
+  /** A task instance's reschedules, oldest first: of one try, or (tryNumber null) of all. */
+  taskReschedules(taskInstanceId: number, tryNumber: number | null): Promise<TaskReschedule[]> {
+    return taskReschedules(this.#context, taskInstanceId, tryNumber);
+  }
+
+  claimTaskInstances(worker: WorkerIdentity, limit: number, now = Date.now()): Promise<ClaimedTaskInstance[]> {
+    return claimTaskInstances(this.#context, worker, limit, now);
+  }
+
+  claimedButNotHeld(workerJobId: number, held: readonly number[]): Promise<ClaimedTaskInstance[]> {
+    return claimedButNotHeld(this.#context, workerJobId, held);
+  }
+
+  startTaskInstance(taskInstanceId: number, workerJobId: number, executionTimeoutMs: number | null, now = Date.now()): Promise<StartedTaskInstance | null> {
+    return startTaskInstance(this.#context, taskInstanceId, workerJobId, executionTimeoutMs, now);
+  }
+
+  finishTaskInstance(taskInstanceId: number, held: HeldTry, outcome: TaskOutcome, now = Date.now()): Promise<boolean> {
+    return finishTaskInstance(this.#context, taskInstanceId, held, outcome, now);
+  }
+
+  handBackTaskInstance(taskInstanceId: number, workerJobId: number, now = Date.now()): Promise<boolean> {
+    return handBackTaskInstance(this.#context, taskInstanceId, workerJobId, now);
+  }
+
+  checkHeldTries(tries: ReadonlyMap<number, HeldTry>): Promise<Map<number, HeldTryNews>> {
+    return checkHeldTries(this.#context, tries);
+  }
+
+  carryOutStopRequest(taskInstanceId: number, held: HeldTry, now = Date.now()): Promise<StopRequest | null> {
+    return carryOutStopRequest(this.#context, taskInstanceId, held, now);
+  }
+
+  /** `held`: a worker deferring the try it runs, which must still be its own (see HeldTry); without it, any deferrable task instance (the API). */
+  deferTaskInstance(taskInstanceId: number, deferral: Deferral, now = Date.now(), held?: HeldTry): Promise<DeferResult> {
+    return deferTaskInstance(this.#context, taskInstanceId, deferral, now, held);
+  }
+
+  clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], now = Date.now()): Promise<ClearResult> {
+    return clearTaskInstances(this.#context, taskInstances, now);
+  }
+
+  reapZombieTaskInstances(aliveSince: number, now: number, retryReadyAt: (zombie: ZombieTry) => Promise<number>): Promise<ReapResult> {
+    return reapZombieTaskInstances(this.#context, aliveSince, now, retryReadyAt);
+  }
+
+  /** The earliest moment a waiting (retry, reschedule) task instance becomes ready; null when none waits. */
+  nextReadyAt(): Promise<number | null> {
+    return nextReadyAt(this.#context);
+  }
+
+  scheduleReadyTaskInstances(now = Date.now()): Promise<number> {
+    return scheduleReadyTaskInstances(this.#context, now);
+  }
+
+  readResumeState(taskInstanceId: number): Promise<{ state: string | null; nextMethod: string | null; nextKwargsJson: string | null } | null> {
+    return readResumeState(this.#context, taskInstanceId);
+  }
+
+  readReturnValue(dagId: string, runId: string, taskId: string): Promise<string | null> {
+    return readReturnValue(this.#context, dagId, runId, taskId);
+  }
+
+  /** The last error line of each given try's log (why it failed), by task instance id. */
+  tryErrors(tries: readonly { readonly id: number; readonly tryNumber: number }[]): Promise<Map<number, TryError>> {
+    return tryErrors(this.#context, tries);
+  }
+
+  taskInstancesOfRunId(runId: string, dagId?: string): Promise<TaskInstanceOfRunId[]> {
+    return taskInstancesOfRunId(this.#context, runId, dagId);
+  }
+
+  listDeferredTaskInstances(page: { readonly limit: number; readonly afterId?: number; readonly dagId?: string }): Promise<DeferredTaskInstance[]> {
+    return listDeferredTaskInstances(this.#context, page);
+  }
+}

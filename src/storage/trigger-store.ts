@@ -1,0 +1,162 @@
+import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';
+import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
+import type { FailureKwargs, StorageContext } from './context.ts';
+import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
+import { moveDeferredTaskInstances, prepareMove, type MoveResult, type PreparedMove } from './move-deferred-task-instances.ts';
+import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
+import { releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers } from './release-dead-triggerers.ts';
+import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-triggers.ts';
+import { countTriggers } from './count-waiting-work.ts';
+import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
+import { signalTriggerWaits, type SignalTriggerWait } from './signal-audience.ts';
+
+export interface TriggerEventRecord {
+  readonly triggerId: number;
+  /** The event payload as JSON text. */
+  readonly payloadJson: string;
+  /** Set when the event ends its task instances (TaskEndEvent) instead of resuming them. */
+  readonly endState?: TaskEndState | null;
+}
+
+export interface TriggerFailureRecord {
+  readonly triggerId: number;
+  readonly failure: FailureKwargs;
+}
+
+/*
+ * A trigger row's life, every move there is (one row per distinct wait: identical waits with a
+ * hash share it; the task instances waiting on it point at it with trigger_id):
+ *
+ *   (none) ──a deferral (worker, API, scheduler's start from a trigger): insert, or join an
+ *            identical unfired row with the same hash──▶ created: unowned (triggerer_id null)
+ *   created ──a live triggerer claims it, highest priority_weight then oldest, up to its
+ *            capacity (claimTriggers, SKIP LOCKED on PostgreSQL)──▶ claimed: owned by its job
+ *   claimed ──the owner loads it (loadOwnedTriggers) and starts its generator──▶ running
+ *            (in memory only: the row says owned; the owner's heartbeat says alive)
+ *   running ──it yields an event: its task instances move in one batch
+ *            (prepareEvents, moveDeferredTaskInstances), then the row is deleted
+ *            (deleteUnusedTriggers with its id)──▶ fired → deleted
+ *   running ──it throws, ends without an event, or its kwargs fail its constructor: its task
+ *            instances move to the failure marker (prepareFailures, moveDeferredTaskInstances)
+ *            ──▶ failed → deleted
+ *   claimed | running ──its owner stops (releaseOwnedTriggers), is found dead by a peer (a
+ *            heartbeat older than the threshold: releaseTriggersOfDeadTriggerers), or has no
+ *            job row at all (releaseTriggersOfMissingTriggerers)──▶ released: unowned again
+ *   running ──its step held the loop past the watchdog's limit: the watchdog counts it and
+ *            the process restarts (culprit_count + 1, unowned)──▶ released; at the
+ *            quarantine limit ──▶ quarantined (quarantined_at set: never claimed again,
+ *            listQuarantinedTriggers shows it)
+ *   any ──no task instance points at it any more (fired, cleared, timed out: failTimedOutDeferrals
+ *            moves those past their deadline)──▶ deleted by the periodic sweep
+ *            (deleteUnusedTriggers without ids) or skipped as an orphan by a claim
+ *
+ * Every move is one conditional statement on the state it leaves (an owner moves only rows it
+ * owns), so two triggerers never both run a trigger for long: one that lost a row stops it at
+ * its next reconcile (ownedTriggersDigest, listOwnedTriggerIds).
+ */
+
+/** Trigger rows: releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareEvents, prepareFailures, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+export class TriggerStore {
+  readonly #context: StorageContext;
+
+  constructor(context: StorageContext) {
+    this.#context = context;
+  }
+
+  releaseTriggersOfDeadTriggerers(aliveSince: number): Promise<number> {
+    return releaseTriggersOfDeadTriggerers(this.#context, aliveSince);
+  }
+
+  releaseTriggersOfMissingTriggerers(): Promise<number> {
+    return releaseTriggersOfMissingTriggerers(this.#context);
+  }
+
+  claimTriggers(jobId: number, limit: number): Promise<ClaimResult> {
+    return claimTriggers(this.#context, jobId, limit);
+  }
+
+  listQuarantinedTriggers(limit: number): Promise<QuarantinedTrigger[]> {
+    return listQuarantinedTriggers(this.#context, limit);
+  }
+
+  listOwnedTriggerIds(jobId: number): Promise<number[]> {
+    return listOwnedTriggerIds(this.#context, jobId);
+  }
+
+  existingTriggerIds(ids: readonly number[]): Promise<number[]> {
+    return existingTriggerIds(this.#context, ids);
+  }
+
+  ownedTriggersDigest(jobId: number): Promise<OwnedDigest> {
+    return ownedTriggersDigest(this.#context, jobId);
+  }
+
+  loadOwnedTriggers(jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
+    return loadOwnedTriggers(this.#context, jobId, ids);
+  }
+
+  releaseOwnedTriggers(jobId: number): Promise<number> {
+    return releaseOwnedTriggers(this.#context, jobId);
+  }
+
+  /**
+   * Events (or failures) made ready to submit: their values sealed now, a large batch on another
+   * thread, so the batch after the one being written is ready when that write ends.
+   */
+  prepareEvents(events: readonly TriggerEventRecord[]): PreparedMove {
+    return prepareMove(
+      this.#context,
+      events.map((event) => ({ triggerId: event.triggerId, json: event.payloadJson, endState: event.endState ?? null })),
+      'event',
+    );
+  }
+
+  prepareFailures(failures: readonly TriggerFailureRecord[]): PreparedMove {
+    return prepareMove(
+      this.#context,
+      failures.map((failure) => ({ triggerId: failure.triggerId, json: JSON.stringify(failure.failure) })),
+      'failure',
+    );
+  }
+
+  /** Moves the task instances of prepared events or failures (see move-deferred-task-instances.ts). */
+  moveDeferredTaskInstances(prepared: PreparedMove, now = Date.now()): Promise<MoveResult> {
+    return moveDeferredTaskInstances(this.#context, prepared, now);
+  }
+
+  /** Deletes the given triggers (or, without ids, any) that no task instance points at. */
+  deleteUnusedTriggers(triggerIds?: readonly number[]): Promise<number> {
+    return deleteUnusedTriggers(this.#context, triggerIds);
+  }
+
+  failTimedOutDeferrals(now = Date.now()): Promise<number> {
+    return failTimedOutDeferrals(this.#context, now);
+  }
+
+  nextDeferralDeadline(): Promise<number | null> {
+    return nextDeferralDeadline(this.#context);
+  }
+
+  listTriggers(filter: {
+    readonly limit: number;
+    readonly triggererId?: number;
+    readonly perTrigger: number;
+    readonly afterId?: number;
+  }): Promise<TriggerListing[]> {
+    return listTriggers(this.#context, filter);
+  }
+
+  ownedTriggerCounts(triggererIds: readonly number[]): Promise<Map<number, number>> {
+    return ownedTriggerCounts(this.#context, triggererIds);
+  }
+
+  countTriggers(): Promise<number> {
+    return countTriggers(this.#context);
+  }
+
+  /** The trigger rows of `classpath` (the signal trigger's) with their deferred task instances, kwargs opened. */
+  signalTriggerWaits(classpath: string): Promise<SignalTriggerWait[]> {
+    return signalTriggerWaits(this.#context, classpath);
+  }
+}
