@@ -39,7 +39,7 @@ export type { TriggerStore, TaskInstanceStore, DagRunStore, SignalStore, JobStor
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 export { signalRunId } from './latest-scheduled-run.ts';
 
-export type { TriggerEventRecord, TriggerFailureRecord } from './trigger-store.ts';
+export type { TriggerEventOutcome, TriggerFailureOutcome, TriggerOutcome } from './trigger-store.ts';
 
 /**
  * The stores of deferflow's database, one per aggregate, each method a named operation (one file

@@ -6,7 +6,7 @@ import { wake } from './wake.ts';
 import { sealedFormOf } from './sealed-values.ts';
 import { TRIGGER_FAILURE_METHOD, type StorageContext } from './context.ts';
 
-export interface TriggerOutcome {
+export interface OutcomeRow {
   readonly triggerId: number;
   /** JSON text: the event payload, or the failure marker's next_kwargs. */
   readonly json: string;
@@ -24,7 +24,7 @@ export interface MoveResult {
 export interface PreparedMove {
   readonly kind: 'event' | 'failure';
   /** The first outcome of each trigger (see firstOutcomePerTrigger). */
-  readonly outcomes: readonly TriggerOutcome[];
+  readonly outcomes: readonly OutcomeRow[];
   /** Those that resume their task instances, with their JSON as stored (sealed, with keys). */
   readonly stored: Promise<readonly TriggerValue[]>;
 }
@@ -35,7 +35,7 @@ export interface PreparedMove {
  * prepares its next batch while writing this one does not wait for the sealing. A success end
  * event's payload becomes the task's return value, stored like every return value: in plain.
  */
-export function prepareMove({ keyring, adapter }: StorageContext, outcomes: readonly TriggerOutcome[], kind: 'event' | 'failure'): PreparedMove {
+export function prepareMove({ keyring, adapter }: StorageContext, outcomes: readonly OutcomeRow[], kind: 'event' | 'failure'): PreparedMove {
   const first = firstOutcomePerTrigger(outcomes);
   const resumed = first.filter((outcome) => !outcome.endState);
   const column = kind === 'event' ? 'task_instance.next_event' : 'task_instance.next_kwargs';
@@ -146,7 +146,7 @@ export async function moveDeferredTaskInstances(context: StorageContext, prepare
 }
 
 /** A trigger has one outcome; should a batch carry two, the first (the earlier) stands. */
-function firstOutcomePerTrigger(outcomes: readonly TriggerOutcome[]): TriggerOutcome[] {
+function firstOutcomePerTrigger(outcomes: readonly OutcomeRow[]): OutcomeRow[] {
   const seen = new Set<number>();
   return outcomes.filter((outcome) => !seen.has(outcome.triggerId) && seen.add(outcome.triggerId));
 }

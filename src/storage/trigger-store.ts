@@ -11,15 +11,27 @@ import { countTriggers } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
 import { signalTriggerWaits, type SignalTriggerWait } from './signal-audience.ts';
 
-export interface TriggerEventRecord {
+/**
+ * What a trigger produced, on its one way from the runner through the outcome writer into this
+ * store: its event, or why it failed.
+ */
+export type TriggerOutcome = TriggerEventOutcome | TriggerFailureOutcome;
+
+/** A trigger's event: its task instances resume with it (or end, for a TaskEndEvent). */
+export interface TriggerEventOutcome {
+  readonly kind: 'event';
   readonly triggerId: number;
   /** The event payload as JSON text. */
   readonly payloadJson: string;
   /** Set when the event ends its task instances (TaskEndEvent) instead of resuming them. */
-  readonly endState?: TaskEndState | null;
+  readonly endState: TaskEndState | null;
+  /** When it was yielded (performance.now()), for the fire-to-commit latency. */
+  readonly firedAt: number;
 }
 
-export interface TriggerFailureRecord {
+/** A trigger's failure: its task instances resume at the failure marker with it. */
+export interface TriggerFailureOutcome {
+  readonly kind: 'failure';
   readonly triggerId: number;
   readonly failure: FailureKwargs;
 }
@@ -35,10 +47,10 @@ export interface TriggerFailureRecord {
  *   claimed ──the owner loads it (loadOwnedTriggers) and starts its generator──▶ running
  *            (in memory only: the row says owned; the owner's heartbeat says alive)
  *   running ──it yields an event: its task instances move in one batch
- *            (prepareEvents, moveDeferredTaskInstances), then the row is deleted
+ *            (prepareOutcomes, moveDeferredTaskInstances), then the row is deleted
  *            (deleteUnusedTriggers with its id)──▶ fired → deleted
  *   running ──it throws, ends without an event, or its kwargs fail its constructor: its task
- *            instances move to the failure marker (prepareFailures, moveDeferredTaskInstances)
+ *            instances move to the failure marker (prepareOutcomes, moveDeferredTaskInstances)
  *            ──▶ failed → deleted
  *   claimed | running ──its owner stops (releaseOwnedTriggers), is found dead by a peer (a
  *            heartbeat older than the threshold: releaseTriggersOfDeadTriggerers), or has no
@@ -56,7 +68,7 @@ export interface TriggerFailureRecord {
  * its next reconcile (ownedTriggersDigest, listOwnedTriggerIds).
  */
 
-/** Trigger rows: releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareEvents, prepareFailures, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+/** Trigger rows: releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -101,23 +113,17 @@ export class TriggerStore {
   }
 
   /**
-   * Events (or failures) made ready to submit: their values sealed now, a large batch on another
-   * thread, so the batch after the one being written is ready when that write ends.
+   * A batch of outcomes, all events or all failures, made ready to move: their values sealed now,
+   * a large batch on another thread, so the batch after the one being written is ready when that
+   * write ends.
    */
-  prepareEvents(events: readonly TriggerEventRecord[]): PreparedMove {
-    return prepareMove(
-      this.#context,
-      events.map((event) => ({ triggerId: event.triggerId, json: event.payloadJson, endState: event.endState ?? null })),
-      'event',
+  prepareOutcomes(outcomes: readonly TriggerEventOutcome[] | readonly TriggerFailureOutcome[]): PreparedMove {
+    const rows = (outcomes as readonly TriggerOutcome[]).map((outcome) =>
+      outcome.kind === 'event'
+        ? { triggerId: outcome.triggerId, json: outcome.payloadJson, endState: outcome.endState }
+        : { triggerId: outcome.triggerId, json: JSON.stringify(outcome.failure) },
     );
-  }
-
-  prepareFailures(failures: readonly TriggerFailureRecord[]): PreparedMove {
-    return prepareMove(
-      this.#context,
-      failures.map((failure) => ({ triggerId: failure.triggerId, json: JSON.stringify(failure.failure) })),
-      'failure',
-    );
+    return prepareMove(this.#context, rows, outcomes[0]?.kind ?? 'event');
   }
 
   /** Moves the task instances of prepared events or failures (see move-deferred-task-instances.ts). */

@@ -146,7 +146,7 @@ function readmeTypeScript(): { code: string; extension: string }[] {
 /** The README's shell block it says this test runs as written (the comment line above it). */
 function readmeRunnableBlock(): string {
   const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
-  const block = /^<!-- test\/package\.test\.ts runs this block as written[^\n]*-->\n```sh\n([\s\S]*?)^```$/m.exec(readme)?.[1];
+  const block = /^<!-- test\/process\/package\.test\.ts runs this block as written[^\n]*-->\n```sh\n([\s\S]*?)^```$/m.exec(readme)?.[1];
   if (block === undefined) throw new Error('README.md has no shell block marked to be run by test/process/package.test.ts');
   return block;
 }

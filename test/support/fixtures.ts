@@ -7,7 +7,8 @@ import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
 import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/daemons/triggerer/options.ts';
 import { Triggerer } from '../../src/daemons/triggerer/triggerer.ts';
-import type { MoveResult, Stores, TriggerEventRecord, TriggerFailureRecord } from '../../src/storage/index.ts';
+import type { FailureKwargs, MoveResult, Stores } from '../../src/storage/index.ts';
+import type { TaskEndState } from '../../src/authoring/triggers/trigger-event.ts';
 import * as testTriggers from '../fixtures/test-triggers.ts';
 import { freshDatabaseUrl, type TestDialect } from './databases.ts';
 
@@ -129,11 +130,21 @@ export async function waitFor<T>(
 }
 
 /** Moves the task instances of trigger events, as the triggerer's writer does (prepared and moved in one call). */
-export function submitEvents(storage: Stores, events: readonly TriggerEventRecord[], now = Date.now()): Promise<MoveResult> {
-  return storage.triggers.moveDeferredTaskInstances(storage.triggers.prepareEvents(events), now);
+export function submitEvents(
+  storage: Stores,
+  events: readonly { readonly triggerId: number; readonly payloadJson: string; readonly endState?: TaskEndState | null }[],
+  now = Date.now(),
+): Promise<MoveResult> {
+  const outcomes = events.map((event) => ({ kind: 'event' as const, endState: null, firedAt: 0, ...event }));
+  return storage.triggers.moveDeferredTaskInstances(storage.triggers.prepareOutcomes(outcomes), now);
 }
 
 /** Moves the task instances of trigger failures to their failure marker, as the triggerer's writer does. */
-export function submitFailures(storage: Stores, failures: readonly TriggerFailureRecord[], now = Date.now()): Promise<MoveResult> {
-  return storage.triggers.moveDeferredTaskInstances(storage.triggers.prepareFailures(failures), now);
+export function submitFailures(
+  storage: Stores,
+  failures: readonly { readonly triggerId: number; readonly failure: FailureKwargs }[],
+  now = Date.now(),
+): Promise<MoveResult> {
+  const outcomes = failures.map((failure) => ({ kind: 'failure' as const, ...failure }));
+  return storage.triggers.moveDeferredTaskInstances(storage.triggers.prepareOutcomes(outcomes), now);
 }

@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
 import { openStores, type Stores } from '../../src/storage/index.ts';
-import type { MoveResult, TriggerEventRecord, TriggerStore } from '../../src/storage/index.ts';
+import type { MoveResult, TriggerEventOutcome, TriggerStore } from '../../src/storage/index.ts';
 import { OutcomeWriter } from '../../src/daemons/triggerer/outcome-writer.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -49,12 +49,14 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     retry = { retryDelayMs: 1000, maxRetryDelayMs: 30_000 },
     onWritten: (ids: number[]) => void = () => {},
   ) => {
-    const w = new OutcomeWriter(
-      storage,
-      pino({ level: 'debug' }, logs),
-      { batchSize: 2000, concurrency: db.adapter.concurrentWrites, refusesValues: db.adapter.refusesValues, unavailable: db.adapter.unavailable, ...retry },
-      onWritten,
-    );
+    const w = new OutcomeWriter(storage, pino({ level: 'debug' }, logs), {
+      batchSize: 2000,
+      concurrency: db.adapter.concurrentWrites,
+      refusesValues: db.adapter.refusesValues,
+      unavailable: db.adapter.unavailable,
+      ...retry,
+    });
+    w.events.on('written', onWritten);
     open.writers.push(w);
     return w;
   };
@@ -122,7 +124,7 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const w = writer(db, openStores(db), logs);
     // Malformed JSON stands for any value the database refuses: both dialects refuse it.
     const refused = targets[4]!;
-    for (const { triggerId } of targets) w.addEvent(triggerId, triggerId === refused.triggerId ? '{"not json' : JSON.stringify({ n: triggerId }));
+    for (const { triggerId } of targets) w.add(eventOf(triggerId, triggerId === refused.triggerId ? '{"not json' : JSON.stringify({ n: triggerId })));
     await waitFor(async () => (await Promise.all(targets.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
       what: 'every task instance moved',
     });
@@ -167,14 +169,14 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     });
     const logs = new LogCapture();
     const w = writer(db, failing, logs, { retryDelayMs: 40, maxRetryDelayMs: 160 });
-    for (const { triggerId } of first) w.addEvent(triggerId, '"fired"');
+    for (const { triggerId } of first) w.add(eventOf(triggerId, '"fired"'));
     await waitFor(async () => (await Promise.all(first.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
       what: 'the first events written',
     });
     await waitFor(() => logs.matching((l) => typeof l.failed_writes === 'number').length === 1, { what: 'the recovery reported' });
     attempts.splice(0);
     failuresPlanned.splice(0, 2);
-    w.addEvent(second.triggerId, '"fired"');
+    w.add(eventOf(second.triggerId, '"fired"'));
     await waitFor(async () => (await taskInstance(db, second.id)).state === 'scheduled', { what: 'the last event written at last' });
 
     const reported = logs.matching((l) => l.level === 50);
@@ -208,10 +210,10 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
       return submitEvents(storage, events);
     });
     const w = writer(db, failing, new LogCapture(), { retryDelayMs: 10, maxRetryDelayMs: 20 });
-    for (const { triggerId } of waits.slice(0, 3)) w.addEvent(triggerId, '"fired"');
+    for (const { triggerId } of waits.slice(0, 3)) w.add(eventOf(triggerId, '"fired"'));
     await waitFor(() => attempts.length >= 1, { what: 'a first failed write' });
     // Fired while the database is away: their first write fails on its own; retried, they join the others.
-    for (const { triggerId } of waits.slice(3)) w.addEvent(triggerId, '"fired"');
+    for (const { triggerId } of waits.slice(3)) w.add(eventOf(triggerId, '"fired"'));
     await waitFor(() => attempts.length >= 8, { what: 'eight failed writes' });
     unavailable = false;
     await waitFor(async () => (await Promise.all(waits.map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
@@ -270,9 +272,9 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     const payload = JSON.stringify({ report: 'x'.repeat(20_000) });
     const logs = new LogCapture();
     const w = writer(db, counting, logs, { retryDelayMs: 10, maxRetryDelayMs: 20 });
-    for (const { triggerId } of waits.slice(0, 3)) w.addEvent(triggerId, payload);
+    for (const { triggerId } of waits.slice(0, 3)) w.add(eventOf(triggerId, payload));
     await waitFor(() => attempts.length >= 1, { what: 'a first failed write' });
-    for (const { triggerId } of waits.slice(3)) w.addEvent(triggerId, payload);
+    for (const { triggerId } of waits.slice(3)) w.add(eventOf(triggerId, payload));
     await waitFor(() => attempts.length >= 8, { what: 'eight failed writes' });
     expect(logs.matching((l) => l.code === 'DF_DATABASE' && /database or disk is full/.test(String(l.error))).length).toBeGreaterThanOrEqual(1);
     await sql.raw('pragma max_page_count = 1073741823').execute(db.db);
@@ -301,8 +303,8 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     });
     const logs = new LogCapture();
     const w = writer(db, failing, logs, { retryDelayMs: 20, maxRetryDelayMs: 50 });
-    for (const { triggerId } of [stuck, ...batchMates]) w.addEvent(triggerId, '"fired"');
-    w.addEvent(later.triggerId, '"later"');
+    for (const { triggerId } of [stuck, ...batchMates]) w.add(eventOf(triggerId, '"fired"'));
+    w.add(eventOf(later.triggerId, '"later"'));
     await waitFor(async () => (await Promise.all([...batchMates, later].map(({ id }) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled'), {
       what: 'the other outcomes written',
     });
@@ -331,9 +333,9 @@ describe.each(testDialects)('outcome writes on %s', (dialect) => {
     );
     const forgotten: number[] = [];
     const w = writer(db, failing, new LogCapture(), { retryDelayMs: 20, maxRetryDelayMs: 50 }, (ids) => forgotten.push(...ids));
-    w.addEvent(stuck.triggerId, '"stuck"');
+    w.add(eventOf(stuck.triggerId, '"stuck"'));
     await waitFor(() => w.pending === 1, { what: 'the stuck outcome waiting for its retry' });
-    w.addEvent(fired.triggerId, '"fired"');
+    w.add(eventOf(fired.triggerId, '"fired"'));
     await waitFor(() => forgotten.includes(fired.triggerId), { what: 'the fired trigger deleted and forgotten after one failed delete' });
     expect(deleteAttempts).toBeGreaterThanOrEqual(2);
     expect(await db.db.selectFrom('trigger').select('id').where('id', '=', fired.triggerId).execute()).toEqual([]);
@@ -354,19 +356,31 @@ function expectKeptWholeAndJoined(attempts: readonly number[]): void {
   expect(joined.every((size) => size === 5)).toBe(true);
 }
 
+/** An event as the runner hands it to the writer. */
+function eventOf(triggerId: number, payloadJson: string): TriggerEventOutcome {
+  return { kind: 'event', triggerId, payloadJson, endState: null, firedAt: performance.now() };
+}
+
 function withSubmitEvents(
   storage: Stores,
-  submit: (events: readonly TriggerEventRecord[]) => Promise<MoveResult>,
+  submit: (events: readonly TriggerEventOutcome[]) => Promise<MoveResult>,
   deleteUnusedTriggers: TriggerStore['deleteUnusedTriggers'] = storage.triggers.deleteUnusedTriggers.bind(storage.triggers),
 ): Stores {
   const triggers = storage.triggers;
   const moveDeferredTaskInstances: TriggerStore['moveDeferredTaskInstances'] = (prepared) =>
     prepared.kind === 'event'
-      ? submit(prepared.outcomes.map((outcome) => ({ triggerId: outcome.triggerId, payloadJson: outcome.json, endState: outcome.endState ?? null })))
+      ? submit(
+          prepared.outcomes.map((outcome) => ({
+            kind: 'event',
+            triggerId: outcome.triggerId,
+            payloadJson: outcome.json,
+            endState: outcome.endState ?? null,
+            firedAt: 0,
+          })),
+        )
       : triggers.moveDeferredTaskInstances(prepared);
   const fake = {
-    prepareEvents: triggers.prepareEvents.bind(triggers),
-    prepareFailures: triggers.prepareFailures.bind(triggers),
+    prepareOutcomes: triggers.prepareOutcomes.bind(triggers),
     moveDeferredTaskInstances,
     deleteUnusedTriggers,
   } as Partial<TriggerStore> as TriggerStore;

@@ -1,8 +1,9 @@
+import { EventEmitter } from 'node:events';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { describeThrown } from '../../vocabulary/errors.ts';
-import type { FailureKwargs, PreparedMove, TriggerEventRecord, TriggerFailureRecord, Stores } from '../../storage/index.ts';
-import type { TaskEndState } from '../../authoring/triggers/trigger-event.ts';
+import type { PreparedMove, Stores, TriggerEventOutcome, TriggerFailureOutcome, TriggerOutcome } from '../../storage/index.ts';
+import type { OutcomeSink } from './trigger-runner.ts';
 import type { TriggererMetrics } from '../../services/observability/metrics.ts';
 
 export interface OutcomeWriterOptions {
@@ -25,10 +26,21 @@ export interface OutcomeWriterOptions {
   readonly metrics?: TriggererMetrics;
 }
 
-type Kind = 'event' | 'failure';
-/** An event, with when it was yielded (performance.now()) for the fire-to-commit latency. */
-type PendingEvent = TriggerEventRecord & { readonly firedAt: number };
-type Outcome = PendingEvent | TriggerFailureRecord;
+/**
+ * What a writer says of its writes, as events (`writer.events.on(...)`): the triggerer follows
+ * them, so nothing is called back into the runner from inside a write.
+ */
+export interface OutcomeWriterEvents {
+  /** A batch moved task instances out of deferred (this many): workers and schedulers may have work. */
+  moved: [taskInstances: number];
+  /** These triggers' outcomes are fully written (task instances moved, rows deleted): they may be forgotten. */
+  written: [triggerIds: number[]];
+  /** A database call returned: the time it held the loop was the writer's, not a trigger's (the loop watch). */
+  'database-call': [];
+}
+
+type Kind = TriggerOutcome['kind'];
+type Outcome = TriggerOutcome;
 
 /** A batch cut from the queue and made ready (sealed) ahead of its write. */
 interface ReadyBatch {
@@ -75,9 +87,11 @@ const SPLIT_AFTER_FAILURES = 3;
  * outcomes are written as usual; it is reported once per distinct error with the number of
  * outcomes waiting. Outcomes are never dropped while the triggerer runs.
  */
-export class OutcomeWriter {
-  #events: PendingEvent[] = [];
-  #failures: TriggerFailureRecord[] = [];
+export class OutcomeWriter implements OutcomeSink {
+  /** What was written: see OutcomeWriterEvents. */
+  readonly events = new EventEmitter<OutcomeWriterEvents>();
+  #events: TriggerEventOutcome[] = [];
+  #failures: TriggerFailureOutcome[] = [];
   /**
    * The next round's batches, cut and being sealed while this round's are written (with
    * encryption, sealing a large batch happens on another thread: see Keyring.sealMany).
@@ -105,12 +119,6 @@ export class OutcomeWriter {
     private readonly storage: Pick<Stores, 'triggers'>,
     private readonly log: Logger,
     private readonly options: OutcomeWriterOptions,
-    /** Called with the trigger ids whose outcome is fully written. */
-    private readonly onWritten: (triggerIds: number[]) => void,
-    /** Called after each database call (for the loop watch). */
-    private readonly onDatabaseCall: () => void = () => {},
-    /** Called after a batch moved task instances out of deferred. */
-    private readonly onMoved: () => void = () => {},
   ) {}
 
   /** Outcomes not fully written yet. */
@@ -118,13 +126,10 @@ export class OutcomeWriter {
     return this.#events.length + this.#failures.length + this.#aheadCount + this.#moved.length + this.#retryingCount;
   }
 
-  addEvent(triggerId: number, payloadJson: string, endState: TaskEndState | null = null): void {
-    this.#events.push({ triggerId, payloadJson, endState, firedAt: performance.now() });
-    this.#scheduleFlush();
-  }
-
-  addFailure(triggerId: number, failure: FailureKwargs): void {
-    this.#failures.push({ triggerId, failure });
+  /** Takes an outcome to write with the next batch of its kind (failures first). */
+  add(outcome: TriggerOutcome): void {
+    if (outcome.kind === 'event') this.#events.push(outcome);
+    else this.#failures.push(outcome);
     this.#scheduleFlush();
   }
 
@@ -218,9 +223,8 @@ export class OutcomeWriter {
   }
 
   #prepare(kind: Kind, batch: Outcome[]): PreparedMove {
-    return kind === 'failure'
-      ? this.storage.triggers.prepareFailures(batch as TriggerFailureRecord[])
-      : this.storage.triggers.prepareEvents(batch as PendingEvent[]);
+    // A batch holds one kind: it was cut from one queue, or joined from retries of that kind.
+    return this.storage.triggers.prepareOutcomes(kind === 'failure' ? (batch as TriggerFailureOutcome[]) : (batch as TriggerEventOutcome[]));
   }
 
   /** Waits until the next retry (of a move or a delete) is due, or new outcomes come in. */
@@ -241,15 +245,15 @@ export class OutcomeWriter {
   async #moveBatch(kind: Kind, batch: Outcome[], failures: number, prepared?: PreparedMove): Promise<void> {
     try {
       const { movedTaskInstances, endedTaskInstances } = await this.storage.triggers.moveDeferredTaskInstances(prepared ?? this.#prepare(kind, batch));
-      this.onDatabaseCall();
+      this.events.emit('database-call');
       const metrics = this.options.metrics;
       if (kind === 'event' && metrics) {
         const committedAt = performance.now();
         metrics.eventsWritten.inc(batch.length);
-        for (const event of batch as PendingEvent[]) metrics.eventCommitLatency.observe((committedAt - event.firedAt) / 1000);
+        for (const event of batch as TriggerEventOutcome[]) metrics.eventCommitLatency.observe((committedAt - event.firedAt) / 1000);
       }
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
-      if (movedTaskInstances + endedTaskInstances > 0) this.onMoved();
+      if (movedTaskInstances + endedTaskInstances > 0) this.events.emit('moved', movedTaskInstances + endedTaskInstances);
       this.log.info(
         { kind, triggers: batch.length, moved_task_instances: movedTaskInstances, ended_task_instances: endedTaskInstances },
         `wrote ${batch.length} trigger ${kind}${batch.length === 1 ? '' : 's'}: ${movedTaskInstances} task instance(s) scheduled` +
@@ -257,7 +261,7 @@ export class OutcomeWriter {
       );
       this.#noteRecovered();
     } catch (error) {
-      this.onDatabaseCall();
+      this.events.emit('database-call');
       if (this.#closed) {
         this.#retry(kind, batch, failures, 0, false);
         return;
@@ -340,7 +344,8 @@ export class OutcomeWriter {
       { code: 'DF_OUTCOME_REFUSED', trigger_id: triggerId, kind, error: reason },
       `${message}; failing its task instances with DF_OUTCOME_REFUSED`,
     );
-    const replacement: TriggerFailureRecord = {
+    const replacement: TriggerFailureOutcome = {
+      kind: 'failure',
       triggerId,
       failure: { code: 'DF_OUTCOME_REFUSED', error: `OutcomeRefused: ${message}`, traceback: null, reason: 'trigger_failure' },
     };
@@ -373,14 +378,14 @@ export class OutcomeWriter {
     const ids = this.#moved.splice(0, this.options.batchSize);
     try {
       const deleted = await this.storage.triggers.deleteUnusedTriggers(ids);
-      this.onDatabaseCall();
+      this.events.emit('database-call');
       this.#deleteFailures = 0;
       this.#deleteRetryAt = 0;
       this.log.debug({ fired_triggers: ids.length, deleted_triggers: deleted }, `deleted ${deleted} fired trigger(s)`);
-      this.onWritten(ids);
+      this.events.emit('written', ids);
       this.#noteRecovered();
     } catch (error) {
-      this.onDatabaseCall();
+      this.events.emit('database-call');
       this.#moved.unshift(...ids);
       if (this.#closed) return;
       this.#deleteFailures++;

@@ -5,7 +5,7 @@ import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime 
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
 import type { SensorClass } from '../../authoring/sensors/sensor-class.ts';
 import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../../authoring/triggers/trigger-event.ts';
-import type { FailureKwargs, OwnedDigest, TriggerRow } from '../../storage/index.ts';
+import type { FailureKwargs, OwnedDigest, TriggerOutcome, TriggerRow } from '../../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 import type { TriggererMetrics } from '../../services/observability/metrics.ts';
@@ -15,11 +15,9 @@ import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../../
 import type { Signal } from '../../model/signal.ts';
 import type { SignalListener, SignalSubscription } from '../../services/signals/signal-service.ts';
 
-/** Where a runner sends what its triggers produced; the triggerer batches them into the database. */
-export interface RunnerOutcomes {
-  /** `endState` set: the event ends its task instances (a TaskEndEvent) rather than resuming them. */
-  event(triggerId: number, payloadJson: string, endState: TaskEndState | null): void;
-  failure(triggerId: number, failure: FailureKwargs): void;
+/** Where a runner hands what its triggers produced: the outcome writer, which batches them into the database. */
+export interface OutcomeSink {
+  add(outcome: TriggerOutcome): void;
 }
 
 export interface TriggerRunnerOptions {
@@ -191,7 +189,7 @@ export class TriggerRunner {
   constructor(
     private readonly registry: TriggerRegistry,
     readonly log: Logger,
-    private readonly outcomes: RunnerOutcomes,
+    private readonly outcomes: OutcomeSink,
     options: TriggerRunnerOptions,
   ) {
     this.#dagRunStates = options.dagRunStates;
@@ -423,7 +421,7 @@ export class TriggerRunner {
     }
     run.state = 'fired';
     this.#metrics?.succeeded.inc({ classpath: run.classpath });
-    this.outcomes.event(run.id, payloadJson, endState);
+    this.outcomes.add({ kind: 'event', triggerId: run.id, payloadJson, endState, firedAt: performance.now() });
     void this.#stopRun(run);
   }
 
@@ -447,7 +445,7 @@ export class TriggerRunner {
       { code, trigger_id: triggerId, classpath, error: failure.error, traceback: failure.traceback },
       `trigger ${triggerId} (${classpath}) ${what}: ${failure.error}; failing its task instances [${code}]`,
     );
-    this.outcomes.failure(triggerId, { code, ...failure, reason: 'trigger_failure' });
+    this.outcomes.add({ kind: 'failure', triggerId, failure: { code, ...failure, reason: 'trigger_failure' } });
   }
 
   async #stopRun(run: TriggerRun, killed = false): Promise<void> {

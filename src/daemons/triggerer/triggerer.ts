@@ -91,41 +91,31 @@ export class Triggerer extends Daemon<TriggererStores> {
         ? new Watchdog({ limitMs: options.watchdogLimitMs, quarantineAfter: options.quarantineAfter }, options.databaseUrl, database.adapter, log)
         : null;
     const watchdog = this.#watchdog;
-    this.#runner = new TriggerRunner(
-      registry,
-      log,
-      {
-        event: (triggerId, payloadJson, endState) => this.#writer.addEvent(triggerId, payloadJson, endState),
-        failure: (triggerId, failure) => this.#writer.addFailure(triggerId, failure),
-      },
-      {
-        blockThresholdMs: options.blockThresholdMs,
-        dagRunStates: (query) => this.#dagRunStates.read(query),
-        listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
-        metrics: triggererMetrics,
-        triggerLogs: this.#triggerLogs,
-        stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
-      },
-    );
     this.#dagRunStates = new DagRunStateBatcher((keys) => this.storage.dagRuns.readDagRunStates(keys));
-    this.#writer = new OutcomeWriter(
-      this.storage,
-      log,
-      {
-        batchSize: 2000,
-        concurrency: database.adapter.concurrentWrites,
-        retryDelayMs: 1000,
-        maxRetryDelayMs: 30_000,
-        refusesValues: database.adapter.refusesValues,
-        unavailable: database.adapter.unavailable,
-        metrics: triggererMetrics,
-      },
-      (ids) => {
-        for (const id of ids) this.#runner.forget(id);
-      },
-      () => this.#runner.markLoopEdge(),
-      () => this.onWork?.(),
-    );
+    // The one way outcomes go: runner → writer (its OutcomeSink) → trigger store. What was
+    // written comes back as the writer's events, never as calls from inside a write.
+    this.#writer = new OutcomeWriter(this.storage, log, {
+      batchSize: 2000,
+      concurrency: database.adapter.concurrentWrites,
+      retryDelayMs: 1000,
+      maxRetryDelayMs: 30_000,
+      refusesValues: database.adapter.refusesValues,
+      unavailable: database.adapter.unavailable,
+      metrics: triggererMetrics,
+    });
+    this.#runner = new TriggerRunner(registry, log, this.#writer, {
+      blockThresholdMs: options.blockThresholdMs,
+      dagRunStates: (query) => this.#dagRunStates.read(query),
+      listenSignal: (key, listener, listenOptions) => SignalService.of(database, log).listen(key, listener, listenOptions),
+      metrics: triggererMetrics,
+      triggerLogs: this.#triggerLogs,
+      stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
+    });
+    this.#writer.events.on('written', (triggerIds) => {
+      for (const id of triggerIds) this.#runner.forget(id);
+    });
+    this.#writer.events.on('database-call', () => this.#runner.markLoopEdge());
+    this.#writer.events.on('moved', () => this.onWork?.());
   }
 
   /**
@@ -221,7 +211,11 @@ export class Triggerer extends Daemon<TriggererStores> {
       );
       this.log.error({ code: error.code, trigger_id: trigger.id, classpath: trigger.classpath, culprit_count: trigger.culpritCount }, error.message);
       this.metrics.triggerer().failed.inc({ classpath: trigger.classpath });
-      this.#writer.addFailure(trigger.id, { code: error.code, error: `TriggerQuarantinedError: ${error.message}`, traceback: null, reason: 'trigger_failure' });
+      this.#writer.add({
+        kind: 'failure',
+        triggerId: trigger.id,
+        failure: { code: error.code, error: `TriggerQuarantinedError: ${error.message}`, traceback: null, reason: 'trigger_failure' },
+      });
     }
   }
 

@@ -64,7 +64,7 @@ describe('built-in triggers, cancelled while they wait', () => {
         ),
       ]),
       pino({ level: 'silent' }),
-      { event: () => {}, failure: () => {} },
+      { add: () => {} },
       // deferflow's database never answers: only the cancel can end a read.
       { blockThresholdMs: 1000, dagRunStates: () => new Promise(() => {}) },
     );

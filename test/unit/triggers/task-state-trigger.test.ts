@@ -90,7 +90,7 @@ describe('TaskStateTrigger', () => {
     const runner = new TriggerRunner(
       registry,
       pino({ level: 'silent' }),
-      { event: () => {}, failure: () => {} },
+      { add: () => {} },
       // A database that never answers: only the cancel can end the read.
       {
         blockThresholdMs: 1000,
