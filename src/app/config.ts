@@ -266,7 +266,7 @@ function httpOf(given: HttpConfig | false | undefined): ObservabilityHttpOptions
   if (given === undefined || given === false) return null;
   if (!isPlainObject(given)) throw new InvalidOptionError('http', `expected { host?, port?, healthLoopThreshold? } or false, got ${describe(given)}`);
   refuseUnknownKeys(given, ['host', 'port', 'healthLoopThreshold'], 'http.');
-  const fields = { host: 'http-host', port: 'http-port', healthLoopThreshold: 'health-loop-threshold' } as const;
+  const fields = HTTP_CONFIG_FLAGS;
   const raw: Record<string, unknown> = {};
   for (const [field, flag] of Object.entries(fields)) {
     const value = (given as Record<string, unknown>)[field];
@@ -276,7 +276,7 @@ function httpOf(given: HttpConfig | false | undefined): ObservabilityHttpOptions
     return resolveObservabilityHttp(raw as RawOptions<typeof HTTP_OPTIONS>, {}, 0);
   } catch (error) {
     const field = Object.entries(fields).find(([, flag]) => error instanceof InvalidOptionError && error.option === flag)?.[0];
-    if (field !== undefined && error instanceof InvalidOptionError) throw new InvalidOptionError(`http.${field}`, error.message.slice(error.option.length + 2));
+    if (field !== undefined && error instanceof InvalidOptionError) throw error.renamed(`http.${field}`);
     throw error;
   }
 }
@@ -325,18 +325,18 @@ function section<Table extends OptionTable, Resolved>(
   const values = given ?? {};
   if (!isPlainObject(values)) throw new InvalidOptionError(name, `expected an object of options or false (to run no ${name} here), got ${describe(given)}`);
   const flags = Object.keys(table).filter((flag) => !TAKEN_FROM_TOP.has(flag));
-  refuseUnknownKeys(values, [...flags.map(camelCase), ...extraKeys], `${name}.`);
+  refuseUnknownKeys(values, [...flags.map(configFieldOf), ...extraKeys], `${name}.`);
   const raw: Record<string, unknown> = {};
   for (const flag of flags) {
-    const value = (values as Record<string, unknown>)[camelCase(flag)];
-    if (value !== undefined) raw[flag] = toTableUnit(value, table[flag]!.unit, `${name}.${camelCase(flag)}`);
+    const value = (values as Record<string, unknown>)[configFieldOf(flag)];
+    if (value !== undefined) raw[flag] = toTableUnit(value, table[flag]!.unit, `${name}.${configFieldOf(flag)}`);
   }
   try {
     return resolve(raw as RawOptions<Table>);
   } catch (error) {
     // The resolvers name the CLI flag; here the field is what the user wrote.
     if (error instanceof InvalidOptionError && flags.includes(error.option)) {
-      throw new InvalidOptionError(`${name}.${camelCase(error.option)}`, error.message.slice(error.option.length + 2));
+      throw error.renamed(`${name}.${configFieldOf(error.option)}`);
     }
     throw error;
   }
@@ -376,7 +376,11 @@ function refuseUnknownKeys(values: object, known: readonly string[], prefix: str
 }
 
 /** `heartbeat-interval` → `heartbeatInterval`; a repeatable flag names a list (`trigger-module` → `triggerModules`). */
-function camelCase(flag: string): string {
+/** The HTTP section's fields and the flags they stand for. */
+export const HTTP_CONFIG_FLAGS = { host: 'http-host', port: 'http-port', healthLoopThreshold: 'health-loop-threshold' } as const;
+
+/** The config field of a CLI flag (`poll-interval` → `pollInterval`): the embedded API's name for the same option. */
+export function configFieldOf(flag: string): string {
   return FIELD_NAMES[flag] ?? flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
 }
 

@@ -69,10 +69,17 @@ export class DeferflowError extends Error {
 /** An option (a flag, an environment variable or a config field) has a value it cannot take, or is not an option. */
 export class InvalidOptionError extends DeferflowError {
   constructor(
+    /** The option as the user named it: a flag (`poll-interval`) or a config field (`worker.pollInterval`). */
     readonly option: string,
-    message: string,
+    /** What is wrong with it, and what to give instead. */
+    readonly reason: string,
   ) {
-    super('DF_INVALID_OPTION', `${option}: ${message}`);
+    super('DF_INVALID_OPTION', `${option}: ${reason}`);
+  }
+
+  /** The same refusal of the same option under the name the user gave it (a config field for a flag). */
+  renamed(option: string): InvalidOptionError {
+    return new InvalidOptionError(option, this.reason);
   }
 }
 

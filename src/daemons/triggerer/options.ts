@@ -9,7 +9,8 @@ import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 
 /**
  * Every triggerer option, in one place: its flag, environment variable, default and unit.
- * The CLI builds its flags and --help from this table and the README's table mirrors it.
+ * The CLI builds its flags and --help from this table; docs/configuration.md's table and the
+ * typed TriggererConfig (src/app/config.ts, with its JSDoc @default) are tested against it.
  * Options go raw (flags and env, strings or numbers) → defaulted → validated and frozen.
  * A flag wins over its environment variable, which wins over the default.
  */
