@@ -5,7 +5,7 @@ import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime 
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
 import type { SensorClass } from '../../authoring/sensors/sensor-class.ts';
 import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../../authoring/triggers/trigger-event.ts';
-import type { FailureKwargs, OwnedDigest, TriggerOutcome, TriggerRow } from '../../storage/index.ts';
+import type { OwnedDigest, TriggerOutcome, TriggerRow } from '../../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 import type { TriggererMetrics } from '../../services/observability/metrics.ts';
