@@ -172,14 +172,23 @@ export interface HttpConfig {
 
 /** A DeferflowConfig with its defaults applied, validated and frozen. */
 export interface DeferflowOptions {
+  /** The database URL the components use. */
   readonly databaseUrl: string;
+  /** The DAG folder the worker processes. */
   readonly dagsFolder: string;
+  /** The worker's options, resolved; null: no worker in this process. */
   readonly worker: ResolvedWorkerOptions | null;
+  /** The scheduler's options, resolved; null: no scheduler in this process. */
   readonly scheduler: ResolvedSchedulerOptions | null;
+  /** The triggerer's options, resolved; null: no triggerer in this process. */
   readonly triggerer: TriggererOptions | null;
+  /** Trigger classes given directly, allowed on the triggerer besides its modules. */
   readonly triggerClasses: readonly TriggerClass[];
+  /** Whether the database is migrated at start (false: an unmigrated one is refused). */
   readonly migrate: boolean;
+  /** The log level of the default logger. */
   readonly logLevel: LogLevel;
+  /** The log format of the default logger. */
   readonly logFormat: LogFormat;
   /** /metrics and /health; null: not served. */
   readonly http: ObservabilityHttpOptions | null;

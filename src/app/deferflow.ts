@@ -65,8 +65,11 @@ export async function deferflow(config: DeferflowConfig = {}): Promise<Deferflow
  *   new ──start()──▶ running ──stop()──▶ stopped      (stop() runs once; later calls wait for it)
  */
 export class Deferflow {
+  /** The worker running in this process; null if not asked for. */
   readonly worker: Worker | null;
+  /** The scheduler running in this process; null if not asked for. */
   readonly scheduler: Scheduler | null;
+  /** The triggerer running in this process; null if not asked for. */
   readonly triggerer: Triggerer | null;
   /** This process's metrics (served at /metrics when options.http is set). */
   readonly metrics = new Metrics();
@@ -121,7 +124,9 @@ export class Deferflow {
   }
 
   private constructor(
+    /** The open database every component uses; open until stop() ends. */
     readonly database: Database,
+    /** The options, resolved and frozen. */
     readonly options: DeferflowOptions,
     registry: TriggerRegistry,
     log: Logger,

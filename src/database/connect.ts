@@ -28,11 +28,15 @@ import { Keyring } from './encryption/keyring.ts';
 
 /** An open database: its kysely instance, its dialect's adapter, its keyring, and close(). */
 export interface Database {
+  /** The kysely instance, typed with deferflow's tables. */
   readonly db: Kysely<DatabaseSchema>;
+  /** The dialect's adapter: every SQL difference between SQLite and PostgreSQL. */
   readonly adapter: DialectAdapter;
+  /** What the URL named: the dialect and where. */
   readonly target: DatabaseTarget;
   /** The keys that seal trigger kwargs, next_kwargs and event payloads as they are written (Keyring.none: none). */
   readonly keyring: Keyring;
+  /** Closes the connections. */
   close(): Promise<void>;
 }
 

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { InvalidDatabaseUrlError } from '../vocabulary/errors.ts';
 
+/** The database when none is given: an SQLite file in the working directory. */
 export const DEFAULT_DATABASE_URL = 'sqlite:./deferflow.db';
 
 export type DatabaseTarget =

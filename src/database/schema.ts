@@ -19,6 +19,7 @@ export type JsonText = string;
  */
 export type SealableJson = StoredValue;
 
+/** Every state a task instance can be in (Airflow's), in the order of a try's life. */
 export const TASK_INSTANCE_STATES = [
   'scheduled',
   'queued',
@@ -103,6 +104,7 @@ export interface TaskInstanceSignalTable {
   acted_version: ColumnType<number | string | null, number | null | undefined, number | null>;
 }
 
+/** Every state a DAG run can be in. */
 export const DAG_RUN_STATES = ['queued', 'running', 'success', 'failed'] as const;
 /** A DAG run's state. */
 export type DagRunState = (typeof DAG_RUN_STATES)[number];

@@ -6,6 +6,7 @@ import type { DagRunState, TaskInstanceState } from '../database/schema.ts';
  * this is the whole vocabulary, so a trigger cannot reach any other table or write anything.
  */
 export interface DagRunStatesQuery {
+  /** The DAG whose run is asked for. */
   readonly dagId: string;
   /** The run's logical date: ISO-8601 with an offset or Z. */
   readonly logicalDate: string;
@@ -15,10 +16,13 @@ export interface DagRunStatesQuery {
 
 /** The states of other DAG runs' task instances, as context.dagRunStates() reads them (ExternalTaskSensor). */
 export interface DagRunStates {
+  /** The run's DAG id. */
   readonly dagId: string;
   /** ISO-8601, UTC. */
   readonly logicalDate: string;
+  /** The run's id. */
   readonly runId: string;
+  /** The run's state. */
   readonly state: DagRunState;
   /**
    * The states of the asked tasks' instances, by task id (a list: a mapped task has one instance

@@ -6,8 +6,11 @@ import { toJsonText, type JsonValue } from '../vocabulary/serialization/json.ts'
  * Versions never go back or repeat, even after old signals are pruned.
  */
 export interface Signal {
+  /** The key it was sent on. */
   readonly key: string;
+  /** Its version: the key's count of sends, from 1. */
   readonly version: number;
+  /** Its value (JSON). */
   readonly value: JsonValue;
   /** When it was sent, epoch ms. */
   readonly sentAt: number;

@@ -34,13 +34,19 @@ export interface NewTaskInstanceFields {
 
 /** A task instance as read back: what a user checks. Times are Dates; JSON columns are parsed. */
 export interface TaskInstance {
+  /** The row's id. */
   readonly id: number;
+  /** Its DAG's id. */
   readonly dagId: string;
+  /** Its task's id. */
   readonly taskId: string;
+  /** Its DAG run's id. */
   readonly runId: string;
+  /** Its map index (-1: not mapped). */
   readonly mapIndex: number;
   /** null: not yet scheduled (a DAG run's task instance waiting for its upstream tasks). */
   readonly state: TaskInstanceState | null;
+  /** The try it is on (0 before its first). */
   readonly tryNumber: number;
   /** The method a deferred task instance resumes at; `__fail__` after its trigger failed or timed out. */
   readonly nextMethod: string | null;
@@ -52,7 +58,9 @@ export interface TaskInstance {
   readonly triggerTimeout: Date | null;
   /** What the task returned (its XCom return value), once it succeeded. */
   readonly returnValue: JsonValue | null;
+  /** When its current try started. */
   readonly startDate: Date | null;
+  /** When it finished. */
   readonly endDate: Date | null;
 }
 

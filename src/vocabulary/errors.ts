@@ -57,6 +57,7 @@ export type DeferflowErrorCode = (typeof ERROR_CODES)[number];
 
 /** Every error deferflow raises on purpose: a stable `code` and a message that says what was wrong and what to do. */
 export class DeferflowError extends Error {
+  /** The stable code (DF_…): documented in docs/error-codes.md. */
   readonly code: DeferflowErrorCode;
 
   constructor(code: DeferflowErrorCode, message: string, options?: ErrorOptions) {
@@ -101,6 +102,7 @@ export class DatabaseNotMigratedError extends DeferflowError {
 export class NotJsonError extends DeferflowError {
   /** `notAValue`: the value is JSON but of the wrong kind (an array where an object is needed): no list of JSON kinds follows. */
   constructor(
+    /** Where in the value (e.g. `event.payload.rows[3]`). */
     readonly path: string,
     why: string,
     notAValue = true,
@@ -115,6 +117,7 @@ export class NotJsonError extends DeferflowError {
 /** A JSON value holds text PostgreSQL refuses; refused on SQLite too, so both dialects agree. */
 export class NotStorableError extends DeferflowError {
   constructor(
+    /** Where in the value. */
     readonly path: string,
     why: string,
   ) {
@@ -132,6 +135,7 @@ export class InvalidTriggerArgumentError extends DeferflowError {
 /** A trigger row names a classpath no registered trigger class has. */
 export class UnknownTriggerError extends DeferflowError {
   constructor(
+    /** The classpath the row names. */
     readonly classpath: string,
     allowed: readonly string[],
   ) {
@@ -302,11 +306,15 @@ export class WorkerStoppingError extends DeferflowError {
 
 /** The reason a running task's signal is aborted when a signal action stops or restarts it. */
 export class TaskStoppedBySignalError extends DeferflowError {
-  constructor(readonly request: 'restart' | 'success' | 'failed' | 'skipped') {
+  /** What the signal asked of the running try. */
+  readonly request: 'restart' | 'success' | 'failed' | 'skipped';
+
+  constructor(request: 'restart' | 'success' | 'failed' | 'skipped') {
     super(
       'DF_TASK_STOPPED_BY_SIGNAL',
       request === 'restart' ? 'a signal restarts this task: this try is stopped and a new one runs' : `a signal stops this task: it ends ${request}`,
     );
+    this.request = request;
   }
 }
 
@@ -455,6 +463,7 @@ export class DagImportError extends DeferflowError {
  */
 export class EncryptionKeyMismatchError extends DeferflowError {
   constructor(
+    /** The key id refused. */
     readonly keyId: string,
     why: string,
   ) {

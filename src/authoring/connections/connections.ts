@@ -11,6 +11,7 @@ export const CONNECTION_ENV_PREFIX = 'DEFERFLOW_CONN_';
 export interface Connection {
   /** As given: letters, digits and `_`, case-insensitive (the variable is upper case). */
   readonly name: string;
+  /** The connection's URL, password included (mask it with maskConnectionUrl before printing). */
   readonly url: string;
 }
 

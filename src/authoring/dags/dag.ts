@@ -11,11 +11,13 @@ import { checkSignalKey } from '../../model/signal.ts';
 export interface DagOptions {
   /** Letters, digits, `_`, `-` and `.`. */
   readonly dagId: string;
+  /** What the DAG does, for people (the status page and `dags list` show it). */
   readonly description?: string;
   /** Settings every task takes unless it sets its own. */
   readonly defaultArgs?: TaskDefaults;
   /** Params every task sees (a task's own params are laid over them). */
   readonly params?: JsonObject;
+  /** Labels to find the DAG by. */
   readonly tags?: readonly string[];
   /**
    * When it runs by itself: a five-field cron expression or preset (`@hourly`, `@daily`,
@@ -54,8 +56,11 @@ export function isDag(value: unknown): value is Dag {
  * no cycle: `validate()` (called by the loader) refuses anything else, naming the task.
  */
 export class Dag {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   readonly [DAG_BRAND] = true;
+  /** The DAG's id: letters, digits, `_`, `-` or `.`. */
   readonly dagId: string;
+  /** The options it was made with. */
   readonly options: DagOptions;
   readonly #tasks = new Map<string, AnyOperator>();
 
@@ -89,10 +94,12 @@ export class Dag {
     return this;
   }
 
+  /** Its tasks, in the order they were added. */
   get tasks(): readonly AnyOperator[] {
     return [...this.#tasks.values()];
   }
 
+  /** The task with this id, if the DAG has one. */
   task(taskId: string): AnyOperator | undefined {
     return this.#tasks.get(taskId);
   }

@@ -15,21 +15,29 @@ import type { DateTime } from 'luxon';
 
 /** What a running task sees of itself. */
 export interface TaskInstanceRef {
+  /** The task instance row's id. */
   readonly id: number;
+  /** Its DAG's id. */
   readonly dagId: string;
+  /** Its task's id. */
   readonly taskId: string;
+  /** Its DAG run's id. */
   readonly runId: string;
+  /** Its map index (-1: not a mapped task). */
   readonly mapIndex: number;
+  /** The try it is on, from 1. */
   readonly tryNumber: number;
 }
 
 /** What a task is given as it runs: its task instance, the logical date and interval, its logger, the results of upstream tasks (xcomPull). */
 export interface TaskContext {
+  /** The task instance being run. */
   readonly taskInstance: TaskInstanceRef;
 }
 
 /** What a task run by a worker sees: its DAG run, params, a logger, and upstream return values. */
 export interface RuntimeContext extends TaskContext {
+  /** The DAG run the task instance belongs to: its id, logical date, conf and data interval. */
   readonly dagRun: {
     readonly runId: string;
     /** ISO-8601 (UTC). */
@@ -100,9 +108,13 @@ export interface TaskDefaults {
  * once, no worker slot taken, and it resumes at `method` when the trigger fires.
  */
 export interface StartTriggerOptions {
+  /** The trigger the task starts waiting on. */
   readonly trigger: BaseTrigger;
+  /** The method it resumes at when the trigger fires. */
   readonly method: string;
+  /** Kwargs handed to that method (JSON). */
   readonly kwargs?: JsonObject;
+  /** How long it may wait (seconds or a Duration); null or absent: no limit. */
   readonly timeout?: DurationInput | null;
 }
 
@@ -127,6 +139,7 @@ export interface TaskOptions extends TaskDefaults {
   readonly taskId: string;
   /** Task params, laid over the DAG's params. */
   readonly params?: JsonObject;
+  /** Start from this trigger instead of running execute() on a worker (Airflow's start_from_trigger). */
   readonly startTrigger?: StartTriggerOptions;
   /** Signals that start, restart or stop this task; one action per key. Default none. */
   readonly signals?: readonly SignalActionOptions[];
@@ -169,8 +182,10 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
     }
   }
 
+  /** What the task does: return a value (its result), throw, or defer() to wait on a trigger. */
   abstract execute(context: Context): unknown;
 
+  /** Hands the wait to the triggerer: throws a TaskDeferred (checked here) carrying the trigger, the method to resume at and its kwargs; the task's worker slot is free until the trigger fires. */
   defer(request: DeferralRequest): never {
     throw new TaskDeferred(request);
   }

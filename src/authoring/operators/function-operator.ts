@@ -18,6 +18,7 @@ export interface FunctionOperatorOptions<Context extends RuntimeContext> extends
  *   const extract = new FunctionOperator({ taskId: 'extract', fn: async (context) => fetchRows(context.params) });
  */
 export class FunctionOperator<Context extends RuntimeContext = RuntimeContext> extends BaseOperator<Context> {
+  /** The function the task runs. */
   readonly fn: FunctionOperatorOptions<Context>['fn'];
   readonly #resume: FunctionOperatorOptions<Context>['resume'];
 
@@ -31,10 +32,12 @@ export class FunctionOperator<Context extends RuntimeContext = RuntimeContext> e
     this.#resume = resume;
   }
 
+  /** Runs the function with the context. */
   execute(context: Context): unknown {
     return this.fn(context);
   }
 
+  /** Resumes a deferral at the `resume` function given (the method named `resume`). */
   resume(context: Context, event: unknown, kwargs: Record<string, unknown>): unknown {
     if (!this.#resume) throw new InvalidDagError(`task ${this.taskId} deferred to 'resume', but its FunctionOperator has no resume function`);
     return this.#resume(context, event, kwargs);

@@ -36,13 +36,19 @@ export function isTaskDeferred(thrown: unknown): thrown is TaskDeferred {
 
 /** What BaseOperator.defer() throws: the trigger to wait on, the method to resume at, its kwargs and the deferral's timeout, checked where defer() was called. */
 export class TaskDeferred extends Error {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   readonly [TASK_DEFERRED_BRAND] = true;
+  /** The trigger to wait on. */
   readonly trigger: BaseTrigger;
+  /** The trigger as stored: its classpath and kwargs. */
   readonly serializedTrigger: SerializedTrigger;
   /** sha256 of the canonical {classpath, kwargs}; null when deduplication is off. */
   readonly triggerHash: string | null;
+  /** The method the task resumes at. */
   readonly method: string;
+  /** The kwargs that method is given (the event is added under `event`). */
   readonly kwargs: JsonObject;
+  /** How long the wait may last, in ms; null: no limit. */
   readonly timeoutMs: number | null;
 
   constructor(request: DeferralRequest) {

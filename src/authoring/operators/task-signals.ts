@@ -20,15 +20,21 @@ const FAILED_BRAND = Symbol.for('deferflow.TaskFailedWithoutRetry');
 
 /** Thrown by a task to end its try as skipped (Airflow's AirflowSkipException). */
 export class TaskSkipped extends Error {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   readonly [SKIPPED_BRAND] = true;
-  constructor(readonly reason: string = 'skipped by the task') {
+  /** Why the task skipped itself (logged). */
+  readonly reason: string;
+
+  constructor(reason = 'skipped by the task') {
     super(reason);
+    this.reason = reason;
     this.name = 'TaskSkipped';
   }
 }
 
 /** Thrown by a sensor in reschedule mode to give its slot back until its next poke. */
 export class TaskRescheduled extends Error {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   readonly [RESCHEDULED_BRAND] = true;
   /** Epoch ms: the task instance is not scheduled again before it. */
   readonly readyAt: number;
@@ -44,10 +50,12 @@ export class TaskRescheduled extends Error {
 
 /** Thrown by a task to fail its try with no retry, whatever retries it has left. */
 export class TaskFailedWithoutRetry extends Error {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   readonly [FAILED_BRAND] = true;
   /** `code`: the stable code the failure is logged with (DF_TASK_FAILED unless said otherwise). */
   constructor(
     message: string,
+    /** The stable code the failure is logged with. */
     readonly code: DeferflowErrorCode = 'DF_TASK_FAILED',
   ) {
     super(message);

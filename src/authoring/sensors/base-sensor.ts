@@ -13,6 +13,7 @@ import { SensorPokeTrigger } from './sensor-poke-trigger.ts';
 
 /** How a sensor waits: holding its slot (poke), giving it back between pokes (reschedule), or on the triggerer (deferrable). */
 export type SensorMode = 'poke' | 'reschedule' | 'deferrable';
+/** The modes a sensor can wait in. */
 export const SENSOR_MODES: readonly SensorMode[] = ['poke', 'reschedule', 'deferrable'];
 
 /** A sensor's options: the task's, its mode, poke interval, timeout, exponential backoff and soft fail. */
@@ -69,16 +70,24 @@ const DEFAULT_TIMEOUT_S = 7 * 24 * 3600;
  * A sensor with a trigger of its own overrides `trigger(context)` instead.
  */
 export abstract class BaseSensorOperator<Context extends RuntimeContext = RuntimeContext> extends BaseOperator<Context> {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   static readonly [SENSOR_BRAND] = true;
   /** The options that define what this sensor waits for (AIP-17's poke_context_fields); none by default. */
   static readonly pokeContextFields?: readonly string[];
 
+  /** Pause between pokes, in ms (the first, with exponentialBackoff). */
   readonly pokeIntervalMs: number;
+  /** How long the sensor may wait in all, in ms, before it fails (or skips, with softFail). */
   readonly timeoutMs: number;
+  /** How it waits: poke, reschedule or deferrable. */
   readonly mode: SensorMode;
+  /** A timeout skips the task instead of failing it. */
   readonly softFail: boolean;
+  /** An error in poke() skips the task instead of failing it. */
   readonly silentFail: boolean;
+  /** Each pause doubles (with jitter), up to maxWaitMs. */
   readonly exponentialBackoff: boolean;
+  /** The longest pause with exponentialBackoff, in ms; null: no cap. */
   readonly maxWaitMs: number | null;
 
   constructor(options: SensorOptions) {
@@ -129,6 +138,7 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
     return Object.fromEntries(fields.map((field) => [field, (this as unknown as Record<string, JsonValue>)[field] ?? null]));
   }
 
+  /** Pokes until the condition holds or the timeout passes, as its mode says: holding the slot, rescheduled between pokes, or deferred to the triggerer. */
   async execute(context: Context): Promise<JsonValue | undefined> {
     const mode = this.#effectiveMode(context);
     const reschedules = mode === 'reschedule' ? await context.taskReschedules() : [];
@@ -169,6 +179,7 @@ export abstract class BaseSensorOperator<Context extends RuntimeContext = Runtim
     return undefined;
   }
 
+  /** Resumes after a deferral: the poke trigger's event ends the wait, or its timeout fails (or skips, with softFail) the task. */
   override resumeExecution(context: Context, nextMethod: string, nextKwargs: JsonObject): unknown {
     if (nextMethod === TRIGGER_FAILURE_METHOD) {
       const failure = nextKwargs as unknown as FailureKwargs;

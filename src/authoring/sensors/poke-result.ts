@@ -8,9 +8,12 @@ const POKE_RETURN_BRAND = Symbol.for('deferflow.PokeReturnValue');
  * holds, and a JSON value that becomes the task's return value for downstream tasks.
  */
 export class PokeReturnValue {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   readonly [POKE_RETURN_BRAND] = true;
   constructor(
+    /** Whether the condition holds (the sensor succeeds). */
     readonly isDone: boolean,
+    /** The value the task returns for downstream tasks once done. */
     readonly xcomValue: JsonValue = null,
   ) {}
 }

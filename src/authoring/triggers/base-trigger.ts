@@ -61,6 +61,7 @@ const RUNTIME = Symbol.for('deferflow.triggerRuntime');
  * class name.
  */
 export abstract class BaseTrigger {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
   static readonly [TRIGGER_BRAND] = true;
 
   /**
@@ -70,8 +71,10 @@ export abstract class BaseTrigger {
    */
   static readonly secretKwargs?: readonly string[];
 
+  /** What the triggerer attached to run it (none outside a triggerer). */
   [RUNTIME]: TriggerRuntime | undefined;
 
+  /** The trigger as stored: its classpath and constructor kwargs (JSON), from which any triggerer rebuilds it. */
   abstract serialize(): SerializedTrigger;
 
   /**
@@ -84,6 +87,7 @@ export abstract class BaseTrigger {
     return this.serialize();
   }
 
+  /** Waits for what the trigger is about and yields a TriggerEvent when it happens (the first ends the wait). Declare `signal` only when you use it: the triggerer then makes an AbortSignal for the trigger. */
   abstract run(signal: AbortSignal): AsyncGenerator<TriggerEvent, void, void>;
 
   /**
@@ -94,8 +98,10 @@ export abstract class BaseTrigger {
     return this[RUNTIME]?.signal ?? NEVER_ABORTED;
   }
 
+  /** Runs once when the trigger stops, however it stops (fired, failed, cancelled, handed over): close what run() opened. */
   async cleanup(): Promise<void> {}
 
+  /** Runs when the trigger is stopped because its task instances no longer wait on it (cleared, timed out), before cleanup(). */
   async onKill(): Promise<void> {}
 
   /** Sleeps `ms` milliseconds; see sleepUntil. */

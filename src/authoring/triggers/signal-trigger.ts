@@ -36,9 +36,13 @@ export type SignalEvent = {
  * within its poll interval on SQLite.
  */
 export class SignalTrigger extends BaseTrigger {
+  /** The trigger's classpath. */
   static readonly classpath = 'deferflow.triggers.SignalTrigger';
+  /** The signal key it waits on. */
   readonly key: string;
+  /** It fires on the first version above this one. */
   readonly sinceVersion: number;
+  /** Fires only on a value that matches this one (a subset match); undefined: any value. */
   readonly match: JsonValue | undefined;
 
   constructor(kwargs: SignalTriggerKwargs) {
@@ -60,16 +64,19 @@ export class SignalTrigger extends BaseTrigger {
     this.match = kwargs.match;
   }
 
+  /** Its key, version and match, as stored. */
   override serialize(): SerializedTrigger {
     const kwargs: JsonObject = { key: this.key, sinceVersion: this.sinceVersion };
     if (this.match !== undefined) kwargs.match = this.match;
     return { classpath: SignalTrigger.classpath, kwargs };
   }
 
+  /** What the wait is for, as logs and the status page say it. */
   override describeWait(): string {
     return `signal ${this.key} after version ${this.sinceVersion}${this.match === undefined ? '' : ` matching ${canonicalJson(this.match)}`}`;
   }
 
+  /** Waits for the first newer version of the key (matching, if asked) and yields it. */
   override async *run(): AsyncGenerator<TriggerEvent<SignalEvent>> {
     const match = this.match;
     const signal = await this.nextSignal(this.key, this.sinceVersion, match === undefined ? undefined : (candidate) => matches(candidate.value, match));

@@ -2,7 +2,12 @@ import type { JsonValue } from '../../vocabulary/serialization/json.ts';
 
 /** What a trigger yields: its payload reaches every waiting task instance as next_kwargs.event. */
 export class TriggerEvent<Payload extends JsonValue = JsonValue> {
-  constructor(readonly payload: Payload) {}
+  /** The event's payload (JSON): what the resumed method gets as `event`. */
+  readonly payload: Payload;
+
+  constructor(payload: Payload) {
+    this.payload = payload;
+  }
 }
 
 /** The states an event can end its task instances in. */
@@ -20,6 +25,7 @@ export type TaskEndState = (typeof TASK_END_STATES)[number];
  */
 export class TaskEndEvent<Payload extends JsonValue = JsonValue> extends TriggerEvent<Payload> {
   constructor(
+    /** How the event ends its task instances. */
     readonly taskState: TaskEndState,
     payload: Payload,
   ) {

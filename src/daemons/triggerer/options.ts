@@ -7,6 +7,9 @@ import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber
 import { tokenOption } from '../../vocabulary/options/tokens.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 
+/** The triggerer's HTTP port when a signal token is set and --http-port is not given (off otherwise). */
+export const TRIGGERER_SIGNAL_HTTP_PORT = 8795;
+
 /**
  * Every triggerer option, in one place: its flag, environment variable, default and unit.
  * The CLI builds its flags and --help from this table; docs/configuration.md's table and the
@@ -14,9 +17,6 @@ import { HTTP_OPTIONS } from '../../services/observability/options.ts';
  * Options go raw (flags and env, strings or numbers) → defaulted → validated and frozen.
  * A flag wins over its environment variable, which wins over the default.
  */
-/** The triggerer's HTTP port when a signal token is set and --http-port is not given (off otherwise). */
-export const TRIGGERER_SIGNAL_HTTP_PORT = 8795;
-
 export const TRIGGERER_OPTIONS = {
   db: COMMON_OPTIONS.db,
   'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],

@@ -187,6 +187,7 @@ export class Keyring {
    * database stores bytes); as it is without keys, or if kept plain (keptPlain).
    */
   seal(json: string, column: SealedColumn): string;
+  /** `json` as stored in a column of the given form (text or bytes). */
   seal(json: string, column: SealedColumn, form: SealedForm): StoredValue;
   seal(json: string, column: SealedColumn, form: SealedForm = 'text'): StoredValue {
     const primary = this.#primary;

@@ -12,6 +12,7 @@ export type SignalListener = (signal: Signal) => void | Promise<void>;
 
 /** A listener on a signal key, until unsubscribe(). */
 export interface SignalSubscription {
+  /** The key listened to. */
   readonly key: string;
   /** The last version handed to the listener (or the one it started after). */
   readonly version: number;
