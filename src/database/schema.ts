@@ -38,9 +38,13 @@ export type TaskInstanceState = (typeof TASK_INSTANCE_STATES)[number];
 
 /** The trigger table: one row per distinct wait, owned by the triggerer running it. */
 export interface TriggerTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** The trigger class, by classpath (the triggerer allows only registered ones). */
   classpath: string;
+  /** Its constructor kwargs as JSON (sealed when encryption is on). */
   kwargs: SealableJson;
+  /** When the row was written. */
   created_at: DbTime;
   /** The job id of the triggerer that owns (runs) this trigger; null while unowned. */
   triggerer_id: number | null;
@@ -56,22 +60,37 @@ export interface TriggerTable {
 
 /** The task_instance table: one row per task of each DAG run, its state and its deferral. */
 export interface TaskInstanceTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** The DAG's id. */
   dag_id: string;
+  /** The task's id. */
   task_id: string;
+  /** The DAG run's id. */
   run_id: string;
+  /** The map index (-1: not a mapped task). */
   map_index: Generated<number>;
+  /** The try it is on (0 before the first). */
   try_number: Generated<number>;
+  /** Its state; null: no state yet. */
   state: TaskInstanceState | null;
+  /** The method a deferred task resumes at (`__fail__`: the failure marker). */
   next_method: string | null;
+  /** The kwargs that method gets (sealed when encryption is on). */
   next_kwargs: SealableJson | null;
   /** The event a trigger fired, for the resumed method's kwargs.event (migration 0009); kept apart from next_kwargs so either can be encrypted. */
   next_event: SealableJson | null;
+  /** The trigger row it waits on while deferred. */
   trigger_id: number | null;
+  /** When its deferral times out; null: never. */
   trigger_timeout: NullableDbTime;
+  /** Higher is claimed first, by workers and (through its trigger) triggerers. */
   priority_weight: Generated<number>;
+  /** When its current try started. */
   start_date: NullableDbTime;
+  /** When it ended; null while it has not. */
   end_date: NullableDbTime;
+  /** When the row last changed. */
   updated_at: NullableDbTime;
   /** The operator's class name, for people reading the row. */
   operator: string | null;
@@ -81,8 +100,11 @@ export interface TaskInstanceTable {
   ready_at: NullableDbTime;
   /** When execution_timeout runs out, fixed at the first start (deferrals do not extend it). */
   execution_deadline: NullableDbTime;
+  /** When a worker claimed it. */
   queued_at: NullableDbTime;
+  /** The host of the worker that last ran it. */
   hostname: string | null;
+  /** The process that last ran it. */
   pid: number | null;
   /** The job row of the worker running it; a stale heartbeat there makes it a zombie. */
   worker_job_id: number | null;
@@ -112,31 +134,49 @@ export type DagRunType = 'manual' | 'scheduled';
 
 /** The dag_run table: one row per DAG run. */
 export interface DagRunTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** The DAG's id. */
   dag_id: string;
+  /** The DAG run's id. */
   run_id: string;
+  /** How it was made: by hand (manual) or by its schedule (scheduled). */
   run_type: DagRunType;
+  /** The moment the run is for. */
   logical_date: DbTime;
+  /** The start of the data interval a scheduled run covers; null for a manual run. */
   data_interval_start: NullableDbTime;
+  /** Its end. */
   data_interval_end: NullableDbTime;
+  /** The run's state. */
   state: DagRunState;
+  /** The run's conf (JSON text). */
   conf: JsonText;
   /** The serialized DAG version the run's task instances were made from. */
   dag_hash: string | null;
+  /** When the run was made. */
   created_at: DbTime;
+  /** When it started. */
   start_date: NullableDbTime;
+  /** When it ended; null while it has not. */
   end_date: NullableDbTime;
+  /** When the row last changed. */
   updated_at: DbTime;
 }
 
 /** The serialized_dag table: each DAG's structure as JSON, written by DAG processing and read by the scheduler. */
 export interface SerializedDagTable {
+  /** The DAG's id. */
   dag_id: string;
+  /** The DAG file it comes from. */
   fileloc: string;
   /** The versioned JSON of the DAG (see src/authoring/dags/serialized-dag.ts). */
   data: JsonText;
+  /** A hash of `data`: a change makes a new version. */
   hash: string;
+  /** The version of the serialized form. */
   schema_version: number;
+  /** When `data` last changed. */
   last_updated: DbTime;
   /** Set while the DAG's file (or the DAG in it) is gone. */
   deleted_at: NullableDbTime;
@@ -144,20 +184,29 @@ export interface SerializedDagTable {
 
 /** The import_error table: DAG files that failed to load, with why. */
 export interface ImportErrorTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** The DAG file it comes from. */
   fileloc: string;
+  /** Why it failed to load. */
   message: string;
+  /** When it was recorded. */
   created_at: DbTime;
 }
 
 /** The task_log table: task instances' log lines, by try. */
 export interface TaskLogTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** The task instance's id. */
   task_instance_id: number;
+  /** The try that logged it. */
   try_number: number;
+  /** When the line was logged. */
   logged_at: DbTime;
   /** pino's level label: trace, debug, info, warn, error, fatal. */
   level: string;
+  /** The text. */
   message: string;
   /** The line's other structured fields, as JSON text; null when none. */
   fields: JsonText | null;
@@ -193,12 +242,15 @@ export interface TriggerWaitTable {
 
 /** The task_reschedule table: each reschedule of a sensor's try. */
 export interface TaskRescheduleTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** The task instance's id. */
   task_instance_id: number;
   /** The try the run belonged to (a reschedule gives the try back: the next run has the same number). */
   try_number: number;
   /** When the run (a sensor's poke) started and ended. */
   start_date: DbTime;
+  /** When the run (the poke) ended. */
   end_date: DbTime;
   /** When the task instance may run again. */
   reschedule_date: DbTime;
@@ -232,33 +284,57 @@ export type JobState = 'running' | 'success' | 'failed';
 
 /** The job table: one row per daemon run (triggerer, worker, scheduler), with its heartbeat. */
 export interface JobTable {
+  /** The row's id. */
   id: Generated<number>;
+  /** TriggererJob, WorkerJob or SchedulerJob. */
   job_type: string;
+  /** running while the daemon lives; success or failed once it ended. */
   state: JobState;
+  /** The host it runs (or ran) on. */
   hostname: string;
+  /** The process id. */
   pid: number;
+  /** A triggerer's capacity or a worker's slots; null for a scheduler. */
   capacity: number | null;
+  /** When the daemon started. */
   start_date: DbTime;
+  /** When it ended; null while it has not. */
   end_date: NullableDbTime;
+  /** Its last heartbeat: a stale one means it is dead. */
   latest_heartbeat: DbTime;
 }
 
 /** deferflow's tables, for `new Kysely<DatabaseSchema>(…)`. */
 export interface DatabaseSchema {
+  /** The trigger rows. */
   trigger: TriggerTable;
+  /** The task instance rows. */
   task_instance: TaskInstanceTable;
+  /** The daemons' job rows. */
   job: JobTable;
+  /** The DAG runs. */
   dag_run: DagRunTable;
+  /** The serialized DAGs. */
   serialized_dag: SerializedDagTable;
+  /** DAG files that failed to load. */
   import_error: ImportErrorTable;
+  /** Task instances' log lines. */
   task_log: TaskLogTable;
+  /** Sensors' reschedules. */
   task_reschedule: TaskRescheduleTable;
+  /** Each signal key's latest version. */
   signal_key: SignalKeyTable;
+  /** The signals sent. */
   signal: SignalTable;
+  /** Which signal versions each task instance has acted on. */
   task_instance_signal: TaskInstanceSignalTable;
+  /** Where signal-scheduled DAGs start counting versions. */
   dag_signal_start: DagSignalStartTable;
+  /** Triggers' log lines. */
   trigger_log: TriggerLogTable;
+  /** Which trigger each try waited on. */
   trigger_wait: TriggerWaitTable;
+  /** The encryption keys' check values. */
   encryption_key: EncryptionKeyTable;
 }
 

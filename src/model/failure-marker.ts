@@ -12,7 +12,10 @@ export type FailureReason = 'trigger_failure' | 'timeout';
 export interface FailureKwargs {
   /** The stable code of what went wrong (DF_TRIGGER_FAILED, DF_UNKNOWN_TRIGGER, …): what scripts match on. */
   readonly code: DeferflowErrorCode;
+  /** The error's text (the trigger's own, masked of its secrets). */
   readonly error: string;
+  /** The trigger's stack, its own frames only; null when there is none. */
   readonly traceback: string | null;
+  /** Whether the trigger failed or the deferral timed out. */
   readonly reason: FailureReason;
 }

@@ -10,9 +10,11 @@ import type { SignalAction } from './signal-actions.ts';
  * scheduling.
  */
 export interface SchedulerDag {
+  /** The DAG's id. */
   readonly dagId: string;
   /** The serialized version's hash, recorded on the runs it creates. */
   readonly hash: string;
+  /** Its tasks, as the scheduler needs them (dependencies, trigger rules, retries, signal actions). */
   readonly tasks: readonly SchedulerTask[];
   /** When it runs by itself on a clock; null when only triggered (or scheduled on a signal). */
   readonly schedule: ScheduleWindow | null;

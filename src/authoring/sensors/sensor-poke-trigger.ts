@@ -31,7 +31,9 @@ export interface SensorPokeKwargs {
  * Only sensor classes the triggerer allows (exported by a --trigger-module) are ever made.
  */
 export class SensorPokeTrigger extends BaseTrigger {
+  /** The trigger's classpath. */
   static readonly classpath = 'deferflow.SensorPokeTrigger';
+  /** The sensor's classpath, its poke context and its poke interval. */
   readonly kwargs: SensorPokeKwargs;
 
   constructor(kwargs: JsonObject) {
@@ -58,14 +60,17 @@ export class SensorPokeTrigger extends BaseTrigger {
     };
   }
 
+  /** Its kwargs, as stored. */
   serialize(): SerializedTrigger {
     return { classpath: SensorPokeTrigger.classpath, kwargs: this.kwargs as unknown as JsonObject };
   }
 
+  /** What the wait is for, as logs and the status page say it. */
   override describeWait(): string {
     return `sensor ${this.kwargs.sensor} ${canonicalJson(this.kwargs.pokeContext)}`;
   }
 
+  /** Pokes the sensor's class every interval until a poke says done, and yields the value to return. */
   async *run(): AsyncGenerator<TriggerEvent<{ xcomValue: JsonValue }>> {
     const sensor = sensorFromPokeContext(this.allowedSensorClass(this.kwargs.sensor), this.kwargs.pokeContext);
     const context = { log: this.log, signal: this.signal, dagRunStates: (query: DagRunStatesQuery) => this.dagRunStates(query) };

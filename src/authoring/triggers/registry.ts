@@ -23,6 +23,7 @@ export class TriggerRegistry {
     for (const cls of classes) this.register(cls, 'built-in');
   }
 
+  /** Allows a trigger class (by its classpath); `origin` names where it came from, for the error when two classes claim one classpath. */
   register(cls: TriggerClass, origin: string): void {
     const classpath = classpathOf(cls);
     const existing = this.#classes.get(classpath);
@@ -34,6 +35,7 @@ export class TriggerRegistry {
     this.#classes.set(classpath, cls);
   }
 
+  /** Allows a sensor class to be poked by the triggerer (deferrable mode), by its classpath. */
   registerSensor(cls: SensorClass, origin: string): void {
     const classpath = sensorClasspathOf(cls);
     const existing = this.#sensors.get(classpath);
@@ -45,6 +47,7 @@ export class TriggerRegistry {
     this.#sensors.set(classpath, cls);
   }
 
+  /** The sensor class of a classpath, or DF_UNKNOWN_SENSOR naming the allowed ones. */
   resolveSensor(classpath: string): SensorClass {
     const cls = this.#sensors.get(classpath);
     if (!cls) throw new UnknownSensorError(classpath, [...this.#sensors.keys()].sort());
@@ -79,12 +82,14 @@ export class TriggerRegistry {
     return [...found.map(classpathOf), ...sensors.map((cls) => `sensor ${sensorClasspathOf(cls)}`)];
   }
 
+  /** The trigger class of a classpath, or DF_UNKNOWN_TRIGGER naming the allowed ones. */
   resolve(classpath: string): TriggerClass {
     const cls = this.#classes.get(classpath);
     if (!cls) throw new UnknownTriggerError(classpath, this.classpaths);
     return cls;
   }
 
+  /** Every trigger classpath allowed, sorted. */
   get classpaths(): string[] {
     return [...this.#classes.keys()].sort();
   }

@@ -33,10 +33,13 @@ export const SCHEDULER_OPTIONS = {
 
 /** The scheduler's options with every default applied, as resolveSchedulerOptions returns them. */
 export interface ResolvedSchedulerOptions extends SchedulerOptions {
+  /** The database URL. */
   readonly databaseUrl: string;
   /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
   readonly keyring: Keyring;
+  /** The least severe level logged. */
   readonly logLevel: LogLevel;
+  /** JSON lines, or pretty lines. */
   readonly logFormat: LogFormat;
 }
 

@@ -30,12 +30,15 @@ const SIGNAL_ACTIONS_PER_PASS = 500;
 
 /** The scheduler's options: intervals, thresholds and the DAG source. */
 export interface SchedulerOptions {
+  /** Pause between passes when nothing wakes it, in ms. */
   readonly pollIntervalMs: number;
+  /** How often it heartbeats its job row, in ms. */
   readonly heartbeatIntervalMs: number;
   /** A worker silent this long is dead: its task instances are retried or failed. */
   readonly zombieThresholdMs: number;
   /** Most unfinished DAG runs looked at in one pass. */
   readonly runsPerPass: number;
+  /** The host its job row names. */
   readonly hostname: string;
   /** Wake on pushed work (PostgreSQL LISTEN/NOTIFY) as well as every pass. @default true */
   readonly push?: boolean;
@@ -81,6 +84,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
 
   constructor(
     private readonly database: Database,
+    /** Its options, resolved. */
     readonly options: SchedulerOptions,
     private readonly dags: DagSource,
     log: Logger,
@@ -108,12 +112,14 @@ export class Scheduler extends Daemon<SchedulerStores> {
     this.#pause.wake();
   }
 
+  /** Starts its loop once its job row is registered (Daemon.start calls it). */
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id }, `scheduler ${job.id} started`);
     this.subscribeWakeups(this.database, { scheduler: () => this.wake() }, this.options.push ?? true);
     this.#loop = this.#passes();
   }
 
+  /** Stops its loop and closes its signal subscriptions (Daemon.stop calls it, once). */
   protected async shutdown(): Promise<void> {
     this.#pause.wake();
     await this.#loop;

@@ -99,19 +99,27 @@ export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | n
 
 /** The triggerer's options with every default applied, as resolveTriggererOptions returns them. */
 export interface TriggererOptions {
+  /** The database URL. */
   readonly databaseUrl: string;
   /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
   readonly keyring: Keyring;
+  /** Most triggers it runs at once. */
   readonly capacity: number;
+  /** How often it heartbeats its job row, in ms. */
   readonly heartbeatIntervalMs: number;
+  /** A triggerer silent this long is dead (its triggers are released), in ms. */
   readonly healthCheckThresholdMs: number;
+  /** Most unowned triggers claimed in one pass. */
   readonly claimsPerLoop: number;
+  /** Pause between passes with nothing more to claim, in ms. */
   readonly pollIntervalMs: number;
+  /** A trigger step holding the loop longer than this (ms) is logged by name. */
   readonly blockThresholdMs: number;
   /** Held this long, the event loop is restarted by the watchdog; 0: no watchdog. */
   readonly watchdogLimitMs: number;
   /** Watchdog records after which a trigger is quarantined. */
   readonly quarantineAfter: number;
+  /** Modules whose trigger classes it may run. */
   readonly triggerModules: readonly string[];
   /** Signals sent longer ago than this are pruned at cleanup, each key's latest kept. */
   readonly signalRetentionMs: number;
@@ -120,7 +128,9 @@ export interface TriggererOptions {
   /** The signal endpoint (POST /signals/:key); null (no token set): not served. */
   /** The bearer token POST /signals/:key requires on the process's HTTP endpoint; null: not served. */
   readonly signalHttpToken: string | null;
+  /** The least severe level logged. */
   readonly logLevel: LogLevel;
+  /** JSON lines, or pretty lines. */
   readonly logFormat: LogFormat;
   /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
   readonly timeoutSweepMs: number;
@@ -128,6 +138,7 @@ export interface TriggererOptions {
   readonly cleanupIntervalMs: number;
   /** What a graceful stop waits for triggers' cleanup() before handing over anyway. */
   readonly cleanupGraceMs: number;
+  /** The host its job row names. */
   readonly hostname: string;
 }
 

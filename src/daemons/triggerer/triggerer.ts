@@ -64,6 +64,7 @@ export class Triggerer extends Daemon<TriggererStores> {
 
   constructor(
     private readonly database: Database,
+    /** Its options, resolved. */
     readonly options: TriggererOptions,
     registry: TriggerRegistry,
     log: Logger,
@@ -145,11 +146,13 @@ export class Triggerer extends Daemon<TriggererStores> {
     return this.#runner.heldIds();
   }
 
+  /** After each heartbeat: the database answers, so writes waiting out a backoff are tried now. */
   protected override onHeartbeat(): void {
     this.#runner.markLoopEdge();
     this.#writer.retryNow();
   }
 
+  /** Starts its loop once its job row is registered (Daemon.start calls it). */
   protected run(job: JobRow): void {
     this.log.info(
       {
@@ -169,6 +172,7 @@ export class Triggerer extends Daemon<TriggererStores> {
     this.#passLoop = this.#runPasses();
   }
 
+  /** Stops claiming, cancels its triggers, writes what they produced and releases them to peers (Daemon.stop calls it, once). */
   protected async shutdown(job: JobRow): Promise<void> {
     this.log.info({ job_id: job.id }, 'triggerer stopping: no more claims, cancelling triggers');
     job.stopHeartbeat();

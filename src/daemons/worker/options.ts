@@ -72,10 +72,13 @@ export const WORKER_OPTIONS = {
 
 /** The worker's options with every default applied, as resolveWorkerOptions returns them. */
 export interface ResolvedWorkerOptions extends WorkerOptions {
+  /** The database URL. */
   readonly databaseUrl: string;
   /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
   readonly keyring: Keyring;
+  /** The folder of DAG files it processes. */
   readonly dagsFolder: string;
+  /** How often it processes the DAG folder again, in ms. */
   readonly dagProcessIntervalMs: number;
   /** Sensor classes (classpath or class name) switched to the consolidated deferrable mode; 'all'; [] for none. */
   readonly smartSensors: SmartSensors;
@@ -85,7 +88,9 @@ export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly runnerMaxTasks: number;
   /** A runner process's heap limit and the resident size past which it is replaced, in MB. */
   readonly runnerMaxMemoryMb: number;
+  /** The least severe level logged. */
   readonly logLevel: LogLevel;
+  /** JSON lines, or pretty lines. */
   readonly logFormat: LogFormat;
 }
 

@@ -46,9 +46,11 @@ export interface WorkerOptions {
   readonly concurrency: number;
   /** Pause between claims when there is nothing to claim or no free slot. */
   readonly pollIntervalMs: number;
+  /** How often it heartbeats its job row, in ms. */
   readonly heartbeatIntervalMs: number;
   /** How long a stop waits for running tasks before handing them back for a retry. */
   readonly shutdownGraceMs: number;
+  /** The host its job row names. */
   readonly hostname: string;
   /** Wake on pushed work (PostgreSQL LISTEN/NOTIFY) as well as every poll. @default true */
   readonly push?: boolean;
@@ -91,6 +93,7 @@ export class Worker extends Daemon<WorkerStores> {
 
   constructor(
     private readonly database: Database,
+    /** Its options, resolved. */
     readonly options: WorkerOptions,
     /** Where task code runs: a TaskResolver's tasks run on this worker's loop (InlineTaskRunner). */
     runner: TaskResolver | TaskRunner,
@@ -134,6 +137,7 @@ export class Worker extends Daemon<WorkerStores> {
     this.#runner.start?.();
   }
 
+  /** Stops the worker (see Daemon.stop), then closes its runner processes. */
   override async stop(): Promise<void> {
     await super.stop();
     // Runners prewarmed for a worker that never ran (its start failed); closing twice is harmless.
@@ -154,6 +158,7 @@ export class Worker extends Daemon<WorkerStores> {
     this.#checkRunningTries();
   }
 
+  /** After each heartbeat: looks for stop requests and tries taken over, and retries now the writes waiting out a backoff. */
   protected override onHeartbeat(): void {
     // The safety net for a stop request whose push was lost (or with pushes off), and where a
     // worker back from a pause or a cut past the zombie threshold learns its tries were taken over.
@@ -204,6 +209,7 @@ export class Worker extends Daemon<WorkerStores> {
     })();
   }
 
+  /** Starts its loop once its job row is registered (Daemon.start calls it). */
   protected run(job: JobRow): void {
     this.log.info({ job_id: job.id, concurrency: this.options.concurrency }, `worker ${job.id} started with ${this.options.concurrency} slot(s)`);
     this.subscribeWakeups(this.database, { worker: () => this.#pause.wake(), 'stop-request': () => this.#checkRunningTries() }, this.options.push ?? true);
@@ -211,6 +217,7 @@ export class Worker extends Daemon<WorkerStores> {
     this.#loop = this.#claimLoop();
   }
 
+  /** Stops claiming, gives running tasks the shutdown grace, then hands the others back (Daemon.stop calls it, once). */
   protected async shutdown(job: JobRow): Promise<void> {
     this.#pause.wake();
     await this.#loop;
