@@ -31,6 +31,7 @@ export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceR
 export { createLogger } from './vocabulary/logging.ts';
 export { canonicalJson } from './vocabulary/serialization/json.ts';
 export { Triggerer } from './daemons/triggerer/triggerer.ts';
+export type { ResolvedCommonOptions } from './daemons/common-options.ts';
 export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './daemons/triggerer/options.ts';
 export { Worker, type TaskResolver, type WorkerOptions } from './daemons/worker/worker.ts';
 export { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from './daemons/worker/options.ts';

@@ -1,3 +1,4 @@
+import type { LogFormat, LogLevel } from '../vocabulary/logging.ts';
 import { DEFAULT_DATABASE_URL } from '../database/database-url.ts';
 import { Keyring } from '../database/encryption/keyring.ts';
 
@@ -51,4 +52,16 @@ export function keyringOf(keysFile: unknown, env: NodeJS.ProcessEnv): Keyring {
     .map((entry) => entry.trim())
     .filter((entry) => entry !== '');
   return Keyring.load(fromEnv, typeof keysFile === 'string' && keysFile !== '' ? keysFile : undefined);
+}
+
+/** What every daemon's resolved options hold of COMMON_OPTIONS: the database, the keys and logging. */
+export interface ResolvedCommonOptions {
+  /** The database URL. */
+  readonly databaseUrl: string;
+  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
+  readonly keyring: Keyring;
+  /** The least severe level logged. */
+  readonly logLevel: LogLevel;
+  /** JSON lines, or pretty lines. */
+  readonly logFormat: LogFormat;
 }

@@ -3,8 +3,8 @@ import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import os from 'node:os';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
-import { COMMON_OPTIONS, keyringOf } from '../common-options.ts';
-import { logFormat, logLevel, type LogFormat, type LogLevel } from '../../vocabulary/logging.ts';
+import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
+import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 
 /** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */
@@ -32,16 +32,7 @@ export const SCHEDULER_OPTIONS = {
 } as const;
 
 /** The scheduler's options with every default applied, as resolveSchedulerOptions returns them. */
-export interface ResolvedSchedulerOptions extends SchedulerOptions {
-  /** The database URL. */
-  readonly databaseUrl: string;
-  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
-  readonly keyring: Keyring;
-  /** The least severe level logged. */
-  readonly logLevel: LogLevel;
-  /** JSON lines, or pretty lines. */
-  readonly logFormat: LogFormat;
-}
+export interface ResolvedSchedulerOptions extends SchedulerOptions, ResolvedCommonOptions {}
 
 /** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
 export function resolveSchedulerOptions(

@@ -1,7 +1,7 @@
 import type { Keyring } from '../../database/encryption/keyring.ts';
 import os from 'node:os';
-import { COMMON_OPTIONS, keyringOf } from '../common-options.ts';
-import { logFormat, logLevel, type LogFormat, type LogLevel } from '../../vocabulary/logging.ts';
+import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
+import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../../vocabulary/options/option-table.ts';
 import { tokenOption } from '../../vocabulary/options/tokens.ts';
@@ -98,11 +98,7 @@ export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
 export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | number | boolean | readonly string[] | undefined>>;
 
 /** The triggerer's options with every default applied, as resolveTriggererOptions returns them. */
-export interface TriggererOptions {
-  /** The database URL. */
-  readonly databaseUrl: string;
-  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
-  readonly keyring: Keyring;
+export interface TriggererOptions extends ResolvedCommonOptions {
   /** Most triggers it runs at once. */
   readonly capacity: number;
   /** How often it heartbeats its job row, in ms. */
@@ -128,10 +124,6 @@ export interface TriggererOptions {
   /** The signal endpoint (POST /signals/:key); null (no token set): not served. */
   /** The bearer token POST /signals/:key requires on the process's HTTP endpoint; null: not served. */
   readonly signalHttpToken: string | null;
-  /** The least severe level logged. */
-  readonly logLevel: LogLevel;
-  /** JSON lines, or pretty lines. */
-  readonly logFormat: LogFormat;
   /** Longest a deferral may stay past its trigger_timeout: the timeout sweep's period. */
   readonly timeoutSweepMs: number;
   /** How often triggers no task instance points at are deleted. */

@@ -2,8 +2,8 @@ import type { Keyring } from '../../database/encryption/keyring.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import os from 'node:os';
 import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
-import { COMMON_OPTIONS, keyringOf } from '../common-options.ts';
-import { logFormat, logLevel, type LogFormat, type LogLevel } from '../../vocabulary/logging.ts';
+import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
+import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
@@ -71,11 +71,7 @@ export const WORKER_OPTIONS = {
 } as const;
 
 /** The worker's options with every default applied, as resolveWorkerOptions returns them. */
-export interface ResolvedWorkerOptions extends WorkerOptions {
-  /** The database URL. */
-  readonly databaseUrl: string;
-  /** Encryption at rest: the keys that seal and open secret-bearing values (Keyring.none: none). */
-  readonly keyring: Keyring;
+export interface ResolvedWorkerOptions extends WorkerOptions, ResolvedCommonOptions {
   /** The folder of DAG files it processes. */
   readonly dagsFolder: string;
   /** How often it processes the DAG folder again, in ms. */
@@ -88,10 +84,6 @@ export interface ResolvedWorkerOptions extends WorkerOptions {
   readonly runnerMaxTasks: number;
   /** A runner process's heap limit and the resident size past which it is replaced, in MB. */
   readonly runnerMaxMemoryMb: number;
-  /** The least severe level logged. */
-  readonly logLevel: LogLevel;
-  /** JSON lines, or pretty lines. */
-  readonly logFormat: LogFormat;
 }
 
 /** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
