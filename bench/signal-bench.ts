@@ -141,12 +141,12 @@ async function runMode(push: boolean): Promise<void> {
   await migrateToLatest(setup);
   await processDagFolder(setup, dags);
   const log = pino({ level: 'warn' }, pino.destination(2));
-  const raw = { db: url, 'poll-interval': 1, push };
+  const raw = { databaseUrl: url, pollInterval: 1, push };
   const handles = [openDatabase(url), openDatabase(url), openDatabase(url)];
   const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
   await registry.loadModule(triggerModule);
   const triggerer = new Triggerer(handles[0]!, resolveTriggererOptions({ ...raw }, {}), registry, log);
-  const worker = new Worker(handles[1]!, resolveWorkerOptions({ ...raw, dags, concurrency: 16 }, {}), dagFileResolver(handles[1]!), log);
+  const worker = new Worker(handles[1]!, resolveWorkerOptions({ ...raw, dagsFolder: dags, concurrency: 16 }, {}), dagFileResolver(handles[1]!), log);
   const scheduler = new Scheduler(handles[2]!, resolveSchedulerOptions({ ...raw }, {}), serializedDagSource(handles[2]!), log);
   await Promise.all([triggerer.start(), worker.start(), scheduler.start()]);
   try {
@@ -209,7 +209,7 @@ async function runMode(push: boolean): Promise<void> {
         kind === 'triggerer'
           ? new Triggerer(handle, resolveTriggererOptions({ ...raw }, {}), registry, log)
           : kind === 'worker'
-            ? new Worker(handle, resolveWorkerOptions({ ...raw, dags, concurrency: 16 }, {}), dagFileResolver(handle), log)
+            ? new Worker(handle, resolveWorkerOptions({ ...raw, dagsFolder: dags, concurrency: 16 }, {}), dagFileResolver(handle), log)
             : new Scheduler(handle, resolveSchedulerOptions({ ...raw }, {}), serializedDagSource(handle), log);
       await daemon.start();
       console.log(JSON.stringify({ case: 'idle', daemons: kind, push, idle_transactions_per_s: await idleRate(server) }));

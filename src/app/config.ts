@@ -216,12 +216,12 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
   if (!isPlainObject(config)) throw new InvalidOptionError('config', `expected an object of options, got ${describe(config)}`);
   refuseUnknownKeys(config, TOP_LEVEL_KEYS, '');
   const shared = {
-    db: config.databaseUrl ?? COMMON_OPTIONS.db.default,
-    'log-level': logLevel(config.logLevel ?? COMMON_OPTIONS['log-level'].default),
-    'log-format': logFormat(config.logFormat ?? COMMON_OPTIONS['log-format'].default),
+    databaseUrl: config.databaseUrl ?? COMMON_OPTIONS.databaseUrl.default,
+    logLevel: logLevel(config.logLevel ?? COMMON_OPTIONS.logLevel.default),
+    logFormat: logFormat(config.logFormat ?? COMMON_OPTIONS.logFormat.default),
   };
-  if (typeof shared.db !== 'string') throw new InvalidOptionError('databaseUrl', `expected a URL string, got ${describe(config.databaseUrl)}`);
-  const dagsFolder = config.dagsFolder ?? WORKER_OPTIONS.dags.default;
+  if (typeof shared.databaseUrl !== 'string') throw new InvalidOptionError('databaseUrl', `expected a URL string, got ${describe(config.databaseUrl)}`);
+  const dagsFolder = config.dagsFolder ?? WORKER_OPTIONS.dagsFolder.default;
   if (typeof dagsFolder !== 'string' || dagsFolder === '')
     throw new InvalidOptionError('dagsFolder', `expected a folder path, got ${describe(config.dagsFolder)}`);
   const migrate = config.migrate ?? true;
@@ -232,7 +232,7 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
 
   const keyring = keyringOfConfig(config.encryptionKeys, config.encryptionKeysFile);
 
-  const worker = section(config.worker, 'worker', WORKER_OPTIONS, [], (raw) => resolveWorkerOptions({ ...shared, dags: dagsFolder, ...raw }, {}, keyring));
+  const worker = section(config.worker, 'worker', WORKER_OPTIONS, [], (raw) => resolveWorkerOptions({ ...shared, dagsFolder, ...raw }, {}, keyring));
   const scheduler = section(config.scheduler, 'scheduler', SCHEDULER_OPTIONS, [], (raw) => resolveSchedulerOptions({ ...shared, ...raw }, {}, keyring));
   const triggerClasses = config.triggerer === false ? [] : triggerClassesOf(config.triggerer?.triggerClasses);
   const triggerer = section(config.triggerer, 'triggerer', TRIGGERER_OPTIONS, ['triggerClasses'], (raw) =>
@@ -245,15 +245,15 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
       "POST /signals/:key is served on the process's HTTP endpoint: give http: { port } too (0: any free one)",
     );
   return Object.freeze({
-    databaseUrl: shared.db,
+    databaseUrl: shared.databaseUrl,
     dagsFolder,
     worker,
     scheduler,
     triggerer,
     triggerClasses: Object.freeze(triggerClasses),
     migrate,
-    logLevel: shared['log-level'],
-    logFormat: shared['log-format'],
+    logLevel: shared.logLevel,
+    logFormat: shared.logFormat,
     http,
     keyring,
   });
@@ -274,18 +274,16 @@ function keyringOfConfig(keys: unknown, keysFile: unknown): Keyring {
 function httpOf(given: HttpConfig | false | undefined): ObservabilityHttpOptions | null {
   if (given === undefined || given === false) return null;
   if (!isPlainObject(given)) throw new InvalidOptionError('http', `expected { host?, port?, healthLoopThreshold? } or false, got ${describe(given)}`);
-  refuseUnknownKeys(given, ['host', 'port', 'healthLoopThreshold'], 'http.');
-  const fields = HTTP_CONFIG_FLAGS;
+  refuseUnknownKeys(given, Object.keys(HTTP_OPTIONS), 'http.');
   const raw: Record<string, unknown> = {};
-  for (const [field, flag] of Object.entries(fields)) {
+  for (const [field, spec] of Object.entries(HTTP_OPTIONS)) {
     const value = (given as Record<string, unknown>)[field];
-    if (value !== undefined) raw[flag] = toTableUnit(value, HTTP_OPTIONS[flag].unit, `http.${field}`);
+    if (value !== undefined) raw[field] = toTableUnit(value, spec.unit, `http.${field}`);
   }
   try {
     return resolveObservabilityHttp(raw as RawOptions<typeof HTTP_OPTIONS>, {}, 0);
   } catch (error) {
-    const field = Object.entries(fields).find(([, flag]) => error instanceof InvalidOptionError && error.option === flag)?.[0];
-    if (field !== undefined && error instanceof InvalidOptionError) throw error.renamed(`http.${field}`);
+    if (error instanceof InvalidOptionError && error.option in HTTP_OPTIONS) throw error.renamed(`http.${error.option}`);
     throw error;
   }
 }
@@ -303,7 +301,7 @@ export function deferflowOptionsOf(
   if (!any) throw new InvalidOptionError('components', 'name at least one of worker, scheduler, triggerer');
   return Object.freeze({
     databaseUrl: any.databaseUrl,
-    dagsFolder: components.worker?.dagsFolder ?? WORKER_OPTIONS.dags.default,
+    dagsFolder: components.worker?.dagsFolder ?? WORKER_OPTIONS.dagsFolder.default,
     worker: components.worker ?? null,
     scheduler: components.scheduler ?? null,
     triggerer: components.triggerer ?? null,
@@ -317,7 +315,8 @@ export function deferflowOptionsOf(
 }
 
 /** Options each section takes itself from the top level, not per component. */
-const TAKEN_FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format', 'encryption-keys-file', ...Object.keys(HTTP_OPTIONS)]);
+const TAKEN_FROM_TOP_FIELDS = ['databaseUrl', 'dagsFolder', 'logLevel', 'logFormat', 'encryptionKeysFile', 'host', 'port', 'healthLoopThreshold'] as const;
+const TAKEN_FROM_TOP: ReadonlySet<string> = new Set(TAKEN_FROM_TOP_FIELDS);
 
 /**
  * One component's section: false → null; an object → its raw options (camelCase keys mapped to
@@ -333,20 +332,18 @@ function section<Table extends OptionTable, Resolved>(
   if (given === false) return null;
   const values = given ?? {};
   if (!isPlainObject(values)) throw new InvalidOptionError(name, `expected an object of options or false (to run no ${name} here), got ${describe(given)}`);
-  const flags = Object.keys(table).filter((flag) => !TAKEN_FROM_TOP.has(flag));
-  refuseUnknownKeys(values, [...flags.map(configFieldOf), ...extraKeys], `${name}.`);
+  const fields = Object.keys(table).filter((field) => !TAKEN_FROM_TOP.has(field));
+  refuseUnknownKeys(values, [...fields, ...extraKeys], `${name}.`);
   const raw: Record<string, unknown> = {};
-  for (const flag of flags) {
-    const value = (values as Record<string, unknown>)[configFieldOf(flag)];
-    if (value !== undefined) raw[flag] = toTableUnit(value, table[flag]!.unit, `${name}.${configFieldOf(flag)}`);
+  for (const field of fields) {
+    const value = (values as Record<string, unknown>)[field];
+    if (value !== undefined) raw[field] = toTableUnit(value, table[field]!.unit, `${name}.${field}`);
   }
   try {
     return resolve(raw as RawOptions<Table>);
   } catch (error) {
-    // The resolvers name the CLI flag; here the field is what the user wrote.
-    if (error instanceof InvalidOptionError && flags.includes(error.option)) {
-      throw error.renamed(`${name}.${configFieldOf(error.option)}`);
-    }
+    // The resolvers name the field; here it sits in its section.
+    if (error instanceof InvalidOptionError && fields.includes(error.option)) throw error.renamed(`${name}.${error.option}`);
     throw error;
   }
 }
@@ -384,17 +381,6 @@ function refuseUnknownKeys(values: object, known: readonly string[], prefix: str
   }
 }
 
-/** `heartbeat-interval` → `heartbeatInterval`; a repeatable flag names a list (`trigger-module` → `triggerModules`). */
-/** The HTTP section's fields and the flags they stand for. */
-export const HTTP_CONFIG_FLAGS = { host: 'http-host', port: 'http-port', healthLoopThreshold: 'health-loop-threshold' } as const;
-
-/** The config field of a CLI flag (`poll-interval` → `pollInterval`): the embedded API's name for the same option. */
-export function configFieldOf(flag: string): string {
-  return FIELD_NAMES[flag] ?? flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
-}
-
-const FIELD_NAMES: Readonly<Record<string, string>> = { 'trigger-module': 'triggerModules' };
-
 function isPlainObject(value: unknown): value is object {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
   const prototype = Object.getPrototypeOf(value);
@@ -409,21 +395,15 @@ function describe(value: unknown): string {
   return `${typeof value} ${JSON.stringify(value)}`;
 }
 
-// The config interfaces above must name exactly the flags of the CLI's option tables (less what
-// comes from the top level): a flag added to a table and not here fails the build.
-type CamelCase<S extends string> = S extends 'trigger-module'
-  ? 'triggerModules'
-  : S extends `${infer Head}-${infer Tail}`
-    ? `${Head}${Capitalize<CamelCase<Tail>>}`
-    : S;
-type SectionKeys<Table> = Exclude<
-  CamelCase<keyof Table & string>,
-  'db' | 'dags' | 'logLevel' | 'logFormat' | 'encryptionKeysFile' | CamelCase<keyof typeof HTTP_OPTIONS>
->;
+// The option tables are keyed by the fields of the config interfaces above: a field added to one
+// and not the other fails the build. (A section's table also holds what it takes from the top
+// level of DeferflowConfig or from its http section.)
+type SectionKeys<Table> = Exclude<keyof Table, (typeof TAKEN_FROM_TOP_FIELDS)[number]>;
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const inSync: [
   Same<keyof WorkerConfig, SectionKeys<typeof WORKER_OPTIONS>>,
   Same<keyof SchedulerConfig, SectionKeys<typeof SCHEDULER_OPTIONS>>,
   Same<Exclude<keyof TriggererConfig, 'triggerClasses'>, SectionKeys<typeof TRIGGERER_OPTIONS>>,
-] = [true, true, true];
+  Same<keyof HttpConfig, keyof typeof HTTP_OPTIONS>,
+] = [true, true, true, true];
 void inSync;

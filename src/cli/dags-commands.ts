@@ -21,7 +21,7 @@ function describeSchedule(schedule: { cron?: string; timezone?: string; interval
 export function registerDagsCommands(cli: Argv): void {
   cli.command('dags', 'DAG commands: list, runs, trigger, reserialize', (dags) =>
     dags
-      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
         'list',
         'List the serialized DAGs and the DAG files that failed to load',
@@ -131,7 +131,7 @@ export function registerDagsCommands(cli: Argv): void {
           command
             .option('dags', {
               type: 'string',
-              describe: `${WORKER_OPTIONS.dags.describe} [env ${WORKER_OPTIONS.dags.env}; default ${WORKER_OPTIONS.dags.default}]`,
+              describe: `${WORKER_OPTIONS.dagsFolder.describe} [env ${WORKER_OPTIONS.dagsFolder.env}; default ${WORKER_OPTIONS.dagsFolder.default}]`,
             })
             .option('remove-missing', {
               type: 'boolean',
@@ -142,7 +142,7 @@ export function registerDagsCommands(cli: Argv): void {
           // The package entry too, which hands itself to the DAG files this loads (see standalone).
           const [, { processDagFolder }] = await Promise.all([import('../index.ts'), import('../services/dags/dag-processor.ts')]);
           await withMigratedDatabase(args.db, async (database) => {
-            const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dags.env] ?? WORKER_OPTIONS.dags.default;
+            const folder = (args.dags as string | undefined) ?? process.env[WORKER_OPTIONS.dagsFolder.env] ?? WORKER_OPTIONS.dagsFolder.default;
             const result = await processDagFolder(database, folder, { removeMissing: args['remove-missing'] === true });
             const changes = [...Object.entries(result.written), ...result.deleted.map((dagId) => [dagId, 'deleted'] as const)].sort(([a], [b]) =>
               a < b ? -1 : 1,

@@ -9,7 +9,7 @@ import { durationText } from '../vocabulary/options/option-table.ts';
 import { InvalidOptionError } from '../vocabulary/errors.ts';
 
 export function databaseUrlFrom(flag: string | undefined): string {
-  return flag ?? process.env[COMMON_OPTIONS.db.env] ?? DEFAULT_DATABASE_URL;
+  return flag ?? process.env[COMMON_OPTIONS.databaseUrl.env] ?? DEFAULT_DATABASE_URL;
 }
 
 /**
@@ -45,13 +45,16 @@ export function registerDbCommands(cli: Argv): void {
             'migrate: apply new migrations; schema: print the schema; clean: delete what finished before --older-than; ' +
             'generate-key: print a new encryption key; rotate-key: re-encrypt every stored secret-bearing value with the first key',
         })
-        .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}, default ${DEFAULT_DATABASE_URL}]` })
+        .option('db', {
+          type: 'string',
+          describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}, default ${DEFAULT_DATABASE_URL}]`,
+        })
         .option('older-than', numberFlag('duration', 'clean: what finished longer ago than this (30d, 12h, 90m, 2w, seconds, or P30D)'))
         .option('yes', { type: 'boolean', default: false, describe: 'clean: delete (without it, clean only counts what it would delete)' })
         .option('id', { type: 'string', describe: "generate-key: the new key's id (letters, digits, _ or -) [default k<today, YYYYMMDD>]" })
         .option('encryption-keys-file', {
           type: 'string',
-          describe: `rotate-key: ${COMMON_OPTIONS['encryption-keys-file'].describe} [env ${COMMON_OPTIONS['encryption-keys-file'].env}]`,
+          describe: `rotate-key: ${COMMON_OPTIONS.encryptionKeysFile.describe} [env ${COMMON_OPTIONS.encryptionKeysFile.env}]`,
         }),
     async (args) => {
       if (args.action === 'clean') {
@@ -125,7 +128,7 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
  * listed too.
  */
 async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | undefined): Promise<void> {
-  const keyring = keyringOf(keysFileFlag ?? process.env[COMMON_OPTIONS['encryption-keys-file'].env], process.env);
+  const keyring = keyringOf(keysFileFlag ?? process.env[COMMON_OPTIONS.encryptionKeysFile.env], process.env);
   if (!keyring.encrypting) {
     throw new InvalidOptionError(
       'encryption-keys-file',

@@ -1,9 +1,10 @@
 import type { Argv } from 'yargs';
-import type { OptionSpec, OptionTable, RawOptions } from '../vocabulary/options/option-table.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
+import { flagOf, flagsOf, type OptionSpec, type OptionTable, type RawOptions } from '../vocabulary/options/option-table.ts';
 
-/** Declares the table's flags on a yargs command, with env, unit and default in each help line. */
+/** Declares the table's flags (each field's, in kebab case) on a yargs command, with env, unit and default in each help line. */
 export function declareOptions(command: Argv, table: OptionTable): Argv {
-  for (const [name, spec] of Object.entries(table)) {
+  for (const { flag: name, spec } of flagsOf(table)) {
     const isList = Array.isArray(spec.default);
     const isNumber = typeof spec.default === 'number';
     command.option(name, {
@@ -34,7 +35,21 @@ function numberKind(spec: OptionSpec): string {
   return Number.isInteger(spec.default) ? 'integer' : 'number';
 }
 
-/** The table's flags as parsed by yargs, ready for optionPicker. */
+/** The table's flags as yargs parsed them, keyed by field for the table's resolver. */
 export function rawOptionsFrom<Table extends OptionTable>(table: Table, args: Record<string, unknown>): RawOptions<Table> {
-  return Object.fromEntries(Object.keys(table).map((name) => [name, args[name]])) as RawOptions<Table>;
+  return Object.fromEntries(flagsOf(table).map(({ field, flag }) => [field, args[flag]])) as RawOptions<Table>;
+}
+
+/**
+ * Runs `resolve`, naming a refused option by its flag: the resolvers name the typed field
+ * (`heartbeatInterval`), and on a command line the flag (`heartbeat-interval`) is what was typed.
+ */
+export function refusalsByFlag<T>(tables: readonly OptionTable[], resolve: () => T): T {
+  try {
+    return resolve();
+  } catch (error) {
+    if (!(error instanceof InvalidOptionError)) throw error;
+    const spec = tables.find((table) => Object.hasOwn(table, error.option))?.[error.option];
+    throw spec === undefined ? error : error.renamed(flagOf(error.option, spec));
+  }
 }

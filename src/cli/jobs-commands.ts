@@ -12,7 +12,7 @@ import { printListing } from './table.ts';
 export function registerJobsCommands(cli: Argv): void {
   cli.command('jobs', 'Job commands: list, check', (jobs) =>
     jobs
-      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
         'list',
         'List triggerer, worker and scheduler jobs, newest first, with their liveness judged from the heartbeat (a SIGKILLed process never ends its row)',

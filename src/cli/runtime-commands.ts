@@ -1,6 +1,6 @@
 import type { Argv } from 'yargs';
 import { deferflowOptionsOf } from '../app/config.ts';
-import { declareOptions, rawOptionsFrom } from './declare-options.ts';
+import { declareOptions, rawOptionsFrom, refusalsByFlag } from './declare-options.ts';
 import { resolveSchedulerOptions, SCHEDULER_OPTIONS } from '../daemons/scheduler/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS } from '../daemons/worker/options.ts';
 import { runUntilSignalled } from './daemon.ts';
@@ -14,8 +14,7 @@ export function registerRuntimeCommands(cli: Argv): void {
     (command) => declareOptions(command, WORKER_OPTIONS),
     async (args) => {
       const raw = rawOptionsFrom(WORKER_OPTIONS, args);
-      const options = resolveWorkerOptions(raw);
-      const http = resolveObservabilityHttp(raw, process.env);
+      const [options, http] = refusalsByFlag([WORKER_OPTIONS], () => [resolveWorkerOptions(raw), resolveObservabilityHttp(raw, process.env)] as const);
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to the
       // user code this process loads, so a DAG file's `deferflow` is this very module, not a second copy.
       const [{ Deferflow }, { createLogger }] = await Promise.all([import('../index.ts'), import('../vocabulary/logging.ts')]);
@@ -31,8 +30,7 @@ export function registerRuntimeCommands(cli: Argv): void {
     (command) => declareOptions(command, SCHEDULER_OPTIONS),
     async (args) => {
       const raw = rawOptionsFrom(SCHEDULER_OPTIONS, args);
-      const options = resolveSchedulerOptions(raw);
-      const http = resolveObservabilityHttp(raw, process.env);
+      const [options, http] = refusalsByFlag([SCHEDULER_OPTIONS], () => [resolveSchedulerOptions(raw), resolveObservabilityHttp(raw, process.env)] as const);
       // The package entry, not app/deferflow.ts: loading it hands it (and the built-in triggers) to the
       // user code this process loads, so a DAG file's `deferflow` is this very module, not a second copy.
       const [{ Deferflow }, { createLogger }] = await Promise.all([import('../index.ts'), import('../vocabulary/logging.ts')]);

@@ -11,7 +11,7 @@ import { printListing } from './table.ts';
 export function registerSignalCommands(cli: Argv): void {
   cli.command('signal', 'Signals (AIP-35): send, list', (signal) =>
     signal
-      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
         'send <key> [value]',
         'Send a signal on KEY with a JSON VALUE (default null); prints the version it got',
@@ -36,7 +36,7 @@ export function registerSignalCommands(cli: Argv): void {
               process.stdout.write(`${version}\n`);
               if (reachesNobody(audience)) process.stderr.write(`warning: ${nobodyWarning(args.key!, version, audience)}\n`);
             },
-            keyringOf(process.env[COMMON_OPTIONS['encryption-keys-file'].env], process.env),
+            keyringOf(process.env[COMMON_OPTIONS.encryptionKeysFile.env], process.env),
           );
         },
       )

@@ -1,6 +1,9 @@
 import os from 'node:os';
 import type { Argv } from 'yargs';
-import { declareOptions, rawOptionsFrom } from './declare-options.ts';
+import { declareOptions, rawOptionsFrom, refusalsByFlag } from './declare-options.ts';
+import { SCHEDULER_OPTIONS } from '../daemons/scheduler/options.ts';
+import { TRIGGERER_OPTIONS } from '../daemons/triggerer/options.ts';
+import { WORKER_OPTIONS } from '../daemons/worker/options.ts';
 import type { Stores } from '../storage/index.ts';
 import { redactDatabaseUrl } from '../database/database-url.ts';
 import { InvalidOptionError } from '../vocabulary/errors.ts';
@@ -23,7 +26,10 @@ export function registerStandaloneCommand(cli: Argv): void {
     'Run scheduler, worker and triggerer in one process (the database is migrated first); optionally run one DAG and show its progress',
     (command) => declareOptions(command, STANDALONE_OPTIONS),
     async (args) => {
-      const options = resolveStandaloneOptions(rawOptionsFrom(STANDALONE_OPTIONS, args));
+      // Each component's other options come from its environment variables: a refusal names their flags too.
+      const options = refusalsByFlag([STANDALONE_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, TRIGGERER_OPTIONS], () =>
+        resolveStandaloneOptions(rawOptionsFrom(STANDALONE_OPTIONS, args)),
+      );
       if (options.exitWhenDone && options.triggerDag === null) {
         throw new InvalidOptionError('exit-when-done', 'needs trigger-dag: without a run to wait for, standalone runs until stopped');
       }
@@ -39,7 +45,7 @@ export function registerStandaloneCommand(cli: Argv): void {
       // On a terminal (stdout and stderr both), log lines are pretty unless a format was asked
       // for, and go above the progress line, which stays last; elsewhere JSON, on stderr.
       const screen = process.stdout.isTTY && process.stderr.isTTY ? new ProgressScreen() : null;
-      const formatAsked = args['log-format'] !== undefined || (process.env[COMMON_OPTIONS['log-format'].env] ?? '') !== '';
+      const formatAsked = args['log-format'] !== undefined || (process.env[COMMON_OPTIONS.logFormat.env] ?? '') !== '';
       const log = screen
         ? createLogger({
             level: options.logLevel,

@@ -10,7 +10,7 @@ import { withStorage } from './db-commands.ts';
 export function registerTasksCommands(cli: Argv): void {
   cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules', (tasks) =>
     tasks
-      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
         'list',
         "List a DAG run's task instances",

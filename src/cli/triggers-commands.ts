@@ -12,7 +12,7 @@ const NAMED_PER_TRIGGER = 3;
 export function registerTriggersCommands(cli: Argv): void {
   cli.command('triggers', 'Trigger commands: list', (triggers) =>
     triggers
-      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.db.describe} [env ${COMMON_OPTIONS.db.env}]` })
+      .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
         'list',
         'List triggers, oldest first, with their classpath, the triggerer running them, their age and the task instances waiting on them',

@@ -8,17 +8,17 @@ import { Metrics } from '../services/observability/metrics.ts';
 import { HTTP_OPTIONS, resolveObservabilityHttp } from '../services/observability/options.ts';
 import { STANDALONE_HTTP_PORT } from '../app/standalone/options.ts';
 import { resolveWebOptions, WEB_OPTIONS } from '../app/web/options.ts';
-import { declareOptions, rawOptionsFrom } from './declare-options.ts';
+import { declareOptions, rawOptionsFrom, refusalsByFlag } from './declare-options.ts';
 import { livenessThresholds } from './jobs-commands.ts';
 
 /** `deferflow web` options: where the page is served, and the page's own. */
 export const WEB_COMMAND_OPTIONS = {
-  db: COMMON_OPTIONS.db,
-  'http-host': HTTP_OPTIONS['http-host'],
-  'http-port': { ...HTTP_OPTIONS['http-port'], default: STANDALONE_HTTP_PORT, describe: 'Serve the status page (and /metrics, /health) on this port' },
+  databaseUrl: COMMON_OPTIONS.databaseUrl,
+  host: HTTP_OPTIONS.host,
+  port: { ...HTTP_OPTIONS.port, default: STANDALONE_HTTP_PORT, describe: 'Serve the status page (and /metrics, /health) on this port' },
   ...WEB_OPTIONS,
-  'log-level': COMMON_OPTIONS['log-level'],
-  'log-format': COMMON_OPTIONS['log-format'],
+  logLevel: COMMON_OPTIONS.logLevel,
+  logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
 /** `deferflow web`: the read-only status page, from the database alone, until SIGTERM or SIGINT. */
@@ -30,17 +30,20 @@ export function registerWebCommand(cli: Argv): void {
     async (args) => {
       const raw = rawOptionsFrom(WEB_COMMAND_OPTIONS, args);
       const pick = optionPicker(WEB_COMMAND_OPTIONS, raw, process.env);
-      const http = resolveObservabilityHttp(raw, process.env, STANDALONE_HTTP_PORT);
-      if (http === null) throw new InvalidOptionError('http-port', 'deferflow web serves the status page: give a port (0: any free one), not off');
-      const web = resolveWebOptions(raw, process.env, http.host);
+      const [http, web, logs] = refusalsByFlag([WEB_COMMAND_OPTIONS], () => {
+        const served = resolveObservabilityHttp(raw, process.env, STANDALONE_HTTP_PORT);
+        if (served === null) throw new InvalidOptionError('port', 'deferflow web serves the status page: give a port (0: any free one), not off');
+        const logs = { level: logLevel(pick('logLevel')), format: logFormat(pick('logFormat')) };
+        return [served, resolveWebOptions(raw, process.env, served.host), logs] as const;
+      });
       const [{ createLogger }, { openMigratedDatabase }, { openStores }, { statusPages }] = await Promise.all([
         import('../vocabulary/logging.ts'),
         import('../database/open-migrated-database.ts'),
         import('../storage/index.ts'),
         import('../app/web/status-pages.ts'),
       ]);
-      const log = createLogger({ level: logLevel(pick('log-level')), format: logFormat(pick('log-format')), name: 'web' });
-      const database = await openMigratedDatabase(String(pick('db')));
+      const log = createLogger({ level: logs.level, format: logs.format, name: 'web' });
+      const database = await openMigratedDatabase(String(pick('databaseUrl')));
       const metrics = new Metrics();
       const storage = openStores(database);
       metrics.databaseGauges(() => storage.maintenance.countWaitingWork());

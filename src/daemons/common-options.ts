@@ -4,30 +4,31 @@ import { Keyring } from '../database/encryption/keyring.ts';
 
 /**
  * The options every long-running process shares (database, logging), in the shape of an option
- * table (see option-table.ts). Each daemon's table includes them; the commands that only read
+ * table keyed by field (see option-table.ts). Each daemon's table includes them; the commands that only read
  * the database take `db` from here.
  */
 export const COMMON_OPTIONS = {
-  db: {
+  databaseUrl: {
+    flag: 'db',
     env: 'DEFERFLOW_DATABASE_URL',
     default: DEFAULT_DATABASE_URL,
     unit: 'URL',
     describe: 'Database: sqlite:PATH or postgres://USER@HOST:PORT/DB',
   },
-  'encryption-keys-file': {
+  encryptionKeysFile: {
     env: 'DEFERFLOW_ENCRYPTION_KEYS_FILE',
     default: '',
     unit: 'path',
     describe:
       'Encrypt trigger kwargs, next_kwargs and event payloads at rest with the keys in this file (ID:BASE64 a line, the first encrypts; see `deferflow db generate-key`). DEFERFLOW_ENCRYPTION_KEYS may list them instead (comma-separated; never a flag, which ps would show). Every daemon needs the same keys',
   },
-  'log-level': {
+  logLevel: {
     env: 'DEFERFLOW_LOG_LEVEL',
     default: 'info',
     unit: 'trace|debug|info|warn|error',
     describe: 'Least severe log level printed',
   },
-  'log-format': {
+  logFormat: {
     env: 'DEFERFLOW_LOG_FORMAT',
     default: 'json',
     unit: 'json|pretty',

@@ -14,12 +14,12 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 
 /** A --log-level value, or DF_INVALID_OPTION naming the levels. */
 export function logLevel(value: unknown): LogLevel {
-  return oneOf(value, 'log-level', LOG_LEVELS);
+  return oneOf(value, 'logLevel', LOG_LEVELS);
 }
 
-/** A --log-format value, or DF_INVALID_OPTION naming the formats. */
+/** A log format (--log-format, logFormat), or DF_INVALID_OPTION naming the formats. */
 export function logFormat(value: unknown): LogFormat {
-  return oneOf(value, 'log-format', LOG_FORMATS);
+  return oneOf(value, 'logFormat', LOG_FORMATS);
 }
 
 const pretty = lazyPackage<typeof PinoPretty>('pino-pretty');

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGERER_OPTIONS } from '../../src/internals.ts';
+import { flagOf } from '../../src/vocabulary/options/option-table.ts';
 import { openStores } from '../../src/storage/index.ts';
 import { EchoTrigger } from '../fixtures/custom-trigger-module.ts';
 import { dropTestDatabases, testDialects, type TestDialect } from '../support/databases.ts';
@@ -69,13 +70,14 @@ describe('triggerer --help', () => {
 
     // yargs wraps descriptions across lines; compare with whitespace collapsed.
     const help = tr.text.join('\n').replace(/\s+/g, ' ');
-    const names = Object.keys(TRIGGERER_OPTIONS);
+    const names = Object.entries(TRIGGERER_OPTIONS).map(([field, spec]) => flagOf(field, spec));
     const starts = names.map((name) => {
       const at = help.indexOf(`--${name} `);
       expect(at, `--help names --${name}`).toBeGreaterThanOrEqual(0);
       return at;
     });
-    for (const [i, [name, spec]] of Object.entries(TRIGGERER_OPTIONS).entries()) {
+    for (const [i, spec] of Object.values(TRIGGERER_OPTIONS).entries()) {
+      const name = names[i]!;
       const end = Math.min(...starts.filter((start) => start > starts[i]!), help.length);
       const entry = help.slice(starts[i], end);
       const shownDefault = Array.isArray(spec.default) ? 'none' : String(spec.default);
@@ -253,8 +255,8 @@ describe('a started triggerer', () => {
       capacity: 7,
       heartbeatIntervalMs: 2000,
       healthCheckThresholdMs: 9000,
-      claimsPerLoop: TRIGGERER_OPTIONS['claims-per-loop'].default,
-      pollIntervalMs: TRIGGERER_OPTIONS['poll-interval'].default * 1000,
+      claimsPerLoop: TRIGGERER_OPTIONS.claimsPerLoop.default,
+      pollIntervalMs: TRIGGERER_OPTIONS.pollInterval.default * 1000,
       triggerModules: [],
       logLevel: 'info',
       logFormat: 'json',

@@ -231,7 +231,7 @@ describe('Keyring', () => {
   it('are loaded once for a process running several components: standalone and an embedded config give each the same keys', () => {
     const file = path.join(scratch.dir('keys-once'), 'keys.txt');
     writeFileSync(file, `${K2}\n${K1}\n`);
-    const standalone = resolveStandaloneOptions({ 'encryption-keys-file': file }, {});
+    const standalone = resolveStandaloneOptions({ encryptionKeysFile: file }, {});
     expect(standalone.worker.keyring.keyIds).toEqual(['k2', 'k1']);
     expect(standalone.scheduler.keyring).toBe(standalone.worker.keyring);
     expect(standalone.triggerer.keyring).toBe(standalone.worker.keyring);

@@ -100,7 +100,7 @@ export interface TestTriggerer {
  */
 export async function startTriggerer(database: TestDatabase, raw: RawTriggererOptions = {}, internal: Partial<TriggererOptions> = {}): Promise<TestTriggerer> {
   const options = {
-    ...resolveTriggererOptions({ 'poll-interval': 0.1, 'heartbeat-interval': 0.5, 'health-check-threshold': 3, ...raw, db: database.url }, {}),
+    ...resolveTriggererOptions({ pollInterval: 0.1, heartbeatInterval: 0.5, healthCheckThreshold: 3, ...raw, databaseUrl: database.url }, {}),
     ...internal,
   };
   const logs = new LogCapture();

@@ -236,7 +236,7 @@ describe('deferral races on postgres', () => {
     const db = await migratedDatabase('postgres');
     opened.push(db);
     const writers = [0, 1, 2, 3].map(() => openDatabase(db.url, { poolSize: 4 }));
-    const tr = await startTriggerer(db, { 'poll-interval': 0.02, 'claims-per-loop': 500 });
+    const tr = await startTriggerer(db, { pollInterval: 0.02, claimsPerLoop: 500 });
     triggerers.push(tr);
     // Every deferral waits on the same already-due moment: the trigger fires as soon as it is
     // claimed, while later deferrals keep joining it.

@@ -67,7 +67,7 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     (deferral.serializedTrigger.kwargs as { pollSeconds: number }).pollSeconds = 0.05;
     const id = await createTaskInstance(db);
     await openStores(db).taskInstances.deferTaskInstance(id, deferral);
-    const tr = await startTriggerer(db, { 'trigger-module': [EXAMPLE_MODULE] });
+    const tr = await startTriggerer(db, { triggerModules: [EXAMPLE_MODULE] });
     open.triggerers.push(tr);
 
     await waitFor(() => server.requests() >= 3, { what: 'the trigger polling' });
@@ -94,7 +94,7 @@ describe.each(testDialects)('README example on %s', (dialect) => {
     const badId = await createTaskInstance(db);
     await openStores(db).taskInstances.deferTaskInstance(goodId, good);
     await openStores(db).taskInstances.deferTaskInstance(badId, bad);
-    open.triggerers.push(await startTriggerer(db, { 'trigger-module': [EXAMPLE_MODULE] }));
+    open.triggerers.push(await startTriggerer(db, { triggerModules: [EXAMPLE_MODULE] }));
 
     await waitFor(async () => (await taskInstance(db, badId)).state === 'scheduled' && (await taskInstance(db, goodId)).state === 'scheduled');
     const failed = await taskInstance(db, badId);

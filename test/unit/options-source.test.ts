@@ -1,12 +1,12 @@
 // The typed options are the source: each field's JSDoc says its meaning, unit and @default, and
-// the option tables the CLI builds its flags, environment variables and --help from (and the
-// configuration reference is tested against) must agree with it, field by field, default by
-// default. A default changed in one place and not the other fails here.
+// the option tables are keyed by the same fields (the compiler holds the names together in
+// src/app/config.ts). The CLI derives each flag, environment variable and --help line from a
+// field's table entry; this test holds each default to the field's @default. A default changed in
+// one place and not the other fails here.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
-import { configFieldOf, HTTP_CONFIG_FLAGS } from '../../src/app/config.ts';
 import { COMMON_OPTIONS } from '../../src/daemons/common-options.ts';
 import { SCHEDULER_OPTIONS } from '../../src/daemons/scheduler/options.ts';
 import { TRIGGERER_OPTIONS } from '../../src/daemons/triggerer/options.ts';
@@ -52,13 +52,13 @@ function expectedDefault(spec: OptionSpec): (documented: string) => boolean {
 }
 
 const TOP_LEVEL: Record<string, OptionSpec> = {
-  databaseUrl: COMMON_OPTIONS.db,
-  dagsFolder: WORKER_OPTIONS.dags,
-  logLevel: COMMON_OPTIONS['log-level'],
-  logFormat: COMMON_OPTIONS['log-format'],
+  databaseUrl: COMMON_OPTIONS.databaseUrl,
+  dagsFolder: WORKER_OPTIONS.dagsFolder,
+  logLevel: COMMON_OPTIONS.logLevel,
+  logFormat: COMMON_OPTIONS.logFormat,
 };
-/** Flags a section takes from the top level of the config, not as fields of its own. */
-const FROM_TOP = new Set(['db', 'dags', 'log-level', 'log-format', 'encryption-keys-file', ...Object.keys(HTTP_OPTIONS)]);
+/** Fields a section takes from the top level of the config (or its http section), not as its own. */
+const FROM_TOP = new Set(['databaseUrl', 'dagsFolder', 'logLevel', 'logFormat', 'encryptionKeysFile', ...Object.keys(HTTP_OPTIONS)]);
 
 describe('the typed options', () => {
   const interfaces = documentedDefaults();
@@ -67,13 +67,12 @@ describe('the typed options', () => {
     ['WorkerConfig', WORKER_OPTIONS],
     ['SchedulerConfig', SCHEDULER_OPTIONS],
     ['TriggererConfig', TRIGGERER_OPTIONS],
-  ] as const)('%s has a field for every flag of its table, with the same @default', (name, table: Readonly<Record<string, OptionSpec>>) => {
+  ] as const)('%s documents every field of its table with the same @default', (name, table: Readonly<Record<string, OptionSpec>>) => {
     const fields = interfaces.get(name)!;
     const disagreements = Object.entries(table)
-      .filter(([flag]) => !FROM_TOP.has(flag))
-      .flatMap(([flag, spec]) => {
-        const field = configFieldOf(flag);
-        if (!fields.has(field)) return [`--${flag}: no field ${name}.${field}`];
+      .filter(([field]) => !FROM_TOP.has(field))
+      .flatMap(([field, spec]) => {
+        if (!fields.has(field)) return [`${field}: no field ${name}.${field}`];
         const documented = fields.get(field);
         if (documented == null) return [`${name}.${field}: no @default (the table's is ${JSON.stringify(spec.default)})`];
         return expectedDefault(spec)(documented) ? [] : [`${name}.${field}: @default ${documented}, the table's ${JSON.stringify(spec.default)} ${spec.unit}`];
@@ -81,14 +80,13 @@ describe('the typed options', () => {
     expect(disagreements).toEqual([]);
   });
 
-  it('DeferflowConfig and HttpConfig say the defaults of the flags their fields stand for', () => {
+  it('DeferflowConfig and HttpConfig say the defaults of their tables', () => {
     const checks: [string, string, OptionSpec][] = [
       ...Object.entries(TOP_LEVEL).map(([field, spec]) => ['DeferflowConfig', field, spec] as [string, string, OptionSpec]),
       // The section itself is what turns the endpoint on (the CLI's port "off" is its absence), so
       // a section without a port takes any free one: 0, as resolveDeferflowConfig passes it.
-      ...Object.entries(HTTP_CONFIG_FLAGS).map(
-        ([field, flag]) =>
-          ['HttpConfig', field, flag === 'http-port' ? { ...HTTP_OPTIONS[flag], default: 0 } : HTTP_OPTIONS[flag]] as [string, string, OptionSpec],
+      ...Object.entries(HTTP_OPTIONS).map(
+        ([field, spec]) => ['HttpConfig', field, field === 'port' ? { ...spec, default: 0 } : spec] as [string, string, OptionSpec],
       ),
     ];
     const disagreements = checks.flatMap(([name, field, spec]) => {

@@ -9,6 +9,7 @@ import { SCHEDULER_OPTIONS } from '../../src/daemons/scheduler/options.ts';
 import { STANDALONE_OPTIONS } from '../../src/app/standalone/options.ts';
 import { WORKER_OPTIONS } from '../../src/daemons/worker/options.ts';
 import { WEB_COMMAND_OPTIONS } from '../../src/cli/web-command.ts';
+import { flagOf, flagsOf } from '../../src/vocabulary/options/option-table.ts';
 import { REPO_ROOT } from '../support/processes.ts';
 
 const readme = readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
@@ -20,19 +21,24 @@ const configuration = doc('docs/configuration.md');
 const packageJson = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
 
 describe('README and docs/', () => {
-  it.each(Object.entries(TRIGGERER_OPTIONS))('documents --%s with its environment variable and default', (name, spec) => {
-    const row = configuration.split('\n').find((line) => line.startsWith(`| \`--${name}\` |`));
-    expect(row, `a configuration table row for --${name}`).toBeDefined();
-    const cells = row!.split('|').map((cell) => cell.trim());
-    expect(cells[2]).toBe(`\`${spec.env}\``);
-    const documentedDefault = Array.isArray(spec.default) || spec.default === '' ? 'none' : `\`${spec.default}\``;
-    expect(cells[3]).toBe(documentedDefault);
-  });
+  it.each(Object.entries(TRIGGERER_OPTIONS).map(([field, spec]) => [flagOf(field, spec), spec] as const))(
+    'documents --%s with its environment variable and default',
+    (name, spec) => {
+      const row = configuration.split('\n').find((line) => line.startsWith(`| \`--${name}\` |`));
+      expect(row, `a configuration table row for --${name}`).toBeDefined();
+      const cells = row!.split('|').map((cell) => cell.trim());
+      expect(cells[2]).toBe(`\`${spec.env}\``);
+      const documentedDefault = Array.isArray(spec.default) || spec.default === '' ? 'none' : `\`${spec.default}\``;
+      expect(cells[3]).toBe(documentedDefault);
+    },
+  );
 
   it('documents no option no command has, each once', () => {
     const documented = [...configuration.matchAll(/^\| `--([a-z-]+)` \|/gm)].map((match) => match[1]!);
     const known = new Set(
-      [TRIGGERER_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, STANDALONE_OPTIONS, WEB_COMMAND_OPTIONS].flatMap((table) => Object.keys(table)),
+      [TRIGGERER_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, STANDALONE_OPTIONS, WEB_COMMAND_OPTIONS].flatMap((table) =>
+        flagsOf(table).map(({ flag }) => flag),
+      ),
     );
     expect(documented.filter((name) => !known.has(name))).toEqual([]);
     expect(new Set(documented).size).toBe(documented.length);
@@ -45,7 +51,9 @@ describe('README and docs/', () => {
     ['web', WEB_COMMAND_OPTIONS],
   ] as const)('names every option of deferflow %s', (_command, table) => {
     const everything = [readme, ...DOCS.map(doc)].join('\n');
-    const missing = Object.keys(table).filter((name) => !everything.includes(`\`--${name}\``));
+    const missing = flagsOf(table)
+      .map(({ flag }) => flag)
+      .filter((name) => !everything.includes(`\`--${name}\``));
     expect(missing).toEqual([]);
   });
 

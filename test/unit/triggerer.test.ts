@@ -255,7 +255,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
   it('never owns more triggers than its capacity, and claims highest priority first', async () => {
     const db = await database();
     for (let i = 0; i < 12; i++) await deferOnto(db, new t.NeverTrigger({ n: i }), { priorityWeight: i === 7 ? 100 : 1 });
-    const tr = await triggerer(db, { capacity: 5, 'claims-per-loop': 2 });
+    const tr = await triggerer(db, { capacity: 5, claimsPerLoop: 2 });
     const owned = async () =>
       Number(
         (
@@ -299,7 +299,7 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     }));
     await db.db.insertInto('trigger').values(orphans).execute();
     const waited = await deferOnto(db, new t.NeverTrigger({ file, tag: 'waited' }));
-    await triggerer(db, { 'claims-per-loop': 50 }, { cleanupIntervalMs: 300 });
+    await triggerer(db, { claimsPerLoop: 50 }, { cleanupIntervalMs: 300 });
 
     await waitFor(async () => (await taskInstance(db, ownerless.id)).state === 'scheduled', { what: 'the ownerless trigger taken over and fired' });
     expect((await taskInstance(db, ownerless.id)).next_event).toEqual({ slept: 10 });

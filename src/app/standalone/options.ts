@@ -16,46 +16,46 @@ export const STANDALONE_HTTP_PORT = 8794;
  * environment variable as the separate commands do (see their tables).
  */
 export const STANDALONE_OPTIONS = {
-  db: COMMON_OPTIONS.db,
-  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
-  dags: WORKER_OPTIONS.dags,
+  databaseUrl: COMMON_OPTIONS.databaseUrl,
+  encryptionKeysFile: COMMON_OPTIONS.encryptionKeysFile,
+  dagsFolder: WORKER_OPTIONS.dagsFolder,
   concurrency: WORKER_OPTIONS.concurrency,
   capacity: TRIGGERER_OPTIONS.capacity,
-  'trigger-module': TRIGGERER_OPTIONS['trigger-module'],
-  'smart-sensors': WORKER_OPTIONS['smart-sensors'],
-  'trigger-dag': {
+  triggerModules: TRIGGERER_OPTIONS.triggerModules,
+  smartSensors: WORKER_OPTIONS.smartSensors,
+  triggerDag: {
     env: 'DEFERFLOW_STANDALONE_TRIGGER_DAG',
     default: '',
     unit: 'DAG id',
     describe: 'Once started, create a manual run of this DAG and show its progress',
   },
-  'exit-when-done': {
+  exitWhenDone: {
     env: 'DEFERFLOW_STANDALONE_EXIT_WHEN_DONE',
     default: false,
     unit: 'flag',
     describe: 'With trigger-dag: stop once that run finishes; exit 0 if it succeeded, 1 if it failed',
   },
-  'shutdown-grace': {
+  shutdownGrace: {
     env: 'DEFERFLOW_STANDALONE_SHUTDOWN_GRACE',
     default: 0,
     unit: 'seconds',
     describe: 'On Ctrl-C or SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again on the next start)',
   },
-  'http-port': {
-    ...HTTP_OPTIONS['http-port'],
+  port: {
+    ...HTTP_OPTIONS.port,
     default: STANDALONE_HTTP_PORT,
     describe:
       'Serve the status page, /metrics (Prometheus) and /health on this port; off: not served (the default port, when taken, is skipped with a warning)',
   },
   ...WEB_OPTIONS,
-  'http-host': HTTP_OPTIONS['http-host'],
-  'health-loop-threshold': HTTP_OPTIONS['health-loop-threshold'],
-  'log-level': {
-    ...COMMON_OPTIONS['log-level'],
+  host: HTTP_OPTIONS.host,
+  healthLoopThreshold: HTTP_OPTIONS.healthLoopThreshold,
+  logLevel: {
+    ...COMMON_OPTIONS.logLevel,
     default: 'warn',
     describe: 'Least severe log level printed (to stderr; standalone keeps stdout for progress)',
   },
-  'log-format': COMMON_OPTIONS['log-format'],
+  logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
 export interface StandaloneOptions {
@@ -75,19 +75,24 @@ export interface StandaloneOptions {
 
 export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIONS> = {}, env: NodeJS.ProcessEnv = process.env): StandaloneOptions {
   const pick = optionPicker(STANDALONE_OPTIONS, raw, env);
-  const logLevel = toLogLevel(pick('log-level'));
-  const logFormat = toLogFormat(pick('log-format'));
-  const shared = { db: pick('db') as string, 'encryption-keys-file': pick('encryption-keys-file') as string, 'log-level': logLevel, 'log-format': logFormat };
-  const triggerDag = String(pick('trigger-dag')).trim();
+  const logLevel = toLogLevel(pick('logLevel'));
+  const logFormat = toLogFormat(pick('logFormat'));
+  const shared = {
+    databaseUrl: pick('databaseUrl') as string,
+    encryptionKeysFile: pick('encryptionKeysFile') as string,
+    logLevel: logLevel,
+    logFormat: logFormat,
+  };
+  const triggerDag = String(pick('triggerDag')).trim();
   const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);
   // The keyring is loaded once, with the worker's options, and shared: one process, one database.
   const worker = resolveWorkerOptions(
     {
       ...shared,
-      dags: pick('dags') as string,
+      dagsFolder: pick('dagsFolder') as string,
       concurrency: pick('concurrency') as number,
-      'shutdown-grace': pick('shutdown-grace') as number,
-      'smart-sensors': pick('smart-sensors') as string,
+      shutdownGrace: pick('shutdownGrace') as number,
+      smartSensors: pick('smartSensors') as string,
     },
     env,
   );
@@ -95,12 +100,12 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
     worker,
     scheduler: resolveSchedulerOptions(shared, env, worker.keyring),
     triggerer: resolveTriggererOptions(
-      { ...shared, capacity: pick('capacity') as number, 'trigger-module': pick('trigger-module') as string[] },
+      { ...shared, capacity: pick('capacity') as number, triggerModules: pick('triggerModules') as string[] },
       env,
       worker.keyring,
     ),
     triggerDag: triggerDag === '' ? null : triggerDag,
-    exitWhenDone: flag(pick('exit-when-done'), 'exit-when-done'),
+    exitWhenDone: flag(pick('exitWhenDone'), 'exitWhenDone'),
     http,
     web: http === null ? null : resolveWebOptions(raw, env, http.host),
     logLevel,

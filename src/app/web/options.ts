@@ -4,14 +4,14 @@ import { tokenOption } from '../../vocabulary/options/tokens.ts';
 
 /** The status page's own options (its address is the process's --http-host and --http-port). */
 export const WEB_OPTIONS = {
-  'web-token': {
+  webToken: {
     env: 'DEFERFLOW_WEB_TOKEN',
     default: '',
     unit: 'text, 16 characters or more',
     describe:
       'The status page asks for it (a bearer token, or the password of basic auth with any user name); needed when --http-host is not a loopback address (prefer the env var: a flag shows in ps)',
   },
-  'web-refresh': {
+  webRefresh: {
     env: 'DEFERFLOW_WEB_REFRESH',
     default: 5,
     unit: 'seconds',
@@ -27,13 +27,13 @@ export interface WebOptions {
 /** raw → defaulted → validated; refused when the page would be reachable from elsewhere without a token. */
 export function resolveWebOptions(raw: RawOptions<typeof WEB_OPTIONS>, env: NodeJS.ProcessEnv, host: string): WebOptions {
   const pick = optionPicker(WEB_OPTIONS, raw, env);
-  const token = tokenOption(pick('web-token'), 'web-token');
+  const token = tokenOption(pick('webToken'), 'webToken');
   if (token === null && !isLoopback(host))
     throw new InvalidOptionError(
-      'web-token',
+      'webToken',
       `the status page would be served on ${host}, beyond this machine, to anyone: set DEFERFLOW_WEB_TOKEN (or --web-token), or serve it on 127.0.0.1`,
     );
-  return Object.freeze({ token, refreshSeconds: nonNegativeSeconds(pick('web-refresh'), 'web-refresh') / 1000 });
+  return Object.freeze({ token, refreshSeconds: nonNegativeSeconds(pick('webRefresh'), 'webRefresh') / 1000 });
 }
 
 export function isLoopback(host: string): boolean {

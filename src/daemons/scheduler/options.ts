@@ -7,28 +7,28 @@ import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common
 import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 
-/** Every scheduler option: flag, environment variable, default and unit (see config/option-table.ts). */
+/** Every scheduler option, keyed by its typed config field: environment variable, default and unit (see vocabulary/options/option-table.ts). */
 export const SCHEDULER_OPTIONS = {
-  db: COMMON_OPTIONS.db,
-  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
-  'poll-interval': { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
-  'heartbeat-interval': {
+  databaseUrl: COMMON_OPTIONS.databaseUrl,
+  encryptionKeysFile: COMMON_OPTIONS.encryptionKeysFile,
+  pollInterval: { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
+  heartbeatInterval: {
     env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL',
     default: 5,
     unit: 'seconds',
     describe: 'How often the scheduler records that it is alive',
   },
-  'zombie-threshold': {
+  zombieThreshold: {
     env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD',
     default: 60,
     unit: 'seconds',
     describe: 'A worker silent this long is dead: its task instances are retried or failed',
   },
-  'runs-per-pass': { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
+  runsPerPass: { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
-  'log-level': COMMON_OPTIONS['log-level'],
-  'log-format': COMMON_OPTIONS['log-format'],
+  logLevel: COMMON_OPTIONS.logLevel,
+  logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
 /** The scheduler's options with every default applied, as resolveSchedulerOptions returns them. */
@@ -41,21 +41,21 @@ export function resolveSchedulerOptions(
   keyring?: Keyring,
 ): ResolvedSchedulerOptions {
   const pick = optionPicker(SCHEDULER_OPTIONS, raw, env);
-  const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
-  const zombieThresholdMs = seconds(pick('zombie-threshold'), 'zombie-threshold');
+  const heartbeatIntervalMs = seconds(pick('heartbeatInterval'), 'heartbeatInterval');
+  const zombieThresholdMs = seconds(pick('zombieThreshold'), 'zombieThreshold');
   if (zombieThresholdMs <= heartbeatIntervalMs) {
-    throw new InvalidOptionError('zombie-threshold', `must be longer than a worker's heartbeat interval (${heartbeatIntervalMs / 1000} s)`);
+    throw new InvalidOptionError('zombieThreshold', `must be longer than a worker's heartbeat interval (${heartbeatIntervalMs / 1000} s)`);
   }
   return Object.freeze({
-    databaseUrl: String(pick('db')),
-    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
-    pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
+    databaseUrl: String(pick('databaseUrl')),
+    keyring: keyring ?? keyringOf(pick('encryptionKeysFile'), env),
+    pollIntervalMs: seconds(pick('pollInterval'), 'pollInterval'),
     heartbeatIntervalMs,
     zombieThresholdMs,
-    runsPerPass: positiveInteger(pick('runs-per-pass'), 'runs-per-pass'),
+    runsPerPass: positiveInteger(pick('runsPerPass'), 'runsPerPass'),
     push: flag(pick('push'), 'push'),
-    logLevel: logLevel(pick('log-level')),
-    logFormat: logFormat(pick('log-format')),
+    logLevel: logLevel(pick('logLevel')),
+    logFormat: logFormat(pick('logFormat')),
     hostname: os.hostname(),
   });
 }

@@ -11,78 +11,80 @@ import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 export const TRIGGERER_SIGNAL_HTTP_PORT = 8795;
 
 /**
- * Every triggerer option, in one place: its flag, environment variable, default and unit.
- * The CLI builds its flags and --help from this table; docs/configuration.md's table and the
- * typed TriggererConfig (src/app/config.ts, with its JSDoc @default) are tested against it.
- * Options go raw (flags and env, strings or numbers) → defaulted → validated and frozen.
- * A flag wins over its environment variable, which wins over the default.
+ * Every triggerer option, in one place, keyed by the field of the typed TriggererConfig
+ * (src/app/config.ts, whose JSDoc gives its meaning and @default; the compiler holds the names
+ * together and a test the defaults): its environment variable, default and unit. The CLI derives
+ * each flag (the field in kebab case) and its --help line from this table; docs/configuration.md
+ * is tested against it. Options go raw (flags and env, strings or numbers) → defaulted →
+ * validated and frozen. A flag wins over its environment variable, which wins over the default.
  */
 export const TRIGGERER_OPTIONS = {
-  db: COMMON_OPTIONS.db,
-  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
+  databaseUrl: COMMON_OPTIONS.databaseUrl,
+  encryptionKeysFile: COMMON_OPTIONS.encryptionKeysFile,
   capacity: {
     env: 'DEFERFLOW_TRIGGERER_CAPACITY',
     default: 1000,
     unit: 'triggers',
     describe: 'Most triggers this triggerer runs at once; it claims no more',
   },
-  'heartbeat-interval': {
+  heartbeatInterval: {
     env: 'DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL',
     default: 5,
     unit: 'seconds',
     describe: 'How often the triggerer records that it is alive',
   },
-  'health-check-threshold': {
+  healthCheckThreshold: {
     env: 'DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD',
     default: 30,
     unit: 'seconds',
     describe: 'A triggerer silent for this long is dead; peers take its triggers',
   },
-  'claims-per-loop': {
+  claimsPerLoop: {
     env: 'DEFERFLOW_TRIGGERER_CLAIMS_PER_LOOP',
     default: 50,
     unit: 'triggers',
     describe: 'Most unowned triggers claimed in one pass (a full batch starts the next pass at once)',
   },
-  'poll-interval': {
+  pollInterval: {
     env: 'DEFERFLOW_TRIGGERER_POLL_INTERVAL',
     default: 1,
     unit: 'seconds',
     describe: 'Pause between passes (claim, hand over, clean up) when there is nothing more to claim',
   },
-  'block-threshold': {
+  blockThreshold: {
     env: 'DEFERFLOW_TRIGGERER_BLOCK_THRESHOLD',
     default: 200,
     unit: 'milliseconds',
     describe: 'A trigger step holding the event loop longer than this is logged as a warning naming it',
   },
-  'watchdog-limit': {
+  watchdogLimit: {
     env: 'DEFERFLOW_TRIGGERER_WATCHDOG_LIMIT',
     default: 10,
     unit: 'seconds',
     describe:
       'A watchdog thread restarts the process (SIGKILL; its supervisor starts it again) once a step has held the event loop this long, recording the trigger whose step it was; 0: no watchdog',
   },
-  'quarantine-after': {
+  quarantineAfter: {
     env: 'DEFERFLOW_TRIGGERER_QUARANTINE_AFTER',
     default: 2,
     unit: 'times',
     describe: 'A trigger the watchdog recorded this many times is quarantined: never run again, its task instances failed (DF_TRIGGER_QUARANTINED)',
   },
-  'signal-retention': {
+  signalRetention: {
     env: 'DEFERFLOW_SIGNAL_RETENTION',
     default: 7 * 24 * 3600,
     unit: 'seconds',
     describe: "Signals older than this are pruned (each key's latest is kept, and versions keep rising)",
   },
-  'signal-http-token': {
+  signalHttpToken: {
     env: 'DEFERFLOW_SIGNAL_HTTP_TOKEN',
     default: '',
     unit: 'text, 16 characters or more',
     describe:
       "Serve POST /signals/:key on the process's HTTP endpoint (--http-port; the triggerer's default becomes 8795), refusing requests without this bearer token (off when unset; prefer the env var: a flag shows in ps)",
   },
-  'trigger-module': {
+  triggerModules: {
+    flag: 'trigger-module',
     env: 'DEFERFLOW_TRIGGER_MODULES',
     default: [] as string[],
     unit: 'paths or packages (env: comma-separated)',
@@ -90,8 +92,8 @@ export const TRIGGERER_OPTIONS = {
   },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
-  'log-level': COMMON_OPTIONS['log-level'],
-  'log-format': COMMON_OPTIONS['log-format'],
+  logLevel: COMMON_OPTIONS.logLevel,
+  logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
 export type TriggererOptionName = keyof typeof TRIGGERER_OPTIONS;
@@ -137,33 +139,33 @@ export interface TriggererOptions extends ResolvedCommonOptions {
 /** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
 export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: NodeJS.ProcessEnv = process.env, keyring?: Keyring): TriggererOptions {
   const pick = optionPicker(TRIGGERER_OPTIONS, raw, env);
-  const heartbeatIntervalMs = seconds(pick('heartbeat-interval'), 'heartbeat-interval');
-  const healthCheckThresholdMs = seconds(pick('health-check-threshold'), 'health-check-threshold');
+  const heartbeatIntervalMs = seconds(pick('heartbeatInterval'), 'heartbeatInterval');
+  const healthCheckThresholdMs = seconds(pick('healthCheckThreshold'), 'healthCheckThreshold');
   if (healthCheckThresholdMs <= heartbeatIntervalMs) {
     throw new InvalidOptionError(
-      'health-check-threshold',
+      'healthCheckThreshold',
       `must be longer than heartbeat-interval (${heartbeatIntervalMs / 1000} s), or live triggerers would look dead between heartbeats`,
     );
   }
-  const pollIntervalMs = seconds(pick('poll-interval'), 'poll-interval');
-  const modules = pick('trigger-module');
+  const pollIntervalMs = seconds(pick('pollInterval'), 'pollInterval');
+  const modules = pick('triggerModules');
   const options: TriggererOptions = {
-    databaseUrl: String(pick('db')),
-    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
+    databaseUrl: String(pick('databaseUrl')),
+    keyring: keyring ?? keyringOf(pick('encryptionKeysFile'), env),
     capacity: positiveInteger(pick('capacity'), 'capacity'),
     heartbeatIntervalMs,
     healthCheckThresholdMs,
-    claimsPerLoop: positiveInteger(pick('claims-per-loop'), 'claims-per-loop'),
+    claimsPerLoop: positiveInteger(pick('claimsPerLoop'), 'claimsPerLoop'),
     pollIntervalMs,
-    blockThresholdMs: positiveNumber(pick('block-threshold'), 'block-threshold'),
-    watchdogLimitMs: nonNegativeSeconds(pick('watchdog-limit'), 'watchdog-limit'),
-    quarantineAfter: positiveInteger(pick('quarantine-after'), 'quarantine-after'),
+    blockThresholdMs: positiveNumber(pick('blockThreshold'), 'blockThreshold'),
+    watchdogLimitMs: nonNegativeSeconds(pick('watchdogLimit'), 'watchdogLimit'),
+    quarantineAfter: positiveInteger(pick('quarantineAfter'), 'quarantineAfter'),
     triggerModules: Object.freeze((Array.isArray(modules) ? modules : String(modules).split(',')).map((m: string) => m.trim()).filter((m: string) => m !== '')),
-    signalRetentionMs: seconds(pick('signal-retention'), 'signal-retention'),
+    signalRetentionMs: seconds(pick('signalRetention'), 'signalRetention'),
     push: flag(pick('push'), 'push'),
-    signalHttpToken: tokenOption(pick('signal-http-token'), 'signal-http-token', '; the endpoint is off without one'),
-    logLevel: logLevel(pick('log-level')),
-    logFormat: logFormat(pick('log-format')),
+    signalHttpToken: tokenOption(pick('signalHttpToken'), 'signalHttpToken', '; the endpoint is off without one'),
+    logLevel: logLevel(pick('logLevel')),
+    logFormat: logFormat(pick('logFormat')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),
     cleanupIntervalMs: 30_000,
     cleanupGraceMs: 3_000,

@@ -8,57 +8,58 @@ import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 
-/** Every worker option: flag, environment variable, default and unit (see config/option-table.ts). */
+/** Every worker option, keyed by its typed config field: environment variable, default and unit (see vocabulary/options/option-table.ts). */
 export const WORKER_OPTIONS = {
-  db: COMMON_OPTIONS.db,
-  'encryption-keys-file': COMMON_OPTIONS['encryption-keys-file'],
-  dags: {
+  databaseUrl: COMMON_OPTIONS.databaseUrl,
+  encryptionKeysFile: COMMON_OPTIONS.encryptionKeysFile,
+  dagsFolder: {
+    flag: 'dags',
     env: 'DEFERFLOW_DAGS_FOLDER',
     default: './dags',
     unit: 'path',
     describe: 'Folder of DAG files (.ts, .mts, .cts, .js, .mjs, .cjs), processed at start and every dag-process-interval',
   },
   concurrency: { env: 'DEFERFLOW_WORKER_CONCURRENCY', default: 16, unit: 'task instances', describe: 'Slots: most task instances run at once' },
-  'poll-interval': {
+  pollInterval: {
     env: 'DEFERFLOW_WORKER_POLL_INTERVAL',
     default: 1,
     unit: 'seconds',
     describe: 'Pause between claims when there is nothing to claim or no free slot',
   },
-  'heartbeat-interval': { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
-  'shutdown-grace': {
+  heartbeatInterval: { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
+  shutdownGrace: {
     env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE',
     default: 30,
     unit: 'seconds',
     describe:
       'On SIGTERM, how long running tasks may finish before they are handed back (with their try: they run again, no retry spent); 0 hands them back at once',
   },
-  'dag-process-interval': {
+  dagProcessInterval: {
     env: 'DEFERFLOW_DAG_PROCESS_INTERVAL',
     default: 30,
     unit: 'seconds',
     describe: 'How often the DAG folder is processed into serialized DAGs',
   },
-  'smart-sensors': {
+  smartSensors: {
     env: 'DEFERFLOW_SMART_SENSORS',
     default: '',
     unit: 'sensor classes (comma-separated) or all',
     describe: 'Sensor classes that wait consolidated on the triggerer whatever mode their DAG gave them (Smart Sensors); all: every sensor that can',
   },
-  'task-isolation': {
+  taskIsolation: {
     env: 'DEFERFLOW_TASK_ISOLATION',
     default: 'process',
     unit: 'process or none',
     describe:
       "Where task code runs: process, a pool of runner processes off the worker's event loop (execution timeouts kill, crashes fail one try); none, on the worker's own loop",
   },
-  'runner-max-tasks': {
+  runnerMaxTasks: {
     env: 'DEFERFLOW_RUNNER_MAX_TASKS',
     default: 1000,
     unit: 'tasks',
     describe: 'Tasks a runner process runs before it is replaced, so leaks in task code do not pile up',
   },
-  'runner-max-memory': {
+  runnerMaxMemory: {
     env: 'DEFERFLOW_RUNNER_MAX_MEMORY',
     default: 1024,
     unit: 'MB',
@@ -66,8 +67,8 @@ export const WORKER_OPTIONS = {
   },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
-  'log-level': COMMON_OPTIONS['log-level'],
-  'log-format': COMMON_OPTIONS['log-format'],
+  logLevel: COMMON_OPTIONS.logLevel,
+  logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
 /** The worker's options with every default applied, as resolveWorkerOptions returns them. */
@@ -94,21 +95,21 @@ export function resolveWorkerOptions(
 ): ResolvedWorkerOptions {
   const pick = optionPicker(WORKER_OPTIONS, raw, env);
   return Object.freeze({
-    databaseUrl: String(pick('db')),
-    keyring: keyring ?? keyringOf(pick('encryption-keys-file'), env),
-    dagsFolder: String(pick('dags')),
+    databaseUrl: String(pick('databaseUrl')),
+    keyring: keyring ?? keyringOf(pick('encryptionKeysFile'), env),
+    dagsFolder: String(pick('dagsFolder')),
     concurrency: positiveInteger(pick('concurrency'), 'concurrency'),
-    pollIntervalMs: seconds(pick('poll-interval'), 'poll-interval'),
-    heartbeatIntervalMs: seconds(pick('heartbeat-interval'), 'heartbeat-interval'),
-    shutdownGraceMs: nonNegativeSeconds(pick('shutdown-grace'), 'shutdown-grace'),
-    dagProcessIntervalMs: seconds(pick('dag-process-interval'), 'dag-process-interval'),
-    smartSensors: smartSensorsOf(pick('smart-sensors')),
-    taskIsolation: oneOf(pick('task-isolation'), 'task-isolation', TASK_ISOLATIONS),
-    runnerMaxTasks: positiveInteger(pick('runner-max-tasks'), 'runner-max-tasks'),
-    runnerMaxMemoryMb: runnerMemory(pick('runner-max-memory')),
+    pollIntervalMs: seconds(pick('pollInterval'), 'pollInterval'),
+    heartbeatIntervalMs: seconds(pick('heartbeatInterval'), 'heartbeatInterval'),
+    shutdownGraceMs: nonNegativeSeconds(pick('shutdownGrace'), 'shutdownGrace'),
+    dagProcessIntervalMs: seconds(pick('dagProcessInterval'), 'dagProcessInterval'),
+    smartSensors: smartSensorsOf(pick('smartSensors')),
+    taskIsolation: oneOf(pick('taskIsolation'), 'taskIsolation', TASK_ISOLATIONS),
+    runnerMaxTasks: positiveInteger(pick('runnerMaxTasks'), 'runnerMaxTasks'),
+    runnerMaxMemoryMb: runnerMemory(pick('runnerMaxMemory')),
     push: flag(pick('push'), 'push'),
-    logLevel: logLevel(pick('log-level')),
-    logFormat: logFormat(pick('log-format')),
+    logLevel: logLevel(pick('logLevel')),
+    logFormat: logFormat(pick('logFormat')),
     hostname: os.hostname(),
   });
 }
@@ -118,12 +119,12 @@ function smartSensorsOf(value: unknown): SmartSensors {
   const names = (Array.isArray(value) ? value.map(String) : String(value ?? '').split(',')).map((name) => name.trim()).filter((name) => name !== '');
   if (names.includes('all')) {
     if (names.length > 1)
-      throw new InvalidOptionError('smart-sensors', `"all" already covers every sensor class; give all, or class names, not both (got ${names.join(', ')})`);
+      throw new InvalidOptionError('smartSensors', `"all" already covers every sensor class; give all, or class names, not both (got ${names.join(', ')})`);
     return 'all';
   }
   const bad = names.find((name) => !/^[A-Za-z_$][\w$.-]*$/.test(name));
   if (bad !== undefined)
-    throw new InvalidOptionError('smart-sensors', `${JSON.stringify(bad)} is not a sensor class name; give class names or classpaths, comma-separated, or all`);
+    throw new InvalidOptionError('smartSensors', `${JSON.stringify(bad)} is not a sensor class name; give class names or classpaths, comma-separated, or all`);
   return Object.freeze(names);
 }
 
@@ -134,10 +135,10 @@ export type TaskIsolation = (typeof TASK_ISOLATIONS)[number];
 const RUNNER_MIN_MEMORY_MB = 64;
 
 function runnerMemory(value: unknown): number {
-  const mb = positiveInteger(value, 'runner-max-memory');
+  const mb = positiveInteger(value, 'runnerMaxMemory');
   if (mb < RUNNER_MIN_MEMORY_MB)
     throw new InvalidOptionError(
-      'runner-max-memory',
+      'runnerMaxMemory',
       `${mb} MB is too little for a runner process to load deferflow and a DAG file; give at least ${RUNNER_MIN_MEMORY_MB}`,
     );
   return mb;

@@ -6,19 +6,21 @@ import { listenHost, listenPort, optionPicker, seconds, type RawOptions } from '
  * takes them; off by default for the separate daemons.
  */
 export const HTTP_OPTIONS = {
-  'http-port': {
+  port: {
+    flag: 'http-port',
     env: 'DEFERFLOW_HTTP_PORT',
     default: 'off',
     unit: 'port, 0 (any free one) or off',
     describe: 'Serve /metrics (Prometheus) and /health on this port; off: not served',
   },
-  'http-host': {
+  host: {
+    flag: 'http-host',
     env: 'DEFERFLOW_HTTP_HOST',
     default: '127.0.0.1',
     unit: 'host or address',
     describe: 'Where /metrics and /health listen (0.0.0.0: every interface, e.g. for a Prometheus outside the host)',
   },
-  'health-loop-threshold': {
+  healthLoopThreshold: {
     env: 'DEFERFLOW_HEALTH_LOOP_THRESHOLD',
     default: 10,
     unit: 'seconds',
@@ -48,18 +50,18 @@ export function resolveObservabilityHttp(
   env: NodeJS.ProcessEnv,
   defaultPort: number | 'off' = 'off',
 ): ObservabilityHttpOptions | null {
-  const table = { ...HTTP_OPTIONS, 'http-port': { ...HTTP_OPTIONS['http-port'], default: defaultPort } };
+  const table = { ...HTTP_OPTIONS, port: { ...HTTP_OPTIONS.port, default: defaultPort } };
   const pick = optionPicker(table, raw, env);
-  const port = pick('http-port');
+  const port = pick('port');
   const portText = String(port ?? '')
     .trim()
     .toLowerCase();
   if (portText === 'off' || portText === '') return null;
-  const given = raw['http-port'] !== undefined || (env[HTTP_OPTIONS['http-port'].env] ?? '') !== '';
+  const given = raw.port !== undefined || (env[HTTP_OPTIONS.port.env] ?? '') !== '';
   return Object.freeze({
-    host: listenHost(pick('http-host'), 'http-host'),
-    port: listenPort(port, 'http-port'),
-    loopThresholdMs: seconds(pick('health-loop-threshold'), 'health-loop-threshold'),
+    host: listenHost(pick('host'), 'host'),
+    port: listenPort(port, 'port'),
+    loopThresholdMs: seconds(pick('healthLoopThreshold'), 'healthLoopThreshold'),
     optional: !given && defaultPort !== 0,
   });
 }

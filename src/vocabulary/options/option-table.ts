@@ -2,11 +2,15 @@ import { Duration } from 'luxon';
 import { InvalidOptionError } from '../errors.ts';
 
 /**
- * The shape every command's options table has (the triggerer's, the worker's, the
- * scheduler's): a flag name maps to its environment variable, default, unit and help text. A
- * flag wins over its environment variable, which wins over the default.
+ * One option of a typed options object, keyed by its field (`heartbeatInterval`): the typed
+ * config interfaces (src/app/config.ts, each field's meaning and `@default` in JSDoc) name the
+ * same fields, checked by the compiler there. The CLI flag (`--heartbeat-interval`) is the field
+ * in kebab case unless `flag` says otherwise, and the environment variable is `env`. A flag wins
+ * over its environment variable, which wins over the default.
  */
 export interface OptionSpec {
+  /** The CLI flag, when it is not the field in kebab case (`databaseUrl` is `--db`). */
+  readonly flag?: string;
   readonly env: string;
   readonly default: string | number | boolean | readonly string[];
   readonly unit: string;
@@ -15,6 +19,16 @@ export interface OptionSpec {
 
 export type OptionTable = Readonly<Record<string, OptionSpec>>;
 export type RawOptions<Table extends OptionTable> = Partial<Record<keyof Table & string, string | number | boolean | readonly string[] | undefined>>;
+
+/** The CLI flag of a field (`pollInterval` → `poll-interval`, or the spec's own `flag`). */
+export function flagOf(field: string, spec: OptionSpec): string {
+  return spec.flag ?? field.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`);
+}
+
+/** The table's fields with their flags, in the table's order. */
+export function flagsOf(table: OptionTable): { readonly field: string; readonly flag: string; readonly spec: OptionSpec }[] {
+  return Object.entries(table).map(([field, spec]) => ({ field, flag: flagOf(field, spec), spec }));
+}
 
 /** The raw value of `name`: the flag, else its environment variable, else the default. */
 export function optionPicker<Table extends OptionTable>(table: Table, raw: RawOptions<Table>, env: NodeJS.ProcessEnv) {

@@ -10,6 +10,7 @@ import { deferTaskInstance, TaskDeferred } from '../../../src/index.ts';
 import { TRIGGERER_OPTIONS } from '../../../src/internals.ts';
 import { SCHEDULER_OPTIONS } from '../../../src/daemons/scheduler/options.ts';
 import { WORKER_OPTIONS } from '../../../src/daemons/worker/options.ts';
+import { flagOf } from '../../../src/vocabulary/options/option-table.ts';
 import { DateTimeTrigger } from '../../../triggers/index.ts';
 import { dropTestDatabases } from '../../support/databases.ts';
 import { createTaskInstance, type TestDatabase } from '../../support/fixtures.ts';
@@ -25,7 +26,10 @@ const COMMANDS = {
   scheduler: SCHEDULER_OPTIONS,
 } as const;
 /** --db is the database under test itself. */
-const flagsOf = (command: keyof typeof COMMANDS) => Object.keys(COMMANDS[command]).filter((flag) => flag !== 'db');
+const flagsOf = (command: keyof typeof COMMANDS) =>
+  Object.entries(COMMANDS[command])
+    .map(([field, spec]) => flagOf(field, spec))
+    .filter((flag) => flag !== 'db');
 
 const value = fc.oneof(
   fc.string({ maxLength: 12 }),

@@ -128,7 +128,7 @@ describe.each(testDialects)('signals on %s', (dialect: TestDialect) => {
     open.push(database);
     const signals = service(database);
     for (let i = 0; i < 3; i++) await signals.send('pruned', i);
-    const triggerer = await startTriggerer(database, { 'signal-retention': 0.001 }, { cleanupIntervalMs: 50 });
+    const triggerer = await startTriggerer(database, { signalRetention: 0.001 }, { cleanupIntervalMs: 50 });
     try {
       await waitFor(async () => (await signals.list('pruned')).length === 1, { what: 'the old signals pruned' });
       expect((await signals.list('pruned')).map((s) => s.version)).toEqual([3]);
