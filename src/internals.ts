@@ -30,6 +30,8 @@ export {
 export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceRow, TaskLogRow, TaskRescheduleRow, TriggerTableRow } from './database/rows.ts';
 export { createLogger } from './vocabulary/logging.ts';
 export { canonicalJson } from './vocabulary/serialization/json.ts';
+export type { DaemonRuntime } from './services/jobs/daemon.ts';
+export { systemClock, type Clock } from './vocabulary/time/clock.ts';
 export { Triggerer } from './daemons/triggerer/triggerer.ts';
 export type { ResolvedCommonOptions } from './daemons/common-options.ts';
 export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './daemons/triggerer/options.ts';

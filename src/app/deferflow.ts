@@ -138,11 +138,11 @@ export class Deferflow {
     const child = (component: string) => (several ? log.child({ component }) : log);
     this.#dagProcessingLog = child('dag-processor');
     this.#httpLog = child('http');
-    const metrics = this.metrics;
-    this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), metrics) : null;
-    this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), metrics) : null;
+    const runtime = { metrics: this.metrics };
+    this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), runtime) : null;
+    this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), runtime) : null;
     this.worker = options.worker
-      ? new Worker(database, options.worker, taskRunnerOf(database, options.worker, child('worker')), child('worker'), metrics)
+      ? new Worker(database, options.worker, taskRunnerOf(database, options.worker, child('worker')), child('worker'), runtime)
       : null;
     // The scheduler and the triggerer pace the passes wake-ups start (WOKEN_PASS_PACING): a storm
     // of finished tasks is not a pass each.

@@ -7,6 +7,7 @@ import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
 import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/daemons/triggerer/options.ts';
 import { Triggerer } from '../../src/daemons/triggerer/triggerer.ts';
+import type { DaemonRuntime } from '../../src/services/jobs/daemon.ts';
 import type { FailureKwargs, MoveResult, Stores } from '../../src/storage/index.ts';
 import type { TaskEndState } from '../../src/authoring/triggers/trigger-event.ts';
 import * as testTriggers from '../fixtures/test-triggers.ts';
@@ -98,7 +99,12 @@ export interface TestTriggerer {
  * An in-process triggerer on `database`, allowing the built-ins, test/fixtures/test-triggers.ts
  * and the modules named in `raw['trigger-module']` (loaded as --trigger-module loads them).
  */
-export async function startTriggerer(database: TestDatabase, raw: RawTriggererOptions = {}, internal: Partial<TriggererOptions> = {}): Promise<TestTriggerer> {
+export async function startTriggerer(
+  database: TestDatabase,
+  raw: RawTriggererOptions = {},
+  internal: Partial<TriggererOptions> = {},
+  runtime: DaemonRuntime = {},
+): Promise<TestTriggerer> {
   const options = {
     ...resolveTriggererOptions({ pollInterval: 0.1, heartbeatInterval: 0.5, healthCheckThreshold: 3, ...raw, databaseUrl: database.url }, {}),
     ...internal,
@@ -110,7 +116,7 @@ export async function startTriggerer(database: TestDatabase, raw: RawTriggererOp
     if (cls !== testTriggers.UnregisteredTrigger) registry.register(cls as never, 'test');
   }
   for (const module of options.triggerModules) await registry.loadModule(module);
-  const triggerer = new Triggerer(database, options, registry, log);
+  const triggerer = new Triggerer(database, options, registry, log, runtime);
   await triggerer.start();
   return { triggerer, logs, stop: () => triggerer.stop() };
 }

@@ -6,6 +6,7 @@ import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
 import { openStores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
+import { SteppedClock } from '../support/clock.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import {
   createTaskInstance,
@@ -308,6 +309,36 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect(readFileSync(file, 'utf8')).not.toContain('orphan');
     expect(await db.db.selectFrom('trigger').select('id').where('priority_weight', '=', 100).execute()).toEqual([]);
     expect((await taskInstance(db, waited.id)).state).toBe('deferred');
+  });
+
+  it("takes over the triggers of a peer whose heartbeat its clock has put past the threshold, at its first pass, and never a live peer's", async () => {
+    const db = await database();
+    const file = path.join(os.tmpdir(), `deferflow-stale-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    const ti = await deferOnto(db, new t.NeverTrigger({ file, tag: 'held' }));
+    // Capacity 1: what is deferred later can only go to the peer, whose claim proves it made a pass.
+    const frozen = await triggerer(db, { healthCheckThreshold: 30, capacity: 1 });
+    await waitFor(() => readFileSync(file, 'utf8').includes('start held'), { what: 'the first triggerer running the trigger' });
+    const ownerOf = async (triggerId: number) =>
+      (await db.db.selectFrom('trigger').select('triggerer_id').where('id', '=', triggerId).executeTakeFirstOrThrow()).triggerer_id;
+    expect(await ownerOf(ti.triggerId)).toBe(frozen.triggerer.jobId);
+
+    // A peer on the same clock sees a fresh heartbeat: a whole pass (its claim of a new trigger) takes nothing of it.
+    const peer = await triggerer(db, { healthCheckThreshold: 30 });
+    const later = await deferOnto(db, new t.NeverTrigger({ file, tag: 'later' }));
+    await waitFor(async () => (await ownerOf(later.triggerId)) === peer.triggerer.jobId, { what: "the peer's pass claiming the new trigger" });
+    expect(await ownerOf(ti.triggerId)).toBe(frozen.triggerer.jobId);
+
+    // One whose clock is past the threshold (as if every heartbeat had stopped 31 s ago) takes it over at its first pass.
+    const clock = new SteppedClock();
+    clock.advance(31_000);
+    const late = await triggerer(db, { healthCheckThreshold: 30 }, {}, { clock });
+    await waitFor(async () => [late.triggerer.jobId, peer.triggerer.jobId].includes(await ownerOf(ti.triggerId)), {
+      what: 'the trigger taken over',
+    });
+    // To its clock the peer's heartbeat is as old: its first release takes the peer's trigger too.
+    expect(late.logs.matching((line) => /of dead triggerers/.test(String(line.msg)))[0]?.msg).toBe('released 2 trigger(s) of dead triggerers');
+    expect(peer.logs.matching((line) => /of dead triggerers/.test(String(line.msg)))).toEqual([]);
   });
 
   it('a claim never takes more triggers than asked for', async () => {

@@ -3,9 +3,8 @@ import type { Database } from '../../database/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../../database/schema.ts';
 import { describeThrown, errorFields, TaskInstanceStateError } from '../../vocabulary/errors.ts';
 import { InterruptibleSleep } from '../../vocabulary/time/interruptible-sleep.ts';
-import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_PACING } from '../../services/jobs/daemon.ts';
+import { Daemon, HEALTH_HEARTBEAT_INTERVALS, WOKEN_PASS_PACING, type DaemonRuntime } from '../../services/jobs/daemon.ts';
 import { PassPacer } from '../../vocabulary/time/pass-pacer.ts';
-import type { Metrics } from '../../services/observability/metrics.ts';
 import type { JobRow } from '../../services/jobs/job-row.ts';
 import { signalRunId, type Deferral, type PlanToApply, type UnfinishedDagRun, openStores, type Stores } from '../../storage/index.ts';
 import { triggerHash } from '../../authoring/triggers/base-trigger.ts';
@@ -88,7 +87,8 @@ export class Scheduler extends Daemon<SchedulerStores> {
     readonly options: SchedulerOptions,
     private readonly dags: DagSource,
     log: Logger,
-    metrics?: Metrics,
+    /** Metrics and clock shared with the other components of its process. */
+    runtime: DaemonRuntime = {},
   ) {
     super(
       openStores(database),
@@ -101,7 +101,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
       },
-      metrics,
+      runtime,
     );
     this.metrics.scheduler();
     this.metrics.databaseGauges(() => this.storage.maintenance.countWaitingWork());
@@ -154,11 +154,11 @@ export class Scheduler extends Daemon<SchedulerStores> {
     if (this.#nextReadyAt === undefined) return this.options.pollIntervalMs;
     let due = this.#nextReadyAt ?? Number.POSITIVE_INFINITY;
     for (const { at } of this.#nextScheduleCheck.values()) if (at !== null && at < due) due = at;
-    return Math.max(this.options.pollIntervalMs, Math.min(pause, due - Date.now()));
+    return Math.max(this.options.pollIntervalMs, Math.min(pause, due - this.clock.now()));
   }
 
   /** One pass (see the top of this file). Public so a standalone process can drive it too. */
-  async pass(now = Date.now()): Promise<void> {
+  async pass(now = this.clock.now()): Promise<void> {
     await this.#createScheduledRuns(now);
     this.#nextReadyAt = undefined;
     // The next ready_at first: an idle pass reads it and writes nothing.

@@ -6,7 +6,7 @@ import { errorFields, TriggerRuntimeError } from '../../vocabulary/errors.ts';
 import { TRIGGERER_JOB_TYPE } from '../../database/schema.ts';
 import { type TriggerRow, openStores, type Stores } from '../../storage/index.ts';
 import { InterruptibleSleep } from '../../vocabulary/time/interruptible-sleep.ts';
-import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_PACING } from '../../services/jobs/daemon.ts';
+import { Daemon, PUSHED_POLL_MAX_MS, WOKEN_PASS_PACING, type DaemonRuntime } from '../../services/jobs/daemon.ts';
 import { PassPacer } from '../../vocabulary/time/pass-pacer.ts';
 import type { JobRow } from '../../services/jobs/job-row.ts';
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
@@ -18,7 +18,6 @@ import { Watchdog } from './watchdog.ts';
 import { TriggerQuarantinedError } from '../../vocabulary/errors.ts';
 import { DagRunStateBatcher } from '../../model/dag-run-state-batcher.ts';
 import { SignalService } from '../../services/signals/signal-service.ts';
-import type { Metrics } from '../../services/observability/metrics.ts';
 
 /** Most rows one claim statement takes (see #pass). */
 const CLAIM_STATEMENT_ROWS = 1000;
@@ -68,7 +67,8 @@ export class Triggerer extends Daemon<TriggererStores> {
     readonly options: TriggererOptions,
     registry: TriggerRegistry,
     log: Logger,
-    metrics?: Metrics,
+    /** Metrics and clock shared with the other components of its process. */
+    runtime: DaemonRuntime = {},
   ) {
     super(
       openStores(database),
@@ -81,7 +81,7 @@ export class Triggerer extends Daemon<TriggererStores> {
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: options.healthCheckThresholdMs,
       },
-      metrics,
+      runtime,
     );
     const triggererMetrics = this.metrics.triggerer();
     triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
@@ -244,7 +244,7 @@ export class Triggerer extends Daemon<TriggererStores> {
   async #pass(): Promise<boolean> {
     const jobId = this.jobId!;
     const { storage, options } = this;
-    const released = await storage.triggers.releaseTriggersOfDeadTriggerers(Date.now() - options.healthCheckThresholdMs);
+    const released = await storage.triggers.releaseTriggersOfDeadTriggerers(this.clock.now() - options.healthCheckThresholdMs);
     if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
 
     // What this triggerer owns against what it holds: a digest each (one row from the database)
@@ -291,7 +291,7 @@ export class Triggerer extends Daemon<TriggererStores> {
       this.#lastCleanupAt = Date.now();
       const deleted = await storage.triggers.deleteUnusedTriggers();
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
-      const pruned = await storage.signals.pruneSignals(Date.now() - options.signalRetentionMs);
+      const pruned = await storage.signals.pruneSignals(this.clock.now() - options.signalRetentionMs);
       if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
       await this.#failQuarantined();
       const orphaned = await storage.triggers.releaseTriggersOfMissingTriggerers();
@@ -353,8 +353,8 @@ export class Triggerer extends Daemon<TriggererStores> {
     try {
       // The deadline first: an idle sweep is that one read.
       let deadline = await this.storage.triggers.nextDeferralDeadline();
-      if (deadline !== null && deadline <= Date.now()) {
-        const failed = await this.storage.triggers.failTimedOutDeferrals();
+      if (deadline !== null && deadline <= this.clock.now()) {
+        const failed = await this.storage.triggers.failTimedOutDeferrals(this.clock.now());
         if (failed > 0) {
           this.metrics.triggerer().timedOut.inc(failed);
           this.log.info({ timed_out: failed }, `${failed} deferred task instance(s) timed out`);
@@ -363,7 +363,7 @@ export class Triggerer extends Daemon<TriggererStores> {
         deadline = await this.storage.triggers.nextDeferralDeadline();
       }
       this.#runner.markLoopEdge();
-      if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - Date.now() + 1));
+      if (deadline !== null) nextInMs = Math.max(0, Math.min(nextInMs, deadline - this.clock.now() + 1));
     } catch (error) {
       this.log.error(errorFields(error, 'DF_DATABASE'), 'timeout sweep failed');
     }

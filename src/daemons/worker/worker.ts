@@ -19,8 +19,8 @@ import { retryDelayMs, type RetryPolicy } from '../../model/retry-policy.ts';
 import { TaskLogWriter, type TryLoggers } from './task-log-writer.ts';
 import { InlineTaskRunner } from './inline-task-runner.ts';
 import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
-import { Daemon, HEALTH_HEARTBEAT_INTERVALS } from '../../services/jobs/daemon.ts';
-import type { Metrics } from '../../services/observability/metrics.ts';
+import { Daemon, HEALTH_HEARTBEAT_INTERVALS, type DaemonRuntime } from '../../services/jobs/daemon.ts';
+import type { Clock } from '../../vocabulary/time/clock.ts';
 import type { JobRow } from '../../services/jobs/job-row.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
@@ -98,7 +98,8 @@ export class Worker extends Daemon<WorkerStores> {
     /** Where task code runs: a TaskResolver's tasks run on this worker's loop (InlineTaskRunner). */
     runner: TaskResolver | TaskRunner,
     log: Logger,
-    metrics?: Metrics,
+    /** Metrics and clock shared with the other components of its process. */
+    runtime: DaemonRuntime = {},
   ) {
     super(
       openStores(database),
@@ -111,7 +112,7 @@ export class Worker extends Daemon<WorkerStores> {
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
       },
-      metrics,
+      runtime,
     );
     this.#taskLogs = new TaskLogWriter(this.storage, log);
     this.#runner = typeof runner === 'function' ? new InlineTaskRunner(runner) : runner;
@@ -233,7 +234,7 @@ export class Worker extends Daemon<WorkerStores> {
     for (const taskInstanceId of this.#running.keys()) {
       // Its code may still be running in this process, but the process is going: hand it back,
       // then ask the code to stop (its own outcome, should it come, is dropped: no longer ours).
-      const handedBack = await this.storage.taskInstances.handBackTaskInstance(taskInstanceId, jobId);
+      const handedBack = await this.storage.taskInstances.handBackTaskInstance(taskInstanceId, jobId, this.clock.now());
       if (handedBack) {
         this.log.warn(
           { task_instance_id: taskInstanceId },
@@ -267,7 +268,7 @@ export class Worker extends Daemon<WorkerStores> {
               );
             claimFailed = false;
           }
-          if (claimed.length < free) claimed.push(...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length)));
+          if (claimed.length < free) claimed.push(...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length, this.clock.now())));
         } catch (error) {
           claimFailed = true;
           this.log.error(errorFields(error, 'DF_DATABASE'), 'claiming task instances failed; retrying');
@@ -312,7 +313,7 @@ export class Worker extends Daemon<WorkerStores> {
     } catch (error) {
       // No code to run: the try is spent like any failure, without retries (they would fail alike).
       const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
-        this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, null),
+        this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, null, this.clock.now()),
       );
       if (!started) return;
       try {
@@ -332,7 +333,7 @@ export class Worker extends Daemon<WorkerStores> {
     // Like an outcome, a start is kept through an outage: a claimed task instance that could not
     // be started would otherwise stay queued on this (live) worker until it stops.
     const started = await this.#recordPersistently(taskInstance.id, 'its start', () =>
-      this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs),
+      this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, task.executionTimeoutMs, this.clock.now()),
     );
     if (!started) return; // cleared or reaped meanwhile
     // What this try writes lands only while the try is still this worker's (see HeldTry).
@@ -361,10 +362,10 @@ export class Worker extends Daemon<WorkerStores> {
     } else {
       try {
         // Out of time already (its deferral timed out at the deadline): nothing more may run.
-        if (started.executionDeadline !== null && Date.now() >= started.executionDeadline) {
+        if (started.executionDeadline !== null && this.clock.now() >= started.executionDeadline) {
           throw new TaskExecutionTimeoutError(label, started.executionDeadline);
         }
-        result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, label, cancel);
+        result = await untilAborted(task.run(label, taskInstance, started, tryLog, cancel.signal), started.executionDeadline, this.clock, label, cancel);
         running.settled = true;
       } catch (aborted) {
         running.settled = true;
@@ -396,7 +397,7 @@ export class Worker extends Daemon<WorkerStores> {
         // Kept through an outage like an outcome: a deferral the database missed is not the
         // task's failure (failing it would spend a try, or end the task, for an outage). The
         // moment it deferred stays the start of its timeout however long the write waits.
-        const deferredAt = Date.now();
+        const deferredAt = this.clock.now();
         await this.#recordPersistently(taskInstance.id, 'its deferral', () =>
           this.storage.taskInstances.deferTaskInstance(taskInstance.id, deferral, deferredAt, held),
         );
@@ -418,7 +419,7 @@ export class Worker extends Daemon<WorkerStores> {
       }
     }
     if (result.kind === 'skipped') {
-      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, Date.now(), result.reason);
+      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, this.clock.now(), result.reason);
       return;
     }
     if (result.kind === 'rescheduled') {
@@ -429,12 +430,12 @@ export class Worker extends Daemon<WorkerStores> {
         tryLog,
         { state: 'up_for_reschedule', readyAt: result.readyAt, startedAt: started.startedAt },
         undefined,
-        Date.now(),
+        this.clock.now(),
         `runs again at ${new Date(result.readyAt).toISOString()}`,
       );
       return;
     }
-    const now = Date.now();
+    const now = this.clock.now();
     const mayRetry = started.tryNumber <= task.retry.retries && result.retryable;
     const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
     await this.#finish(taskInstance, held, label, tryLog, outcome, result.error, now);
@@ -446,7 +447,7 @@ export class Worker extends Daemon<WorkerStores> {
    */
   async #carryOutStopRequest(taskInstance: ClaimedTaskInstance, held: HeldTry, label: string, tryLog: TryLoggers): Promise<boolean> {
     const done = await this.#recordPersistently(taskInstance.id, 'the stop a signal asked for', () =>
-      this.storage.taskInstances.carryOutStopRequest(taskInstance.id, held),
+      this.storage.taskInstances.carryOutStopRequest(taskInstance.id, held, this.clock.now()),
     );
     if (done === null) return false;
     this.#countOutcome(taskInstance, done === 'restart' ? 'scheduled' : done);
@@ -510,7 +511,7 @@ export class Worker extends Daemon<WorkerStores> {
     tryLog: TryLoggers,
     outcome: TaskOutcome,
     error?: unknown,
-    now = Date.now(),
+    now = this.clock.now(),
     why?: string,
   ): Promise<void> {
     const fields = { state: outcome.state, ...(error === undefined ? {} : { code: codeOf(error, 'DF_TASK_FAILED'), ...describeThrown(error) }) };
@@ -558,9 +559,9 @@ export { MAX_RETURN_VALUE_BYTES } from './task-runner.ts';
  * aborts it), or a signal's stop. JavaScript cannot be preempted: work that ignores its signal
  * may go on in the background, but its result is ignored.
  */
-async function untilAborted<T>(work: Promise<T>, deadline: number | null, label: string, cancel: AbortController): Promise<T> {
+async function untilAborted<T>(work: Promise<T>, deadline: number | null, clock: Clock, label: string, cancel: AbortController): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  if (deadline !== null) timer = setTimeout(() => cancel.abort(new TaskExecutionTimeoutError(label, deadline)), Math.max(0, deadline - Date.now()));
+  if (deadline !== null) timer = setTimeout(() => cancel.abort(new TaskExecutionTimeoutError(label, deadline)), Math.max(0, deadline - clock.now()));
   let onAbort: (() => void) | undefined;
   const aborted = new Promise<never>((_, reject) => {
     onAbort = () => reject(cancel.signal.reason);

@@ -6,6 +6,7 @@ import type { Database } from '../../database/connect.ts';
 import { NotificationHub, WAKE_CHANNEL } from '../../database/notification-hub.ts';
 import type { WakeTopic } from '../../storage/wake.ts';
 import { Metrics } from '../observability/metrics.ts';
+import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 10;
@@ -43,6 +44,14 @@ export interface DaemonJob {
   readonly healthThresholdMs: number;
 }
 
+/** What a daemon runs with besides its database and options: shared with the other components of its process. */
+export interface DaemonRuntime {
+  /** Where its metrics go (the process's, when it serves /metrics). @default a Metrics of its own */
+  readonly metrics?: Metrics;
+  /** The time its decisions read: heartbeats, liveness thresholds, deferral timeouts, schedules. @default the wall clock */
+  readonly clock?: Clock;
+}
+
 /** What /health reads of a daemon. */
 export interface DaemonHealth {
   readonly kind: string;
@@ -71,16 +80,21 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   #starting: Promise<void> | null = null;
   #stopped: Promise<void> | null = null;
   #lastHeartbeatAt: number | null = null;
+  /** Where this daemon's metrics go (the process's, when it serves /metrics). */
+  readonly metrics: Metrics;
+  /** The time its decisions read (see Clock). */
+  protected readonly clock: Clock;
 
   protected constructor(
     /** The stores this daemon uses (its subclass's type names them): its job row's, and its work's. */
     readonly storage: S,
     readonly log: Logger,
     private readonly description: DaemonJob,
-    /** Where this daemon's metrics go (the process's, when it serves /metrics). */
-    readonly metrics: Metrics = new Metrics(),
+    runtime: DaemonRuntime = {},
   ) {
-    metrics.jobs().observe({ jobType: description.jobType, lastHeartbeatAt: () => (this.#state === 'running' ? this.#lastHeartbeatAt : null) });
+    this.metrics = runtime.metrics ?? new Metrics();
+    this.clock = runtime.clock ?? systemClock;
+    this.metrics.jobs().observe({ jobType: description.jobType, lastHeartbeatAt: () => (this.#state === 'running' ? this.#lastHeartbeatAt : null) });
   }
 
   /** Its heartbeat's freshness, for /health. */
@@ -117,10 +131,18 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
         throw error;
       }
       try {
-        this.#job = await JobRow.register(this.storage, { jobType, hostname, pid: process.pid, capacity }, heartbeatIntervalMs, this.log, () => {
-          this.#lastHeartbeatAt = Date.now();
-          this.onHeartbeat();
-        });
+        this.#job = await JobRow.register(
+          this.storage,
+          { jobType, hostname, pid: process.pid, capacity },
+          heartbeatIntervalMs,
+          this.log,
+          () => {
+            // /health's own measure, against the wall clock on its thread, as is this.
+            this.#lastHeartbeatAt = Date.now();
+            this.onHeartbeat();
+          },
+          this.clock,
+        );
         this.#lastHeartbeatAt = Date.now();
       } catch (error) {
         this.#state = 'stopped';
@@ -150,7 +172,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
     const job = this.#job!;
     await this.shutdown(job);
     try {
-      await job.end();
+      await job.end('success', this.clock.now());
       this.log.info({ job_id: job.id }, `${this.description.kind} ${job.id} stopped`);
     } catch (error) {
       job.stopHeartbeat();

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { errorFields } from '../../vocabulary/errors.ts';
 import type { JobFields, Stores } from '../../storage/index.ts';
+import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
 
 /**
  * A long-running process's row in `job` (triggerer, worker, scheduler): registered when it
@@ -18,10 +19,11 @@ export class JobRow {
     private readonly log: Logger,
     /** Called after each successful heartbeat. */
     onBeat: () => void,
+    clock: Clock,
   ) {
     this.#timer = setInterval(() => {
       this.storage.jobs
-        .heartbeatJob(this.id)
+        .heartbeatJob(this.id, clock.now())
         .then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
     }, heartbeatIntervalMs);
   }
@@ -32,9 +34,10 @@ export class JobRow {
     heartbeatIntervalMs: number,
     log: Logger,
     onBeat: () => void = () => {},
+    clock: Clock = systemClock,
   ): Promise<JobRow> {
-    const id = await storage.jobs.registerJob(fields);
-    return new JobRow(id, storage, heartbeatIntervalMs, log, onBeat);
+    const id = await storage.jobs.registerJob(fields, clock.now());
+    return new JobRow(id, storage, heartbeatIntervalMs, log, onBeat, clock);
   }
 
   /** No more heartbeats (the process is stopping); the row stays running until end(). */
@@ -43,8 +46,8 @@ export class JobRow {
     this.#timer = null;
   }
 
-  async end(state: 'success' | 'failed' = 'success'): Promise<void> {
+  async end(state: 'success' | 'failed' = 'success', now = Date.now()): Promise<void> {
     this.stopHeartbeat();
-    await this.storage.jobs.endJob(this.id, state);
+    await this.storage.jobs.endJob(this.id, state, now);
   }
 }

@@ -130,7 +130,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       { pollIntervalMs: 30_000, heartbeatIntervalMs: 500, zombieThresholdMs: 30_000, runsPerPass: 100, hostname: 'test' },
       async () => null,
       pino({ level: 'silent' }),
-      metrics,
+      { metrics },
     );
     // Passes so far, as /metrics shows them.
     const passes = async () => Number(/^deferflow_scheduler_loop_duration_seconds_count (\d+)$/m.exec(await metrics.registry.metrics())?.[1] ?? 0);
