@@ -8,7 +8,7 @@ import { STANDALONE_OPTIONS } from '../app/standalone/options.ts';
 import { TRIGGERER_OPTIONS } from '../daemons/triggerer/options.ts';
 import { WEB_OPTIONS } from '../app/web/options.ts';
 import { WORKER_OPTIONS } from '../daemons/worker/options.ts';
-import { RUNNER_SMART_SENSORS_ENV } from '../daemons/worker/runner-protocol.ts';
+import { RUNNER_PRELOAD_ENV, RUNNER_SMART_SENSORS_ENV } from '../daemons/worker/runner-protocol.ts';
 
 const PREFIX = 'DEFERFLOW_';
 
@@ -26,7 +26,7 @@ export const RETIRED_VARIABLES: Readonly<Record<string, string>> = {
  */
 export function knownVariables(): Set<string> {
   const tables: OptionTable[] = [COMMON_OPTIONS, HTTP_OPTIONS, WEB_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, TRIGGERER_OPTIONS, STANDALONE_OPTIONS];
-  return new Set([...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)), ENCRYPTION_KEYS_ENV, RUNNER_SMART_SENSORS_ENV]);
+  return new Set([...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)), ENCRYPTION_KEYS_ENV, RUNNER_SMART_SENSORS_ENV, RUNNER_PRELOAD_ENV]);
 }
 
 /**

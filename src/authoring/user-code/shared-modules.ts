@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
  * `require.cache`). A DAG importing another installation of deferflow still gets that one.
  */
 export function shareWithUserCode(moduleUrl: string, namespace: object): void {
+  if (!sharedUrls.includes(moduleUrl)) sharedUrls.push(moduleUrl);
   const file = fileURLToPath(moduleUrl);
   const cache = Module.createRequire(file).cache;
   if (cache[file] !== undefined) return;
@@ -24,4 +25,14 @@ export function shareWithUserCode(moduleUrl: string, namespace: object): void {
   module.paths = (Module as unknown as { _nodeModulePaths(dir: string): string[] })._nodeModulePaths(path.dirname(file));
   module.loaded = true;
   cache[file] = module;
+}
+
+const sharedUrls: string[] = [];
+
+/**
+ * The entry points shared in this process, in the order they were: a process this one starts to
+ * run user code (a task runner) loads them before the user's files, and so shares them too.
+ */
+export function sharedEntryUrls(): readonly string[] {
+  return sharedUrls;
 }

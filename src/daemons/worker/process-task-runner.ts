@@ -8,7 +8,8 @@ import { describeThrown, TaskCrashedError } from '../../vocabulary/errors.ts';
 import type { ClaimedTaskInstance, StartedTaskInstance } from '../../storage/index.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import type { TaskServices } from './dag-file-resolver.ts';
-import { fromWireError, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
+import { fromWireError, RUNNER_PRELOAD_ENV, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
+import { sharedEntryUrls } from '../../authoring/user-code/shared-modules.ts';
 import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
 import { RunSettingsCache, type RunSettings } from './run-settings-cache.ts';
 import type { TryLoggers } from './task-log-writer.ts';
@@ -98,7 +99,13 @@ class RunnerProcess {
   ) {
     this.child = fork(entry.file, [], {
       execArgv: [...entry.execArgv, `--max-old-space-size=${options.maxMemoryMb}`],
-      env: { ...process.env, [RUNNER_SMART_SENSORS_ENV]: JSON.stringify(options.smartSensors ?? null) },
+      env: {
+        ...process.env,
+        [RUNNER_SMART_SENSORS_ENV]: JSON.stringify(options.smartSensors ?? null),
+        // deferflow's entry points as this process loaded them (the package's, when it is the
+        // package that runs): the runner loads the same files and shares them with DAG files.
+        [RUNNER_PRELOAD_ENV]: JSON.stringify(sharedEntryUrls()),
+      },
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
     });

@@ -23,6 +23,8 @@ import type { TASK_SERVICE_NAMES } from './dag-file-resolver.ts';
  * or null), which a runner needs before it loads any DAG file.
  */
 export const RUNNER_SMART_SENSORS_ENV = 'DEFERFLOW_RUNNER_SMART_SENSORS';
+/** The environment variable carrying the entry points a runner loads before it is ready (JSON: URLs; see sharedEntryUrls). */
+export const RUNNER_PRELOAD_ENV = 'DEFERFLOW_RUNNER_PRELOAD';
 
 /** An error as it crosses the channel: what logs and the failure record need, its code kept. */
 export interface WireError {

@@ -13,7 +13,7 @@ import type { AnyOperator } from '../../authoring/operators/base-operator.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import type { ClaimedTaskInstance } from '../../storage/index.ts';
 import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './dag-file-resolver.ts';
-import { fromWireError, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
+import { fromWireError, RUNNER_PRELOAD_ENV, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
 import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../../authoring/user-code/typescript-hooks.ts';
 
@@ -146,7 +146,12 @@ process.on('disconnect', () => process.exit(0));
 // runner says it is ready: the worker hands it a task only then, and meanwhile gives that task
 // to any runner that frees up first. deferflow first: once the hooks are registered, every module
 // loaded goes through them (spawn to ready: about 460 ms with both at once, 430 ms so).
-await import(new URL(import.meta.url.endsWith('.ts') ? '../../index.ts' : '../../index.js', import.meta.url).href)
+// Which files those are, the worker says (see sharedEntryUrls): the runner never names the entry
+// point above its layer.
+const preload = JSON.parse(process.env[RUNNER_PRELOAD_ENV] ?? '[]') as string[];
+await (async () => {
+  for (const url of preload) await import(url);
+})()
   .then(registerTypeScriptHooks)
   .catch(() => {});
 send({ type: 'ready' });
