@@ -26,7 +26,12 @@ export const RETIRED_VARIABLES: Readonly<Record<string, string>> = {
  */
 export function knownVariables(): Set<string> {
   const tables: OptionTable[] = [COMMON_OPTIONS, HTTP_OPTIONS, WEB_OPTIONS, WORKER_OPTIONS, SCHEDULER_OPTIONS, TRIGGERER_OPTIONS, STANDALONE_OPTIONS];
-  return new Set([...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)), ENCRYPTION_KEYS_ENV, RUNNER_SMART_SENSORS_ENV, RUNNER_PRELOAD_ENV]);
+  return new Set([
+    ...tables.flatMap((table) => Object.values(table).map((spec) => spec.env)),
+    ENCRYPTION_KEYS_ENV,
+    RUNNER_SMART_SENSORS_ENV,
+    RUNNER_PRELOAD_ENV,
+  ]);
 }
 
 /**

@@ -13,7 +13,15 @@ import type { AnyOperator } from '../../authoring/operators/base-operator.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import type { ClaimedTaskInstance } from '../../storage/index.ts';
 import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './dag-file-resolver.ts';
-import { fromWireError, RUNNER_PRELOAD_ENV, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner, type WireTaskResult } from './runner-protocol.ts';
+import {
+  fromWireError,
+  RUNNER_PRELOAD_ENV,
+  RUNNER_SMART_SENSORS_ENV,
+  toWireError,
+  type FromRunner,
+  type ToRunner,
+  type WireTaskResult,
+} from './runner-protocol.ts';
 import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../../authoring/user-code/typescript-hooks.ts';
 
