@@ -15,6 +15,7 @@ import * as m0009 from './0009_next_event.ts';
 import * as m0010 from './0010_claimable_trigger_index.ts';
 import * as m0011 from './0011_encryption_key.ts';
 import * as m0012 from './0012_signal_trigger_index.ts';
+import * as m0013 from './0013_job_liveness_lock.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -33,4 +34,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0010_claimable_trigger_index': m0010,
   '0011_encryption_key': m0011,
   '0012_signal_trigger_index': m0012,
+  '0013_job_liveness_lock': m0013,
 };

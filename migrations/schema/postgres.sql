@@ -54,6 +54,7 @@ table job
   column start_date timestamp with time zone not null
   column end_date timestamp with time zone
   column latest_heartbeat timestamp with time zone not null
+  column liveness_lock text
   constraint job_pkey PRIMARY KEY (id)
   constraint job_state_check CHECK ((state = ANY (ARRAY['running'::text, 'success'::text, 'failed'::text])))
   index CREATE UNIQUE INDEX job_pkey ON job USING btree (id)

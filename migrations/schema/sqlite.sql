@@ -3,7 +3,7 @@ CREATE INDEX dag_run_unfinished_idx on dag_run (state, dag_id) where state in ('
 CREATE TABLE dag_signal_start (dag_id text primary key, signal_key text not null, after_version integer not null check (after_version >= 0));
 CREATE TABLE encryption_key (key_id text primary key, check_value text not null, recorded_at text not null);
 CREATE TABLE import_error (id integer primary key autoincrement, fileloc text not null unique, message text not null, created_at text not null);
-CREATE TABLE job (id integer primary key autoincrement, job_type text not null, state text not null check (state in ('running', 'success', 'failed')), hostname text not null, pid integer not null, capacity integer, start_date text not null, end_date text, latest_heartbeat text not null);
+CREATE TABLE job (id integer primary key autoincrement, job_type text not null, state text not null check (state in ('running', 'success', 'failed')), hostname text not null, pid integer not null, capacity integer, start_date text not null, end_date text, latest_heartbeat text not null , liveness_lock text);
 CREATE INDEX job_type_heartbeat_idx on job (job_type, latest_heartbeat);
 CREATE TABLE serialized_dag (dag_id text primary key, fileloc text not null, data text not null, hash text not null, schema_version integer not null, last_updated text not null, deleted_at text);
 CREATE TABLE signal (key text not null, version integer not null check (version >= 1), value text not null, sent_at text not null, constraint signal_pkey primary key (key, version));

@@ -24,7 +24,7 @@ export interface WorkerConfig {
   readonly concurrency?: number;
   /** Pause between claims when there is nothing to claim or no free slot. @default 1 second */
   readonly pollInterval?: DurationInput;
-  /** How often the worker records that it is alive. @default 5 seconds */
+  /** How often the worker records that it is alive. @default 3 seconds */
   readonly heartbeatInterval?: DurationInput;
   /**
    * On stop, how long running tasks may finish before they are handed back (with their try:
@@ -61,9 +61,13 @@ export interface WorkerConfig {
 export interface SchedulerConfig {
   /** Pause between scheduling passes. @default 1 second */
   readonly pollInterval?: DurationInput;
-  /** How often the scheduler records that it is alive. @default 5 seconds */
+  /** How often the scheduler records that it is alive. @default 3 seconds */
   readonly heartbeatInterval?: DurationInput;
-  /** A worker silent this long is dead: its task instances are retried or failed. @default 60 seconds */
+  /**
+   * A worker whose heartbeat is this old is dead (frozen, or cut off while its session lingers):
+   * its task instances are retried or failed. A worker whose process is gone is known at once by
+   * its liveness lock. @default 10 seconds
+   */
   readonly zombieThreshold?: DurationInput;
   /** Most unfinished DAG runs looked at in one pass. @default 100 */
   readonly runsPerPass?: number;
@@ -79,9 +83,13 @@ export interface SchedulerConfig {
 export interface TriggererConfig {
   /** Most triggers this triggerer runs at once; it claims no more. @default 1000 */
   readonly capacity?: number;
-  /** How often the triggerer records that it is alive. @default 5 seconds */
+  /** How often the triggerer records that it is alive. @default 3 seconds */
   readonly heartbeatInterval?: DurationInput;
-  /** A triggerer silent this long is dead; peers take its triggers. Longer than heartbeatInterval. @default 30 seconds */
+  /**
+   * A triggerer whose heartbeat is this old is dead (frozen, or cut off while its session
+   * lingers); peers take its triggers. Longer than heartbeatInterval. A triggerer whose process is
+   * gone is known at once by its liveness lock. @default 10 seconds
+   */
   readonly healthCheckThreshold?: DurationInput;
   /** Most unowned triggers claimed in one pass. @default 50 */
   readonly claimsPerLoop?: number;

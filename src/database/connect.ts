@@ -24,6 +24,7 @@ import { CurrentSchemaIntrospector } from './postgres-introspector.ts';
 import { NotifyAtCommitPostgresDriver } from './postgres-driver.ts';
 import type { DatabaseSchema } from './schema.ts';
 import { NotificationHub } from './notification-hub.ts';
+import { closeLivenessLocksFor } from './liveness-locks.ts';
 import { Keyring } from './encryption/keyring.ts';
 
 /** An open database: its kysely instance, its dialect's adapter, its keyring, and close(). */
@@ -72,6 +73,7 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
     keyring: options.keyring ?? Keyring.none,
     close: async () => {
       await NotificationHub.closeFor(db);
+      await closeLivenessLocksFor(db);
       await db.destroy();
     },
   };

@@ -302,6 +302,11 @@ export interface JobTable {
   end_date: NullableDbTime;
   /** Its last heartbeat: a stale one means it is dead. */
   latest_heartbeat: DbTime;
+  /**
+   * What it holds for its life so peers know at once when its process is gone (see
+   * liveness-locks.ts): 'pg-advisory', or 'file:<path>'; null: only its heartbeat tells.
+   */
+  liveness_lock: Generated<string | null>;
 }
 
 /** deferflow's tables, for `new Kysely<DatabaseSchema>(…)`. */

@@ -1,8 +1,8 @@
 import type { StorageContext } from './context.ts';
-import { endJob, heartbeatJob, registerJob, type JobFields } from './jobs.ts';
+import { endJob, heartbeatJob, listRunningJobs, registerJob, setLivenessLock, type JobFields, type JobLiveness } from './jobs.ts';
 import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
 
-/** Jobs: registerJob, heartbeatJob, endJob, listJobs. */
+/** Jobs: registerJob, setLivenessLock, heartbeatJob, endJob, listRunningJobs, listJobs. */
 export class JobStore {
   readonly #context: StorageContext;
 
@@ -12,6 +12,14 @@ export class JobStore {
 
   registerJob(fields: JobFields, now = Date.now()): Promise<number> {
     return registerJob(this.#context, fields, now);
+  }
+
+  setLivenessLock(jobId: number, lock: string): Promise<void> {
+    return setLivenessLock(this.#context, jobId, lock);
+  }
+
+  listRunningJobs(jobType?: string): Promise<JobLiveness[]> {
+    return listRunningJobs(this.#context, jobType);
   }
 
   heartbeatJob(jobId: number, now = Date.now()): Promise<void> {

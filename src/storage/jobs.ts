@@ -1,4 +1,4 @@
-import { toDbTime, type JobState } from '../database/schema.ts';
+import { fromDbTime, toDbTime, type JobState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface JobFields {
@@ -45,4 +45,28 @@ export async function endJob({ db }: StorageContext, jobId: number, state: Exclu
     .set({ state, end_date: toDbTime(now), latest_heartbeat: toDbTime(now) })
     .where('id', '=', jobId)
     .execute();
+}
+
+/** What tells whether a daemon lives: its job row's state, heartbeat and liveness lock. */
+export interface JobLiveness {
+  readonly id: number;
+  /** state running and no end date: it has not stopped (it may still have died). */
+  readonly running: boolean;
+  /** Epoch ms of its last heartbeat. */
+  readonly latestHeartbeat: number;
+  /** What it holds for its life (see liveness-locks.ts); null: only its heartbeat tells. */
+  readonly livenessLock: string | null;
+}
+
+/** Records what job `jobId` holds for its life, once it holds it (before that, only its heartbeat tells). */
+export async function setLivenessLock({ db }: StorageContext, jobId: number, lock: string): Promise<void> {
+  await db.updateTable('job').set({ liveness_lock: lock }).where('id', '=', jobId).execute();
+}
+
+/** The running jobs (of a kind, or all), with what tells whether each lives (a few rows: one per daemon). */
+export async function listRunningJobs({ db }: StorageContext, jobType?: string): Promise<JobLiveness[]> {
+  let query = db.selectFrom('job').select(['id', 'latest_heartbeat', 'liveness_lock']).where('state', '=', 'running').where('end_date', 'is', null);
+  if (jobType !== undefined) query = query.where('job_type', '=', jobType);
+  const rows = await query.execute();
+  return rows.map((row) => ({ id: row.id, running: true, latestHeartbeat: fromDbTime(row.latest_heartbeat), livenessLock: row.liveness_lock }));
 }

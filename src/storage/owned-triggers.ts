@@ -1,4 +1,5 @@
 import type { StorageContext } from './context.ts';
+import { wake } from './wake.ts';
 import type { TriggerRow } from './claim-triggers.ts';
 import { openTriggerRows } from './sealed-values.ts';
 
@@ -31,10 +32,18 @@ export async function loadOwnedTriggers({ db, adapter, keyring }: StorageContext
   return openTriggerRows(keyring, rows);
 }
 
-/** Unowns every trigger of `jobId` (a graceful stop hands them to peers at once). */
-export async function releaseOwnedTriggers({ db }: StorageContext, jobId: number): Promise<number> {
-  const result = await db.updateTable('trigger').set({ triggerer_id: null }).where('triggerer_id', '=', jobId).executeTakeFirst();
-  return Number(result.numUpdatedRows);
+/**
+ * Unowns every trigger of `jobId` and, in the same transaction, wakes the triggerers: a graceful
+ * stop hands them to peers, which claim them as the commit reaches them (PostgreSQL NOTIFY; on
+ * SQLite, peers watching the file see the commit), not at their next poll.
+ */
+export async function releaseOwnedTriggers({ db, adapter }: StorageContext, jobId: number): Promise<number> {
+  return db.transaction().execute(async (trx) => {
+    const result = await trx.updateTable('trigger').set({ triggerer_id: null }).where('triggerer_id', '=', jobId).executeTakeFirst();
+    const released = Number(result.numUpdatedRows);
+    if (released > 0) await wake(trx, adapter, 'triggerer');
+    return released;
+  });
 }
 
 /** Which of the given trigger ids still have a row. */

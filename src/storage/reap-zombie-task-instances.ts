@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
-import { toDbTime, WORKER_JOB_TYPE } from '../database/schema.ts';
+import { fromDbTime, toDbTime } from '../database/schema.ts';
+import type { JobLiveness } from './jobs.ts';
 import type { StorageContext } from './context.ts';
 import { stopRequestCarriedOut } from './stop-requests.ts';
 
@@ -21,33 +22,54 @@ export interface ZombieTry {
   readonly tryNumber: number;
 }
 
+/** A worker some queued or running task instances name as theirs, with its job row (null: it has none). */
+export interface TaskHolder {
+  readonly workerJobId: number;
+  readonly job: JobLiveness | null;
+}
+
 /**
- * Task instances held by a worker that is not alive (its job ended, or its heartbeat is older
- * than `aliveSince`): a worker killed with SIGKILL leaves no task "running" forever. A running
- * one with tries left is retried at `retryReadyAt(try)` (the task's retry delay, which only the
- * caller knows). Each update is conditional on the task instance still being held by such a
- * worker.
+ * The workers holding queued or running task instances, with what tells whether each lives: one
+ * statement (those task instances are few: at most every worker's slots). Every scheduler pass
+ * runs it; the reap below runs only when one of them is found dead.
+ */
+export async function listTaskHolders({ db }: StorageContext): Promise<TaskHolder[]> {
+  const rows = await db
+    .selectFrom('task_instance')
+    .leftJoin('job', 'job.id', 'task_instance.worker_job_id')
+    .select(['task_instance.worker_job_id', 'job.id as job_id', 'job.state', 'job.end_date', 'job.latest_heartbeat', 'job.liveness_lock'])
+    .distinct()
+    .where('task_instance.state', 'in', ['queued', 'running'])
+    .where('task_instance.worker_job_id', 'is not', null)
+    .execute();
+  return rows.map((row) => ({
+    workerJobId: Number(row.worker_job_id),
+    job:
+      row.job_id === null
+        ? null
+        : {
+            id: Number(row.job_id),
+            running: row.state === 'running' && row.end_date === null,
+            latestHeartbeat: fromDbTime(row.latest_heartbeat!),
+            livenessLock: row.liveness_lock,
+          },
+  }));
+}
+
+/**
+ * Task instances held by workers found dead (see services/jobs/liveness.ts): a worker killed with
+ * SIGKILL leaves no task "running" forever. A running one with tries left is retried at
+ * `retryReadyAt(try)` (the task's retry delay, which only the caller knows). Each update is
+ * conditional on the task instance still being held by one of those workers.
  */
 export async function reapZombieTaskInstances(
   { db, adapter }: StorageContext,
-  aliveSince: number,
+  deadWorkerIds: readonly number[],
   now: number,
   retryReadyAt: (zombie: ZombieTry) => Promise<number>,
 ): Promise<ReapResult> {
-  const deadWorkers = db
-    .selectFrom('job')
-    .select('id')
-    .where('job_type', '=', WORKER_JOB_TYPE)
-    .where((eb) => eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]));
-  // Every scheduler pass comes here: one read when no dead worker holds anything (the usual case).
-  const anyHeld = await db
-    .selectFrom('task_instance')
-    .select('id')
-    .where('state', 'in', ['queued', 'running'])
-    .where('worker_job_id', 'in', deadWorkers)
-    .limit(1)
-    .executeTakeFirst();
-  if (!anyHeld) return { requeued: 0, retried: 0, failed: 0, stopped: 0 };
+  if (deadWorkerIds.length === 0) return { requeued: 0, retried: 0, failed: 0, stopped: 0 };
+  const heldByDead = () => adapter.idIn('worker_job_id', deadWorkerIds);
   const released = { worker_job_id: null, updated_at: toDbTime(now) };
   // A try that ran and died is over, as a failed one is when its worker records it: its retry
   // starts afresh from execute() as a new try, not at the resume point of a deferral (which
@@ -59,7 +81,7 @@ export async function reapZombieTaskInstances(
     .updateTable('task_instance')
     .set({ ...released, state: 'scheduled', queued_at: null })
     .where('state', '=', 'queued')
-    .where('worker_job_id', 'in', deadWorkers)
+    .where(heldByDead())
     .executeTakeFirst();
   // A try a signal asked to stop ends as asked, not as a failure: it would have been stopped anyway.
   const stopped = await db
@@ -68,14 +90,14 @@ export async function reapZombieTaskInstances(
     .set(stopRequestCarriedOut(adapter, now))
     .where('state', '=', 'running')
     .where('stop_request', 'is not', null)
-    .where('worker_job_id', 'in', deadWorkers)
+    .where(heldByDead())
     .executeTakeFirst();
   const retriable = await db
     .selectFrom('task_instance')
     .select(['id', 'dag_id', 'task_id', 'try_number', 'worker_job_id'])
     .where('state', '=', 'running')
     .where('stop_request', 'is', null)
-    .where('worker_job_id', 'in', deadWorkers)
+    .where(heldByDead())
     .where(sql<boolean>`try_number <= max_tries`)
     .execute();
   let retried = 0;
@@ -98,7 +120,7 @@ export async function reapZombieTaskInstances(
     .set({ ...tryOver, state: 'failed', end_date: toDbTime(now) })
     .where('state', '=', 'running')
     .where('stop_request', 'is', null)
-    .where('worker_job_id', 'in', deadWorkers)
+    .where(heldByDead())
     .where(sql<boolean>`try_number > max_tries`)
     .executeTakeFirst();
   return { requeued: Number(requeued.numUpdatedRows), retried, failed: Number(failed.numUpdatedRows), stopped: Number(stopped.numUpdatedRows) };

@@ -3,7 +3,7 @@ import type { StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { nextReadyAt, scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
-import { reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
+import { listTaskHolders, reapZombieTaskInstances, type ReapResult, type TaskHolder, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
 import { readTaskInstance } from './read-task-instance.ts';
@@ -29,7 +29,7 @@ import {
 } from './task-instance-transitions.ts';
 import type { HeldTry } from './held-try.ts';
 
-/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
 export class TaskInstanceStore {
   readonly #context: StorageContext;
 
@@ -92,8 +92,12 @@ export class TaskInstanceStore {
     return clearTaskInstances(this.#context, taskInstances, now);
   }
 
-  reapZombieTaskInstances(aliveSince: number, now: number, retryReadyAt: (zombie: ZombieTry) => Promise<number>): Promise<ReapResult> {
-    return reapZombieTaskInstances(this.#context, aliveSince, now, retryReadyAt);
+  listTaskHolders(): Promise<TaskHolder[]> {
+    return listTaskHolders(this.#context);
+  }
+
+  reapZombieTaskInstances(deadWorkerIds: readonly number[], now: number, retryReadyAt: (zombie: ZombieTry) => Promise<number>): Promise<ReapResult> {
+    return reapZombieTaskInstances(this.#context, deadWorkerIds, now, retryReadyAt);
   }
 
   /** The earliest moment a waiting (retry, reschedule) task instance becomes ready; null when none waits. */

@@ -1,43 +1,64 @@
-import { toDbTime, TRIGGERER_JOB_TYPE } from '../database/schema.ts';
+import { sql } from 'kysely';
+import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
+import { wake } from './wake.ts';
+import type { JobLiveness } from './jobs.ts';
 
-/**
- * Unowns the triggers of triggerers that are not alive, so any live triggerer may claim them.
- * Alive means: state running, no end date, and a heartbeat newer than `aliveSince`.
- * Idempotent; every triggerer runs it each pass.
- */
-export async function releaseTriggersOfDeadTriggerers({ db }: StorageContext, aliveSince: number): Promise<number> {
-  const deadJobs = db
-    .selectFrom('job')
-    .select('id')
-    .where('job_type', '=', TRIGGERER_JOB_TYPE)
-    .where((eb) => eb.or([eb('state', '!=', 'running'), eb('end_date', 'is not', null), eb('latest_heartbeat', '<', toDbTime(aliveSince))]));
-  const result = await db.updateTable('trigger').set({ triggerer_id: null }).where('triggerer_id', 'in', deadJobs).executeTakeFirst();
-  return Number(result.numUpdatedRows);
+/** A triggerer some trigger rows name as their owner, with its job row (null: it has none, pruned or deleted). */
+export interface TriggerOwner {
+  readonly ownerId: number;
+  readonly job: JobLiveness | null;
 }
 
 /**
- * Unowns the triggers whose owner has no job row at all (the job table was pruned, or the row
- * deleted by hand): an owner that does not exist is dead too, and nothing else would ever release
- * them. The owners are found with one index seek each (a loose index scan: there are a few
- * owners, and up to 100,000 owned rows that a plain NOT EXISTS would visit one by one, holding
- * SQLite's synchronous connection the while); triggerers run it with the periodic cleanup.
+ * Every distinct owner of trigger rows, with what tells whether it lives: one statement, whose
+ * owners are found with one index seek each (a loose index scan, written as a recursive query:
+ * there are a few owners and up to a million owned rows, which a plain DISTINCT or NOT EXISTS
+ * would visit one by one, holding SQLite's synchronous connection the while). Every triggerer
+ * runs it each pass.
  */
-export async function releaseTriggersOfMissingTriggerers({ db, adapter }: StorageContext): Promise<number> {
-  const owners: number[] = [];
-  for (let after = -1; owners.length < MAX_OWNERS; ) {
-    const next = await db.selectFrom('trigger').select('triggerer_id').where('triggerer_id', '>', after).orderBy('triggerer_id').limit(1).executeTakeFirst();
-    if (!next || next.triggerer_id === null) break;
-    owners.push(next.triggerer_id);
-    after = next.triggerer_id;
-  }
-  if (owners.length === 0) return 0;
-  const existing = new Set((await db.selectFrom('job').select('id').where(adapter.idIn('id', owners)).execute()).map((job) => job.id));
-  const missing = owners.filter((owner) => !existing.has(owner));
-  if (missing.length === 0) return 0;
-  const result = await db.updateTable('trigger').set({ triggerer_id: null }).where(adapter.idIn('triggerer_id', missing)).executeTakeFirst();
-  return Number(result.numUpdatedRows);
+export async function listTriggerOwners({ db }: StorageContext): Promise<TriggerOwner[]> {
+  const { rows } = await sql<{
+    owner_id: number;
+    job_id: number | null;
+    state: string | null;
+    end_date: Date | string | null;
+    latest_heartbeat: Date | string | null;
+    liveness_lock: string | null;
+  }>`
+    with recursive owners(id) as (
+      select min(triggerer_id) from trigger
+      union all
+      select (select min(next.triggerer_id) from trigger next where next.triggerer_id > owners.id) from owners where owners.id is not null
+    )
+    select owners.id as owner_id, job.id as job_id, job.state, job.end_date, job.latest_heartbeat, job.liveness_lock
+    from owners left join job on job.id = owners.id
+    where owners.id is not null`.execute(db);
+  return rows.map((row) => ({
+    ownerId: Number(row.owner_id),
+    job:
+      row.job_id === null
+        ? null
+        : {
+            id: Number(row.job_id),
+            running: row.state === 'running' && row.end_date === null,
+            latestHeartbeat: fromDbTime(row.latest_heartbeat!),
+            livenessLock: row.liveness_lock,
+          },
+  }));
 }
 
-/** Distinct owners looked at per cleanup; more than this many triggerers is far past any deployment. */
-const MAX_OWNERS = 10_000;
+/**
+ * Unowns the triggers of the given owners (found dead: see services/jobs/liveness.ts), so any live
+ * triggerer may claim them, and wakes the triggerers (PostgreSQL NOTIFY; on SQLite the commit
+ * wakes the peers watching the file) so they claim them now rather than at their next poll.
+ */
+export async function releaseTriggersOfOwners({ db, adapter }: StorageContext, ownerIds: readonly number[]): Promise<number> {
+  if (ownerIds.length === 0) return 0;
+  return db.transaction().execute(async (trx) => {
+    const result = await trx.updateTable('trigger').set({ triggerer_id: null }).where(adapter.idIn('triggerer_id', ownerIds)).executeTakeFirst();
+    const released = Number(result.numUpdatedRows);
+    if (released > 0) await wake(trx, adapter, 'triggerer');
+    return released;
+  });
+}

@@ -5,7 +5,7 @@ import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { moveDeferredTaskInstances, prepareMove, type MoveResult, type PreparedMove } from './move-deferred-task-instances.ts';
 import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
-import { releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers } from './release-dead-triggerers.ts';
+import { listTriggerOwners, releaseTriggersOfOwners, type TriggerOwner } from './trigger-owners.ts';
 import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-triggers.ts';
 import { countTriggers } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
@@ -52,9 +52,10 @@ export interface TriggerFailureOutcome {
  *   running ──it throws, ends without an event, or its kwargs fail its constructor: its task
  *            instances move to the failure marker (prepareOutcomes, moveDeferredTaskInstances)
  *            ──▶ failed → deleted
- *   claimed | running ──its owner stops (releaseOwnedTriggers), is found dead by a peer (a
- *            heartbeat older than the threshold: releaseTriggersOfDeadTriggerers), or has no
- *            job row at all (releaseTriggersOfMissingTriggerers)──▶ released: unowned again
+ *   claimed | running ──its owner stops (releaseOwnedTriggers, waking the peers), or a peer's
+ *            pass finds the owner dead (its liveness lock free, its heartbeat older than the
+ *            threshold, its job ended, or no job row at all: listTriggerOwners, then
+ *            releaseTriggersOfOwners, waking the peers)──▶ released: unowned again
  *   running ──its step held the loop past the watchdog's limit: the watchdog counts it and
  *            the process restarts (culprit_count + 1, unowned)──▶ released; at the
  *            quarantine limit ──▶ quarantined (quarantined_at set: never claimed again,
@@ -68,7 +69,7 @@ export interface TriggerFailureOutcome {
  * its next reconcile (ownedTriggersDigest, listOwnedTriggerIds).
  */
 
-/** Trigger rows: releaseTriggersOfDeadTriggerers, releaseTriggersOfMissingTriggerers, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+/** Trigger rows: listTriggerOwners, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -76,12 +77,12 @@ export class TriggerStore {
     this.#context = context;
   }
 
-  releaseTriggersOfDeadTriggerers(aliveSince: number): Promise<number> {
-    return releaseTriggersOfDeadTriggerers(this.#context, aliveSince);
+  listTriggerOwners(): Promise<TriggerOwner[]> {
+    return listTriggerOwners(this.#context);
   }
 
-  releaseTriggersOfMissingTriggerers(): Promise<number> {
-    return releaseTriggersOfMissingTriggerers(this.#context);
+  releaseTriggersOfOwners(ownerIds: readonly number[]): Promise<number> {
+    return releaseTriggersOfOwners(this.#context, ownerIds);
   }
 
   claimTriggers(jobId: number, limit: number): Promise<ClaimResult> {

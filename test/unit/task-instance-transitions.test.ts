@@ -163,9 +163,9 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
       await storage.taskInstances.claimTaskInstances(me, 1);
       const oldTry = { workerJobId: me.jobId, tryNumber: (await storage.taskInstances.startTaskInstance(id, me.jobId, null))!.tryNumber };
 
-      // My heartbeat went stale (a pause past the zombie threshold): the scheduler retries the try.
+      // I was found dead (a pause past the zombie threshold, say): the scheduler retries the try.
       const stale = Date.now() + 60_000;
-      expect(await storage.taskInstances.reapZombieTaskInstances(stale, stale, async () => stale)).toMatchObject({ retried: 1 });
+      expect(await storage.taskInstances.reapZombieTaskInstances([me.jobId], stale, async () => stale)).toMatchObject({ retried: 1 });
       expect(await storage.taskInstances.scheduleReadyTaskInstances(stale)).toBe(1);
       const retrier = retriedOn === 'another worker' ? other : me;
       await storage.taskInstances.claimTaskInstances(retrier, 1);

@@ -14,15 +14,16 @@ export const SCHEDULER_OPTIONS = {
   pollInterval: { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
   heartbeatInterval: {
     env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL',
-    default: 5,
+    default: 3,
     unit: 'seconds',
     describe: 'How often the scheduler records that it is alive',
   },
   zombieThreshold: {
     env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD',
-    default: 60,
+    default: 10,
     unit: 'seconds',
-    describe: 'A worker silent this long is dead: its task instances are retried or failed',
+    describe:
+      'A worker whose heartbeat is this old is dead (frozen, or cut off while its session lingers): its task instances are retried or failed. One whose process is gone is known at once by its liveness lock',
   },
   runsPerPass: { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
   ...HTTP_OPTIONS,

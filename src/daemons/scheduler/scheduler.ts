@@ -82,7 +82,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
   readonly #signalKeys = new Map<string, { dagIds: Set<string>; subscription: Promise<SignalSubscription> | null }>();
 
   constructor(
-    private readonly database: Database,
+    database: Database,
     /** Its options, resolved. */
     readonly options: SchedulerOptions,
     private readonly dags: DagSource,
@@ -91,6 +91,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
     runtime: DaemonRuntime = {},
   ) {
     super(
+      database,
       openStores(database),
       log,
       {
@@ -108,6 +109,11 @@ export class Scheduler extends Daemon<SchedulerStores> {
   }
 
   /** Runs the next pass now instead of after the poll interval. */
+  /** A worker whose process is gone may hold tries: the next pass retries them. */
+  protected override onPeerGone(): void {
+    this.wake();
+  }
+
   wake(): void {
     this.#pause.wake();
   }
@@ -167,7 +173,17 @@ export class Scheduler extends Daemon<SchedulerStores> {
     if (ready > 0) nextReadyAt = await this.storage.taskInstances.nextReadyAt();
     this.#nextReadyAt = nextReadyAt;
     if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
-    const reaped = await this.storage.taskInstances.reapZombieTaskInstances(now - this.options.zombieThresholdMs, now, async (zombie) => {
+    // Workers found dead: their liveness lock let go (killed, cut off), their heartbeat past the
+    // zombie threshold (frozen), their job ended or gone. One read when none is (the usual case).
+    const holders = await this.storage.taskInstances.listTaskHolders();
+    const deadWorkers =
+      holders.length === 0
+        ? []
+        : await this.deadAmong(
+            holders.map((holder) => ({ id: holder.workerJobId, job: holder.job })),
+            this.options.zombieThresholdMs,
+          );
+    const reaped = await this.storage.taskInstances.reapZombieTaskInstances(deadWorkers, now, async (zombie) => {
       const task = (await this.dags(zombie.dagId))?.tasks.find((candidate) => candidate.taskId === zombie.taskId);
       return now + (task ? retryDelayMs(task.retry, zombie.tryNumber) : 0);
     });

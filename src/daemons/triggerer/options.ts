@@ -29,15 +29,16 @@ export const TRIGGERER_OPTIONS = {
   },
   heartbeatInterval: {
     env: 'DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL',
-    default: 5,
+    default: 3,
     unit: 'seconds',
     describe: 'How often the triggerer records that it is alive',
   },
   healthCheckThreshold: {
     env: 'DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD',
-    default: 30,
+    default: 10,
     unit: 'seconds',
-    describe: 'A triggerer silent for this long is dead; peers take its triggers',
+    describe:
+      'A triggerer whose heartbeat is this old is dead (frozen, or cut off while its session lingers); peers take its triggers. One whose process is gone is known at once by its liveness lock',
   },
   claimsPerLoop: {
     env: 'DEFERFLOW_TRIGGERER_CLAIMS_PER_LOOP',

@@ -62,7 +62,7 @@ export class Triggerer extends Daemon<TriggererStores> {
   #lastFullReconcileAt = 0;
 
   constructor(
-    private readonly database: Database,
+    database: Database,
     /** Its options, resolved. */
     readonly options: TriggererOptions,
     registry: TriggerRegistry,
@@ -71,6 +71,7 @@ export class Triggerer extends Daemon<TriggererStores> {
     runtime: DaemonRuntime = {},
   ) {
     super(
+      database,
       openStores(database),
       log,
       {
@@ -128,6 +129,11 @@ export class Triggerer extends Daemon<TriggererStores> {
   /** Runs the next pass (claims new triggers) now instead of after the poll interval. */
   wake(): void {
     if (this.isRunning) this.#pause.wake();
+  }
+
+  /** A triggerer whose process is gone may own triggers: the next pass releases and claims them. */
+  protected override onPeerGone(): void {
+    this.wake();
   }
 
   /** A pushed wake-up: a new deferral (its timeout may be the next deadline) or a trigger to claim. */
@@ -244,8 +250,17 @@ export class Triggerer extends Daemon<TriggererStores> {
   async #pass(): Promise<boolean> {
     const jobId = this.jobId!;
     const { storage, options } = this;
-    const released = await storage.triggers.releaseTriggersOfDeadTriggerers(this.clock.now() - options.healthCheckThresholdMs);
-    if (released > 0) this.log.info({ released_triggers: released }, `released ${released} trigger(s) of dead triggerers`);
+    // Owners found dead: their liveness lock let go (killed, cut off), their heartbeat past the
+    // threshold (frozen), their job ended, or no job row at all (pruned or deleted by hand).
+    const owners = await storage.triggers.listTriggerOwners();
+    const deadOwners = await this.deadAmong(
+      owners.map((owner) => ({ id: owner.ownerId, job: owner.job })),
+      options.healthCheckThresholdMs,
+    );
+    if (deadOwners.length > 0) {
+      const released = await storage.triggers.releaseTriggersOfOwners(deadOwners);
+      if (released > 0) this.log.info({ released_triggers: released, dead_triggerers: deadOwners }, `released ${released} trigger(s) of dead triggerers`);
+    }
 
     // What this triggerer owns against what it holds: a digest each (one row from the database)
     // tells whether anything changed; only then, or now and then as a guard against a digest
@@ -294,9 +309,6 @@ export class Triggerer extends Daemon<TriggererStores> {
       const pruned = await storage.signals.pruneSignals(this.clock.now() - options.signalRetentionMs);
       if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
       await this.#failQuarantined();
-      const orphaned = await storage.triggers.releaseTriggersOfMissingTriggerers();
-      if (orphaned > 0)
-        this.log.warn({ released_triggers: orphaned }, `released ${orphaned} trigger(s) owned by triggerers that have no job row (pruned or deleted)`);
     }
     return claimedFull;
   }

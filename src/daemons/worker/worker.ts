@@ -92,7 +92,7 @@ export class Worker extends Daemon<WorkerStores> {
   onWork: (() => void) | null = null;
 
   constructor(
-    private readonly database: Database,
+    database: Database,
     /** Its options, resolved. */
     readonly options: WorkerOptions,
     /** Where task code runs: a TaskResolver's tasks run on this worker's loop (InlineTaskRunner). */
@@ -102,6 +102,7 @@ export class Worker extends Daemon<WorkerStores> {
     runtime: DaemonRuntime = {},
   ) {
     super(
+      database,
       openStores(database),
       log,
       {

@@ -7,6 +7,8 @@ import { NotificationHub, WAKE_CHANNEL } from '../../database/notification-hub.t
 import type { WakeTopic } from '../../storage/wake.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
+import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
+import { deadHolders, type Holder } from './liveness.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 10;
@@ -84,8 +86,12 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   readonly metrics: Metrics;
   /** The time its decisions read (see Clock). */
   protected readonly clock: Clock;
+  /** What this process holds for its life, and how it tells whether peers hold theirs. */
+  protected readonly liveness: LivenessLocks;
 
   protected constructor(
+    /** The database it runs on (its notifications and liveness locks are this handle's). */
+    protected readonly database: Database,
     /** The stores this daemon uses (its subclass's type names them): its job row's, and its work's. */
     readonly storage: S,
     readonly log: Logger,
@@ -94,6 +100,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   ) {
     this.metrics = runtime.metrics ?? new Metrics();
     this.clock = runtime.clock ?? systemClock;
+    this.liveness = livenessLocksOf(database, log);
     this.metrics.jobs().observe({ jobType: description.jobType, lastHeartbeatAt: () => (this.#state === 'running' ? this.#lastHeartbeatAt : null) });
   }
 
@@ -114,6 +121,14 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
 
   /** True from the start until stop() is called: the daemon's loops run while it holds. */
   #stopWakeups: (() => void) | null = null;
+  #stopWatch: (() => void) | null = null;
+
+  /**
+   * Another process let go of its liveness lock (it was killed, or lost the database): a daemon
+   * that takes over from dead peers looks now (the triggerer, the scheduler) rather than at its
+   * next poll.
+   */
+  protected onPeerGone(): void {}
 
   protected get isRunning(): boolean {
     return this.#state === 'running';
@@ -142,6 +157,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
             this.onHeartbeat();
           },
           this.clock,
+          this.liveness,
         );
         this.#lastHeartbeatAt = Date.now();
       } catch (error) {
@@ -150,6 +166,11 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
         throw error;
       }
       this.#state = 'running';
+      // Told within about a second when another process's job lets go of its liveness lock.
+      this.#stopWatch = this.liveness.watch(
+        () => this.storage.jobs.listRunningJobs(),
+        () => this.onPeerGone(),
+      );
       this.run(this.#job);
     })();
     return this.#starting;
@@ -167,6 +188,8 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
       return;
     }
     this.#state = 'stopping';
+    this.#stopWatch?.();
+    this.#stopWatch = null;
     this.#stopWakeups?.();
     this.#stopWakeups = null;
     const job = this.#job!;
@@ -206,6 +229,14 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
         for (const handler of Object.values(handlers)) handler();
       },
     );
+  }
+
+  /**
+   * Which of `holders` are dead (see deadHolders): this daemon's threshold counts from the
+   * clock, and its own job is never among them.
+   */
+  protected deadAmong(holders: readonly Holder[], thresholdMs: number): Promise<number[]> {
+    return deadHolders(holders, this.clock.now() - thresholdMs, this.liveness, this.jobId);
   }
 
   /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { errorFields } from '../../vocabulary/errors.ts';
 import type { JobFields, Stores } from '../../storage/index.ts';
 import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
+import type { LivenessLocks } from '../../database/liveness-locks.ts';
 
 /**
  * A long-running process's row in `job` (triggerer, worker, scheduler): registered when it
@@ -20,6 +21,7 @@ export class JobRow {
     /** Called after each successful heartbeat. */
     onBeat: () => void,
     clock: Clock,
+    private readonly liveness: LivenessLocks | null,
   ) {
     this.#timer = setInterval(() => {
       this.storage.jobs
@@ -35,9 +37,20 @@ export class JobRow {
     log: Logger,
     onBeat: () => void = () => {},
     clock: Clock = systemClock,
+    liveness: LivenessLocks | null = null,
   ): Promise<JobRow> {
     const id = await storage.jobs.registerJob(fields, clock.now());
-    return new JobRow(id, storage, heartbeatIntervalMs, log, onBeat, clock);
+    // The lock is taken once the row exists (its key is the job id) and recorded after: until
+    // then peers judge the job by its heartbeat, which is fresh.
+    const lock = await liveness?.hold(id).catch((error: unknown) => {
+      log.warn(
+        { job_id: id, ...errorFields(error, 'DF_DATABASE') },
+        'could not take a liveness lock: peers will tell this process is gone only by its heartbeat',
+      );
+      return null;
+    });
+    if (lock) await storage.jobs.setLivenessLock(id, lock);
+    return new JobRow(id, storage, heartbeatIntervalMs, log, onBeat, clock, liveness);
   }
 
   /** No more heartbeats (the process is stopping); the row stays running until end(). */
@@ -49,5 +62,6 @@ export class JobRow {
   async end(state: 'success' | 'failed' = 'success', now = Date.now()): Promise<void> {
     this.stopHeartbeat();
     await this.storage.jobs.endJob(this.id, state, now);
+    await this.liveness?.release(this.id);
   }
 }

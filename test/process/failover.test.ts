@@ -1,0 +1,162 @@
+/**
+ * Failover in seconds, with real processes on both dialects: a triggerer killed with SIGKILL is
+ * known dead by its liveness lock (a PostgreSQL session advisory lock; on SQLite an OS lock on a
+ * file), far below the heartbeat threshold, and a peer runs its triggers; a triggerer stopped with
+ * SIGTERM hands its triggers over and wakes its peers in the same step; a frozen one (SIGSTOP)
+ * keeps its lock and is taken over by the heartbeat threshold only; an owner with no job row is
+ * released at the next pass. The benchmark (`npm run bench:failover`) measures the figures; the
+ * bounds here are generous.
+ */
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { TaskDeferred } from '../../src/index.ts';
+import { openStores } from '../../src/storage/index.ts';
+import { NeverTrigger } from '../fixtures/test-triggers.ts';
+import { dropTestDatabases, testDialects } from '../support/databases.ts';
+import { createTaskInstance, migratedDatabase, type TestDatabase, waitFor } from '../support/fixtures.ts';
+import { killLeftovers, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+
+afterAll(dropTestDatabases);
+
+const open: { databases: TestDatabase[]; files: string[] } = { databases: [], files: [] };
+afterEach(async () => {
+  await killLeftovers();
+  await Promise.all(open.databases.splice(0).map((db) => db.close()));
+  for (const file of open.files.splice(0)) rmSync(file, { force: true });
+});
+
+/** How many triggers each test defers (enough to spread over a few claims, few enough to be quick). */
+const TRIGGERS = 40;
+
+describe.each(testDialects)('failover on %s', (dialect) => {
+  async function setup(name: string) {
+    const db = await migratedDatabase(dialect);
+    open.databases.push(db);
+    const file = path.join(os.tmpdir(), `deferflow-failover-${name}-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    open.files.push(file);
+    return { db, file };
+  }
+
+  /** A triggerer whose heartbeat threshold is long: what it shows fast, the lock (or the stop) did. */
+  async function triggerer(db: TestDatabase, { threshold = 60, extra = [] as string[] } = {}): Promise<{ proc: TriggererProcess; jobId: number }> {
+    const proc = spawnTriggerer([
+      '--db',
+      db.url,
+      '--trigger-module',
+      'test/fixtures/test-triggers.ts',
+      '--heartbeat-interval',
+      '1',
+      '--health-check-threshold',
+      String(threshold),
+      ...extra,
+    ]);
+    return { proc, jobId: await proc.waitForJob(20_000) };
+  }
+
+  async function deferTriggers(db: TestDatabase, file: string): Promise<void> {
+    const storage = openStores(db);
+    for (let n = 0; n < TRIGGERS; n++) {
+      const id = await createTaskInstance(db, { taskId: `t${n}` });
+      await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new NeverTrigger({ file, tag: `n${n}` }), method: 'resume' }));
+    }
+  }
+
+  async function owned(db: TestDatabase, jobId: number): Promise<number> {
+    const row = await db.db
+      .selectFrom('trigger')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .where('triggerer_id', '=', jobId)
+      .executeTakeFirstOrThrow();
+    return Number(row.n);
+  }
+
+  /** Which processes started each trigger (its tag → pids), from the lines the test triggers write. */
+  function starts(file: string): Map<string, number[]> {
+    const byTag = new Map<string, number[]>();
+    for (const line of readFileSync(file, 'utf8').split('\n')) {
+      const [what, tag, pid] = line.trim().split(/\s+/);
+      if (what === 'start') byTag.set(tag!, [...(byTag.get(tag!) ?? []), Number(pid)]);
+    }
+    return byTag;
+  }
+
+  it('a SIGKILLed triggerer is known dead by its liveness lock: a peer runs all its triggers within seconds, far below the 60 s threshold', async () => {
+    const { db, file } = await setup('kill');
+    const victim = await triggerer(db);
+    await deferTriggers(db, file);
+    await waitFor(async () => (await owned(db, victim.jobId)) === TRIGGERS && starts(file).size === TRIGGERS, { what: 'the victim running every trigger' });
+    const job = await db.db.selectFrom('job').select(['liveness_lock']).where('id', '=', victim.jobId).executeTakeFirstOrThrow();
+    expect(job.liveness_lock).toMatch(dialect === 'postgres' ? /^pg-advisory$/ : /^file:.*\.liveness\/job-\d+$/);
+    const survivor = await triggerer(db);
+
+    const killedAt = Date.now();
+    victim.proc.kill('SIGKILL');
+    await waitFor(() => [...starts(file).values()].every((pids) => pids.includes(survivor.proc.pid!)), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      what: 'the survivor running every trigger',
+    });
+    const takeoverMs = Date.now() - killedAt;
+    // The target is 2 s at the 99th percentile (bench:failover); a loaded CI machine gets room.
+    expect(takeoverMs).toBeLessThan(6000);
+    expect(await owned(db, survivor.jobId)).toBe(TRIGGERS);
+    // The victim never ended its row: its lock, not its row, told.
+    expect(await db.db.selectFrom('job').select(['state', 'end_date']).where('id', '=', victim.jobId).executeTakeFirstOrThrow()).toEqual({
+      state: 'running',
+      end_date: null,
+    });
+    expect(survivor.proc.matching((line) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`)).toHaveLength(1);
+    // Every trigger ran on the victim, then once on the survivor.
+    for (const [tag, pids] of starts(file)) expect(pids, tag).toEqual([victim.proc.pid, survivor.proc.pid]);
+  }, 60_000);
+
+  it('a SIGTERMed triggerer releases its triggers and wakes its peers in one step: a peer runs them at once', async () => {
+    const { db, file } = await setup('stop');
+    const leaving = await triggerer(db);
+    await deferTriggers(db, file);
+    await waitFor(async () => (await owned(db, leaving.jobId)) === TRIGGERS && starts(file).size === TRIGGERS, {
+      what: 'the first triggerer running every trigger',
+    });
+    // The peer polls every 30 s: only the wake-up makes it claim sooner.
+    const peer = await triggerer(db, { extra: ['--poll-interval', '30'] });
+    leaving.proc.kill('SIGTERM');
+    const released = await leaving.proc.waitForLine((line) => line.released_triggers === TRIGGERS && line.job_id === leaving.jobId, 15_000);
+    const releasedAt = Number(released.time);
+    await waitFor(() => [...starts(file).values()].every((pids) => pids.includes(peer.proc.pid!)), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      what: 'the peer running every trigger',
+    });
+    expect(Date.now() - releasedAt).toBeLessThan(5000);
+    expect(await leaving.proc.exit).toEqual({ code: 0, signal: null });
+    expect(await owned(db, peer.jobId)).toBe(TRIGGERS);
+  }, 60_000);
+
+  it('a frozen triggerer (SIGSTOP) keeps its lock: it is taken over by the heartbeat threshold, not before', async () => {
+    const { db, file } = await setup('freeze');
+    const frozen = await triggerer(db, { threshold: 4 });
+    await deferTriggers(db, file);
+    await waitFor(async () => (await owned(db, frozen.jobId)) === TRIGGERS, { what: 'the first triggerer owning every trigger' });
+    const peer = await triggerer(db, { threshold: 4 });
+    const stoppedAt = Date.now();
+    frozen.proc.kill('SIGSTOP');
+    await waitFor(async () => (await owned(db, peer.jobId)) === TRIGGERS, { timeoutMs: 15_000, intervalMs: 50, what: 'the peer owning every trigger' });
+    // Its last heartbeat was at most a second before the stop: the threshold (4 s) less that.
+    expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(2900);
+    frozen.proc.kill('SIGKILL');
+  }, 60_000);
+
+  it('the triggers of an owner with no job row are released at the next pass', async () => {
+    const { db, file } = await setup('ownerless');
+    await deferTriggers(db, file);
+    await db.db.updateTable('trigger').set({ triggerer_id: 987_654 }).execute();
+    const started = Date.now();
+    const peer = await triggerer(db);
+    await waitFor(async () => (await owned(db, peer.jobId)) === TRIGGERS, { timeoutMs: 10_000, what: 'the triggerer owning every trigger' });
+    // Its first pass: well before the 30 s cleanup that used to release them.
+    expect(Date.now() - started).toBeLessThan(10_000);
+  }, 60_000);
+});
