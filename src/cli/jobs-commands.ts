@@ -1,7 +1,8 @@
 import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { positiveInteger } from '../vocabulary/options/option-table.ts';
-import { JOB_TYPES, jobLiveness, type LivenessThresholds } from '../services/jobs/job-liveness.ts';
+import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../services/jobs/job-liveness.ts';
+import { livenessLocksOf } from '../database/liveness-locks.ts';
 import { resolveSchedulerOptions } from '../daemons/scheduler/options.ts';
 import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 import { resolveTriggererOptions } from '../daemons/triggerer/options.ts';
@@ -15,7 +16,7 @@ export function registerJobsCommands(cli: Argv): void {
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
         'list',
-        'List triggerer, worker and scheduler jobs, newest first, with their liveness judged from the heartbeat (a SIGKILLed process never ends its row)',
+        'List triggerer, worker and scheduler jobs, newest first, with their liveness judged as the daemons judge each other: liveness lock and heartbeat (a SIGKILLed process never ends its row)',
         (command) =>
           command
             .option('type', { type: 'string', choices: Object.keys(JOB_TYPES), describe: 'Only jobs of this kind' })
@@ -24,14 +25,16 @@ export function registerJobsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const thresholds = livenessThresholds();
-          await withStorage(args.db, async (storage) => {
+          await withStorage(args.db, async (storage, database) => {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
-            const rows = (await storage.jobs.listJobs({ jobType, limit })).map((job) => ({
+            const jobs = await storage.jobs.listJobs({ jobType, limit });
+            const liveness = await judgeJobs(jobs, thresholds, now, livenessLocksOf(database));
+            const rows = jobs.map((job) => ({
               id: job.id,
               job_type: job.jobType,
               state: job.state,
-              liveness: jobLiveness(job, thresholds, now),
+              liveness: liveness.get(job.id)!,
               hostname: job.hostname,
               pid: job.pid,
               capacity: job.capacity,
@@ -70,14 +73,17 @@ export function registerJobsCommands(cli: Argv): void {
         async (args) => {
           const limit = positiveInteger(args.limit, 'limit');
           const thresholds = livenessThresholds();
-          await withStorage(args.db, async (storage) => {
+          await withStorage(args.db, async (storage, database) => {
             const now = Date.now();
             const jobType = args['job-type'] === undefined ? undefined : JOB_TYPES[args['job-type'] as keyof typeof JOB_TYPES];
             const running = await storage.jobs.listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
-            const alive = running.filter((job) => jobLiveness(job, thresholds, now) === 'alive');
+            const liveness = await judgeJobs(running, thresholds, now, livenessLocksOf(database));
+            const alive = running.filter((job) => liveness.get(job.id) === 'alive');
             const what = `${args['job-type'] ?? 'job'}${args.hostname === undefined ? '' : ` on ${args.hostname}`}`;
             if (alive.length === 0) {
-              process.stdout.write(`no live ${what} found (${running.length} running row(s) looked at, none with a fresh heartbeat)\n`);
+              process.stdout.write(
+                `no live ${what} found (${running.length} running row(s) looked at, none alive: a fresh heartbeat and a held liveness lock)\n`,
+              );
               process.exitCode = 1;
             } else if (alive.length > 1 && !args['allow-multiple']) {
               process.stdout.write(

@@ -2,10 +2,10 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
-import type { Logger } from 'pino';
+import pino, { type Logger } from 'pino';
 import { sql } from 'kysely';
 import { betterSqlite3Package, pgPackage } from '../vocabulary/lazy-package.ts';
-import { errorFields } from '../vocabulary/errors.ts';
+import { DatabaseError, errorFields } from '../vocabulary/errors.ts';
 import type { Database } from './connect.ts';
 import { WAKE_CHANNEL } from './notification-hub.ts';
 
@@ -67,8 +67,8 @@ const PG_LOCK_SPACE_SQL = `hashtext('deferflow liveness ' || current_schema())`;
 
 const registry = new WeakMap<object, LivenessLocks>();
 
-/** The process's liveness locks on `database` (one set per open database). */
-export function livenessLocksOf(database: Database, log: Logger): LivenessLocks {
+/** The process's liveness locks on `database` (one set per open database); `log` hears of lost sessions. */
+export function livenessLocksOf(database: Database, log: Logger = pino({ enabled: false })): LivenessLocks {
   let locks = registry.get(database.db);
   if (!locks) {
     locks =
@@ -262,7 +262,7 @@ class PostgresLivenessLocks implements LivenessLocks {
     this.#client ??= (async () => {
       const client = new (pgPackage().Client)({ connectionString: this.url, application_name: `deferflow liveness ${process.pid}` });
       client.on('error', (error) => this.#lost(client, error));
-      client.on('end', () => this.#lost(client, new Error('the connection ended')));
+      client.on('end', () => this.#lost(client, new DatabaseError('the session holding the liveness locks ended')));
       await client.connect();
       return client;
     })();

@@ -11,6 +11,8 @@ export interface JobListing {
   readonly startDate: number;
   readonly endDate: number | null;
   readonly latestHeartbeat: number | null;
+  /** What it holds for its life (see liveness-locks.ts); null: only its heartbeat tells. */
+  readonly livenessLock: string | null;
 }
 
 export interface JobFilter {
@@ -39,5 +41,6 @@ export async function listJobs({ db }: StorageContext, filter: JobFilter): Promi
     startDate: fromDbTime(row.start_date)!,
     endDate: fromDbTime(row.end_date),
     latestHeartbeat: fromDbTime(row.latest_heartbeat),
+    livenessLock: row.liveness_lock,
   }));
 }

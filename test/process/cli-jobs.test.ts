@@ -1,5 +1,6 @@
 // `deferflow jobs list` and `jobs check`: a job row's state says what its process last wrote; a
-// process killed with SIGKILL never ends its row, so both judge liveness from the heartbeat.
+// process killed with SIGKILL never ends its row, so both judge liveness as the daemons do: by its
+// liveness lock (freed with the process) and its heartbeat.
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
@@ -10,8 +11,9 @@ afterAll(dropTestDatabases);
 const scratch = processScratch();
 
 type JobJson = { id: number; job_type: string; state: string; liveness: string; heartbeat_age_s: number | null };
-// The threshold the listing judges triggerers by: the triggerers' own --health-check-threshold.
-const JUDGED_BY = { DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD: '3', DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL: '0.2' };
+// The threshold the listing judges triggerers by: the triggerers' own --health-check-threshold,
+// long, so that what tells of a killed one at once is its freed liveness lock.
+const JUDGED_BY = { DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD: '60', DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL: '0.2' };
 
 describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
   it('shows a SIGKILLed triggerer as dead though its row still says running, a live one alive, a stopped one ended', async () => {
@@ -24,7 +26,7 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
     };
     const jobs = async () => JSON.parse((await list('--json')).join('\n')) as JobJson[];
     const start = (proc: TriggererProcess) => proc.waitForJob();
-    const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '3'];
+    const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '60'];
     const killed = spawnTriggerer(fast);
     const stopped = spawnTriggerer(fast);
     const live = spawnTriggerer(fast);
@@ -42,7 +44,8 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
       { what: 'the killed triggerer judged dead', timeoutMs: 20_000, intervalMs: 200 },
     );
     expect(settled[killedId]).toMatchObject({ job_type: 'TriggererJob', state: 'running', liveness: 'dead' });
-    expect(settled[killedId]!.heartbeat_age_s).toBeGreaterThanOrEqual(3);
+    // Dead by its lock, long before its heartbeat would have told.
+    expect(settled[killedId]!.heartbeat_age_s).toBeLessThan(60);
     expect(settled[stoppedId]).toMatchObject({ state: 'success', liveness: 'ended' });
     expect(settled[liveId]).toMatchObject({ state: 'running', liveness: 'alive' });
 
@@ -64,10 +67,10 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
     };
     expect(await check('--job-type', 'triggerer')).toEqual({
       code: 1,
-      text: 'no live triggerer found (0 running row(s) looked at, none with a fresh heartbeat)',
+      text: 'no live triggerer found (0 running row(s) looked at, none alive: a fresh heartbeat and a held liveness lock)',
     });
 
-    const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '3'];
+    const fast = ['--db', db.url, '--heartbeat-interval', '0.2', '--health-check-threshold', '60'];
     const first = spawnTriggerer(fast);
     const firstId = await first.waitForJob();
     const alive = await check('--job-type', 'triggerer');
@@ -75,7 +78,7 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
     expect(alive.text).toMatch(new RegExp(`^found 1 live triggerer \\(job ${firstId} on host \\S+\\)$`));
     expect((await check('--job-type', 'worker')).code).toBe(1);
     expect((await check('--job-type', 'triggerer', '--hostname', 'no-such-host')).text).toBe(
-      'no live triggerer on no-such-host found (0 running row(s) looked at, none with a fresh heartbeat)',
+      'no live triggerer on no-such-host found (0 running row(s) looked at, none alive: a fresh heartbeat and a held liveness lock)',
     );
 
     const second = spawnTriggerer(fast);
@@ -90,7 +93,7 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
     await stopCleanly([second]);
     first.kill('SIGKILL');
     await first.exit;
-    // Its row still says running; once its heartbeat is older than the threshold, the check fails.
+    // Its row still says running; its freed liveness lock fails the check, long before the threshold.
     const dead = await waitFor(
       async () => {
         const result = await check('--job-type', 'triggerer');
@@ -98,7 +101,7 @@ describe.each(testDialects)('deferflow jobs check on %s', (dialect) => {
       },
       { what: 'the check failing for the killed triggerer', timeoutMs: 20_000, intervalMs: 200 },
     );
-    expect(dead.text).toBe('no live triggerer found (1 running row(s) looked at, none with a fresh heartbeat)');
+    expect(dead.text).toBe('no live triggerer found (1 running row(s) looked at, none alive: a fresh heartbeat and a held liveness lock)');
     expect((await check('--job-type', 'triggerer', '--limit', 'x')).code).not.toBe(0);
   }, 60_000);
 });

@@ -2,7 +2,8 @@ import { sameToken } from '../../vocabulary/options/tokens.ts';
 import type { Database } from '../../database/connect.ts';
 import { TRIGGERER_JOB_TYPE } from '../../database/schema.ts';
 import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
-import { jobLiveness, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
+import { judgeJobs, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
+import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
 import { nextDueAt } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
 import { type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
@@ -28,6 +29,7 @@ export interface StatusPageOptions {
  */
 export function statusPages(database: Database, options: StatusPageOptions): (request: HttpRequest) => Promise<HttpReply | null> {
   const storage = openStores(database);
+  const locks = livenessLocksOf(database);
   const token = options.token === null ? null : Buffer.from(options.token);
   const show = (title: string, here: string, content: Html): HttpReply => ({
     status: 200,
@@ -59,10 +61,10 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       return { status: 405, headers: { allow: 'GET', 'content-type': 'text/plain' }, body: 'read-only: GET\n' };
     const after = optionalId(url.searchParams.get('after'));
     const [area, id, sub, subId] = segments;
-    if (area === undefined) return show('Overview', '/', await overview(storage, options));
+    if (area === undefined) return show('Overview', '/', await overview(storage, options, locks));
     if (area === 'deferred' && id === undefined) return show('Deferred task instances', '/deferred', await deferredPage(storage, after));
     if (area === 'triggers' && id === undefined) return show('Triggers', '/triggers', await triggersPage(storage, after));
-    if (area === 'triggerers' && id === undefined) return show('Triggerers', '/triggerers', await triggerersPage(storage, options));
+    if (area === 'triggerers' && id === undefined) return show('Triggerers', '/triggerers', await triggerersPage(storage, options, locks));
     if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
     if (area === 'dags' && id !== undefined && sub === undefined) {
       const content = await dagPage(storage, id);
@@ -105,7 +107,7 @@ function pager(path: string, rows: readonly { id: number }[], after: number | un
   return html`<div class="pager">${first}${next}</div>`;
 }
 
-async function overview(storage: Stores, options: StatusPageOptions): Promise<Html> {
+async function overview(storage: Stores, options: StatusPageOptions, locks: LivenessLocks): Promise<Html> {
   const now = Date.now();
   const [counts, triggers, triggerers, dags, importErrors] = await Promise.all([
     storage.maintenance.countWaitingWork(),
@@ -114,7 +116,8 @@ async function overview(storage: Stores, options: StatusPageOptions): Promise<Ht
     storage.serializedDags.listSerializedDags(),
     storage.serializedDags.listImportErrors(),
   ]);
-  const alive = triggerers.filter((job) => jobLiveness(job, options.liveness, now) === 'alive').length;
+  const liveness = await judgeJobs(triggerers, options.liveness, now, locks);
+  const alive = triggerers.filter((job) => liveness.get(job.id) === 'alive').length;
   const card = (figure: number, what: string, link: string) => html`<a class="card" href="${link}"><b>${figure.toLocaleString('en')}</b>${what}</a>`;
   return html`<h1>Overview</h1><div class="cards">
 ${card(counts.deferredTaskInstances, 'deferred task instances', '/deferred')}
@@ -170,9 +173,10 @@ ${rows.map(
 ${pager('triggers', rows, after)}`;
 }
 
-async function triggerersPage(storage: Stores, options: StatusPageOptions): Promise<Html> {
+async function triggerersPage(storage: Stores, options: StatusPageOptions, locks: LivenessLocks): Promise<Html> {
   const now = Date.now();
   const jobs = await storage.jobs.listJobs({ jobType: TRIGGERER_JOB_TYPE, limit: PAGE_ROWS });
+  const judged = await judgeJobs(jobs, options.liveness, now, locks);
   const owned = await storage.triggers.ownedTriggerCounts(jobs.map((job) => job.id));
   return html`<h1>Triggerers</h1>
 ${
@@ -181,7 +185,7 @@ ${
     : html`
 <table id="triggerers"><tr><th>job</th><th>host</th><th>pid</th><th>state</th><th>last heartbeat</th><th>triggers</th><th>capacity</th><th>load</th></tr>
 ${jobs.map((job) => {
-  const liveness = jobLiveness(job, options.liveness, now);
+  const liveness = judged.get(job.id)!;
   const count = owned.get(job.id) ?? 0;
   return html`<tr><td class="num">${job.id}</td><td>${job.hostname}</td><td class="num">${job.pid ?? ''}</td><td>${stateBadge(liveness)}</td>
 <td>${job.latestHeartbeat === null ? '' : `${ago(now - job.latestHeartbeat)} ago`}</td><td class="num">${count}</td><td class="num">${job.capacity ?? ''}</td>

@@ -81,6 +81,9 @@ export class Scheduler extends Daemon<SchedulerStores> {
   /** DAGs scheduled on a signal (or declaring actions on it), by key, and the subscription that wakes the scheduler on each send. */
   readonly #signalKeys = new Map<string, { dagIds: Set<string>; subscription: Promise<SignalSubscription> | null }>();
 
+  /** When the oldest heartbeat of a live worker holding tries passes the zombie threshold, if not renewed (clock ms); null: none. */
+  #nextHolderStaleAt: number | null = null;
+
   constructor(
     database: Database,
     /** Its options, resolved. */
@@ -108,12 +111,12 @@ export class Scheduler extends Daemon<SchedulerStores> {
     this.metrics.databaseGauges(() => this.storage.maintenance.countWaitingWork());
   }
 
-  /** Runs the next pass now instead of after the poll interval. */
   /** A worker whose process is gone may hold tries: the next pass retries them. */
   protected override onPeerGone(): void {
     this.wake();
   }
 
+  /** Runs the next pass now instead of after the poll interval. */
   wake(): void {
     this.#pause.wake();
   }
@@ -151,7 +154,8 @@ export class Scheduler extends Daemon<SchedulerStores> {
 
   /**
    * The poll interval; while pushes work, the safety net's longer pause, cut short at the next
-   * moment something comes due by time alone (a retry or reschedule, a scheduled interval).
+   * moment something comes due by time alone (a retry or reschedule, a scheduled interval, a
+   * worker holding tries whose heartbeat would pass the zombie threshold).
    */
   async #pauseAfterPass(): Promise<number> {
     const pause = this.safetyNetPause(this.database, this.options.pollIntervalMs);
@@ -160,6 +164,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
     if (this.#nextReadyAt === undefined) return this.options.pollIntervalMs;
     let due = this.#nextReadyAt ?? Number.POSITIVE_INFINITY;
     for (const { at } of this.#nextScheduleCheck.values()) if (at !== null && at < due) due = at;
+    if (this.#nextHolderStaleAt !== null && this.#nextHolderStaleAt < due) due = this.#nextHolderStaleAt;
     return Math.max(this.options.pollIntervalMs, Math.min(pause, due - this.clock.now()));
   }
 

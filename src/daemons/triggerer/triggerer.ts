@@ -27,10 +27,11 @@ const FULL_RECONCILE_MS = 60_000;
 /*
  * A triggerer's life is every daemon's (src/services/jobs/daemon.ts: start once, stop once, a job row).
  * While running, three loops share the event loop with the triggers:
- * - the pass (every poll-interval, at once again after a full claim): release the triggers of
- *   dead peers; when what it owns differs from what it runs, cancel what it runs but no longer
- *   owns and start what it owns but does not run; claim more up to capacity; now and then
- *   delete triggers nothing waits on, and release those whose owner has no job row at all;
+ * - the pass (every poll-interval, at once again after a full claim, when a peer's liveness lock
+ *   is freed, and when a peer's heartbeat would pass the threshold): release the triggers of
+ *   dead peers (and of owners with no job row); when what it owns differs from what it runs,
+ *   cancel what it runs but no longer owns and start what it owns but does not run; claim more
+ *   up to capacity; now and then delete triggers nothing waits on;
  * - the heartbeat (every heartbeat-interval);
  * - the timeout sweep (at the next deferral deadline, at most timeoutSweepMs apart).
  * Outcomes (events, failures) go through the OutcomeWriter as they happen.
@@ -41,6 +42,9 @@ const FULL_RECONCILE_MS = 60_000;
 
 /** The stores a triggerer uses: its job row, its triggers and what they move, signals (pruned), trigger logs, DAG run states (sensors' reads), the waiting-work gauges. */
 export type TriggererStores = Pick<Stores, 'jobs' | 'triggers' | 'signals' | 'logs' | 'dagRuns' | 'maintenance'>;
+
+/** How long after a peer's heartbeat would pass the threshold the pass that looks comes (a heartbeat in flight lands meanwhile). */
+const STALE_MARGIN_MS = 100;
 
 /** The triggerer daemon: claims trigger rows up to its capacity, runs them on its event loop, and writes their events; heartbeats, and takes over the triggers of dead peers. */
 export class Triggerer extends Daemon<TriggererStores> {
@@ -60,6 +64,8 @@ export class Triggerer extends Daemon<TriggererStores> {
   #sweepAt = 0;
   #lastCleanupAt = 0;
   #lastFullReconcileAt = 0;
+  /** When the oldest heartbeat of a live peer owning triggers passes the threshold, if it is not renewed (clock ms); null: no such peer. */
+  #nextOwnerStaleAt: number | null = null;
 
   constructor(
     database: Database,
@@ -242,7 +248,8 @@ export class Triggerer extends Daemon<TriggererStores> {
       if (!this.isRunning) break;
       // A full claim goes on at once; otherwise a storm of wake-ups (one per deferral) shares a
       // pass every WOKEN_PASS_PACING.gapMs.
-      await this.#pause.sleep(again ? 0 : this.safetyNetPause(this.database, this.options.pollIntervalMs), this.#pacer.floorMs());
+      const untilStale = this.#nextOwnerStaleAt === null ? Number.POSITIVE_INFINITY : Math.max(0, this.#nextOwnerStaleAt - this.clock.now());
+      await this.#pause.sleep(again ? 0 : Math.min(this.safetyNetPause(this.database, this.options.pollIntervalMs), untilStale), this.#pacer.floorMs());
     }
   }
 
@@ -257,6 +264,11 @@ export class Triggerer extends Daemon<TriggererStores> {
       owners.map((owner) => ({ id: owner.ownerId, job: owner.job })),
       options.healthCheckThresholdMs,
     );
+    // A frozen owner keeps its lock: its heartbeat tells, once past the threshold. The next pass
+    // comes no later than that moment for the owner whose heartbeat is oldest.
+    const dead = new Set(deadOwners);
+    const heartbeats = owners.flatMap((owner) => (owner.job && owner.ownerId !== jobId && !dead.has(owner.ownerId) ? [owner.job.latestHeartbeat] : []));
+    this.#nextOwnerStaleAt = heartbeats.length === 0 ? null : Math.min(...heartbeats) + options.healthCheckThresholdMs + STALE_MARGIN_MS;
     if (deadOwners.length > 0) {
       const released = await storage.triggers.releaseTriggersOfOwners(deadOwners);
       if (released > 0) this.log.info({ released_triggers: released, dead_triggerers: deadOwners }, `released ${released} trigger(s) of dead triggerers`);

@@ -8,7 +8,7 @@ import type { WakeTopic } from '../../storage/wake.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
-import { deadHolders, type Holder } from './liveness.ts';
+import { deadHolders, type Holder } from './job-liveness.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 10;
@@ -236,7 +236,15 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
    * clock, and its own job is never among them.
    */
   protected deadAmong(holders: readonly Holder[], thresholdMs: number): Promise<number[]> {
-    return deadHolders(holders, this.clock.now() - thresholdMs, this.liveness, this.jobId);
+    const now = this.clock.now();
+    // A peer's stale heartbeat says it was silent only if this process could hear it meanwhile:
+    // after a database outage (its own heartbeats failed too, say SQLite's write lock held by
+    // another process) every peer's heartbeat is as old, and none is judged by it until the
+    // database has answered this process's heartbeats for a whole threshold. Locks and job rows
+    // still tell at once.
+    const failedAt = this.#job?.lastFailedBeatAt ?? null;
+    const aliveSince = failedAt !== null && now - failedAt < thresholdMs ? Number.NEGATIVE_INFINITY : now - thresholdMs;
+    return deadHolders(holders, aliveSince, this.liveness, this.jobId);
   }
 
   /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */

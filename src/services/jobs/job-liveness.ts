@@ -1,4 +1,6 @@
 import { SCHEDULER_JOB_TYPE, TRIGGERER_JOB_TYPE, WORKER_JOB_TYPE } from '../../database/schema.ts';
+import type { LivenessLocks } from '../../database/liveness-locks.ts';
+import type { JobLiveness } from '../../storage/index.ts';
 
 export type Liveness = 'alive' | 'dead' | 'ended';
 
@@ -14,17 +16,69 @@ export interface LivenessThresholds {
 }
 
 /**
- * What a job row means now. Its `state` says only what the process last wrote: a process killed
- * with SIGKILL never writes `ended`, so its row says `running` forever; the heartbeat tells.
+ * What a job row means now, as the daemons judge each other (see deadHolders). Its `state` says
+ * only what the process last wrote: a process killed with SIGKILL never writes `ended`, so its
+ * row says `running` forever; its liveness lock (`lockGone`: see LivenessLocks.gone) and its
+ * heartbeat tell.
  */
 export function jobLiveness(
   job: { readonly jobType: string; readonly state: string; readonly endDate: number | null; readonly latestHeartbeat: number | null },
   thresholds: LivenessThresholds,
   now: number,
+  lockGone = false,
 ): Liveness {
   if (job.state !== 'running' || job.endDate !== null) return 'ended';
+  if (lockGone) return 'dead';
   const thresholdMs = job.jobType === TRIGGERER_JOB_TYPE ? thresholds.triggererMs : thresholds.workerMs;
   return job.latestHeartbeat !== null && now - job.latestHeartbeat <= thresholdMs ? 'alive' : 'dead';
+}
+
+/**
+ * The liveness of each listed job as the daemons judge it (jobLiveness), their liveness locks
+ * tried: what `jobs list`, `jobs check` and the status page show.
+ */
+export async function judgeJobs(
+  jobs: readonly {
+    readonly id: number;
+    readonly jobType: string;
+    readonly state: string;
+    readonly endDate: number | null;
+    readonly latestHeartbeat: number | null;
+    readonly livenessLock: string | null;
+  }[],
+  thresholds: LivenessThresholds,
+  now: number,
+  locks: LivenessLocks,
+): Promise<Map<number, Liveness>> {
+  const gone = await locks.gone(jobs.filter((job) => job.state === 'running' && job.endDate === null));
+  return new Map(jobs.map((job) => [job.id, jobLiveness(job, thresholds, now, gone.has(job.id))]));
+}
+
+/** A daemon that rows name as theirs (a trigger's owner, a task instance's worker), with its job row (null: none). */
+export interface Holder {
+  readonly id: number;
+  readonly job: JobLiveness | null;
+}
+
+/**
+ * Which holders are dead, so that what they hold goes to the living:
+ * - no job row (pruned, or deleted by hand), or a job that ended: at once;
+ * - a liveness lock let go (see liveness-locks.ts): its process is gone (killed, or cut off from
+ *   the database), recognised at the next look, whatever its heartbeat says;
+ * - a heartbeat older than `aliveSince`: alive, perhaps, but not working (frozen, or partitioned
+ *   while its session lingers), past the threshold.
+ * The locks are only tried for holders the row alone does not condemn; `self` is never dead.
+ */
+export async function deadHolders(holders: readonly Holder[], aliveSince: number, locks: LivenessLocks, self: number | null): Promise<number[]> {
+  const dead: number[] = [];
+  const locked: JobLiveness[] = [];
+  for (const { id, job } of holders) {
+    if (id === self) continue;
+    if (job === null || !job.running || job.latestHeartbeat < aliveSince) dead.push(id);
+    else if (job.livenessLock !== null) locked.push(job);
+  }
+  if (locked.length > 0) dead.push(...(await locks.gone(locked)));
+  return dead;
 }
 
 /** The job types by the names the CLI uses. */

@@ -12,6 +12,12 @@ import type { LivenessLocks } from '../../database/liveness-locks.ts';
  */
 export class JobRow {
   #timer: NodeJS.Timeout | null;
+  #beatFailedAt: number | null = null;
+
+  /** When its last heartbeat failed (clock ms), if one ever did: since then this process could not tell a silent peer from a silent database. */
+  get lastFailedBeatAt(): number | null {
+    return this.#beatFailedAt;
+  }
 
   private constructor(
     readonly id: number,
@@ -24,9 +30,10 @@ export class JobRow {
     private readonly liveness: LivenessLocks | null,
   ) {
     this.#timer = setInterval(() => {
-      this.storage.jobs
-        .heartbeatJob(this.id, clock.now())
-        .then(onBeat, (error: unknown) => this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed'));
+      this.storage.jobs.heartbeatJob(this.id, clock.now()).then(onBeat, (error: unknown) => {
+        this.#beatFailedAt = clock.now();
+        this.log.error({ job_id: this.id, ...errorFields(error, 'DF_DATABASE') }, 'heartbeat failed');
+      });
     }, heartbeatIntervalMs);
   }
 

@@ -228,14 +228,16 @@ export const dag = new Dag({ dagId: 'ticks' }).add(tick, new Hold({ taskId: 'hol
     const runner = () =>
       db.db.selectFrom('task_instance').select(['state', 'stop_request', 'try_number']).where('task_id', '=', 'runner').executeTakeFirstOrThrow();
     await waitFor(async () => (await runner()).state === 'running', { what: 'runner running', timeoutMs: 30_000 });
-    // The worker dies; the signal comes while its heartbeat still looks fresh (6 s), so the
-    // scheduler asks the dead worker to stop the try, and then reaps it.
-    worker.kill('SIGKILL');
-    await worker.exit;
+    // The worker freezes (a killed one is known dead at once by its liveness lock); the signal
+    // comes while its heartbeat still looks fresh (6 s), so the scheduler asks the frozen worker
+    // to stop the try, and then, past the threshold, reaps it.
+    worker.kill('SIGSTOP');
     await sendSignal(db, 'all.stop');
     await waitFor(async () => (await runner()).stop_request === 'skipped', { what: 'the stop requested', timeoutMs: 5_000 });
     await waitFor(async () => (await runner()).state === 'skipped', { what: 'the dead worker reaped as the signal asked', timeoutMs: 30_000 });
     expect(await runner()).toEqual({ state: 'skipped', stop_request: null, try_number: 1 });
+    worker.kill('SIGKILL');
+    await worker.exit;
     await stopCleanly([scheduler]);
   }, 90_000);
 });
