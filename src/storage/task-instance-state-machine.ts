@@ -14,6 +14,7 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../database/schema
  *   deferred ──triggerer: event or trigger failure──▶ scheduled, resumed at next_method
  *   deferred ──triggerer: a TaskEndEvent──▶ success | failed | skipped
  *   deferred ──triggerer: trigger_timeout passed──▶ scheduled, resumed at __fail__
+ *   deferred ──triggerer's reconciler: no trigger row and no timeout (stranded)──▶ scheduled, resumed at __fail__
  *   up_for_retry | up_for_reschedule ──scheduler: ready_at passed──▶ scheduled
  *   queued ──scheduler: its worker's heartbeat went stale──▶ scheduled (it never started)
  *   running ──scheduler: its worker's heartbeat went stale──▶ up_for_retry | failed
@@ -75,6 +76,7 @@ export const TASK_INSTANCE_TRANSITIONS = {
   resume: { from: ['deferred'], to: ['scheduled'], by: 'triggerer (event or trigger failure)', file: 'move-deferred-task-instances.ts' },
   'end-from-trigger': { from: ['deferred'], to: ['success', 'failed', 'skipped'], by: 'triggerer (TaskEndEvent)', file: 'move-deferred-task-instances.ts' },
   'time-out': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (timeout sweep)', file: 'fail-timed-out-deferrals.ts' },
+  'strand-repair': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (the reconciler: no trigger row, no timeout)', file: 'fail-stranded-deferrals.ts' },
   'ready-again': { from: ['up_for_retry', 'up_for_reschedule'], to: ['scheduled'], by: 'scheduler', file: 'schedule-ready-task-instances.ts' },
   'reap-queued': { from: ['queued'], to: ['scheduled'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
   'reap-running': { from: ['running'], to: ['up_for_retry', 'failed'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },

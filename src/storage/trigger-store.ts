@@ -3,6 +3,7 @@ import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-trigge
 import type { FailureKwargs, StorageContext } from './context.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
+import { failStrandedDeferrals } from './fail-stranded-deferrals.ts';
 import { moveDeferredTaskInstances, prepareMove, type MoveResult, type PreparedMove } from './move-deferred-task-instances.ts';
 import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
 import { listTriggerOwners, releaseTriggersOfOwners, type TriggerOwner } from './trigger-owners.ts';
@@ -69,7 +70,7 @@ export interface TriggerFailureOutcome {
  * its next reconcile (ownedTriggersDigest, listOwnedTriggerIds).
  */
 
-/** Trigger rows: listTriggerOwners, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+/** Trigger rows: listTriggerOwners, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -139,6 +140,10 @@ export class TriggerStore {
 
   failTimedOutDeferrals(now = Date.now()): Promise<number> {
     return failTimedOutDeferrals(this.#context, now);
+  }
+
+  failStrandedDeferrals(now = Date.now()): Promise<number> {
+    return failStrandedDeferrals(this.#context, now);
   }
 
   nextDeferralDeadline(): Promise<number | null> {

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
+import { toDbTime } from '../../src/database/schema.ts';
 import { openStores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { SteppedClock } from '../support/clock.ts';
@@ -339,6 +340,25 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     // To its clock the peer's heartbeat is as old: its first release takes the peer's trigger too.
     expect(late.logs.matching((line) => /of dead triggerers/.test(String(line.msg)))[0]?.msg).toBe('released 2 trigger(s) of dead triggerers');
     expect(peer.logs.matching((line) => /of dead triggerers/.test(String(line.msg)))).toEqual([]);
+  });
+
+  it('fails a stranded deferral (no trigger row, no timeout: it would wait forever) with DF_DEFERRAL_STRANDED, and counts it; one with a timeout waits for it', async () => {
+    const db = await database();
+    const stranded = await createTaskInstance(db, { state: 'deferred' });
+    const timed = await createTaskInstance(db, { state: 'deferred' });
+    await db.db
+      .updateTable('task_instance')
+      .set({ trigger_timeout: toDbTime(Date.now() + 3_600_000) })
+      .where('id', '=', timed)
+      .execute();
+    const tr = await triggerer(db, {}, { cleanupIntervalMs: 50 });
+    await waitFor(async () => (await taskInstance(db, stranded)).state === 'scheduled', { what: 'the stranded deferral failed' });
+    const failed = await taskInstance(db, stranded);
+    expect(failed.next_method).toBe(TRIGGER_FAILURE_METHOD);
+    expect(failed.next_kwargs).toMatchObject({ code: 'DF_DEFERRAL_STRANDED', reason: 'trigger_failure' });
+    expect((await taskInstance(db, timed)).state).toBe('deferred');
+    expect(await tr.triggerer.metrics.registry.metrics()).toMatch(/^deferflow_stranded_deferrals_total 1$/m);
+    expect(tr.logs.matching((line) => line.code === 'DF_DEFERRAL_STRANDED')).toHaveLength(1);
   });
 
   it('a claim never takes more triggers than asked for', async () => {

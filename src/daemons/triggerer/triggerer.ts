@@ -321,6 +321,15 @@ export class Triggerer extends Daemon<TriggererStores> {
       const pruned = await storage.signals.pruneSignals(this.clock.now() - options.signalRetentionMs);
       if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
       await this.#failQuarantined();
+      // The reconciler: every deferred task instance has a trigger row, or a timeout to end it.
+      const stranded = await storage.triggers.failStrandedDeferrals(this.clock.now());
+      if (stranded > 0) {
+        this.metrics.triggerer().stranded.inc(stranded);
+        this.log.error(
+          { code: 'DF_DEFERRAL_STRANDED', stranded_task_instances: stranded },
+          `${stranded} deferred task instance(s) had no trigger row and no timeout (they would have waited forever): failed with DF_DEFERRAL_STRANDED`,
+        );
+      }
     }
     return claimedFull;
   }

@@ -85,6 +85,8 @@ export class TriggererMetrics {
   readonly succeeded: Counter<'classpath'>;
   /** Deferred task instances failed by their deferral timeout. */
   readonly timedOut: Counter;
+  /** Deferred task instances the reconciler found stranded (no trigger row, no timeout) and failed: should stay 0. */
+  readonly stranded: Counter;
   /** Trigger events whose task instances' move was committed. */
   readonly eventsWritten: Counter;
   /** From a trigger's event to the commit moving its task instances. */
@@ -140,6 +142,11 @@ export class TriggererMetrics {
     this.timedOut = new (prom().Counter)({
       name: 'deferflow_triggers_timed_out_total',
       help: 'Deferred task instances failed because their deferral timeout passed',
+      registers: [registry],
+    });
+    this.stranded = new (prom().Counter)({
+      name: 'deferflow_stranded_deferrals_total',
+      help: 'Deferred task instances found stranded (no trigger row, no timeout: they would wait forever) and failed; should stay 0',
       registers: [registry],
     });
     this.eventsWritten = new (prom().Counter)({

@@ -1,0 +1,40 @@
+import { toDbTime } from '../database/schema.ts';
+import { TRIGGER_FAILURE_METHOD, type FailureKwargs, type StorageContext } from './context.ts';
+import { wake } from './wake.ts';
+
+export const STRANDED_DEFERRAL_KWARGS: FailureKwargs = Object.freeze({
+  code: 'DF_DEFERRAL_STRANDED',
+  error:
+    'the deferral lost its trigger row (no trigger would ever fire for it, and it has no timeout to end it): failed so it does not wait forever; defer again, and report it, for it is a bug',
+  traceback: null,
+  reason: 'trigger_failure',
+});
+
+/**
+ * The invariant every deferred task instance keeps: it has a trigger row (owned by a live
+ * triggerer, or claimable: see listTriggerOwners and claimTriggers), or a deadline the timeout
+ * sweep will honour. One that has neither would wait forever; this finds them (a few rows at
+ * most, through the deferred state's index), fails them with DF_DEFERRAL_STRANDED (scheduled,
+ * resumed at the failure method, as a failed trigger's are) and returns how many it found.
+ * Triggerers run it now and then (the reconciler); the chaos run asserts it finds none.
+ */
+export async function failStrandedDeferrals({ db, adapter }: StorageContext, now: number): Promise<number> {
+  return db.transaction().execute(async (trx) => {
+    const result = await trx
+      // transition: strand-repair
+      .updateTable('task_instance')
+      .set({
+        state: 'scheduled',
+        next_method: TRIGGER_FAILURE_METHOD,
+        next_kwargs: adapter.jsonParam(JSON.stringify(STRANDED_DEFERRAL_KWARGS)),
+        updated_at: toDbTime(now),
+      })
+      .where('state', '=', 'deferred')
+      .where('trigger_id', 'is', null)
+      .where('trigger_timeout', 'is', null)
+      .executeTakeFirst();
+    const failed = Number(result.numUpdatedRows);
+    if (failed > 0) await wake(trx, adapter, 'worker');
+    return failed;
+  });
+}
