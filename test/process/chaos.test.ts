@@ -53,6 +53,7 @@ describe('chaos, short, on postgres', () => {
       not_done: 0,
       crashes: 0,
       uncaught_errors: 0,
+      stranded: 0,
       restart_postgres_s: 4,
       health_failing_during_outage: ['scheduler', 'triggerer', 'worker'],
       outage_logged_by: ['scheduler', 'triggerer', 'worker'],
