@@ -24,7 +24,7 @@ export interface WorkerConfig {
   readonly concurrency?: number;
   /** Pause between claims when there is nothing to claim or no free slot. @default 1 second */
   readonly pollInterval?: DurationInput;
-  /** How often the worker records that it is alive. @default 3 seconds */
+  /** How often the worker records that it is alive. @default 5 seconds */
   readonly heartbeatInterval?: DurationInput;
   /**
    * On stop, how long running tasks may finish before they are handed back (with their try:
@@ -61,7 +61,7 @@ export interface WorkerConfig {
 export interface SchedulerConfig {
   /** Pause between scheduling passes. @default 1 second */
   readonly pollInterval?: DurationInput;
-  /** How often the scheduler records that it is alive. @default 3 seconds */
+  /** How often the scheduler records that it is alive. @default 5 seconds */
   readonly heartbeatInterval?: DurationInput;
   /**
    * A worker whose heartbeat is this old is dead (frozen, or cut off while its session lingers):
@@ -83,7 +83,7 @@ export interface SchedulerConfig {
 export interface TriggererConfig {
   /** Most triggers this triggerer runs at once; it claims no more. @default 1000 */
   readonly capacity?: number;
-  /** How often the triggerer records that it is alive. @default 3 seconds */
+  /** How often the triggerer records that it is alive. @default 5 seconds */
   readonly heartbeatInterval?: DurationInput;
   /**
    * A triggerer whose heartbeat is this old is dead (frozen, or cut off while its session

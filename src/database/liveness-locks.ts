@@ -54,7 +54,7 @@ const LOCK_TRUST_MS = 5_000;
 const RETAKE_MAX_DELAY_MS = 2_000;
 
 /** How often a watch reads the running jobs again (a job started since is watched from then). */
-const WATCH_REFRESH_MS = 15_000;
+const WATCH_REFRESH_MS = 30_000;
 /** How often a SQLite watch tries the lock files (a read of small files; no database statement). */
 const FILE_PROBE_MS = 500;
 
@@ -232,7 +232,6 @@ class PostgresLivenessLocks implements LivenessLocks {
             continue;
           }
           waiter ??= await this.#openWaiter();
-          await waiter.query(`set lock_timeout = ${WATCH_REFRESH_MS}`);
           try {
             await waiter.query(`select pg_advisory_lock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
           } catch (error) {
@@ -267,6 +266,8 @@ class PostgresLivenessLocks implements LivenessLocks {
     const client = new (pgPackage().Client)({ connectionString: this.url, application_name: `deferflow liveness watch ${process.pid}` });
     client.on('error', () => {});
     await client.connect();
+    // Once for the session: each wait then ends by itself within WATCH_REFRESH_MS.
+    await client.query(`set lock_timeout = ${WATCH_REFRESH_MS}`);
     return client;
   }
 

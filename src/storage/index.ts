@@ -15,7 +15,7 @@ export type { OwnedDigest } from './owned-triggers.ts';
 export type { MoveResult, PreparedMove } from './move-deferred-task-instances.ts';
 export type { Deferral, DeferResult } from './defer-task-instance.ts';
 export type { JobFields, JobLiveness } from './jobs.ts';
-export type { TriggerOwner } from './trigger-owners.ts';
+export type { TriggerOwner, TriggerOwnership } from './trigger-owners.ts';
 export type { NewDagRun } from './create-dag-run.ts';
 export type { NewTaskInstance } from './create-task-instance.ts';
 export type { TaskReschedule } from '../model/task-reschedule.ts';

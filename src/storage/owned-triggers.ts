@@ -15,16 +15,6 @@ export interface OwnedDigest {
   readonly idSum: number;
 }
 
-/** The digest of the triggers `jobId` owns, computed in the database (one row comes back). */
-export async function ownedTriggersDigest({ db }: StorageContext, jobId: number): Promise<OwnedDigest> {
-  const row = await db
-    .selectFrom('trigger')
-    .select((eb) => [eb.fn.countAll<number | string>().as('count'), eb.fn.sum<number | string | null>('id').as('id_sum')])
-    .where('triggerer_id', '=', jobId)
-    .executeTakeFirstOrThrow();
-  return { count: Number(row.count), idSum: Number(row.id_sum ?? 0) };
-}
-
 /** The rows of the given triggers that triggerer `jobId` owns (for triggers it owns but does not run). */
 export async function loadOwnedTriggers({ db, adapter, keyring }: StorageContext, jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
   if (ids.length === 0) return [];

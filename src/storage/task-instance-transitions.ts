@@ -319,10 +319,12 @@ async function finishRun(
  * past its grace period, Ctrl-C on standalone). An operator stopping a process is not the task
  * failing, so the try is given back: a fresh run gets the same try number again (try_number - 1),
  * and a resumed run keeps next_method and next_kwargs to resume at the same point (its try_number
- * never went up). Ready at once, for any worker. False when it is no longer running on this worker.
+ * never went up). Ready at once, for any worker: the other workers are woken in the same
+ * statement (PostgreSQL NOTIFY; on SQLite, workers watching the file see the commit). False when
+ * it is no longer running on this worker.
  */
-export async function handBackTaskInstance({ db }: StorageContext, taskInstanceId: number, workerJobId: number, now: number): Promise<boolean> {
-  const result = await db
+export async function handBackTaskInstance({ db, adapter }: StorageContext, taskInstanceId: number, workerJobId: number, now: number): Promise<boolean> {
+  const row = await db
     // transition: hand-back
     .updateTable('task_instance')
     .set({
@@ -336,6 +338,7 @@ export async function handBackTaskInstance({ db }: StorageContext, taskInstanceI
     .where('state', '=', 'running')
     .where('worker_job_id', '=', workerJobId)
     .where('stop_request', 'is', null)
+    .returning(['id', wakeForChangedRows(adapter, 'worker')])
     .executeTakeFirst();
-  return Number(result.numUpdatedRows) === 1;
+  return row !== undefined;
 }

@@ -3,6 +3,7 @@ import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { wake } from './wake.ts';
 import type { JobLiveness } from './jobs.ts';
+import type { OwnedDigest } from './owned-triggers.ts';
 
 /** A triggerer some trigger rows name as their owner, with its job row (null: it has none, pruned or deleted). */
 export interface TriggerOwner {
@@ -10,16 +11,26 @@ export interface TriggerOwner {
   readonly job: JobLiveness | null;
 }
 
+/** What a triggerer's pass reads first: who owns trigger rows, and a digest of its own. */
+export interface TriggerOwnership {
+  /** Every distinct owner, with what tells whether it lives. */
+  readonly owners: readonly TriggerOwner[];
+  /** The count and id sum of the rows `jobId` owns, to hold against what its runner holds. */
+  readonly own: OwnedDigest;
+}
+
 /**
- * Every distinct owner of trigger rows, with what tells whether it lives: one statement, whose
- * owners are found with one index seek each (a loose index scan, written as a recursive query:
- * there are a few owners and up to a million owned rows, which a plain DISTINCT or NOT EXISTS
- * would visit one by one, holding SQLite's synchronous connection the while). Every triggerer
- * runs it each pass.
+ * Every distinct owner of trigger rows, with what tells whether it lives, and the digest of the
+ * rows `jobId` owns: one statement, whose owners are found with one index seek each (a loose index
+ * scan, written as a recursive query: there are a few owners and up to a million owned rows, which
+ * a plain DISTINCT or NOT EXISTS would visit one by one, holding SQLite's synchronous connection
+ * the while). Every triggerer runs it each pass; the digest saves the pass a statement.
  */
-export async function listTriggerOwners({ db }: StorageContext): Promise<TriggerOwner[]> {
+export async function readTriggerOwnership({ db }: StorageContext, jobId: number): Promise<TriggerOwnership> {
   const { rows } = await sql<{
-    owner_id: number;
+    own_count: number | string;
+    own_sum: number | string | null;
+    owner_id: number | null;
     job_id: number | null;
     state: string | null;
     end_date: Date | string | null;
@@ -30,22 +41,33 @@ export async function listTriggerOwners({ db }: StorageContext): Promise<Trigger
       select min(triggerer_id) from trigger
       union all
       select (select min(next.triggerer_id) from trigger next where next.triggerer_id > owners.id) from owners where owners.id is not null
-    )
-    select owners.id as owner_id, job.id as job_id, job.state, job.end_date, job.latest_heartbeat, job.liveness_lock
-    from owners left join job on job.id = owners.id
-    where owners.id is not null`.execute(db);
-  return rows.map((row) => ({
-    ownerId: Number(row.owner_id),
-    job:
-      row.job_id === null
-        ? null
-        : {
-            id: Number(row.job_id),
-            running: row.state === 'running' && row.end_date === null,
-            latestHeartbeat: fromDbTime(row.latest_heartbeat!),
-            livenessLock: row.liveness_lock,
+    ),
+    own as (select count(*) as own_count, coalesce(sum(id), 0) as own_sum from trigger where triggerer_id = ${jobId})
+    select own.own_count, own.own_sum, listed.owner_id, listed.job_id, listed.state, listed.end_date, listed.latest_heartbeat, listed.liveness_lock
+    from own left join (
+      select owners.id as owner_id, job.id as job_id, job.state, job.end_date, job.latest_heartbeat, job.liveness_lock
+      from owners left join job on job.id = owners.id
+      where owners.id is not null
+    ) listed on 1 = 1`.execute(db);
+  const owners = rows.flatMap((row) =>
+    row.owner_id === null
+      ? []
+      : [
+          {
+            ownerId: Number(row.owner_id),
+            job:
+              row.job_id === null
+                ? null
+                : {
+                    id: Number(row.job_id),
+                    running: row.state === 'running' && row.end_date === null,
+                    latestHeartbeat: fromDbTime(row.latest_heartbeat!),
+                    livenessLock: row.liveness_lock,
+                  },
           },
-  }));
+        ],
+  );
+  return { owners, own: { count: Number(rows[0]?.own_count ?? 0), idSum: Number(rows[0]?.own_sum ?? 0) } };
 }
 
 /**

@@ -5,8 +5,8 @@ import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { failStrandedDeferrals } from './fail-stranded-deferrals.ts';
 import { moveDeferredTaskInstances, prepareMove, type MoveResult, type PreparedMove } from './move-deferred-task-instances.ts';
-import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, ownedTriggersDigest, releaseOwnedTriggers, type OwnedDigest } from './owned-triggers.ts';
-import { listTriggerOwners, releaseTriggersOfOwners, type TriggerOwner } from './trigger-owners.ts';
+import { existingTriggerIds, listOwnedTriggerIds, loadOwnedTriggers, releaseOwnedTriggers } from './owned-triggers.ts';
+import { readTriggerOwnership, releaseTriggersOfOwners, type TriggerOwnership } from './trigger-owners.ts';
 import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-triggers.ts';
 import { countTriggers } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
@@ -55,7 +55,7 @@ export interface TriggerFailureOutcome {
  *            ──▶ failed → deleted
  *   claimed | running ──its owner stops (releaseOwnedTriggers, waking the peers), or a peer's
  *            pass finds the owner dead (its liveness lock free, its heartbeat older than the
- *            threshold, its job ended, or no job row at all: listTriggerOwners, then
+ *            threshold, its job ended, or no job row at all: readTriggerOwnership, then
  *            releaseTriggersOfOwners, waking the peers)──▶ released: unowned again
  *   running ──its step held the loop past the watchdog's limit: the watchdog counts it and
  *            the process restarts (culprit_count + 1, unowned)──▶ released; at the
@@ -67,10 +67,10 @@ export interface TriggerFailureOutcome {
  *
  * Every move is one conditional statement on the state it leaves (an owner moves only rows it
  * owns), so two triggerers never both run a trigger for long: one that lost a row stops it at
- * its next reconcile (ownedTriggersDigest, listOwnedTriggerIds).
+ * its next reconcile (the digest of readTriggerOwnership, listOwnedTriggerIds).
  */
 
-/** Trigger rows: listTriggerOwners, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, ownedTriggersDigest, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -78,8 +78,8 @@ export class TriggerStore {
     this.#context = context;
   }
 
-  listTriggerOwners(): Promise<TriggerOwner[]> {
-    return listTriggerOwners(this.#context);
+  readTriggerOwnership(jobId: number): Promise<TriggerOwnership> {
+    return readTriggerOwnership(this.#context, jobId);
   }
 
   releaseTriggersOfOwners(ownerIds: readonly number[]): Promise<number> {
@@ -100,10 +100,6 @@ export class TriggerStore {
 
   existingTriggerIds(ids: readonly number[]): Promise<number[]> {
     return existingTriggerIds(this.#context, ids);
-  }
-
-  ownedTriggersDigest(jobId: number): Promise<OwnedDigest> {
-    return ownedTriggersDigest(this.#context, jobId);
   }
 
   loadOwnedTriggers(jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {

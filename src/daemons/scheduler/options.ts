@@ -14,7 +14,7 @@ export const SCHEDULER_OPTIONS = {
   pollInterval: { env: 'DEFERFLOW_SCHEDULER_POLL_INTERVAL', default: 1, unit: 'seconds', describe: 'Pause between scheduling passes' },
   heartbeatInterval: {
     env: 'DEFERFLOW_SCHEDULER_HEARTBEAT_INTERVAL',
-    default: 3,
+    default: 5,
     unit: 'seconds',
     describe: 'How often the scheduler records that it is alive',
   },

@@ -29,7 +29,7 @@ export const TRIGGERER_OPTIONS = {
   },
   heartbeatInterval: {
     env: 'DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL',
-    default: 3,
+    default: 5,
     unit: 'seconds',
     describe: 'How often the triggerer records that it is alive',
   },
@@ -168,7 +168,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),
     timeoutSweepMs: Math.min(500, pollIntervalMs),
-    cleanupIntervalMs: 30_000,
+    cleanupIntervalMs: 60_000,
     cleanupGraceMs: 3_000,
     hostname: os.hostname(),
   };

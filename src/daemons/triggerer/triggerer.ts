@@ -259,7 +259,10 @@ export class Triggerer extends Daemon<TriggererStores> {
     const { storage, options } = this;
     // Owners found dead: their liveness lock let go (killed, cut off), their heartbeat past the
     // threshold (frozen), their job ended, or no job row at all (pruned or deleted by hand).
-    const owners = await storage.triggers.listTriggerOwners();
+    const { owners, own: ownedDigest } = await storage.triggers.readTriggerOwnership(jobId);
+    // What it holds, taken in the same turn as the read: the two digests compare one moment.
+    this.#runner.markLoopEdge();
+    const held = this.#runner.heldDigest();
     const deadOwners = await this.deadAmong(
       owners.map((owner) => ({ id: owner.ownerId, job: owner.job })),
       options.healthCheckThresholdMs,
@@ -277,9 +280,6 @@ export class Triggerer extends Daemon<TriggererStores> {
     // What this triggerer owns against what it holds: a digest each (one row from the database)
     // tells whether anything changed; only then, or now and then as a guard against a digest
     // collision, are the two sets compared id by id.
-    const ownedDigest = await storage.triggers.ownedTriggersDigest(jobId);
-    this.#runner.markLoopEdge();
-    const held = this.#runner.heldDigest();
     let ownedCount = ownedDigest.count;
     if (ownedDigest.count !== held.count || ownedDigest.idSum !== held.idSum || Date.now() - this.#lastFullReconcileAt >= FULL_RECONCILE_MS) {
       ownedCount = await this.#reconcile(jobId);

@@ -26,7 +26,7 @@ export const WORKER_OPTIONS = {
     unit: 'seconds',
     describe: 'Pause between claims when there is nothing to claim or no free slot',
   },
-  heartbeatInterval: { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 3, unit: 'seconds', describe: 'How often the worker records that it is alive' },
+  heartbeatInterval: { env: 'DEFERFLOW_WORKER_HEARTBEAT_INTERVAL', default: 5, unit: 'seconds', describe: 'How often the worker records that it is alive' },
   shutdownGrace: {
     env: 'DEFERFLOW_WORKER_SHUTDOWN_GRACE',
     default: 30,

@@ -11,8 +11,8 @@ import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-loc
 import { deadHolders, type Holder } from './job-liveness.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
-const PUSHED_POLL_FACTOR = 10;
-export const PUSHED_POLL_MAX_MS = 10_000;
+const PUSHED_POLL_FACTOR = 20;
+export const PUSHED_POLL_MAX_MS = 20_000;
 /**
  * How the scheduler and the triggerer pace the passes wake-ups start (see PassPacer): each pass
  * reads every run under way or every owned trigger, and wake-ups come with every finished task

@@ -9,6 +9,20 @@ import type { LivenessLocks } from '../../database/liveness-locks.ts';
  * starts, heartbeated while it runs (peers judge it dead when the heartbeat goes stale), ended
  * when it stops. A failed heartbeat is logged and the next one tried: one database hiccup does
  * not make a process look dead.
+ *
+ * Where heartbeats come from, and why: a timer on the daemon's own event loop, every
+ * heartbeat-interval (5 s), judged against a threshold of 10 s. A heartbeat says the daemon
+ * works, not only that its process exists (its liveness lock says that, at once): so it comes
+ * from the loop that does the work, and a loop that stops turning (SIGSTOP, a frozen VM) stops
+ * it. What could delay a live loop's heartbeat is far below the 5 s margin: CPU hogs delay a
+ * timer by a scheduler's time slice, a stop-the-world collection by its pause (500 ms is long),
+ * and a step holding the loop is cut by the watchdog at 10 s (the triggerer's; and then the
+ * process is restarted, its lock freed). A database that answers nobody (an outage, SQLite's
+ * write lock held elsewhere) delays every heartbeat alike: peers whose own heartbeat failed meanwhile
+ * judge nobody by heartbeat until the database has answered them for a whole threshold (see
+ * Daemon.deadAmong). A thread of its own would keep heartbeating for a loop that no longer
+ * turns, and cost a connection; the loop's timer costs one statement per interval, which the
+ * idle budget (0.5 statements a second per daemon) allows at 5 s, not at 2.
  */
 export class JobRow {
   #timer: NodeJS.Timeout | null;
