@@ -219,10 +219,14 @@ export class Deferflow {
           this.#dagProcessingLog,
         );
       }
-      await this.triggerer?.start();
-      await this.scheduler?.start();
-      await this.worker?.start();
+      // A stop() that comes while this starts (SIGTERM during the start) stops what has started;
+      // what has not is not started after it.
+      for (const daemon of [this.triggerer, this.scheduler, this.worker]) {
+        if (this.#stopped !== null) return;
+        await daemon?.start();
+      }
     } catch (error) {
+      if (this.#stopped !== null && error instanceof LifecycleError) return;
       // What can fail here besides deferflow's own coded refusals is the database (user code's
       // failures are import errors, recorded): lost between open() and start, as in an outage
       // that begins just then. Coded and named, so a supervisor's log says what to fix.

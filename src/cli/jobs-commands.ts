@@ -2,7 +2,8 @@ import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import { positiveInteger } from '../vocabulary/options/option-table.ts';
 import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../services/jobs/job-liveness.ts';
-import { livenessLocksOf } from '../database/liveness-locks.ts';
+import type { LivenessLocks } from '../database/liveness-locks.ts';
+import type { Database } from '../database/connect.ts';
 import { resolveSchedulerOptions } from '../daemons/scheduler/options.ts';
 import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 import { resolveTriggererOptions } from '../daemons/triggerer/options.ts';
@@ -29,7 +30,7 @@ export function registerJobsCommands(cli: Argv): void {
             const now = Date.now();
             const jobType = args.type === undefined ? undefined : JOB_TYPES[args.type as keyof typeof JOB_TYPES];
             const jobs = await storage.jobs.listJobs({ jobType, limit });
-            const liveness = await judgeJobs(jobs, thresholds, now, livenessLocksOf(database));
+            const liveness = await judgeJobs(jobs, thresholds, now, await livenessLocks(database));
             const rows = jobs.map((job) => ({
               id: job.id,
               job_type: job.jobType,
@@ -77,7 +78,7 @@ export function registerJobsCommands(cli: Argv): void {
             const now = Date.now();
             const jobType = args['job-type'] === undefined ? undefined : JOB_TYPES[args['job-type'] as keyof typeof JOB_TYPES];
             const running = await storage.jobs.listJobs({ jobType, hostname: args.hostname, runningOnly: true, limit });
-            const liveness = await judgeJobs(running, thresholds, now, livenessLocksOf(database));
+            const liveness = await judgeJobs(running, thresholds, now, await livenessLocks(database));
             const alive = running.filter((job) => liveness.get(job.id) === 'alive');
             const what = `${args['job-type'] ?? 'job'}${args.hostname === undefined ? '' : ` on ${args.hostname}`}`;
             if (alive.length === 0) {
@@ -100,6 +101,11 @@ export function registerJobsCommands(cli: Argv): void {
       )
       .demandCommand(1, 'name a jobs command'),
   );
+}
+
+/** The liveness locks of `database`, loaded when a command reads them (--help loads no database code). */
+async function livenessLocks(database: Database): Promise<LivenessLocks> {
+  return (await import('../database/liveness-locks.ts')).livenessLocksOf(database);
 }
 
 /** The same thresholds the daemons judge each other by, from the same environment variables. */

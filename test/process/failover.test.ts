@@ -3,10 +3,12 @@
  * known dead by its liveness lock (a PostgreSQL session advisory lock; on SQLite an OS lock on a
  * file), far below the heartbeat threshold, and a peer runs its triggers; a triggerer stopped with
  * SIGTERM hands its triggers over and wakes its peers in the same step; a frozen one (SIGSTOP)
- * keeps its lock and is taken over by the heartbeat threshold only; an owner with no job row is
- * released at the next pass. The benchmark (`npm run bench:failover`) measures the figures; the
+ * keeps its lock and is taken over by the heartbeat threshold only, while live triggerers on a
+ * machine saturated by CPU hogs, paused half a second now and then, are never taken over; an
+ * owner with no job row is released at the next pass. The benchmark (`npm run bench:failover`) measures the figures; the
  * bounds here are generous.
  */
+import { spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,7 +18,7 @@ import { openStores } from '../../src/storage/index.ts';
 import { NeverTrigger } from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, migratedDatabase, type TestDatabase, waitFor } from '../support/fixtures.ts';
-import { killLeftovers, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { freeze, killLeftovers, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 
@@ -142,12 +144,47 @@ describe.each(testDialects)('failover on %s', (dialect) => {
     await waitFor(async () => (await owned(db, frozen.jobId)) === TRIGGERS, { what: 'the first triggerer owning every trigger' });
     const peer = await triggerer(db, { threshold: 4 });
     const stoppedAt = Date.now();
-    frozen.proc.kill('SIGSTOP');
+    await freeze(frozen.proc, db.url);
     await waitFor(async () => (await owned(db, peer.jobId)) === TRIGGERS, { timeoutMs: 15_000, intervalMs: 50, what: 'the peer owning every trigger' });
     // Its last heartbeat was at most a second before the stop: the threshold (4 s) less that.
     expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(2900);
     frozen.proc.kill('SIGKILL');
   }, 60_000);
+
+  it('no false takeover: two triggerers on default thresholds keep their triggers through 12 s of four CPU hogs and 500 ms pauses', async () => {
+    const { db, file } = await setup('starved');
+    // Default heartbeat interval (5 s) and threshold (10 s): what is tested is what users run.
+    const spawnDefault = async () => {
+      const proc = spawnTriggerer(['--db', db.url, '--trigger-module', 'test/fixtures/test-triggers.ts', '--capacity', String(TRIGGERS / 2)]);
+      return { proc, jobId: await proc.waitForJob(20_000) };
+    };
+    const a = await spawnDefault();
+    const b = await spawnDefault();
+    await deferTriggers(db, file);
+    await waitFor(async () => (await owned(db, a.jobId)) === TRIGGERS / 2 && (await owned(db, b.jobId)) === TRIGGERS / 2, {
+      what: 'each triggerer owning half',
+    });
+    const hogs = Array.from({ length: 4 }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+    try {
+      const until = Date.now() + 12_000;
+      while (Date.now() < until) {
+        // A stop-the-world pause of half a second, now one triggerer, now the other.
+        for (const paused of [a, b]) {
+          await freeze(paused.proc, db.url);
+          await new Promise((resolve) => setTimeout(resolve, 500));
+          paused.proc.kill('SIGCONT');
+          await new Promise((resolve) => setTimeout(resolve, 1000));
+        }
+      }
+    } finally {
+      for (const hog of hogs) hog.kill('SIGKILL');
+    }
+    expect(await owned(db, a.jobId)).toBe(TRIGGERS / 2);
+    expect(await owned(db, b.jobId)).toBe(TRIGGERS / 2);
+    for (const proc of [a.proc, b.proc]) expect(proc.matching((line) => /of dead triggerers/.test(String(line.msg)))).toEqual([]);
+    // Each trigger started once: none was ever taken over.
+    for (const [tag, pids] of starts(file)) expect(pids, tag).toHaveLength(1);
+  }, 90_000);
 
   it('the triggers of an owner with no job row are released at the next pass', async () => {
     const { db, file } = await setup('ownerless');

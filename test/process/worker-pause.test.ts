@@ -4,14 +4,13 @@
 // outcome) must not land on the try that replaced it. Real processes, paused with SIGSTOP.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import BetterSqlite3 from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processDagFolder } from '../../src/services/dags/dag-processor.ts';
 import { triggerDagRun } from '../../src/services/dags/manual-run.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor, type TestDatabase } from '../support/fixtures.ts';
 import { processScratch } from '../support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, stopCleanly, type TriggererProcess } from '../support/processes.ts';
+import { freeze, PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, stopCleanly } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -53,33 +52,6 @@ const tiRow = (db: TestDatabase) =>
     .where('task_id', '=', 'work')
     .executeTakeFirstOrThrow();
 
-/**
- * SIGSTOP, as a frozen process. On SQLite a process stopped inside a write would keep the file
- * locked and stall everyone (the very outage it would then be): should it hold the write lock, it
- * is let go on and stopped again a moment later.
- */
-async function pause(proc: TriggererProcess, db: TestDatabase): Promise<void> {
-  for (;;) {
-    proc.kill('SIGSTOP');
-    if (db.adapter.name !== 'sqlite' || writeLockFree(db)) return;
-    proc.kill('SIGCONT');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-function writeLockFree(db: TestDatabase): boolean {
-  const probe = new BetterSqlite3(db.url.replace(/^sqlite:/, ''), { timeout: 0 });
-  try {
-    probe.exec('BEGIN IMMEDIATE');
-    probe.exec('ROLLBACK');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    probe.close();
-  }
-}
-
 describe.each(testDialects)('a worker paused past the zombie threshold on %s', (dialect) => {
   it.each(['defer', 'return', 'never'] as const)(
     'wakes to find its try retried elsewhere (try 1 then ends: %s): nothing of the old try lands',
@@ -100,7 +72,7 @@ describe.each(testDialects)('a worker paused past the zombie threshold on %s', (
       await waitFor(async () => (await tiRow(db)).state === 'running', { what: 'try 1 running', timeoutMs: 20_000 });
       expect(await tiRow(db)).toMatchObject({ try_number: 1, worker_job_id: pausedJob });
 
-      await pause(paused, db);
+      await freeze(paused, db.url);
       try {
         await waitFor(async () => (await tiRow(db)).state === 'scheduled', { what: 'try 1 reaped and ready to retry', timeoutMs: 30_000 });
         const other = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, ...FAST]);

@@ -10,6 +10,7 @@
  * Every stdout line is kept as text; those that parse as a JSON object (pino's lines) are
  * also kept parsed. stderr is kept as text for error messages.
  */
+import Sqlite from 'better-sqlite3';
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -228,3 +229,28 @@ export async function killLeftovers(): Promise<void> {
 process.on('exit', () => {
   for (const tr of live) tr.child.kill('SIGKILL');
 });
+
+/**
+ * Freezes `proc` (SIGSTOP), as a frozen VM or a long pause would. On SQLite a process frozen in
+ * the middle of a write would hold the database's one write lock for as long as it stays frozen,
+ * and every other process (the test's own reads and writes too) would wait on it: there, it is
+ * thawed and frozen again until it stops outside a write.
+ */
+export async function freeze(proc: TriggererProcess, databaseUrl: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    proc.kill('SIGSTOP');
+    if (!databaseUrl.startsWith('sqlite:')) return;
+    const probe = new Sqlite(databaseUrl.slice('sqlite:'.length), { timeout: 0, fileMustExist: true });
+    try {
+      probe.exec('BEGIN IMMEDIATE');
+      probe.exec('ROLLBACK');
+      return;
+    } catch (error) {
+      if (attempt >= 200) throw error;
+    } finally {
+      probe.close();
+    }
+    proc.kill('SIGCONT');
+    await new Promise((resolve) => setTimeout(resolve, 10 + Math.random() * 20));
+  }
+}

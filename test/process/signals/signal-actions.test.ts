@@ -10,7 +10,7 @@ import { processDagFolder } from '../../../src/services/dags/dag-processor.ts';
 import { serializeDag } from '../../../src/authoring/dags/serialized-dag.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { waitFor } from '../../support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../../support/processes.ts';
+import { freeze, PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../../support/processes.ts';
 import { processScratch } from '../../support/process-scratch.ts';
 
 afterAll(dropTestDatabases);
@@ -231,7 +231,7 @@ export const dag = new Dag({ dagId: 'ticks' }).add(tick, new Hold({ taskId: 'hol
     // The worker freezes (a killed one is known dead at once by its liveness lock); the signal
     // comes while its heartbeat still looks fresh (6 s), so the scheduler asks the frozen worker
     // to stop the try, and then, past the threshold, reaps it.
-    worker.kill('SIGSTOP');
+    await freeze(worker, db.url);
     await sendSignal(db, 'all.stop');
     await waitFor(async () => (await runner()).stop_request === 'skipped', { what: 'the stop requested', timeoutMs: 5_000 });
     await waitFor(async () => (await runner()).state === 'skipped', { what: 'the dead worker reaped as the signal asked', timeoutMs: 30_000 });
