@@ -138,7 +138,8 @@ export class Deferflow {
     const child = (component: string) => (several ? log.child({ component }) : log);
     this.#dagProcessingLog = child('dag-processor');
     this.#httpLog = child('http');
-    const runtime = { metrics: this.metrics };
+    // One set of stores and one metrics registry for the process's daemons.
+    const runtime = { metrics: this.metrics, stores: openStores(database) };
     this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), runtime) : null;
     this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), runtime) : null;
     this.worker = options.worker

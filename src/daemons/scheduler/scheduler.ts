@@ -95,7 +95,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
   ) {
     super(
       database,
-      openStores(database),
+      runtime.stores ?? openStores(database),
       log,
       {
         kind: 'scheduler',

@@ -78,7 +78,7 @@ export class Triggerer extends Daemon<TriggererStores> {
   ) {
     super(
       database,
-      openStores(database),
+      runtime.stores ?? openStores(database),
       log,
       {
         kind: 'triggerer',

@@ -103,7 +103,7 @@ export class Worker extends Daemon<WorkerStores> {
   ) {
     super(
       database,
-      openStores(database),
+      runtime.stores ?? openStores(database),
       log,
       {
         kind: 'worker',

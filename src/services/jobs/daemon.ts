@@ -52,6 +52,8 @@ export interface DaemonRuntime {
   readonly metrics?: Metrics;
   /** The time its decisions read: heartbeats, liveness thresholds, deferral timeouts, schedules. @default the wall clock */
   readonly clock?: Clock;
+  /** The stores it works through, shared by the process's daemons (each sees those its type names). @default opened on its database */
+  readonly stores?: Stores;
 }
 
 /** What /health reads of a daemon. */
