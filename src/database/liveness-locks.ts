@@ -218,13 +218,18 @@ class PostgresLivenessLocks implements LivenessLocks {
    * closes over the gap. The wait also ends every WATCH_REFRESH_MS (lock_timeout), to watch a
    * process started meanwhile.
    */
-  #ring(listJobs: () => Promise<LockedJob[]>, gone: () => void): () => void {
+  #ring(listJobs: () => Promise<LockedJob[]>, onGone: () => void): () => void {
     let stopped = false;
     let waiter: pg.Client | null = null;
+    // Jobs found gone: their rows say running for ever (nobody ends a dead process's row), and
+    // their free locks would end every wait at once.
+    const gone = new Set<number>();
     const loop = async () => {
       while (!stopped && !this.#closed) {
         try {
-          const jobs = (await listJobs()).filter((job) => job.livenessLock === PG_ADVISORY_LOCK && !this.#held.has(job.id)).map((job) => job.id);
+          const jobs = (await listJobs())
+            .filter((job) => job.livenessLock === PG_ADVISORY_LOCK && !this.#held.has(job.id) && !gone.has(job.id))
+            .map((job) => job.id);
           const own = Math.max(0, ...this.#held);
           const target = jobs.sort((a, b) => a - b).find((id) => id > own) ?? jobs[0];
           if (target === undefined || this.#held.size === 0) {
@@ -239,13 +244,14 @@ class PostgresLivenessLocks implements LivenessLocks {
             throw error;
           }
           await waiter.query(`select pg_advisory_unlock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
+          gone.add(target);
           if (stopped) break;
           this.log.info({ job_id: target }, `job ${target}'s process is gone (its liveness lock is free)`);
           const { adapter, db } = this.database;
           await sql`select ${adapter.notifyExpression(WAKE_CHANNEL, 'triggerer')}, ${adapter.notifyExpression(WAKE_CHANNEL, 'scheduler')}`
             .execute(db)
             .catch(() => {});
-          gone();
+          onGone();
         } catch (error) {
           if (stopped || this.#closed) break;
           this.log.warn({ ...errorFields(error, 'DF_DATABASE') }, 'watching the other processes’ liveness locks failed; trying again');
@@ -389,16 +395,19 @@ class FileLivenessLocks implements LivenessLocks {
     let jobs: LockedJob[] = [];
     let listedAt = Number.NEGATIVE_INFINITY;
     let busy = false;
+    // Jobs found gone stay listed as running (nobody ends a dead process's row): told once.
+    const told = new Set<number>();
     const timer = setInterval(() => {
       if (busy) return;
       busy = true;
       void (async () => {
         if (Date.now() - listedAt >= WATCH_REFRESH_MS) {
-          jobs = await listJobs();
+          jobs = (await listJobs()).filter((job) => !told.has(job.id));
           listedAt = Date.now();
         }
         const found = await this.gone(jobs);
         if (found.size > 0) {
+          for (const id of found) told.add(id);
           jobs = jobs.filter((job) => !found.has(job.id));
           gone();
         }
