@@ -6,7 +6,7 @@
 // that only the liveness lock (a kill) or the release (a stop) can explain a fast takeover.
 //
 //   npm run bench:failover -- [--db postgres://…] [--trials 10] [--triggers 200]
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yargs from 'yargs';
@@ -15,7 +15,7 @@ import { TaskDeferred } from '../src/index.ts';
 import { openDatabase } from '../src/database/connect.ts';
 import { migrateToLatest } from '../src/database/migrate.ts';
 import { openStores } from '../src/storage/index.ts';
-import { NeverTrigger } from '../test/fixtures/test-triggers.ts';
+import { NeverTrigger, triggerStarts } from '../test/fixtures/test-triggers.ts';
 import { TriggererProcess } from '../test/support/processes.ts';
 import { benchDatabase, percentile } from './bench-support.ts';
 
@@ -36,16 +36,6 @@ function spawn(url: string): TriggererProcess {
     path.join(root, 'bin/triggerer.js'),
     root,
   );
-}
-
-/** Trigger tag → the pids that started it, from the lines the triggers append. */
-function starts(file: string): Map<string, number[]> {
-  const byTag = new Map<string, number[]>();
-  for (const line of readFileSync(file, 'utf8').split('\n')) {
-    const [what, tag, pid] = line.trim().split(/\s+/);
-    if (what === 'start') byTag.set(tag!, [...(byTag.get(tag!) ?? []), Number(pid)]);
-  }
-  return byTag;
 }
 
 async function until(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
@@ -82,17 +72,17 @@ async function trial(fault: 'SIGTERM' | 'SIGKILL', n: number): Promise<{ handove
         .executeTakeFirstOrThrow();
       await storage.taskInstances.deferTaskInstance(row.id, new TaskDeferred({ trigger: new NeverTrigger({ file, tag: `n${i}` }), method: 'resume' }));
     }
-    await until(() => starts(file).size === args.triggers, 30_000, 'the victim running every trigger');
+    await until(() => triggerStarts(file).size === args.triggers, 30_000, 'the victim running every trigger');
     const survivor = spawn(url);
     await survivor.waitForJob(30_000);
     const faultAt = performance.now();
     victim.kill(fault);
     let handoverMs = Number.NaN;
     try {
-      await until(() => [...starts(file).values()].every((pids) => pids.includes(survivor.pid!)), 60_000, 'the survivor running every trigger');
+      await until(() => [...triggerStarts(file).values()].every((pids) => pids.includes(survivor.pid!)), 60_000, 'the survivor running every trigger');
       handoverMs = performance.now() - faultAt;
     } catch {}
-    const lost = [...starts(file).values()].filter((pids) => !pids.includes(survivor.pid!)).length;
+    const lost = [...triggerStarts(file).values()].filter((pids) => !pids.includes(survivor.pid!)).length;
     survivor.kill('SIGKILL');
     victim.kill('SIGKILL');
     await Promise.all([survivor.exit, victim.exit]);

@@ -58,6 +58,23 @@ export interface JobLiveness {
   readonly livenessLock: string | null;
 }
 
+/** A job row's liveness fields as a join read them (all null: no job row), as JobLiveness. */
+export function jobLivenessOf(row: {
+  readonly job_id: number | null;
+  readonly state: string | null;
+  readonly end_date: Date | string | null;
+  readonly latest_heartbeat: Date | string | null;
+  readonly liveness_lock: string | null;
+}): JobLiveness | null {
+  if (row.job_id === null) return null;
+  return {
+    id: Number(row.job_id),
+    running: row.state === 'running' && row.end_date === null,
+    latestHeartbeat: fromDbTime(row.latest_heartbeat!),
+    livenessLock: row.liveness_lock,
+  };
+}
+
 /** Records what job `jobId` holds for its life, once it holds it (before that, only its heartbeat tells). */
 export async function setLivenessLock({ db }: StorageContext, jobId: number, lock: string): Promise<void> {
   await db.updateTable('job').set({ liveness_lock: lock }).where('id', '=', jobId).execute();

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { fromDbTime, toDbTime } from '../database/schema.ts';
-import type { JobLiveness } from './jobs.ts';
+import { toDbTime } from '../database/schema.ts';
+import { jobLivenessOf, type JobLiveness } from './jobs.ts';
 import type { StorageContext } from './context.ts';
 import { stopRequestCarriedOut } from './stop-requests.ts';
 
@@ -42,18 +42,7 @@ export async function listTaskHolders({ db }: StorageContext): Promise<TaskHolde
     .where('task_instance.state', 'in', ['queued', 'running'])
     .where('task_instance.worker_job_id', 'is not', null)
     .execute();
-  return rows.map((row) => ({
-    workerJobId: Number(row.worker_job_id),
-    job:
-      row.job_id === null
-        ? null
-        : {
-            id: Number(row.job_id),
-            running: row.state === 'running' && row.end_date === null,
-            latestHeartbeat: fromDbTime(row.latest_heartbeat!),
-            livenessLock: row.liveness_lock,
-          },
-  }));
+  return rows.map((row) => ({ workerJobId: Number(row.worker_job_id), job: jobLivenessOf(row) }));
 }
 
 /**

@@ -1,8 +1,7 @@
 import { sql } from 'kysely';
-import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { wake } from './wake.ts';
-import type { JobLiveness } from './jobs.ts';
+import { jobLivenessOf, type JobLiveness } from './jobs.ts';
 import type { OwnedDigest } from './owned-triggers.ts';
 
 /** A triggerer some trigger rows name as their owner, with its job row (null: it has none, pruned or deleted). */
@@ -49,24 +48,7 @@ export async function readTriggerOwnership({ db }: StorageContext, jobId: number
       from owners left join job on job.id = owners.id
       where owners.id is not null
     ) listed on 1 = 1`.execute(db);
-  const owners = rows.flatMap((row) =>
-    row.owner_id === null
-      ? []
-      : [
-          {
-            ownerId: Number(row.owner_id),
-            job:
-              row.job_id === null
-                ? null
-                : {
-                    id: Number(row.job_id),
-                    running: row.state === 'running' && row.end_date === null,
-                    latestHeartbeat: fromDbTime(row.latest_heartbeat!),
-                    livenessLock: row.liveness_lock,
-                  },
-          },
-        ],
-  );
+  const owners = rows.flatMap((row) => (row.owner_id === null ? [] : [{ ownerId: Number(row.owner_id), job: jobLivenessOf(row) }]));
   return { owners, own: { count: Number(rows[0]?.own_count ?? 0), idSum: Number(rows[0]?.own_sum ?? 0) } };
 }
 
