@@ -58,6 +58,15 @@ export interface JobLiveness {
   readonly livenessLock: string | null;
 }
 
+/**
+ * A daemon that rows name as theirs (a trigger's owner, a task instance's worker), with its job
+ * row's liveness (null: it has none, pruned or deleted by hand).
+ */
+export interface JobHolder {
+  readonly id: number;
+  readonly job: JobLiveness | null;
+}
+
 /** A job row's liveness fields as a join read them (all null: no job row), as JobLiveness. */
 export function jobLivenessOf(row: {
   readonly job_id: number | null;

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { toDbTime } from '../database/schema.ts';
-import { jobLivenessOf, type JobLiveness } from './jobs.ts';
+import { jobLivenessOf, type JobHolder } from './jobs.ts';
 import type { StorageContext } from './context.ts';
 import { stopRequestCarriedOut } from './stop-requests.ts';
 
@@ -22,18 +22,12 @@ export interface ZombieTry {
   readonly tryNumber: number;
 }
 
-/** A worker some queued or running task instances name as theirs, with its job row (null: it has none). */
-export interface TaskHolder {
-  readonly workerJobId: number;
-  readonly job: JobLiveness | null;
-}
-
 /**
  * The workers holding queued or running task instances, with what tells whether each lives: one
  * statement (those task instances are few: at most every worker's slots). Every scheduler pass
  * runs it; the reap below runs only when one of them is found dead.
  */
-export async function listTaskHolders({ db }: StorageContext): Promise<TaskHolder[]> {
+export async function listTaskHolders({ db }: StorageContext): Promise<JobHolder[]> {
   const rows = await db
     .selectFrom('task_instance')
     .leftJoin('job', 'job.id', 'task_instance.worker_job_id')
@@ -42,7 +36,7 @@ export async function listTaskHolders({ db }: StorageContext): Promise<TaskHolde
     .where('task_instance.state', 'in', ['queued', 'running'])
     .where('task_instance.worker_job_id', 'is not', null)
     .execute();
-  return rows.map((row) => ({ workerJobId: Number(row.worker_job_id), job: jobLivenessOf(row) }));
+  return rows.map((row) => ({ id: Number(row.worker_job_id), job: jobLivenessOf(row) }));
 }
 
 /**

@@ -3,7 +3,7 @@ import type { StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { nextReadyAt, scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
-import { listTaskHolders, reapZombieTaskInstances, type ReapResult, type TaskHolder, type ZombieTry } from './reap-zombie-task-instances.ts';
+import { listTaskHolders, reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
 import { readTaskInstance } from './read-task-instance.ts';
@@ -28,6 +28,7 @@ import {
   type WorkerIdentity,
 } from './task-instance-transitions.ts';
 import type { HeldTry } from './held-try.ts';
+import type { JobHolder } from './jobs.ts';
 
 /** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
 export class TaskInstanceStore {
@@ -92,7 +93,7 @@ export class TaskInstanceStore {
     return clearTaskInstances(this.#context, taskInstances, now);
   }
 
-  listTaskHolders(): Promise<TaskHolder[]> {
+  listTaskHolders(): Promise<JobHolder[]> {
     return listTaskHolders(this.#context);
   }
 

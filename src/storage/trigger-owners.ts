@@ -1,19 +1,13 @@
 import { sql } from 'kysely';
 import type { StorageContext } from './context.ts';
 import { wake } from './wake.ts';
-import { jobLivenessOf, type JobLiveness } from './jobs.ts';
+import { jobLivenessOf, type JobHolder } from './jobs.ts';
 import type { OwnedDigest } from './owned-triggers.ts';
-
-/** A triggerer some trigger rows name as their owner, with its job row (null: it has none, pruned or deleted). */
-export interface TriggerOwner {
-  readonly ownerId: number;
-  readonly job: JobLiveness | null;
-}
 
 /** What a triggerer's pass reads first: who owns trigger rows, and a digest of its own. */
 export interface TriggerOwnership {
-  /** Every distinct owner, with what tells whether it lives. */
-  readonly owners: readonly TriggerOwner[];
+  /** Every distinct owner (a triggerer's job id), with what tells whether it lives. */
+  readonly owners: readonly JobHolder[];
   /** The count and id sum of the rows `jobId` owns, to hold against what its runner holds. */
   readonly own: OwnedDigest;
 }
@@ -48,7 +42,7 @@ export async function readTriggerOwnership({ db }: StorageContext, jobId: number
       from owners left join job on job.id = owners.id
       where owners.id is not null
     ) listed on 1 = 1`.execute(db);
-  const owners = rows.flatMap((row) => (row.owner_id === null ? [] : [{ ownerId: Number(row.owner_id), job: jobLivenessOf(row) }]));
+  const owners = rows.flatMap((row) => (row.owner_id === null ? [] : [{ id: Number(row.owner_id), job: jobLivenessOf(row) }]));
   return { owners, own: { count: Number(rows[0]?.own_count ?? 0), idSum: Number(rows[0]?.own_sum ?? 0) } };
 }
 

@@ -181,13 +181,11 @@ export class Scheduler extends Daemon<SchedulerStores> {
     // Workers found dead: their liveness lock let go (killed, cut off), their heartbeat past the
     // zombie threshold (frozen), their job ended or gone. One read when none is (the usual case).
     const holders = await this.storage.taskInstances.listTaskHolders();
-    const deadWorkers =
-      holders.length === 0
-        ? []
-        : await this.deadAmong(
-            holders.map((holder) => ({ id: holder.workerJobId, job: holder.job })),
-            this.options.zombieThresholdMs,
-          );
+    // A frozen worker keeps its lock: its heartbeat tells, once past the threshold, and the pause
+    // after this pass ends no later than that.
+    const { dead: deadWorkers, nextStaleAt } =
+      holders.length === 0 ? { dead: [], nextStaleAt: null } : await this.deadAmong(holders, this.options.zombieThresholdMs);
+    this.#nextHolderStaleAt = nextStaleAt;
     const reaped = await this.storage.taskInstances.reapZombieTaskInstances(deadWorkers, now, async (zombie) => {
       const task = (await this.dags(zombie.dagId))?.tasks.find((candidate) => candidate.taskId === zombie.taskId);
       return now + (task ? retryDelayMs(task.retry, zombie.tryNumber) : 0);

@@ -43,9 +43,6 @@ const FULL_RECONCILE_MS = 60_000;
 /** The stores a triggerer uses: its job row, its triggers and what they move, signals (pruned), trigger logs, DAG run states (sensors' reads), the waiting-work gauges. */
 export type TriggererStores = Pick<Stores, 'jobs' | 'triggers' | 'signals' | 'logs' | 'dagRuns' | 'maintenance'>;
 
-/** How long after a peer's heartbeat would pass the threshold the pass that looks comes (a heartbeat in flight lands meanwhile). */
-const STALE_MARGIN_MS = 100;
-
 /** The triggerer daemon: claims trigger rows up to its capacity, runs them on its event loop, and writes their events; heartbeats, and takes over the triggers of dead peers. */
 export class Triggerer extends Daemon<TriggererStores> {
   readonly #runner: TriggerRunner;
@@ -263,15 +260,10 @@ export class Triggerer extends Daemon<TriggererStores> {
     // What it holds, taken in the same turn as the read: the two digests compare one moment.
     this.#runner.markLoopEdge();
     const held = this.#runner.heldDigest();
-    const deadOwners = await this.deadAmong(
-      owners.map((owner) => ({ id: owner.ownerId, job: owner.job })),
-      options.healthCheckThresholdMs,
-    );
     // A frozen owner keeps its lock: its heartbeat tells, once past the threshold. The next pass
     // comes no later than that moment for the owner whose heartbeat is oldest.
-    const dead = new Set(deadOwners);
-    const heartbeats = owners.flatMap((owner) => (owner.job && owner.ownerId !== jobId && !dead.has(owner.ownerId) ? [owner.job.latestHeartbeat] : []));
-    this.#nextOwnerStaleAt = heartbeats.length === 0 ? null : Math.min(...heartbeats) + options.healthCheckThresholdMs + STALE_MARGIN_MS;
+    const { dead: deadOwners, nextStaleAt } = await this.deadAmong(owners, options.healthCheckThresholdMs);
+    this.#nextOwnerStaleAt = nextStaleAt;
     if (deadOwners.length > 0) {
       const released = await storage.triggers.releaseTriggersOfOwners(deadOwners);
       if (released > 0) this.log.info({ released_triggers: released, dead_triggerers: deadOwners }, `released ${released} trigger(s) of dead triggerers`);

@@ -8,7 +8,8 @@ import type { WakeTopic } from '../../storage/wake.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
-import { deadHolders, type Holder } from './job-liveness.ts';
+import type { JobHolder } from '../../storage/index.ts';
+import { deadHolders, type HolderVerdict } from './job-liveness.ts';
 
 /** While pushes work, polls are this many times rarer, up to PUSHED_POLL_MAX_MS. */
 const PUSHED_POLL_FACTOR = 20;
@@ -24,6 +25,9 @@ export const PUSHED_POLL_MAX_MS = 20_000;
  * chains: upstream end to downstream running 10 → 40 ms, 90 with a 100 ms gap).
  */
 export const WOKEN_PASS_PACING = Object.freeze({ burst: 5, gapMs: 50 });
+
+/** How long after a living holder's heartbeat would pass the threshold a daemon looks again (a heartbeat in flight lands meanwhile). */
+const STALE_MARGIN_MS = 100;
 
 /** /health calls a worker or a scheduler failing once its heartbeat is this many intervals old. */
 export const HEALTH_HEARTBEAT_INTERVALS = 6;
@@ -234,10 +238,11 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   }
 
   /**
-   * Which of `holders` are dead (see deadHolders): this daemon's threshold counts from the
+   * Which of `holders` are dead, and when to look again for the next living one to pass the
+   * threshold (see deadHolders; a short margin after it): the threshold counts from this daemon's
    * clock, and its own job is never among them.
    */
-  protected deadAmong(holders: readonly Holder[], thresholdMs: number): Promise<number[]> {
+  protected async deadAmong(holders: readonly JobHolder[], thresholdMs: number): Promise<HolderVerdict> {
     const now = this.clock.now();
     // A peer's stale heartbeat says it was silent only if this process could hear it meanwhile:
     // after a database outage (its own heartbeats failed too, say SQLite's write lock held by
@@ -246,7 +251,8 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
     // still tell at once.
     const failedAt = this.#job?.lastFailedBeatAt ?? null;
     const aliveSince = failedAt !== null && now - failedAt < thresholdMs ? Number.NEGATIVE_INFINITY : now - thresholdMs;
-    return deadHolders(holders, aliveSince, this.liveness, this.jobId);
+    const verdict = await deadHolders(holders, aliveSince, thresholdMs, this.liveness, this.jobId);
+    return { dead: verdict.dead, nextStaleAt: verdict.nextStaleAt === null ? null : verdict.nextStaleAt + STALE_MARGIN_MS };
   }
 
   /** Whether pushed wake-ups are known to arrive (the polls in between can be slower). */

@@ -1,6 +1,6 @@
 import { SCHEDULER_JOB_TYPE, TRIGGERER_JOB_TYPE, WORKER_JOB_TYPE } from '../../database/schema.ts';
 import type { LivenessLocks } from '../../database/liveness-locks.ts';
-import type { JobLiveness } from '../../storage/index.ts';
+import type { JobHolder, JobLiveness } from '../../storage/index.ts';
 
 export type Liveness = 'alive' | 'dead' | 'ended';
 
@@ -54,10 +54,15 @@ export async function judgeJobs(
   return new Map(jobs.map((job) => [job.id, jobLiveness(job, thresholds, now, gone.has(job.id))]));
 }
 
-/** A daemon that rows name as theirs (a trigger's owner, a task instance's worker), with its job row (null: none). */
-export interface Holder {
-  readonly id: number;
-  readonly job: JobLiveness | null;
+/** What deadHolders found: who is dead, and when the next of the living would be, by heartbeat alone. */
+export interface HolderVerdict {
+  readonly dead: number[];
+  /**
+   * When the oldest heartbeat among the living holders passes the threshold (epoch ms; null: no
+   * living holder but `self`). A frozen process keeps its lock, so only its heartbeat tells: a
+   * daemon looks again no later than this.
+   */
+  readonly nextStaleAt: number | null;
 }
 
 /**
@@ -66,10 +71,16 @@ export interface Holder {
  * - a liveness lock let go (see liveness-locks.ts): its process is gone (killed, or cut off from
  *   the database), recognised at the next look, whatever its heartbeat says;
  * - a heartbeat older than `aliveSince`: alive, perhaps, but not working (frozen, or partitioned
- *   while its session lingers), past the threshold.
+ *   while its session lingers), past the threshold of `thresholdMs`.
  * The locks are only tried for holders the row alone does not condemn; `self` is never dead.
  */
-export async function deadHolders(holders: readonly Holder[], aliveSince: number, locks: LivenessLocks, self: number | null): Promise<number[]> {
+export async function deadHolders(
+  holders: readonly JobHolder[],
+  aliveSince: number,
+  thresholdMs: number,
+  locks: LivenessLocks,
+  self: number | null,
+): Promise<HolderVerdict> {
   const dead: number[] = [];
   const locked: JobLiveness[] = [];
   for (const { id, job } of holders) {
@@ -78,7 +89,9 @@ export async function deadHolders(holders: readonly Holder[], aliveSince: number
     else if (job.livenessLock !== null) locked.push(job);
   }
   if (locked.length > 0) dead.push(...(await locks.gone(locked)));
-  return dead;
+  let oldestLiving = Number.POSITIVE_INFINITY;
+  for (const { id, job } of holders) if (job !== null && id !== self && !dead.includes(id)) oldestLiving = Math.min(oldestLiving, job.latestHeartbeat);
+  return { dead, nextStaleAt: Number.isFinite(oldestLiving) ? oldestLiving + thresholdMs : null };
 }
 
 /** The job types by the names the CLI uses. */

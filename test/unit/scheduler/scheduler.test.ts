@@ -355,6 +355,43 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
     expect((await rt.states('manual__1')).slow).toBe('scheduled');
   });
 
+  // On PostgreSQL, where pushes make the poll a 20 s safety net (a SQLite file's are not counted on).
+  it.runIf(dialect === 'postgres')(
+    'a worker whose heartbeat stops is reaped once it passes the zombie threshold, not at the next safety-net poll',
+    async () => {
+      const dag: SchedulerDag = {
+        dagId: 'frozen',
+        hash: 'h1',
+        schedule: null,
+        signalSchedule: null,
+        tasks: [task('held', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 0 } })],
+      };
+      const db = await migratedDatabase(dialect);
+      open.databases.push(db);
+      const scheduler = new Scheduler(
+        db,
+        { pollIntervalMs: 1000, heartbeatIntervalMs: 500, zombieThresholdMs: 3000, runsPerPass: 100, hostname: 'test' },
+        async (id) => (id === dag.dagId ? dag : null),
+        pino({ level: 'silent' }),
+      );
+      await scheduler.storage.dagRuns.createDagRun(dag, { runId: 'manual__1', runType: 'manual', logicalDate: Date.now(), conf: {} });
+      // A worker that heartbeats once, then never again (frozen): no liveness lock tells.
+      const frozenAt = Date.now();
+      const worker = await scheduler.storage.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'frozen', pid: 1, capacity: 1 }, frozenAt);
+      await db.db.updateTable('task_instance').set({ state: 'running', worker_job_id: worker, try_number: 1 }).execute();
+      await scheduler.start();
+      open.stops.push(() => scheduler.stop());
+      await waitFor(async () => (await db.db.selectFrom('task_instance').select('state').executeTakeFirstOrThrow()).state !== 'running', {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        what: "the frozen worker's try reaped",
+      });
+      const reapedAfterMs = Date.now() - frozenAt;
+      expect(reapedAfterMs).toBeGreaterThanOrEqual(3000);
+      expect(reapedAfterMs).toBeLessThan(8000);
+    },
+  );
+
   it('the same run id or logical date is never created twice', async () => {
     const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, signalSchedule: null, tasks: [task('only')] };
     const rt = await runtime(dag, {});
