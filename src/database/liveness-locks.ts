@@ -62,6 +62,8 @@ export interface LockedJob {
   readonly id: number;
   /** job.liveness_lock. */
   readonly livenessLock: string | null;
+  /** job.latest_heartbeat (epoch ms), where the caller read it: a watch looks again at a job found gone whose heartbeat moves on. */
+  readonly latestHeartbeat?: number | null;
 }
 
 export const PG_ADVISORY_LOCK = 'pg-advisory';
@@ -155,17 +157,16 @@ class PostgresLivenessLocks implements LivenessLocks {
   async hold(jobId: number): Promise<string | null> {
     const client = await this.#connection();
     const { rows } = await client.query<{ pid: number }>(`select pg_advisory_lock(${PG_LOCK_SPACE_SQL}, $1), pg_backend_pid() as pid`, [jobId]);
-    // Behind a pooler in transaction mode the next statement may run on another server session,
-    // which does not hold the lock: check from that next statement that this session holds it.
-    const check = await client.query<{ held: boolean }>(
-      `select exists (select 1 from pg_locks where locktype = 'advisory' and granted and pid = $2 and classid = (${PG_LOCK_SPACE_SQL})::oid and objid = $1::int::oid and objsubid = 2) as held`,
-      [jobId, rows[0]!.pid],
-    );
-    if (!check.rows[0]?.held) {
+    // Behind a pooler in transaction mode the next statement may run on another server session:
+    // the lock stays with a server session the pooler may close (a live process then looks gone)
+    // or keep (a dead one then looks alive). Two more statements must run on the same session.
+    for (let check = 0; check < 2; check++) {
+      const again = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+      if (again.rows[0]?.pid === rows[0]!.pid) continue;
       if (!this.#warnedPooler) {
         this.#warnedPooler = true;
         this.log.warn(
-          'a session advisory lock did not hold from one statement to the next (a pooler in transaction mode?): peers will tell this process is gone only by its heartbeat threshold',
+          'this process’s statements do not stay on one PostgreSQL session (a pooler in transaction mode?): it holds no liveness lock, and peers will tell it is gone only by its heartbeat threshold',
         );
       }
       return null;
@@ -221,21 +222,26 @@ class PostgresLivenessLocks implements LivenessLocks {
   #ring(listJobs: () => Promise<LockedJob[]>, onGone: () => void): () => void {
     let stopped = false;
     let waiter: pg.Client | null = null;
-    // Jobs found gone: their rows say running for ever (nobody ends a dead process's row), and
-    // their free locks would end every wait at once.
-    const gone = new Set<number>();
+    // Jobs found gone, with their heartbeat then: a dead process's row says running for ever
+    // (nobody ends it) and its free lock would end every wait at once. One whose heartbeat moves
+    // on was only cut off, and has its lock again: it is watched again.
+    const gone = new Map<number, number | null | undefined>();
+    const watched = (job: LockedJob) =>
+      job.livenessLock === PG_ADVISORY_LOCK &&
+      !this.#held.has(job.id) &&
+      (!gone.has(job.id) || (job.latestHeartbeat ?? 0) > (gone.get(job.id) ?? Number.POSITIVE_INFINITY));
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
     const loop = async () => {
       while (!stopped && !this.#closed) {
         try {
-          const jobs = (await listJobs())
-            .filter((job) => job.livenessLock === PG_ADVISORY_LOCK && !this.#held.has(job.id) && !gone.has(job.id))
-            .map((job) => job.id);
+          const jobs = (await listJobs()).filter(watched).map((job) => job.id);
           const own = Math.max(0, ...this.#held);
           const target = jobs.sort((a, b) => a - b).find((id) => id > own) ?? jobs[0];
           if (target === undefined || this.#held.size === 0) {
-            await new Promise((resolve) => setTimeout(resolve, WATCH_REFRESH_MS).unref());
+            await pause(WATCH_REFRESH_MS);
             continue;
           }
+          gone.delete(target);
           waiter ??= await this.#openWaiter();
           try {
             await waiter.query(`select pg_advisory_lock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
@@ -244,8 +250,17 @@ class PostgresLivenessLocks implements LivenessLocks {
             throw error;
           }
           await waiter.query(`select pg_advisory_unlock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
-          gone.add(target);
           if (stopped) break;
+          // The lock was free. Its job may have ended by itself (it told its peers as it stopped),
+          // or every session may just have ended (a server restart, or this host's cut) with its
+          // process not yet holding it again: gone() trusts a free lock only where it can tell.
+          const job = (await listJobs()).find((candidate) => candidate.id === target);
+          if (job === undefined) continue;
+          if ((await this.gone([job])).size === 0) {
+            await pause(1000);
+            continue;
+          }
+          gone.set(target, job.latestHeartbeat);
           this.log.info({ job_id: target }, `job ${target}'s process is gone (its liveness lock is free)`);
           const { adapter, db } = this.database;
           await sql`select ${adapter.notifyExpression(WAKE_CHANNEL, 'triggerer')}, ${adapter.notifyExpression(WAKE_CHANNEL, 'scheduler')}`
@@ -257,7 +272,7 @@ class PostgresLivenessLocks implements LivenessLocks {
           this.log.warn({ ...errorFields(error, 'DF_DATABASE') }, 'watching the other processes’ liveness locks failed; trying again');
           await waiter?.end().catch(() => {});
           waiter = null;
-          await new Promise((resolve) => setTimeout(resolve, 1000).unref());
+          await pause(1000);
         }
       }
     };

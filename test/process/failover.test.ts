@@ -5,7 +5,8 @@
  * SIGTERM hands its triggers over and wakes its peers in the same step; a frozen one (SIGSTOP)
  * keeps its lock and is taken over by the heartbeat threshold only, while live triggerers on a
  * machine saturated by CPU hogs, paused half a second now and then, are never taken over; an
- * owner with no job row is released at the next pass. The benchmark (`npm run bench:failover`) measures the figures; the
+ * owner with no job row is released at the next pass; behind a pooler in transaction mode, where
+ * no lock holds, the heartbeat threshold still tells. The benchmark (`npm run bench:failover`) measures the figures; the
  * bounds here are generous.
  */
 import { spawn } from 'node:child_process';
@@ -19,6 +20,7 @@ import { NeverTrigger, triggerStarts } from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, migratedDatabase, type TestDatabase, waitFor } from '../support/fixtures.ts';
 import { freeze, killLeftovers, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { postgresProxy } from '../support/postgres-proxy.ts';
 
 afterAll(dropTestDatabases);
 
@@ -43,7 +45,7 @@ describe.each(testDialects)('failover on %s', (dialect) => {
   }
 
   /** A triggerer whose heartbeat threshold is long: what it shows fast, the lock (or the stop) did. */
-  async function triggerer(db: TestDatabase, { threshold = 60, extra = [] as string[] } = {}): Promise<{ proc: TriggererProcess; jobId: number }> {
+  async function triggerer(db: Pick<TestDatabase, 'url'>, { threshold = 60, extra = [] as string[] } = {}): Promise<{ proc: TriggererProcess; jobId: number }> {
     const proc = spawnTriggerer([
       '--db',
       db.url,
@@ -188,6 +190,41 @@ describe.each(testDialects)('failover on %s', (dialect) => {
       for (const [tag, pids] of triggerStarts(file)) expect(pids, tag).toHaveLength(1);
     },
     90_000,
+  );
+
+  it.runIf(dialect === 'postgres')(
+    'behind a pooler in transaction mode (no session lock, no LISTEN) a triggerer says so once and is taken over by its heartbeat threshold',
+    async () => {
+      const { db, file } = await setup('pooler');
+      const pooler = await postgresProxy(db.url, { transactionPooling: true });
+      try {
+        const pooled = await triggerer({ url: pooler.url }, { threshold: 4 });
+        await pooled.proc.waitForLine((line) => String(line.msg).includes('do not stay on one PostgreSQL session'), 10_000);
+        const job = await db.db.selectFrom('job').select(['liveness_lock']).where('id', '=', pooled.jobId).executeTakeFirstOrThrow();
+        expect(job.liveness_lock).toBeNull();
+        await deferTriggers(db, file);
+        await waitFor(async () => (await owned(db, pooled.jobId)) === TRIGGERS && triggerStarts(file).size === TRIGGERS, {
+          what: 'the pooled triggerer running every trigger (by polling)',
+        });
+        // The LISTEN probe never comes back either: polls carry it.
+        await pooled.proc.waitForLine((line) => String(line.msg).includes('LISTEN/NOTIFY does not reach this process'), 20_000);
+        const peer = await triggerer(db, { threshold: 4 });
+        const killedAt = Date.now();
+        pooled.proc.kill('SIGKILL');
+        await waitFor(() => [...triggerStarts(file).values()].every((pids) => pids.includes(peer.proc.pid!)), {
+          timeoutMs: 20_000,
+          intervalMs: 50,
+          what: 'the peer running every trigger',
+        });
+        // No lock to tell at once: the threshold (4 s) less the last heartbeat's age (under 1 s).
+        expect(Date.now() - killedAt).toBeGreaterThanOrEqual(2900);
+        expect(peer.proc.matching((line) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`)).toHaveLength(1);
+        expect(pooled.proc.matching((line) => String(line.msg).includes('do not stay on one PostgreSQL session'))).toHaveLength(1);
+      } finally {
+        pooler.close();
+      }
+    },
+    60_000,
   );
 
   it('the triggers of an owner with no job row are released at the next pass', async () => {
