@@ -6,6 +6,7 @@ import { createLogger } from '../../vocabulary/logging.ts';
 import type { JsonValue } from '../../vocabulary/serialization/json.ts';
 import { openStores, type Stores } from '../../storage/index.ts';
 import { checkSignalKey, checkSignalVersion, signalValueText, type Signal } from '../../model/signal.ts';
+import { PUSHED_POLL_MAX_MS } from '../jobs/daemon.ts';
 
 /** Called with each signal of its key, in version order, once each. */
 export type SignalListener = (signal: Signal) => void | Promise<void>;
@@ -24,7 +25,7 @@ export interface SignalSubscription {
 export interface SignalServiceOptions extends NotificationHubOptions {
   /** Between two looks at the database while no push is known to work, ms. @default 1000 */
   readonly pollIntervalMs?: number;
-  /** Between two looks while PostgreSQL's push is known to work (the safety net), ms. @default 10000 */
+  /** Between two looks while PostgreSQL's push is known to work (the safety net, as long as the daemons' own), ms. @default 20000 */
   readonly pushedPollIntervalMs?: number;
 }
 
@@ -102,7 +103,7 @@ export class SignalService {
     this.#log = log ?? createLogger({ level: 'warn', format: 'json', stderr: true });
     this.#logGiven = log !== undefined;
     this.#pollIntervalMs = options.pollIntervalMs ?? 1000;
-    this.#pushedPollIntervalMs = options.pushedPollIntervalMs ?? 10_000;
+    this.#pushedPollIntervalMs = options.pushedPollIntervalMs ?? PUSHED_POLL_MAX_MS;
     this.#hubOptions = options;
   }
 

@@ -52,14 +52,14 @@ describe('push wake-ups', () => {
     const dags = scratch.dir('push-timed');
     writeFileSync(path.join(dags, 'timed.mjs'), TIMED);
     await processDagFolder(db, dags);
-    // A 1 s poll: 10 s apart while pushes work.
+    // A 1 s poll: 20 s apart while pushes work.
     const procs = [
       spawnDeferflow(['scheduler', '--db', db.url, '--poll-interval', '1']),
       spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--poll-interval', '1']),
       spawnTriggerer(['--db', db.url, '--poll-interval', '1']),
     ];
     for (const proc of procs) await started(proc);
-    // Past the LISTEN probe (it takes milliseconds), so the daemons poll every 10 s.
+    // Past the LISTEN probe (it takes milliseconds), so the daemons poll every 20 s.
     await new Promise((resolve) => setTimeout(resolve, 2000));
     const runId = await triggerDagRun(db, 'timed');
     await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', runId).executeTakeFirstOrThrow()).state === 'failed', {
@@ -71,7 +71,7 @@ describe('push wake-ups', () => {
     const timedOut = tis.find((ti) => ti.task_id === 'timed_out')!;
     expect([retried.state, retried.try_number, JSON.parse(retried.return_value!)]).toEqual(['success', 2, 'second try']);
     expect(timedOut.state).toBe('failed');
-    // Each came due by time alone, a second after it began; far inside the 10 s safety-net polls.
+    // Each came due by time alone, a second after it began; far inside the 20 s safety-net polls.
     const runStart = fromDbTime((await db.db.selectFrom('dag_run').select('start_date').where('run_id', '=', runId).executeTakeFirstOrThrow()).start_date!);
     expect(fromDbTime(retried.end_date!) - runStart).toBeLessThan(7_000);
     expect(fromDbTime(timedOut.end_date!) - runStart).toBeLessThan(7_000);
