@@ -10,12 +10,20 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** `deferflow <args> --help`, as a terminal 110 columns wide shows it. */
+const helps = new Map<string, string>();
+
+/** `deferflow <args> --help`, as a terminal 110 columns wide shows it (each asked once: a process each). */
 export function helpOf(args: readonly string[]): string {
-  return execFileSync(process.execPath, [path.join(ROOT, 'bin/deferflow.js'), ...args, '--help'], {
-    encoding: 'utf8',
-    env: { ...process.env, COLUMNS: '110' },
-  }).trimEnd();
+  const key = args.join(' ');
+  let help = helps.get(key);
+  if (help === undefined) {
+    help = execFileSync(process.execPath, [path.join(ROOT, 'bin/deferflow.js'), ...args, '--help'], {
+      encoding: 'utf8',
+      env: { ...process.env, COLUMNS: '110' },
+    }).trimEnd();
+    helps.set(key, help);
+  }
+  return help;
 }
 
 /** The commands a help text lists under "Commands:", as the words after `deferflow`. */

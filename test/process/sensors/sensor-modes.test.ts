@@ -528,7 +528,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
   }, 60_000);
 
   it('deferrable sensors waiting on the same flag share one trigger row and one poke per interval; --smart-sensors consolidates an unchanged DAG of poke-mode sensors', async () => {
-    const shared = Array.from({ length: 500 }, (_, i) => ({ taskId: `w${i}`, flag: 'shared.flag', options: { mode: 'deferrable', pokeInterval: 0.5 } }));
+    const shared = Array.from({ length: 150 }, (_, i) => ({ taskId: `w${i}`, flag: 'shared.flag', options: { mode: 'deferrable', pokeInterval: 0.5 } }));
     // Poke mode as written; the deployment switch alone makes them wait on the triggerer.
     const switched = [
       ...Array.from({ length: 3 }, (_, i) => ({ taskId: `a${i}`, flag: 'a.flag', options: { mode: 'poke', pokeInterval: 0.2 } })),
@@ -550,7 +550,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
             .executeTakeFirstOrThrow()
         ).n,
       );
-    await waitFor(async () => (await deferredCount('shared', sharedRun)) === 500 && (await deferredCount('switched', switchedRun)) === 5, {
+    await waitFor(async () => (await deferredCount('shared', sharedRun)) === 150 && (await deferredCount('switched', switchedRun)) === 5, {
       what: 'every sensor deferred',
       timeoutMs: 60_000,
     });
