@@ -1,62 +1,115 @@
-// Failover, measured from outside: two triggerer processes (the package's bin), one running
-// `--triggers` waits; the one holding them is stopped (SIGTERM) or killed (SIGKILL), and the
-// figure is the time from the fault to the moment the peer runs the last of them (each trigger
-// appends a line with its process id when it starts). `--trials` of each fault, each on a fresh
-// database; one JSON line per fault kind. Default settings but the threshold, set to 60 s so
-// that only the liveness lock (a kill) or the release (a stop) can explain a fast takeover.
+// Failover, measured from outside: two triggerer processes (the package's bin) and `--triggers`
+// waits due across `--span` seconds from the fault on. The one holding them all is stopped
+// (SIGTERM), killed (SIGKILL) or frozen (SIGSTOP, thawed `--stop-seconds` later); `--hogs` CPU
+// busy loops may run the whole trial. Each trigger appends a line when a run of it starts and
+// when it fires (test/fixtures/test-triggers.ts DueTrigger), and an audit table, written by a
+// database trigger, records every state change of every task instance. `--trials` of each fault,
+// each on a fresh database. One JSON line per fault kind:
 //
-//   npm run bench:failover -- [--db postgres://…] [--trials 10] [--triggers 200]
+//   handover_p50_ms / _p99_ms / _max_ms  the fault → the peer has started every trigger not yet fired
+//   after_release_p50_ms / _p99_ms       SIGTERM: the victim's release (its log line) → the same moment
+//   late_p99_ms / late_max_ms            how late the task instances due after the fault moved (their due moment → the move)
+//   lost                                 task instances never moved
+//   moved_twice                          task instances moved from deferred to scheduled more than once
+//   false_takeovers                      releases of the triggers of a triggerer that was not faulted, or before the fault
+//
+// Thresholds: SIGTERM and SIGKILL trials set the heartbeat threshold to 60 s, so that only the
+// release (a stop) or the liveness lock (a kill) can explain a fast takeover; SIGSTOP trials run
+// the defaults (a frozen process keeps its lock: its heartbeat tells).
+//
+//   npm run bench:failover -- [--db postgres://…] [--trials 10] [--triggers 200] [--span 20] [--faults SIGTERM,SIGKILL,SIGSTOP] [--hogs 0]
+import { spawn as spawnChild } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { sql } from 'kysely';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { TaskDeferred } from '../src/index.ts';
-import { openDatabase } from '../src/database/connect.ts';
+import { type Database, openDatabase } from '../src/database/connect.ts';
 import { migrateToLatest } from '../src/database/migrate.ts';
 import { openStores } from '../src/storage/index.ts';
-import { NeverTrigger, triggerStarts } from '../test/fixtures/test-triggers.ts';
-import { TriggererProcess } from '../test/support/processes.ts';
-import { benchDatabase, percentile } from './bench-support.ts';
+import { DueTrigger, triggerFires, triggerStarts } from '../test/fixtures/test-triggers.ts';
+import { freeze, TriggererProcess } from '../test/support/processes.ts';
+import { benchDatabase, percentile, until } from './bench-support.ts';
+
+const FAULTS = ['SIGTERM', 'SIGKILL', 'SIGSTOP'] as const;
+type Fault = (typeof FAULTS)[number];
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'postgres://… (a private schema is made); default: a SQLite file' })
   .option('trials', { type: 'number', default: 10 })
   .option('triggers', { type: 'number', default: 200 })
+  .option('span', { type: 'number', default: 20, describe: 'seconds across which the triggers come due, from the fault on' })
+  .option('stop-seconds', { type: 'number', default: 30, describe: 'how long a SIGSTOP trial keeps the victim frozen' })
+  .option('hogs', { type: 'number', default: 0, describe: 'CPU busy loops running through each trial' })
+  .option('faults', { type: 'string', default: FAULTS.join(','), describe: 'which faults, comma-separated' })
   .strict()
   .parse();
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-failover-'));
+const dialect = args.db?.startsWith('postgres') ? 'postgres' : 'sqlite';
 
-function spawn(url: string): TriggererProcess {
+function spawnTriggerer(url: string, fault: Fault): TriggererProcess {
+  const threshold = fault === 'SIGSTOP' ? [] : ['--health-check-threshold', '60'];
   return new TriggererProcess(
-    ['--db', url, '--trigger-module', 'test/fixtures/test-triggers.ts', '--health-check-threshold', '60', '--log-level', 'info'],
+    ['--db', url, '--trigger-module', 'test/fixtures/test-triggers.ts', '--log-level', 'info', ...threshold],
     {},
     path.join(root, 'bin/triggerer.js'),
     root,
   );
 }
 
-async function until(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 2));
+/** An audit of every task instance state change, written by the database itself (epoch ms). */
+async function audit(database: Database): Promise<void> {
+  if (dialect === 'postgres') {
+    await sql`create table bench_audit (ti bigint not null, old_state text, new_state text, at_ms double precision not null default extract(epoch from clock_timestamp()) * 1000)`.execute(
+      database.db,
+    );
+    await sql`create function bench_audit_change() returns trigger language plpgsql as $$
+      begin
+        if new.state is distinct from old.state then insert into bench_audit (ti, old_state, new_state) values (new.id, old.state, new.state); end if;
+        return new;
+      end $$`.execute(database.db);
+    await sql`create trigger bench_audit_change after update on task_instance for each row execute function bench_audit_change()`.execute(database.db);
+  } else {
+    await sql`create table bench_audit (ti integer not null, old_state text, new_state text, at_ms real not null)`.execute(database.db);
+    await sql`create trigger bench_audit_change after update of state on task_instance when new.state is not old.state
+      begin insert into bench_audit (ti, old_state, new_state, at_ms) values (new.id, old.state, new.state, (julianday('now') - 2440587.5) * 86400000.0); end`.execute(
+      database.db,
+    );
   }
 }
 
-async function trial(fault: 'SIGTERM' | 'SIGKILL', n: number): Promise<{ handoverMs: number; lost: number }> {
+interface TrialResult {
+  handoverMs: number;
+  afterReleaseMs: number;
+  late: number[];
+  lost: number;
+  movedTwice: number;
+  falseTakeovers: number;
+}
+
+async function trial(fault: Fault, n: number): Promise<TrialResult> {
   const { url, dispose } = await benchDatabase(args.db, mkdtempSync(path.join(scratch, `${fault}-${n}-`)));
   const database = openDatabase(url);
   const file = path.join(scratch, `${fault}-${n}.log`);
   writeFileSync(file, '');
+  const procs: TriggererProcess[] = [];
   try {
     await migrateToLatest(database);
-    const victim = spawn(url);
-    await victim.waitForJob(30_000);
+    await audit(database);
+    const victim = spawnTriggerer(url, fault);
+    procs.push(victim);
+    const victimJob = await victim.waitForJob(30_000);
     const storage = openStores(database);
+    // The fault comes once every trigger runs on the victim (a budget for the inserts, generous:
+    // the CPU hogs slow them), then the triggers come due across the span.
+    const faultAt = Date.now() + 5000 + args.triggers * 8 * (1 + args.hogs / 2);
+    const due = new Map<number, number>();
     for (let i = 0; i < args.triggers; i++) {
+      const at = Math.round(faultAt + ((i + 1) * args.span * 1000) / args.triggers);
       const row = await database.db
         .insertInto('task_instance')
         .values({
@@ -70,49 +123,130 @@ async function trial(fault: 'SIGTERM' | 'SIGKILL', n: number): Promise<{ handove
         })
         .returning('id')
         .executeTakeFirstOrThrow();
-      await storage.taskInstances.deferTaskInstance(row.id, new TaskDeferred({ trigger: new NeverTrigger({ file, tag: `n${i}` }), method: 'resume' }));
+      due.set(row.id, at);
+      await storage.taskInstances.deferTaskInstance(row.id, new TaskDeferred({ trigger: new DueTrigger({ file, n: row.id, at }), method: 'resume' }));
     }
-    await until(() => triggerStarts(file).size === args.triggers, 30_000, 'the victim running every trigger');
-    const survivor = spawn(url);
-    await survivor.waitForJob(30_000);
-    const faultAt = performance.now();
-    victim.kill(fault);
+    await until(() => triggerStarts(file).size === args.triggers, { timeoutMs: 60_000, what: 'the victim running every trigger', intervalMs: 5 });
+    const survivor = spawnTriggerer(url, fault);
+    procs.push(survivor);
+    const survivorJob = await survivor.waitForJob(30_000);
+    if (Date.now() < faultAt) await new Promise((resolve) => setTimeout(resolve, faultAt - Date.now()));
+    const faultedAt = Date.now();
+    if (fault === 'SIGSTOP') await freeze(victim, url);
+    else victim.kill(fault);
+    const thawAt = faultedAt + args.stopSeconds * 1000;
     let handoverMs = Number.NaN;
+    let afterReleaseMs = Number.NaN;
     try {
-      await until(() => [...triggerStarts(file).values()].every((pids) => pids.includes(survivor.pid!)), 60_000, 'the survivor running every trigger');
-      handoverMs = performance.now() - faultAt;
+      await until(
+        () => {
+          const fires = triggerFires(file);
+          const starts = triggerStarts(file);
+          return [...starts].every(([tag, pids]) => pids.includes(survivor.pid!) || (fires.get(tag) ?? []).length > 0);
+        },
+        { timeoutMs: fault === 'SIGSTOP' ? args.stopSeconds * 1000 : 60_000, what: 'the survivor running every trigger', intervalMs: 5 },
+      );
+      const handedOverAt = Date.now();
+      handoverMs = handedOverAt - faultedAt;
+      const release = victim.matching((line) => line.job_id === victimJob && typeof line.released_triggers === 'number')[0];
+      if (release) afterReleaseMs = handedOverAt - Number(release.time);
     } catch {}
-    const lost = [...triggerStarts(file).values()].filter((pids) => !pids.includes(survivor.pid!)).length;
-    survivor.kill('SIGKILL');
-    victim.kill('SIGKILL');
-    await Promise.all([survivor.exit, victim.exit]);
-    return { handoverMs, lost };
+    if (fault === 'SIGSTOP') {
+      if (Date.now() < thawAt) await new Promise((resolve) => setTimeout(resolve, thawAt - Date.now()));
+      victim.kill('SIGCONT');
+    }
+    // Every task instance moved, or a minute past the last due moment.
+    const lastDue = Math.max(...due.values());
+    const deferred = async () =>
+      Number(
+        (
+          await database.db
+            .selectFrom('task_instance')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .where('state', '=', 'deferred')
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    await until(async () => (await deferred()) === 0, {
+      timeoutMs: Math.max(0, lastDue - Date.now()) + 60_000,
+      what: 'every task instance moved',
+      intervalMs: 50,
+    }).catch(() => {});
+    if (fault === 'SIGSTOP') await new Promise((resolve) => setTimeout(resolve, 2000)); // the thawed victim's last writes
+    const { rows } = await sql<{ ti: number; moves: number | string; first_ms: number }>`
+      select ti, count(*) as moves, min(at_ms) as first_ms from bench_audit where old_state = 'deferred' and new_state = 'scheduled' group by ti`.execute(
+      database.db,
+    );
+    const moves = new Map(rows.map((row) => [Number(row.ti), { moves: Number(row.moves), at: Number(row.first_ms) }]));
+    const late: number[] = [];
+    let lost = 0;
+    let movedTwice = 0;
+    for (const [ti, at] of due) {
+      const move = moves.get(ti);
+      if (!move) lost++;
+      else {
+        if (move.moves > 1) movedTwice++;
+        if (at >= faultedAt) late.push(Math.max(0, move.at - at));
+      }
+    }
+    const releases = procs.flatMap((proc) => proc.matching((line) => Array.isArray(line.dead_triggerers)));
+    const falseTakeovers = releases.filter(
+      (line) => Number(line.time) < faultedAt || (line.dead_triggerers as number[]).some((id) => id !== victimJob) || survivorJob === victimJob,
+    ).length;
+    return { handoverMs, afterReleaseMs, late, lost, movedTwice, falseTakeovers };
   } finally {
+    for (const proc of procs) {
+      proc.kill('SIGCONT');
+      proc.kill('SIGKILL');
+    }
+    await Promise.all(procs.map((proc) => proc.exit));
     await database.close();
     await dispose();
     rmSync(file, { force: true });
   }
 }
 
-const dialect = args.db?.startsWith('postgres') ? 'postgres' : 'sqlite';
-for (const fault of ['SIGTERM', 'SIGKILL'] as const) {
-  const results = [];
-  for (let n = 0; n < args.trials; n++) results.push(await trial(fault, n));
-  const times = results
-    .map((result) => result.handoverMs)
-    .filter(Number.isFinite)
-    .sort((a, b) => a - b);
-  console.log(
-    JSON.stringify({
-      dialect,
-      fault,
-      trials: args.trials,
-      triggers: args.triggers,
-      handover_p50_ms: Math.round(percentile(times, 0.5)),
-      handover_p99_ms: Math.round(percentile(times, 0.99)),
-      handover_max_ms: Math.round(times.at(-1) ?? Number.NaN),
-      lost: results.reduce((sum, result) => sum + result.lost, 0),
-    }),
-  );
+const hogs = Array.from({ length: args.hogs }, () => spawnChild(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+try {
+  for (const fault of args.faults.split(',') as Fault[]) {
+    if (!FAULTS.includes(fault)) throw new Error(`--faults: ${fault} is not one of ${FAULTS.join(', ')}`);
+    const results: TrialResult[] = [];
+    for (let n = 0; n < args.trials; n++) results.push(await trial(fault, n));
+    const times = results
+      .map((result) => result.handoverMs)
+      .filter(Number.isFinite)
+      .sort((a, b) => a - b);
+    const afterRelease = results
+      .map((result) => result.afterReleaseMs)
+      .filter(Number.isFinite)
+      .sort((a, b) => a - b);
+    const late = results.flatMap((result) => result.late).sort((a, b) => a - b);
+    const sum = (key: 'lost' | 'movedTwice' | 'falseTakeovers') => results.reduce((total, result) => total + result[key], 0);
+    console.log(
+      JSON.stringify({
+        dialect,
+        fault,
+        trials: args.trials,
+        triggers: args.triggers,
+        span_s: args.span,
+        hogs: args.hogs,
+        handover_p50_ms: Math.round(percentile(times, 0.5)),
+        handover_p99_ms: Math.round(percentile(times, 0.99)),
+        handover_max_ms: Math.round(times.at(-1) ?? Number.NaN),
+        handover_missed: results.length - times.length,
+        ...(afterRelease.length > 0
+          ? { after_release_p50_ms: Math.round(percentile(afterRelease, 0.5)), after_release_p99_ms: Math.round(percentile(afterRelease, 0.99)) }
+          : {}),
+        late_samples: late.length,
+        late_p99_ms: Math.round(percentile(late, 0.99)),
+        late_max_ms: Math.round(late.at(-1) ?? Number.NaN),
+        lost: sum('lost'),
+        moved_twice: sum('movedTwice'),
+        false_takeovers: sum('falseTakeovers'),
+      }),
+    );
+  }
+} finally {
+  for (const hog of hogs) hog.kill('SIGKILL');
+  rmSync(scratch, { recursive: true, force: true });
 }
-rmSync(scratch, { recursive: true, force: true });
