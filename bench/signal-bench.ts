@@ -17,7 +17,8 @@
  *   signal_to_resumed              sendSignal → a task waiting for it resumes
  *   signal_to_scheduled_run        sendSignal → the first task of the DAG scheduled on it starts
  *   signal_to_restarted            sendSignal → a finished task with a restart action on the key runs again (a new try)
- * and lines with idle_transactions_per_s, counted on the server (pg_stat_database) over 30 s,
+ * and lines with idle_transactions_per_s, counted on the server (pg_stat_database) over 60 s (three
+ * safety-net polls, twelve heartbeats: a whole number of each, or the count swings by a pass),
  * after 15 s for the counts of the busy cases to land: the three daemons doing nothing, then each
  * alone (a fresh one on its own connection pool, the others stopped).
  */
@@ -45,6 +46,7 @@ import {
 } from '../src/internals.ts';
 import { BUILTIN_TRIGGERS } from '../triggers/index.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
+import { until } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', default: process.env.DEFERFLOW_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test' })
@@ -226,11 +228,12 @@ async function idleRate(server: pg.Client): Promise<number> {
   const count = async () =>
     Number((await server.query('select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()')).rows[0].n);
   // Backends report their counts to the statistics lazily (up to ~10 s late): let the busy
-  // cases' counts land first, then count over 30 s.
+  // cases' counts land first, then count over 60 s: three safety-net polls (20 s) and twelve
+  // heartbeats (5 s) whatever their phase.
   await new Promise((resolve) => setTimeout(resolve, 15_000));
   const before = await count();
   const started = Date.now();
-  await new Promise((resolve) => setTimeout(resolve, 30_000));
+  await new Promise((resolve) => setTimeout(resolve, 60_000));
   const after = await count();
   // Less this probe's own transaction.
   return Number(((after - before - 1) / ((Date.now() - started) / 1000)).toFixed(2));
@@ -240,12 +243,4 @@ function percentiles(samples: number[]) {
   const sorted = [...samples].sort((a, b) => a - b);
   const at = (q: number) => Number(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!.toFixed(1));
   return { p50_ms: at(0.5), p99_ms: at(0.99), max_ms: Number(sorted[sorted.length - 1]!.toFixed(1)) };
-}
-
-async function until(condition: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error('the benchmark waited 30 s for a step; see the log above');
-    await new Promise((resolve) => setTimeout(resolve, 2));
-  }
 }

@@ -49,7 +49,7 @@ import { DateTimeTrigger } from '../triggers/index.ts';
 import { DistinctEventTrigger } from './distinct-event-trigger.ts';
 import { Keyring } from '../src/database/encryption/keyring.ts';
 import { wake } from '../src/storage/wake.ts';
-import { benchDatabase, percentile } from './bench-support.ts';
+import { benchDatabase, percentile, until } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
@@ -125,7 +125,7 @@ lines.on('line', (line) => {
 });
 
 try {
-  await until(() => started, 30_000, 'the triggerer to start');
+  await until(() => started, { timeoutMs: 30_000, what: 'the triggerer to start', intervalMs: 20 });
   await sleep(1000);
   const idleRss = rssOf(triggerer.pid!);
 
@@ -134,12 +134,12 @@ try {
   const dueMs = insertStart + leadMs;
   await insertDeferrals(database, n, dueMs);
   const inserted = Date.now();
-  await until(() => running >= n, leadMs, `the triggerer to run all ${n} triggers before the due moment`);
+  await until(() => running >= n, { timeoutMs: leadMs, what: `the triggerer to run all ${n} triggers before the due moment`, intervalMs: 20 });
   const loadMs = Math.max(0, allRunningAt! - inserted);
   await sleep(Math.min(1000, Math.max(0, dueMs - Date.now() - 200)));
   const loadedRss = rssOf(triggerer.pid!);
 
-  await until(() => movedTotal >= n, dueMs + 120_000 - Date.now(), `all ${n} task instances to be scheduled`);
+  await until(() => movedTotal >= n, { timeoutMs: dueMs + 120_000 - Date.now(), what: `all ${n} task instances to be scheduled`, intervalMs: 20 });
   await expectScheduled(database, n);
   const latencies = commits.flatMap(([time, moved]) => Array.from({ length: moved }, () => Math.max(0, time - dueMs))).sort((a, b) => a - b);
   const last = latencies[latencies.length - 1]!;
@@ -226,14 +226,6 @@ function rssOf(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1]);
   return kb * 1024;
-}
-
-async function until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
 }
 
 function sleep(ms: number): Promise<void> {
