@@ -21,7 +21,9 @@ export default defineConfig({
     // processes would start them: spawned daemons run task code on their own loop unless a test
     // asks for runners (RUNNER_PROCESSES in test/support/processes.ts: the isolation tests, the
     // runtime-process tests, the chaos run). The embedded API reads no environment: in-process
-    // tests use runners, the default.
+    // tests use runners, the default, except where a test says taskIsolation: 'none' (the sensor
+    // and signal tests, whose tasks need no isolation: runners cost sensor-modes.test.ts 75 of
+    // its 99 s of CPU).
     env: { DEFERFLOW_HTTP_PORT: 'off', DEFERFLOW_TASK_ISOLATION: 'none' },
     testTimeout: 30_000,
     hookTimeout: 60_000,

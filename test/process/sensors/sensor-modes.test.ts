@@ -124,7 +124,7 @@ describe.each(testDialects)('sensors on %s', (dialect: TestDialect) => {
     app = await deferflow({
       databaseUrl: url,
       dagsFolder: path.join(proj.dir, 'dags'),
-      worker: { concurrency: 4, pollInterval: 0.1, shutdownGrace: 0, ...(worker === false ? {} : worker) },
+      worker: { concurrency: 4, pollInterval: 0.1, shutdownGrace: 0, taskIsolation: 'none', ...(worker === false ? {} : worker) },
       scheduler: { pollInterval: 0.1 },
       triggerer: { pollInterval: 0.1, triggerModules: [path.join(proj.dir, 'sensors.mjs')], ...(triggerer === false ? {} : triggerer) },
       logger: pino({ level: 'info' }, logs),

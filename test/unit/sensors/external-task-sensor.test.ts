@@ -50,7 +50,7 @@ describe.each(testDialects)('ExternalTaskSensor on %s', (dialect: TestDialect) =
     app = await deferflow({
       databaseUrl: await freshDatabaseUrl(dialect),
       dagsFolder: path.join(dir, 'dags'),
-      worker: { concurrency: 4, pollInterval: 0.1, shutdownGrace: 0 },
+      worker: { concurrency: 4, pollInterval: 0.1, shutdownGrace: 0, taskIsolation: 'none' },
       scheduler: { pollInterval: 0.1 },
       triggerer: { pollInterval: 0.1 },
       logger: pino({ level: 'info' }, logs),

@@ -56,7 +56,7 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
     app = await deferflow({
       databaseUrl: await freshDatabaseUrl(dialect),
       dagsFolder: path.join(dir, 'dags'),
-      worker: { concurrency: 8, pollInterval: 0.1, shutdownGrace: 0 },
+      worker: { concurrency: 8, pollInterval: 0.1, shutdownGrace: 0, taskIsolation: 'none' },
       scheduler: { pollInterval: 0.1 },
       triggerer: { pollInterval: 0.1 },
       logger: pino({ level: 'info' }, logs),
