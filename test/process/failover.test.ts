@@ -10,37 +10,30 @@
  * bounds here are generous.
  */
 import { spawn } from 'node:child_process';
-import { rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { openStores } from '../../src/storage/index.ts';
 import { NeverTrigger, triggerStarts } from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { createTaskInstance, migratedDatabase, type TestDatabase, waitFor } from '../support/fixtures.ts';
-import { freeze, killLeftovers, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { createTaskInstance, type TestDatabase, waitFor } from '../support/fixtures.ts';
+import { freeze, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { processScratch } from '../support/process-scratch.ts';
 import { postgresProxy } from '../support/postgres-proxy.ts';
 
 afterAll(dropTestDatabases);
-
-const open: { databases: TestDatabase[]; files: string[] } = { databases: [], files: [] };
-afterEach(async () => {
-  await killLeftovers();
-  await Promise.all(open.databases.splice(0).map((db) => db.close()));
-  for (const file of open.files.splice(0)) rmSync(file, { force: true });
-});
+const scratch = processScratch();
 
 /** How many triggers each test defers (enough to spread over a few claims, few enough to be quick). */
 const TRIGGERS = 40;
 
 describe.each(testDialects)('failover on %s', (dialect) => {
+  /** A database, and the file its test triggers write their start lines to (see triggerStarts). */
   async function setup(name: string) {
-    const db = await migratedDatabase(dialect);
-    open.databases.push(db);
-    const file = path.join(os.tmpdir(), `deferflow-failover-${name}-${process.pid}-${Date.now()}.log`);
+    const db = await scratch.database(dialect);
+    const file = path.join(scratch.dir(`failover-${name}`), 'triggers.log');
     writeFileSync(file, '');
-    open.files.push(file);
     return { db, file };
   }
 
@@ -68,6 +61,14 @@ describe.each(testDialects)('failover on %s', (dialect) => {
     }
   }
 
+  /** Defers TRIGGERS waits, and waits until `holder` runs every one. */
+  async function deferTo(db: TestDatabase, file: string, holder: { jobId: number }): Promise<void> {
+    await deferTriggers(db, file);
+    await waitFor(async () => (await owned(db, holder.jobId)) === TRIGGERS && triggerStarts(file).size === TRIGGERS, {
+      what: `triggerer ${holder.jobId} running every trigger`,
+    });
+  }
+
   async function owned(db: TestDatabase, jobId: number): Promise<number> {
     const row = await db.db
       .selectFrom('trigger')
@@ -80,10 +81,7 @@ describe.each(testDialects)('failover on %s', (dialect) => {
   it('a SIGKILLed triggerer is known dead by its liveness lock: a peer runs all its triggers within seconds, far below the 60 s threshold', async () => {
     const { db, file } = await setup('kill');
     const victim = await triggerer(db);
-    await deferTriggers(db, file);
-    await waitFor(async () => (await owned(db, victim.jobId)) === TRIGGERS && triggerStarts(file).size === TRIGGERS, {
-      what: 'the victim running every trigger',
-    });
+    await deferTo(db, file, victim);
     const job = await db.db.selectFrom('job').select(['liveness_lock']).where('id', '=', victim.jobId).executeTakeFirstOrThrow();
     expect(job.liveness_lock).toMatch(dialect === 'postgres' ? /^pg-advisory$/ : /^file:.*\.liveness\/job-\d+$/);
     const survivor = await triggerer(db);
@@ -117,10 +115,7 @@ describe.each(testDialects)('failover on %s', (dialect) => {
   it('a SIGTERMed triggerer releases its triggers and wakes its peers in one step: a peer runs them at once', async () => {
     const { db, file } = await setup('stop');
     const leaving = await triggerer(db);
-    await deferTriggers(db, file);
-    await waitFor(async () => (await owned(db, leaving.jobId)) === TRIGGERS && triggerStarts(file).size === TRIGGERS, {
-      what: 'the first triggerer running every trigger',
-    });
+    await deferTo(db, file, leaving);
     // The peer polls every 30 s: only the wake-up makes it claim sooner.
     const peer = await triggerer(db, { extra: ['--poll-interval', '30'] });
     leaving.proc.kill('SIGTERM');
@@ -202,10 +197,7 @@ describe.each(testDialects)('failover on %s', (dialect) => {
         await pooled.proc.waitForLine((line) => String(line.msg).includes('do not stay on one PostgreSQL session'), 10_000);
         const job = await db.db.selectFrom('job').select(['liveness_lock']).where('id', '=', pooled.jobId).executeTakeFirstOrThrow();
         expect(job.liveness_lock).toBeNull();
-        await deferTriggers(db, file);
-        await waitFor(async () => (await owned(db, pooled.jobId)) === TRIGGERS && triggerStarts(file).size === TRIGGERS, {
-          what: 'the pooled triggerer running every trigger (by polling)',
-        });
+        await deferTo(db, file, pooled);
         // The LISTEN probe never comes back either: polls carry it.
         await pooled.proc.waitForLine((line) => String(line.msg).includes('LISTEN/NOTIFY does not reach this process'), 20_000);
         const peer = await triggerer(db, { threshold: 4 });
