@@ -24,6 +24,7 @@ export const PACKAGE_TRIGGERS = path.join(REPO_ROOT, 'dist/triggers/index.js');
 export const RUNNER_PROCESSES = { DEFERFLOW_TASK_ISOLATION: 'process' } as const;
 const TRIGGERER_BIN = path.join(REPO_ROOT, 'bin/triggerer.js');
 export const DEFERFLOW_BIN = path.join(REPO_ROOT, 'bin/deferflow.js');
+const SPAWNED_TSCONFIG = path.join(REPO_ROOT, 'test/support/tsconfig.spawned.json');
 
 export type LogLine = Record<string, unknown>;
 
@@ -47,7 +48,7 @@ export class TriggererProcess {
   exited: ProcessExit | null = null;
   readonly #waiters = new Set<() => void>();
 
-  /** `cwd`: where the command runs; a user's project, say (the repository's tsconfig.json maps 'deferflow' to its sources for tsx). */
+  /** `cwd`: where the command runs; a user's project, say. A test file's import of 'deferflow' finds the build, as a user's does (see tsconfig.spawned.json). */
   constructor(
     readonly args: readonly string[],
     env: NodeJS.ProcessEnv = {},
@@ -56,7 +57,7 @@ export class TriggererProcess {
   ) {
     this.child = spawn(process.execPath, [bin, ...args], {
       cwd,
-      env: { ...process.env, DEFERFLOW_LOG_FORMAT: 'json', ...env },
+      env: { ...process.env, DEFERFLOW_LOG_FORMAT: 'json', TSX_TSCONFIG_PATH: SPAWNED_TSCONFIG, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     live.add(this);
