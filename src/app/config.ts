@@ -91,7 +91,7 @@ export interface TriggererConfig {
    * gone is known at once by its liveness lock. @default 10 seconds
    */
   readonly healthCheckThreshold?: DurationInput;
-  /** Most unowned triggers claimed in one pass. @default 50 */
+  /** Most unowned triggers claimed in one pass. @default 1000 */
   readonly claimsPerLoop?: number;
   /** Pause between passes (claim, hand over, clean up) when there is nothing more to claim. @default 1 second */
   readonly pollInterval?: DurationInput;

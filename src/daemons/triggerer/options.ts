@@ -40,9 +40,13 @@ export const TRIGGERER_OPTIONS = {
     describe:
       'A triggerer whose heartbeat is this old is dead (frozen, or cut off while its session lingers); peers take its triggers. One whose process is gone is known at once by its liveness lock',
   },
+  // As many as one claim statement takes (the pass claims in statements of at most 1,000 rows,
+  // letting due triggers fire in between): a peer's triggers, released on its stop or its death,
+  // are claimed in one pass. bench:failover on PostgreSQL, 1,000 triggers: release to all running
+  // 422 ms (p50) at 50 a pass, 155 ms at 1,000; a kill to all running 549 ms, 205 ms.
   claimsPerLoop: {
     env: 'DEFERFLOW_TRIGGERER_CLAIMS_PER_LOOP',
-    default: 50,
+    default: 1000,
     unit: 'triggers',
     describe: 'Most unowned triggers claimed in one pass (a full batch starts the next pass at once)',
   },
