@@ -5,7 +5,7 @@
  * every second, run once with pushes on and once with --no-push. Each case is timed from the
  * moment recorded by the code that caused it to the moment recorded by the code it woke.
  *
- *   npm run bench:signals [-- --db postgres://… | --db sqlite] [--samples N]
+ *   npm run bench:signals [-- --db postgres://… | --db sqlite] [--samples N] [--modes push,no-push]
  *
  * `--db sqlite`: a new SQLite file for each mode, in a temporary folder; the idle lines (counted
  * on a PostgreSQL server) are left out.
@@ -51,6 +51,7 @@ import { until } from './bench-support.ts';
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', default: process.env.DEFERFLOW_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test' })
   .option('samples', { type: 'number', default: 40, describe: 'samples per case' })
+  .option('modes', { type: 'string', default: 'push,no-push', describe: 'which modes to run, comma-separated' })
   .strict()
   .parse();
 
@@ -123,7 +124,10 @@ const sqlite = args.db.startsWith('sqlite');
 const server = sqlite ? null : new pg.Client({ connectionString: args.db });
 await server?.connect();
 try {
-  for (const push of [true, false]) await runMode(push);
+  for (const mode of args.modes.split(',')) {
+    if (mode !== 'push' && mode !== 'no-push') throw new Error(`--modes: ${mode} is not push or no-push`);
+    await runMode(mode === 'push');
+  }
 } finally {
   await server?.end();
   rmSync(root, { recursive: true, force: true });
