@@ -81,7 +81,14 @@ describe('README and docs/', () => {
     const production = doc('docs/production.md').replace(/\s+/g, ' ');
     const benchmarks = doc('docs/benchmarks.md').replace(/\s+/g, ' ');
     expect(benchmarks).toContain('npm run bench:failover');
-    expect(benchmarks).toMatch(/\| SIGKILL \(crash: the liveness lock\) \| \d+ \/ \d+ ms \| \d+ \/ \d+ ms \| 0 \|/);
+    for (const fault of [
+      'SIGTERM \\(graceful: cleanups, release, wake\\)',
+      'SIGKILL \\(crash: the liveness lock\\)',
+      'SIGSTOP \\(frozen: the heartbeat threshold\\)',
+    ]) {
+      expect(benchmarks).toMatch(new RegExp(`\\| ${fault} \\| [\\d,]+ / [\\d,]+ ms[^|]* \\| [\\d,]+ / [\\d,]+ ms[^|]* \\| [\\d,]+ / [\\d,]+ ms \\|`));
+    }
+    expect(benchmarks).toContain('Every trial: `lost` 0, `moved_twice` 0, `false_takeovers` 0.');
     expect(packageJson.scripts['bench:failover']).toContain('bench/failover-bench.ts');
     expect(production).toContain('liveness lock');
   });
