@@ -48,17 +48,13 @@ export async function postgresProxy(databaseUrl: string, options: { dropNotifica
     sockets.add(client).add(upstream);
     client.pipe(upstream);
     if (options.dropNotifications) {
-      let pending = Buffer.alloc(0);
-      upstream.on('data', (chunk: Buffer) => {
-        pending = Buffer.concat([pending, chunk]);
-        // Every server message is a type byte and an int32 length that counts itself.
-        while (pending.length >= 5 && pending.length >= 1 + pending.readInt32BE(1)) {
-          const size = 1 + pending.readInt32BE(1);
-          if (pending[0] === 0x41) dropped++;
-          else client.write(pending.subarray(0, size));
-          pending = pending.subarray(size);
-        }
-      });
+      upstream.on(
+        'data',
+        messages((message) => {
+          if (message[0] === 0x41) dropped++;
+          else client.write(message);
+        }),
+      );
     } else {
       upstream.pipe(client);
     }

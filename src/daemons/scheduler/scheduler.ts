@@ -21,8 +21,8 @@ import { retryDelayMs } from '../../model/retry-policy.ts';
 /**
  * Longest between two looks for new versions of a DAG's signal key when no send woke the
  * scheduler. Sends reach it through its signal listener, which polls the database itself (every
- * second when pushes do not arrive, every 20 s when they do: see SignalService), so this look is
- * only a guard behind that one, and rare: each costs an idle scheduler four statements.
+ * second when pushes do not arrive, once a minute when they do: see SignalService), so this look
+ * is only a guard behind that one, and rare: each costs an idle scheduler four statements.
  */
 const SIGNAL_SAFETY_CHECK_MS = 300_000;
 /** Most task instances with a signal version to act on looked at in one pass (the next pass goes on). */
