@@ -1,5 +1,8 @@
-// What the benchmark scripts share: a scratch database, percentiles, and waiting for a condition.
+// What the benchmark scripts share: a scratch database, deferrals inserted in bulk, percentiles, and waiting for a condition.
 import path from 'node:path';
+import type { Database } from '../src/database/connect.ts';
+import { toDbTime } from '../src/database/schema.ts';
+import { wake } from '../src/storage/wake.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
 /** The database a benchmark runs on: a SQLite file in `scratch` by default, a private PostgreSQL schema (dropped afterwards) for a postgres:// URL. */
@@ -24,5 +27,47 @@ export async function until(
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+/** A trigger row's classpath and kwargs as stored (kwargs sealed where the benchmark encrypts). */
+export interface StoredTrigger {
+  classpath: string;
+  kwargs: string;
+}
+
+/**
+ * Inserts `count` task instances (dag `bench`, task `wait_<i>`), each deferred on a trigger row of
+ * its own (`trigger(i)`), 1,000 a transaction (a multi-row insert each), and wakes the triggerers
+ * as deferTaskInstance does: on PostgreSQL they are notified, not left to their safety-net poll.
+ * One deferTaskInstance a row would take minutes for 100,000 and time the benchmark, not the daemon.
+ */
+export async function insertDeferrals({ db, adapter }: Database, count: number, trigger: (index: number) => StoredTrigger, nextKwargs = '{}'): Promise<void> {
+  const now = toDbTime(Date.now());
+  const chunk = 1000;
+  for (let start = 0; start < count; start += chunk) {
+    const size = Math.min(chunk, count - start);
+    await db.transaction().execute(async (trx) => {
+      const triggers = await trx
+        .insertInto('trigger')
+        .values(Array.from({ length: size }, (_, i) => ({ ...trigger(start + i), created_at: now, triggerer_id: null, hash: null })))
+        .returning('id')
+        .execute();
+      await trx
+        .insertInto('task_instance')
+        .values(
+          triggers.map((row, i) => ({
+            dag_id: 'bench',
+            task_id: `wait_${start + i}`,
+            run_id: 'bench__1',
+            state: 'deferred' as const,
+            next_method: 'resume',
+            next_kwargs: nextKwargs,
+            trigger_id: row.id,
+          })),
+        )
+        .execute();
+      await wake(trx, adapter, 'triggerer');
+    });
   }
 }

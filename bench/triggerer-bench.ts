@@ -44,12 +44,10 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { openDatabase, type Database } from '../src/database/connect.ts';
 import { migrateToLatest } from '../src/database/migrate.ts';
-import { toDbTime } from '../src/database/schema.ts';
 import { DateTimeTrigger } from '../triggers/index.ts';
 import { DistinctEventTrigger } from './distinct-event-trigger.ts';
 import { Keyring } from '../src/database/encryption/keyring.ts';
-import { wake } from '../src/storage/wake.ts';
-import { benchDatabase, percentile, until } from './bench-support.ts';
+import { benchDatabase, insertDeferrals, percentile, type StoredTrigger, until } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
@@ -132,7 +130,7 @@ try {
   const leadMs = (args.lead ?? 5 + n / 5000) * 1000;
   const insertStart = Date.now();
   const dueMs = insertStart + leadMs;
-  await insertDeferrals(database, n, dueMs);
+  await insertDeferrals(database, n, (i) => serializedTrigger(dueMs, i), keyring.seal('{}', 'task_instance.next_kwargs'));
   const inserted = Date.now();
   await until(() => running >= n, { timeoutMs: leadMs, what: `the triggerer to run all ${n} triggers before the due moment`, intervalMs: 20 });
   const loadMs = Math.max(0, allRunningAt! - inserted);
@@ -166,47 +164,8 @@ try {
   rmSync(scratch, { recursive: true, force: true });
 }
 
-async function insertDeferrals({ db, adapter }: Database, count: number, dueMs: number): Promise<void> {
-  const now = toDbTime(Date.now());
-  const chunk = 1000;
-  for (let start = 0; start < count; start += chunk) {
-    const size = Math.min(chunk, count - start);
-    await db.transaction().execute(async (trx) => {
-      const triggers = await trx
-        .insertInto('trigger')
-        .values(
-          Array.from({ length: size }, (_, i) => ({
-            ...serializedTrigger(dueMs, start + i),
-            created_at: now,
-            triggerer_id: null,
-            hash: null,
-          })),
-        )
-        .returning('id')
-        .execute();
-      await trx
-        .insertInto('task_instance')
-        .values(
-          triggers.map((trigger, i) => ({
-            dag_id: 'bench',
-            task_id: `wait_${start + i}`,
-            run_id: 'bench__1',
-            state: 'deferred' as const,
-            next_method: 'resume',
-            next_kwargs: keyring.seal('{}', 'task_instance.next_kwargs'),
-            trigger_id: trigger.id,
-          })),
-        )
-        .execute();
-      // As deferTaskInstance does: on PostgreSQL the triggerer is woken (NOTIFY), not left to
-      // find the rows at its next safety-net poll.
-      await wake(trx, adapter, 'triggerer');
-    });
-  }
-}
-
 /** The row's classpath and kwargs (sealed with --encrypt) for trigger `tag`, due at `dueMs`. */
-function serializedTrigger(dueMs: number, tag: number): { classpath: string; kwargs: string } {
+function serializedTrigger(dueMs: number, tag: number): StoredTrigger {
   const trigger = new DateTimeTrigger({ moment: new Date(dueMs) });
   const { classpath, kwargs } = args['distinct-events'] ? new DistinctEventTrigger({ moment: trigger.moment, tag }).serialize() : trigger.serialize();
   return { classpath, kwargs: keyring.seal(JSON.stringify(kwargs), 'trigger.kwargs') };

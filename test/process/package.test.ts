@@ -333,7 +333,14 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     // The README's command from a folder with no deferflow installed: from the tarball, and from a checkout.
     const elsewhere = path.join(scratch, 'elsewhere');
     mkdirSync(elsewhere);
-    const viaNpx = await exec('npx', ['--yes', '--package', tarball, 'deferflow', 'init', 'from-tarball'], elsewhere, 240_000, await betterSqlitePrebuild());
+    // Offline first, as the installs above: npx would otherwise ask the registry about every dependency (~8 s here).
+    const viaNpx = await exec(
+      'npx',
+      ['--yes', '--prefer-offline', '--package', tarball, 'deferflow', 'init', 'from-tarball'],
+      elsewhere,
+      240_000,
+      await betterSqlitePrebuild(),
+    );
     expect(viaNpx.code, viaNpx.stderr).toBe(0);
     expect(viaNpx.stdout).toContain(`its deferflow dependency: file:${tarball}`);
     expect(JSON.parse(readFileSync(path.join(elsewhere, 'from-tarball', 'package.json'), 'utf8')).dependencies.deferflow).toBe(`file:${tarball}`);

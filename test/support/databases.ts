@@ -62,13 +62,16 @@ export async function freshDatabaseUrl(dialect: TestDialect): Promise<string> {
 }
 
 /**
- * A URL for an empty PostgreSQL database of its own on the run's server, not a schema of the
- * shared one: for tests that listen (LISTEN/NOTIFY channels belong to a database, so the
- * notifications of test files running meanwhile in other schemas would reach them).
+ * A URL for a PostgreSQL database of its own on the run's server, not a schema of the shared one:
+ * empty, for tests that listen (LISTEN/NOTIFY channels belong to a database, so the
+ * notifications of test files running meanwhile in other schemas would reach them), or a copy of
+ * the run's migrated template (global-setup.ts) when `migrated`.
  */
-export async function freshPostgresDatabaseUrl(): Promise<string> {
+export async function freshPostgresDatabaseUrl({ migrated = false }: { migrated?: boolean } = {}): Promise<string> {
   const name = `d_${crypto.randomBytes(8).toString('hex')}`;
-  await withClient(inject('pgUrl'), (client) => client.query(`create database ${client.escapeIdentifier(name)}`));
+  await withClient(inject('pgUrl'), (client) =>
+    client.query(`create database ${client.escapeIdentifier(name)}${migrated ? ` template ${client.escapeIdentifier(inject('pgTemplate'))}` : ''}`),
+  );
   createdPgDatabases.push(name);
   const url = new URL(inject('pgUrl'));
   url.pathname = `/${name}`;

@@ -11,17 +11,20 @@ import type { DaemonRuntime } from '../../src/services/jobs/daemon.ts';
 import type { FailureKwargs, MoveResult, Stores } from '../../src/storage/index.ts';
 import type { TaskEndState } from '../../src/authoring/triggers/trigger-event.ts';
 import * as testTriggers from '../fixtures/test-triggers.ts';
-import { freshDatabaseUrl, type TestDialect } from './databases.ts';
+import { freshDatabaseUrl, freshPostgresDatabaseUrl, type TestDialect } from './databases.ts';
 
 export interface TestDatabase extends Database {
   readonly url: string;
 }
 
-/** A fresh, migrated database of `dialect`. */
+/**
+ * A fresh, migrated database of `dialect`: on PostgreSQL a database of its own copied from the
+ * run's migrated template, on SQLite a new file migrated here.
+ */
 export async function migratedDatabase(dialect: TestDialect): Promise<TestDatabase> {
-  const url = await freshDatabaseUrl(dialect);
+  const url = dialect === 'postgres' ? await freshPostgresDatabaseUrl({ migrated: true }) : await freshDatabaseUrl(dialect);
   const database = openDatabase(url);
-  await migrateToLatest(database);
+  if (dialect === 'sqlite') await migrateToLatest(database);
   return Object.assign(database, { url });
 }
 
