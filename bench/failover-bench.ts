@@ -19,7 +19,7 @@
 //
 //   npm run bench:failover -- [--db postgres://…] [--trials 10] [--triggers 200] [--span 20] [--faults SIGTERM,SIGKILL,SIGSTOP] [--hogs 0]
 import { spawn as spawnChild } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
@@ -27,7 +27,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { type Database, openDatabase } from '../src/database/connect.ts';
 import { migrateToLatest } from '../src/database/migrate.ts';
-import { DueTrigger, triggerFires, triggerStarts } from '../test/fixtures/test-triggers.ts';
+import { DueTrigger } from '../test/fixtures/test-triggers.ts';
 import { freeze, TriggererProcess } from '../test/support/processes.ts';
 import { benchDatabase, insertDeferrals, percentile, until } from './bench-support.ts';
 
@@ -52,7 +52,8 @@ const dialect = args.db?.startsWith('postgres') ? 'postgres' : 'sqlite';
 function spawnTriggerer(url: string, fault: Fault): TriggererProcess {
   const threshold = fault === 'SIGSTOP' ? [] : ['--health-check-threshold', '60'];
   return new TriggererProcess(
-    ['--db', url, '--trigger-module', 'test/fixtures/test-triggers.ts', '--log-level', 'info', ...threshold],
+    // Capacity for every trigger (the default is 1,000): the victim holds them all, the survivor takes them all.
+    ['--db', url, '--trigger-module', 'test/fixtures/test-triggers.ts', '--log-level', 'info', '--capacity', String(args.triggers), ...threshold],
     {},
     path.join(root, 'bin/triggerer.js'),
     root,
@@ -77,6 +78,45 @@ async function audit(database: Database): Promise<void> {
       begin insert into bench_audit (ti, old_state, new_state, at_ms) values (new.id, old.state, new.state, (julianday('now') - 2440587.5) * 86400000.0); end`.execute(
       database.db,
     );
+  }
+}
+
+/**
+ * The "start <tag> <pid>" and "fire <tag> <pid> <ms>" lines DueTrigger appends to its file, read
+ * as they come (only the bytes appended since the last read: 10,000 triggers make a file that
+ * re-reading whole every few milliseconds would take the CPU the triggerers need).
+ */
+class TriggerLines {
+  readonly started = new Set<string>();
+  /** Tags the survivor has started or that have fired: handed over, or done. */
+  readonly covered = new Set<string>();
+  survivor = 0;
+  #offset = 0;
+  #partial = '';
+  constructor(private readonly file: string) {}
+
+  read(): this {
+    const fd = openSync(this.file, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      if (size <= this.#offset) return this;
+      const buffer = Buffer.alloc(size - this.#offset);
+      readSync(fd, buffer, 0, buffer.length, this.#offset);
+      this.#offset = size;
+      const text = this.#partial + buffer.toString('utf8');
+      const complete = text.lastIndexOf('\n') + 1;
+      this.#partial = text.slice(complete);
+      for (const line of text.slice(0, complete).split('\n')) {
+        const [what, tag, pid] = line.split(' ');
+        if (what === 'start') {
+          this.started.add(tag!);
+          if (Number(pid) === this.survivor) this.covered.add(tag!);
+        } else if (what === 'fire') this.covered.add(tag!);
+      }
+      return this;
+    } finally {
+      closeSync(fd);
+    }
   }
 }
 
@@ -114,10 +154,12 @@ async function trial(fault: Fault, n: number): Promise<TrialResult> {
     for (const row of await database.db.selectFrom('task_instance').select(['id', 'task_id']).where('dag_id', '=', 'bench').execute()) {
       due.set(row.id, dueOf(Number(row.task_id.slice('wait_'.length))));
     }
-    await until(() => triggerStarts(file).size === args.triggers, { timeoutMs: 60_000, what: 'the victim running every trigger', intervalMs: 5 });
+    const lines = new TriggerLines(file);
+    await until(() => lines.read().started.size === args.triggers, { timeoutMs: 120_000, what: 'the victim running every trigger', intervalMs: 50 });
     const survivor = spawnTriggerer(url, fault);
     procs.push(survivor);
     const survivorJob = await survivor.waitForJob(30_000);
+    lines.survivor = survivor.pid!;
     if (Date.now() < faultAt) await new Promise((resolve) => setTimeout(resolve, faultAt - Date.now()));
     else
       process.stderr.write(
@@ -130,14 +172,11 @@ async function trial(fault: Fault, n: number): Promise<TrialResult> {
     let handoverMs = Number.NaN;
     let afterReleaseMs = Number.NaN;
     try {
-      await until(
-        () => {
-          const fires = triggerFires(file);
-          const starts = triggerStarts(file);
-          return [...starts].every(([tag, pids]) => pids.includes(survivor.pid!) || (fires.get(tag) ?? []).length > 0);
-        },
-        { timeoutMs: fault === 'SIGSTOP' ? args.stopSeconds * 1000 : 60_000, what: 'the survivor running every trigger', intervalMs: 5 },
-      );
+      await until(() => lines.read().covered.size === args.triggers, {
+        timeoutMs: fault === 'SIGSTOP' ? args.stopSeconds * 1000 : 60_000,
+        what: 'the survivor running every trigger',
+        intervalMs: 5,
+      });
       const handedOverAt = Date.now();
       handoverMs = handedOverAt - faultedAt;
       const release = victim.matching((line) => line.job_id === victimJob && typeof line.released_triggers === 'number')[0];
