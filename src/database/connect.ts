@@ -130,6 +130,8 @@ function openPostgresPool(connectionString: string, max: number): pg.Pool {
   const pool = new (pgPackage().Pool)({
     connectionString,
     max,
+    // Which process a session serves, in pg_stat_activity (the listener and lock sessions say so too).
+    application_name: `deferflow ${process.pid}`,
     types: {
       getTypeParser: ((oid: number, format?: 'text' | 'binary') => {
         // ids and counts are bigint; they stay far below 2^53.

@@ -22,7 +22,22 @@ export const OWN_SCHEMA_SQL = `select ${SESSION_SCHEMA_SQL} as schema`;
 export const PG_NOTIFY_SQL = `select pg_notify($1, ${SCHEMA_TAG_SQL}$2)`;
 
 /**
- * kysely's PostgreSQL driver, with a transaction's notifications sent with its COMMIT, in one
+ * How long a transaction of deferflow's may sit idle between two statements before PostgreSQL ends
+ * its session. A live process never pauses that long inside a transaction (its statements follow
+ * one another within a turn or two of its loop, even on a machine saturated by CPU hogs); a
+ * frozen one (SIGSTOP, a stalled VM, a partition while its session lingers) would otherwise keep
+ * the transaction's row locks for as long as it stays frozen, and the peer that takes its work
+ * over at the heartbeat threshold would wait on those locks until it thaws. Shorter than the
+ * default thresholds (10 s), so the locks are gone by the time a peer comes for them. SET LOCAL:
+ * it holds for the transaction only, so behind a pooler in transaction mode it reaches no other
+ * client's session.
+ */
+export const FROZEN_TRANSACTION_TIMEOUT_MS = 5_000;
+const FENCE_FROZEN_TRANSACTION_SQL = `set local idle_in_transaction_session_timeout = ${FROZEN_TRANSACTION_TIMEOUT_MS}`;
+
+/**
+ * kysely's PostgreSQL driver, with every transaction fenced against a frozen process (see
+ * FROZEN_TRANSACTION_TIMEOUT_MS), and a transaction's notifications sent with its COMMIT, in one
  * round trip instead of one each. PostgreSQL delivers a NOTIFY made in a transaction only when it
  * commits (and drops it on rollback), so sending it with the COMMIT changes nothing listeners
  * can see; each transaction that wakes a daemon (a batch of events, a deferral joining an
@@ -48,7 +63,9 @@ export class NotifyAtCommitPostgresDriver extends PostgresDriver {
   }
 
   override async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
-    await super.beginTransaction(connection, settings);
+    if (settings.isolationLevel || settings.accessMode) await super.beginTransaction(connection, settings);
+    // The fence goes with the BEGIN, as one simple query: one round trip, as before.
+    else await inner(connection).executeQuery(CompiledQuery.raw(`begin; ${FENCE_FROZEN_TRANSACTION_SQL}`));
     if (connection instanceof NotifyDeferringConnection) connection.deferNotifications();
   }
 

@@ -15,10 +15,10 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskDeferred } from '../../src/index.ts';
 import { openStores } from '../../src/storage/index.ts';
-import { NeverTrigger, triggerStarts } from '../fixtures/test-triggers.ts';
+import { DueTrigger, NeverTrigger, triggerStarts } from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, type TestDatabase, waitFor } from '../support/fixtures.ts';
-import { freeze, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
+import { freeze, freezeInTransaction, spawnTriggerer, type TriggererProcess } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { postgresProxy } from '../support/postgres-proxy.ts';
 
@@ -144,6 +144,52 @@ describe.each(testDialects)('failover on %s', (dialect) => {
     expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(2900);
     frozen.proc.kill('SIGKILL');
   }, 60_000);
+
+  // On SQLite a process frozen inside a write holds the one write lock and every process waits on
+  // it until it thaws (freeze() avoids that moment); on PostgreSQL only its rows are locked, and
+  // the server ends such a session.
+  it.runIf(dialect === 'postgres')(
+    'a triggerer frozen inside a transaction that holds trigger rows is still taken over by the threshold: PostgreSQL ends the idle transaction, freeing its locks',
+    async () => {
+      const { db, file } = await setup('freeze-in-transaction');
+      const frozen = await triggerer(db, { threshold: 4 });
+      // Triggers firing all along (about 15 a second), each batch of events one transaction.
+      const storage = openStores(db);
+      const count = 300;
+      const firstDueAt = Date.now() + 3000;
+      for (let n = 0; n < count; n++) {
+        const id = await createTaskInstance(db, { taskId: `due${n}` });
+        const trigger = new DueTrigger({ file, n, at: firstDueAt + n * 67 });
+        await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume' }));
+      }
+      const peer = await triggerer(db, { threshold: 4 });
+      await waitFor(async () => (await owned(db, frozen.jobId)) > 0 && Date.now() >= firstDueAt, { what: 'the first triggerer firing its triggers' });
+      await freezeInTransaction(frozen.proc, db.db);
+      const stoppedAt = Date.now();
+      // Without the server's timeout the peer's release would wait on the frozen locks until the thaw.
+      await waitFor(async () => (await owned(db, frozen.jobId)) === 0, { timeoutMs: 20_000, intervalMs: 50, what: 'the peer taking every trigger over' });
+      expect(Date.now() - stoppedAt).toBeLessThan(15_000);
+      expect(peer.proc.matching((line) => (line.dead_triggerers as number[] | undefined)?.includes(frozen.jobId) === true)).toHaveLength(1);
+      frozen.proc.kill('SIGCONT');
+      const pending = async () =>
+        Number(
+          (
+            await db.db
+              .selectFrom('task_instance')
+              .select((eb) => eb.fn.countAll().as('n'))
+              .where('state', '=', 'deferred')
+              .executeTakeFirstOrThrow()
+          ).n,
+        );
+      await waitFor(async () => (await pending()) === 0, { timeoutMs: 40_000, what: 'every task instance moved on' });
+      // The thawed process finds its session gone (its write is retried) and its triggers taken
+      // over: it stops its copies and carries on, and stops cleanly.
+      await frozen.proc.waitForLine((line) => /no longer ours \(taken over\)/.test(String(line.msg)), 10_000);
+      frozen.proc.kill('SIGTERM');
+      expect(await frozen.proc.exit).toEqual({ code: 0, signal: null });
+    },
+    90_000,
+  );
 
   // On PostgreSQL, the dialect of several triggerers (on SQLite the heartbeats are the same code,
   // and the run costs the rest of the suite a saturated machine for as long again).

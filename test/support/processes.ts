@@ -15,6 +15,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { sql, type Kysely } from 'kysely';
+import type { DatabaseSchema } from '../../src/database/schema.ts';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 /** The built package's entry points: what DAG files run by spawned deferflow processes import, as a user's would. */
@@ -253,5 +255,28 @@ export async function freeze(proc: TriggererProcess, databaseUrl: string): Promi
     }
     proc.kill('SIGCONT');
     await new Promise((resolve) => setTimeout(resolve, 10 + Math.random() * 20));
+  }
+}
+
+/**
+ * Freezes `proc` (SIGSTOP) in the middle of a PostgreSQL transaction that has locked trigger
+ * rows (so it holds their row locks, which a peer taking its triggers over needs): thawed and
+ * frozen again until pg_stat_activity shows one of its sessions idle in such a transaction. The
+ * process must be writing often (triggers firing) for this to come soon. `db` is a connection of
+ * the test's own.
+ */
+export async function freezeInTransaction(proc: TriggererProcess, db: Kysely<DatabaseSchema>): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    proc.kill('SIGSTOP');
+    // A statement the process sent just before the stop finishes on the server meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const { rows } = await sql<{ n: number }>`
+      select count(*)::int as n from pg_stat_activity activity join pg_locks locks on locks.pid = activity.pid
+      where activity.application_name = ${`deferflow ${proc.pid}`} and activity.state = 'idle in transaction'
+        and locks.relation = 'trigger'::regclass`.execute(db);
+    if (rows[0]!.n > 0) return;
+    if (attempt >= 1000) throw new Error(`process ${proc.pid} was never caught inside a transaction that locked trigger rows`);
+    proc.kill('SIGCONT');
+    await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 20));
   }
 }
