@@ -29,7 +29,9 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     fileParallelism: true,
-    // The machine has 2 cores.
+    // The machine has 2 cores, and the whole suite keeps both busy (spawned daemons, the hogs and
+    // spinning tasks some tests start on purpose). `npm run test:unit` asks for 4 forks: in-process
+    // tests mostly wait on timers and the database, and 4 finish them in about 45 s where 2 take 68.
     poolOptions: {
       forks: { maxForks: 2, minForks: 1 },
     },
