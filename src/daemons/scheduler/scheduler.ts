@@ -154,19 +154,21 @@ export class Scheduler extends Daemon<SchedulerStores> {
   }
 
   /**
-   * The poll interval; while pushes work, the safety net's longer pause, cut short at the next
-   * moment something comes due by time alone (a retry or reschedule, a scheduled interval, a
-   * worker holding tries whose heartbeat would pass the zombie threshold).
+   * The poll interval (while pushes work, the safety net's longer pause), cut short at the next
+   * moment something comes due by time alone: a retry or reschedule, a scheduled interval, a
+   * worker holding tries whose heartbeat would pass the zombie threshold. Cut short whatever the
+   * poll interval: a retry due in 0.1 s is not left for a 30 s poll (the pacer's floor keeps a
+   * moment that stays due from spinning passes, as the triggerer's does).
    */
   async #pauseAfterPass(): Promise<number> {
     const pause = this.safetyNetPause(this.database, this.options.pollIntervalMs);
-    if (pause === this.options.pollIntervalMs) return pause;
-    // The pass read when the next retry or reschedule comes due; new ones push a wake-up.
+    // The pass read when the next retry or reschedule comes due (new ones push a wake-up); a pass
+    // that failed before it did not: poll.
     if (this.#nextReadyAt === undefined) return this.options.pollIntervalMs;
     let due = this.#nextReadyAt ?? Number.POSITIVE_INFINITY;
     for (const { at } of this.#nextScheduleCheck.values()) if (at !== null && at < due) due = at;
     if (this.#nextHolderStaleAt !== null && this.#nextHolderStaleAt < due) due = this.#nextHolderStaleAt;
-    return Math.max(this.options.pollIntervalMs, Math.min(pause, due - this.clock.now()));
+    return Math.min(pause, Math.max(0, due - this.clock.now()));
   }
 
   /** One pass (see the top of this file). Public so a standalone process can drive it too. */
