@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import { betterSqlite3Package, pgPackage } from '../vocabulary/lazy-package.ts';
 import { DatabaseError, errorFields } from '../vocabulary/errors.ts';
 import type { Database } from './connect.ts';
-import { WAKE_CHANNEL } from './notification-hub.ts';
+import { NotificationHub, WAKE_CHANNEL } from './notification-hub.ts';
 
 /**
  * What a daemon holds for its process's life, so that its peers can tell at once that the process
@@ -53,8 +53,10 @@ const LOCK_TRUST_MS = 5_000;
 /** The longest pause between tries to take the locks again on a new session. */
 const RETAKE_MAX_DELAY_MS = 2_000;
 
-/** How often a watch reads the running jobs again (a job started since is watched from then). */
+/** How often a watch reads the running jobs again (a job started since is watched from then; on PostgreSQL, sooner: see RING_CHANGED). */
 const WATCH_REFRESH_MS = 30_000;
+/** The wake-up topic a process NOTIFYs when it takes the lock of a new job: every ring looks again. Daemons ignore it. */
+const RING_CHANGED = 'liveness';
 /** How often a SQLite watch tries the lock files (a read of small files; no database statement). */
 const FILE_PROBE_MS = 500;
 
@@ -171,10 +173,16 @@ class PostgresLivenessLocks implements LivenessLocks {
       }
       return null;
     }
+    const first = !this.#held.has(jobId);
     this.#held.add(jobId);
     // The first session of the process is trusted at once (the server's uptime covers a restart);
     // one that replaces a lost session only after LOCK_TRUST_MS (see #retakeSoon).
     this.#sessionSince ??= Date.now() - LOCK_TRUST_MS;
+    // A new job: every ring closes over it now rather than at its next refresh (see #ring).
+    if (first) {
+      const { adapter, db } = this.database;
+      await sql`select ${adapter.notifyExpression(WAKE_CHANNEL, RING_CHANGED)}`.execute(db).catch(() => {});
+    }
     return PG_ADVISORY_LOCK;
   }
 
@@ -216,12 +224,24 @@ class PostgresLivenessLocks implements LivenessLocks {
    * all live: a blocked statement is not a statement a second. The wait ends when that process
    * is gone (its session ended: PostgreSQL grants the lock), then `gone` wakes this process's
    * daemons and a NOTIFY every other's (the ones that take over may be elsewhere), and the ring
-   * closes over the gap. The wait also ends every WATCH_REFRESH_MS (lock_timeout), to watch a
-   * process started meanwhile.
+   * closes over the gap. A process that takes a lock for a new job NOTIFYs RING_CHANGED: every
+   * ring ends its wait (the waiting statement cancelled) and looks again, so the process whose
+   * next the new job now is watches it at once; otherwise one started after a peer's last look
+   * would go unwatched until that peer's refresh, every WATCH_REFRESH_MS (lock_timeout), as a
+   * backstop for a missed notification.
    */
   #ring(listJobs: () => Promise<LockedJob[]>, onGone: () => void): () => void {
     let stopped = false;
     let waiter: pg.Client | null = null;
+    let waiterPid: number | null = null;
+    /** Set when the ring changed since the last look; `interrupt` ends the pause or the wait in progress. */
+    let changed = false;
+    let interrupt: (() => void) | null = null;
+    const unsubscribe = NotificationHub.of(this.database, this.log).subscribe(WAKE_CHANNEL, (payload) => {
+      if (payload !== RING_CHANGED) return;
+      changed = true;
+      interrupt?.();
+    });
     // Jobs found gone, with their heartbeat then: a dead process's row says running for ever
     // (nobody ends it) and its free lock would end every wait at once. One whose heartbeat moves
     // on was only cut off, and has its lock again: it is watched again.
@@ -234,20 +254,40 @@ class PostgresLivenessLocks implements LivenessLocks {
     const loop = async () => {
       while (!stopped && !this.#closed) {
         try {
+          changed = false;
           const jobs = (await listJobs()).filter(watched).map((job) => job.id);
           const own = Math.max(0, ...this.#held);
           const target = jobs.sort((a, b) => a - b).find((id) => id > own) ?? jobs[0];
+          if (changed) continue;
           if (target === undefined || this.#held.size === 0) {
-            await pause(WATCH_REFRESH_MS);
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, WATCH_REFRESH_MS).unref();
+              interrupt = () => {
+                clearTimeout(timer);
+                resolve();
+              };
+            });
+            interrupt = null;
             continue;
           }
           gone.delete(target);
-          waiter ??= await this.#openWaiter();
+          if (!waiter) {
+            waiter = await this.#openWaiter();
+            waiterPid = (await waiter.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+          }
+          const waiting = waiterPid;
+          // The notification handler runs on a later turn than this check: the wait has been
+          // sent by then, and the cancel (a round trip on the pool) reaches it waiting.
+          if (changed) continue;
+          interrupt = () => void sql`select pg_cancel_backend(${waiting})`.execute(this.database.db).catch(() => {});
           try {
             await waiter.query(`select pg_advisory_lock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
           } catch (error) {
-            if ((error as { code?: string }).code === '55P03') continue; // lock_timeout: look again
+            const code = (error as { code?: string }).code;
+            if (code === '55P03' || code === '57014') continue; // lock_timeout, or cancelled as the ring changed: look again
             throw error;
+          } finally {
+            interrupt = null;
           }
           await waiter.query(`select pg_advisory_unlock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
           if (stopped) break;
@@ -272,6 +312,7 @@ class PostgresLivenessLocks implements LivenessLocks {
           this.log.warn({ ...errorFields(error, 'DF_DATABASE') }, 'watching the other processes’ liveness locks failed; trying again');
           await waiter?.end().catch(() => {});
           waiter = null;
+          waiterPid = null;
           await pause(1000);
         }
       }
@@ -279,6 +320,8 @@ class PostgresLivenessLocks implements LivenessLocks {
     void loop();
     return () => {
       stopped = true;
+      unsubscribe();
+      interrupt?.();
       void waiter?.end().catch(() => {});
     };
   }

@@ -166,10 +166,14 @@ class SlowFirstTry extends BaseOperator {
 export const dag = new Dag({ dagId: 'survivor', defaultArgs: { retries: 1, retryDelay: 0.1 } });
 dag.add(new SlowFirstTry({ taskId: 'slow' }));
 `);
-    // A zombie threshold far longer than the test: only the freed lock can tell of the death.
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '60', ...fast]);
+    // A zombie threshold and a poll far longer than the test: only the freed lock can tell of the
+    // death, and only a push (the ring's, on PostgreSQL; a commit, on SQLite) can start the pass
+    // that retries the try. The scheduler starts before both workers, so on PostgreSQL its ring
+    // must close over each as it starts.
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '60', '--poll-interval', '30', '--heartbeat-interval', '0.5']);
+    await started(scheduler);
     const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
-    for (const proc of [scheduler, victim]) await started(proc);
+    await started(victim);
     expect(await spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']).exitWithin()).toEqual({ code: 0, signal: null });
     await waitFor(
       () => {
