@@ -1,3 +1,4 @@
+import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 import type { EncryptionKeyError } from '../vocabulary/errors.ts';
 import { openTriggerRows } from './sealed-values.ts';
@@ -41,9 +42,14 @@ export interface ClaimResult {
  * costs one index probe per candidate, where a filter inside the ordered scan would probe every
  * unowned row for each claim (100,000 triggers claimed 1,000 at a time: five million probes).
  * It is a scalar subquery with a LIMIT, not EXISTS, so PostgreSQL cannot plan it as a semi-join
- * over every task instance.
+ * over every task instance. `wakePeers`: a claim that took anything wakes the triggerers.
  */
-export async function claimTriggers({ db, adapter, keyring }: StorageContext, jobId: number, limit: number): Promise<ClaimResult> {
+export async function claimTriggers(
+  { db, adapter, keyring }: StorageContext,
+  jobId: number,
+  limit: number,
+  { wakePeers = false }: { readonly wakePeers?: boolean } = {},
+): Promise<ClaimResult> {
   const none: ClaimResult = { claimed: 0, rows: Promise.resolve([]), examined: 0, orphansDeleted: 0 };
   if (limit <= 0) return none;
   // Row locks must hold from the candidates' SELECT to the UPDATE, so PostgreSQL needs the
@@ -87,6 +93,8 @@ export async function claimTriggers({ db, adapter, keyring }: StorageContext, jo
       )
       .returning(['id', 'classpath', 'kwargs'])
       .execute();
+    // With its commit (PostgreSQL): the peers read the new owner at once (see the triggerer's pass).
+    if (wakePeers && claimed.length > 0) await wake(trx, adapter, 'triggerer');
     let orphansDeleted = 0;
     if (claimed.length < ids.length) {
       const owned = new Set(claimed.map((row) => row.id));

@@ -56,8 +56,13 @@ export class TaskInstanceStore {
     return taskReschedules(this.#context, taskInstanceId, tryNumber);
   }
 
-  claimTaskInstances(worker: WorkerIdentity, limit: number, now = Date.now()): Promise<ClaimedTaskInstance[]> {
-    return claimTaskInstances(this.#context, worker, limit, now);
+  claimTaskInstances(
+    worker: WorkerIdentity,
+    limit: number,
+    now = Date.now(),
+    options: { readonly wakeScheduler?: boolean } = {},
+  ): Promise<ClaimedTaskInstance[]> {
+    return claimTaskInstances(this.#context, worker, limit, now, options);
   }
 
   claimedButNotHeld(workerJobId: number, held: readonly number[]): Promise<ClaimedTaskInstance[]> {

@@ -44,9 +44,16 @@ export interface WorkerIdentity {
  * so several workers claim disjoint sets without waiting; on SQLite the write lock does that.
  * The candidates are a MATERIALIZED CTE, evaluated once: as an `IN (subquery)` PostgreSQL may
  * run the locking subquery more than once, each run skipping what the last one locked, and so
- * claim more than `limit` rows.
+ * claim more than `limit` rows. `wakeScheduler`: the claim pushes the schedulers a wake-up if it
+ * took anything (see the worker's claim loop).
  */
-export async function claimTaskInstances({ db, adapter }: StorageContext, worker: WorkerIdentity, limit: number, now: number): Promise<ClaimedTaskInstance[]> {
+export async function claimTaskInstances(
+  { db, adapter }: StorageContext,
+  worker: WorkerIdentity,
+  limit: number,
+  now: number,
+  { wakeScheduler = false }: { readonly wakeScheduler?: boolean } = {},
+): Promise<ClaimedTaskInstance[]> {
   if (limit <= 0) return [];
   const candidates = adapter.lockSkippingLocked(
     db
@@ -88,6 +95,7 @@ export async function claimTaskInstances({ db, adapter }: StorageContext, worker
     .where('state', '=', 'scheduled')
     // What the worker needs to run each one comes back with the claim, not a query per task.
     .returning(claimedColumns)
+    .$if(wakeScheduler, (query) => query.returning(wakeForChangedRows(adapter, 'scheduler')))
     .execute();
   return rows.map(toClaimed);
 }

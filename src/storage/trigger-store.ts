@@ -86,8 +86,8 @@ export class TriggerStore {
     return releaseTriggersOfOwners(this.#context, ownerIds);
   }
 
-  claimTriggers(jobId: number, limit: number): Promise<ClaimResult> {
-    return claimTriggers(this.#context, jobId, limit);
+  claimTriggers(jobId: number, limit: number, options: { readonly wakePeers?: boolean } = {}): Promise<ClaimResult> {
+    return claimTriggers(this.#context, jobId, limit, options);
   }
 
   listQuarantinedTriggers(limit: number): Promise<QuarantinedTrigger[]> {

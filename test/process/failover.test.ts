@@ -145,6 +145,28 @@ describe.each(testDialects)('failover on %s', (dialect) => {
     frozen.proc.kill('SIGKILL');
   }, 60_000);
 
+  it('a triggerer that claims after its peer last passed wakes the peer: frozen right after, it is still taken over at the threshold', async () => {
+    const { db, file } = await setup('claim-wakes-peers');
+    // Both idle before anything is deferred: the deferral wakes both, one claims, and the other's
+    // pass has read the owners before that claim; its next safety-net pass is 20 s away, past the
+    // bound below, so only the claim's own wake-up lets it watch the owner's heartbeat in time.
+    const one = await triggerer(db, { threshold: 4 });
+    const two = await triggerer(db, { threshold: 4 });
+    const storage = openStores(db);
+    const id = await createTaskInstance(db, { taskId: 'lone' });
+    await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new NeverTrigger({ file, tag: 'lone' }), method: 'resume' }));
+    const owner = await waitFor(async () => ((await owned(db, one.jobId)) === 1 ? one : (await owned(db, two.jobId)) === 1 ? two : null), {
+      what: 'one triggerer owning the trigger',
+    });
+    const peer = owner === one ? two : one;
+    const frozenAt = Date.now();
+    await freeze(owner.proc, db.url);
+    await waitFor(async () => (await owned(db, peer.jobId)) === 1, { timeoutMs: 15_000, intervalMs: 50, what: 'the peer owning the trigger' });
+    // The threshold (4 s) less the last heartbeat's age (under 1 s), and a pass.
+    expect(Date.now() - frozenAt).toBeLessThan(12_000);
+    owner.proc.kill('SIGKILL');
+  }, 60_000);
+
   // On SQLite a process frozen inside a write holds the one write lock and every process waits on
   // it until it thaws (freeze() avoids that moment); on PostgreSQL only its rows are locked, and
   // the server ends such a session.

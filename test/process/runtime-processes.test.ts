@@ -9,7 +9,16 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { processScratch } from '../support/process-scratch.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, RUNNER_PROCESSES, spawnDeferflow, spawnTriggerer, type TriggererProcess, stopCleanly } from '../support/processes.ts';
+import {
+  freeze,
+  PACKAGE_ENTRY,
+  PACKAGE_TRIGGERS,
+  RUNNER_PROCESSES,
+  spawnDeferflow,
+  spawnTriggerer,
+  type TriggererProcess,
+  stopCleanly,
+} from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -32,6 +41,21 @@ const wait = new WaitASecond({ taskId: 'wait' });
 const load = new Load({ taskId: 'load' });
 dag.add(extract, wait, load);
 extract.before(wait).before(load);
+`;
+
+/** A task whose first try runs a minute (long enough to be taken from its worker) and whose second returns; each try appends "try<N> <worker pid>" to runs.log. */
+const SLOW_FIRST_TRY_DAG = `
+import { appendFileSync } from 'node:fs';
+import { BaseOperator, Dag, type TaskContext } from ${JSON.stringify(INDEX)};
+class SlowFirstTry extends BaseOperator {
+  async execute(context: TaskContext) {
+    appendFileSync(import.meta.dirname + '/runs.log', \`try\${context.taskInstance.tryNumber} \${process.ppid}\n\`);
+    if (context.taskInstance.tryNumber === 1) await new Promise((resolve) => setTimeout(resolve, 60_000));
+    return 'second try';
+  }
+}
+export const dag = new Dag({ dagId: 'survivor', defaultArgs: { retries: 1, retryDelay: 0.1 } });
+dag.add(new SlowFirstTry({ taskId: 'slow' }));
 `;
 
 describe.each(testDialects)('task runtime processes on %s', (dialect) => {
@@ -153,19 +177,7 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
   }, 60_000);
 
   it('a worker killed with SIGKILL is known dead by its liveness lock: its running task is retried on another worker within seconds, far below the 60 s zombie threshold', async () => {
-    const { db, dags, log } = await withDag(`
-import { appendFileSync } from 'node:fs';
-import { BaseOperator, Dag, type TaskContext } from ${JSON.stringify(INDEX)};
-class SlowFirstTry extends BaseOperator {
-  async execute(context: TaskContext) {
-    appendFileSync(import.meta.dirname + '/runs.log', \`try\${context.taskInstance.tryNumber} \${process.ppid}\n\`);
-    if (context.taskInstance.tryNumber === 1) await new Promise((resolve) => setTimeout(resolve, 60_000));
-    return 'second try';
-  }
-}
-export const dag = new Dag({ dagId: 'survivor', defaultArgs: { retries: 1, retryDelay: 0.1 } });
-dag.add(new SlowFirstTry({ taskId: 'slow' }));
-`);
+    const { db, dags, log } = await withDag(SLOW_FIRST_TRY_DAG);
     // A zombie threshold and a poll far longer than the test: only the freed lock can tell of the
     // death, and only a push (the ring's, on PostgreSQL; a commit, on SQLite) can start the pass
     // that retries the try. The scheduler starts before both workers, so on PostgreSQL its ring
@@ -205,5 +217,45 @@ dag.add(new SlowFirstTry({ taskId: 'slow' }));
     expect(ti).toMatchObject({ state: 'success', try_number: 2, pid: survivor.pid });
     expect(JSON.parse(ti.return_value!)).toBe('second try');
     expect(scheduler.matching((line) => line.retried === 1)).toHaveLength(1);
+  }, 60_000);
+
+  it('a frozen worker (SIGSTOP) is found at the zombie threshold though the scheduler last passed before it held any try: its claim told the scheduler', async () => {
+    const { db, dags, log } = await withDag(SLOW_FIRST_TRY_DAG);
+    // A 30 s poll: only a push can bring the scheduler pass that learns the worker holds a try
+    // (and so when its heartbeat would be stale) within the test's bound.
+    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '3', '--poll-interval', '30', '--heartbeat-interval', '0.5']);
+    await started(scheduler);
+    const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
+    await started(victim);
+    expect(await spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']).exitWithin()).toEqual({ code: 0, signal: null });
+    await waitFor(
+      () => {
+        try {
+          return lines(log).length === 1;
+        } catch {
+          return false;
+        }
+      },
+      { what: 'the first try running' },
+    );
+    const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
+    await started(survivor);
+    const frozenAt = Date.now();
+    await freeze(victim, db.url);
+    try {
+      await waitFor(async () => (await db.db.selectFrom('dag_run').select('state').where('run_id', '=', 'r1').executeTakeFirstOrThrow()).state === 'success', {
+        what: 'the run',
+        timeoutMs: 20_000,
+      });
+      // The threshold (3 s) less the last heartbeat's age, then the second try's start and run.
+      expect(Date.now() - frozenAt).toBeLessThan(15_000);
+      expect(lines(log)).toEqual([
+        ['try1', String(victim.pid)],
+        ['try2', String(survivor.pid)],
+      ]);
+      expect(scheduler.matching((line) => line.retried === 1)).toHaveLength(1);
+    } finally {
+      victim.kill('SIGKILL');
+    }
   }, 60_000);
 });

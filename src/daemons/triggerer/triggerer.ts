@@ -288,7 +288,12 @@ export class Triggerer extends Daemon<TriggererStores> {
     const starting: Promise<void>[] = [];
     while (claimedTotal < room && this.isRunning) {
       const want = Math.min(CLAIM_STATEMENT_ROWS, room - claimedTotal);
-      const { claimed, rows, examined, orphansDeleted } = await storage.triggers.claimTriggers(jobId, want);
+      // A triggerer that owned nothing until this claim wakes its peers with it: a peer watches
+      // the heartbeats only of owners it read at its last pass, and an idle peer's next pass may
+      // be a safety net (20 s) away; this one frozen right after the claim would then be taken
+      // over that late instead of at the threshold. One wake-up per idle-to-busy change.
+      const wakePeers = ownedCount === 0 && claimedTotal === 0;
+      const { claimed, rows, examined, orphansDeleted } = await storage.triggers.claimTriggers(jobId, want, { wakePeers });
       this.#runner.markLoopEdge();
       starting.push(rows.then((opened) => this.#startClaimed(opened)));
       claimedTotal += claimed;

@@ -269,7 +269,14 @@ export class Worker extends Daemon<WorkerStores> {
               );
             claimFailed = false;
           }
-          if (claimed.length < free) claimed.push(...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length, this.clock.now())));
+          // A worker that holds no try until this claim tells the schedulers it now does: a
+          // scheduler watches the heartbeats only of workers it saw holding tries at its last
+          // pass, and an idle one's next pass may be a safety net (20 s) away; one this worker
+          // froze right after the claim would then be found that late instead of at the zombie
+          // threshold. One wake-up per busy spell, not one per claim.
+          const wakeScheduler = this.#running.size === 0 && claimed.length === 0;
+          if (claimed.length < free)
+            claimed.push(...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length, this.clock.now(), { wakeScheduler })));
         } catch (error) {
           claimFailed = true;
           this.log.error(errorFields(error, 'DF_DATABASE'), 'claiming task instances failed; retrying');
