@@ -17,9 +17,21 @@
 // release (a stop) or the liveness lock (a kill) can explain a fast takeover; SIGSTOP trials run
 // the defaults (a frozen process keeps its lock: its heartbeat tells).
 //
-//   npm run bench:failover -- [--db postgres://…] [--trials 10] [--triggers 200] [--span 20] [--faults SIGTERM,SIGKILL,SIGSTOP] [--hogs 0] [--triggerer-args="--claims-per-loop 5000"]
+// `--daemon worker` faults a worker instead: a scheduler and two worker processes (the package's
+// bin, default task isolation), `--tasks` tasks that run until stopped, all on the victim when
+// the fault comes; the audit table times each try's moves. Its JSON line has
+//
+//   handover_p50_ms / _p99_ms / _max_ms  the fault → every try of the victim handed back (SIGTERM, shutdown grace 0)
+//                                        or retried by the scheduler (SIGKILL: its liveness lock; SIGSTOP: the zombie threshold)
+//   after_release_p50_ms / _p99_ms       the first try handed back or retried → every task running again on the survivor
+//   lost                                 tasks not running again within a minute (SIGSTOP: before the thaw)
+//   moved_twice                          tasks that started running more than once after the fault
+//   false_takeovers                      tries taken from a worker before its fault
+//
+//   npm run bench:failover -- [--db postgres://…] [--daemon triggerer|worker] [--trials 10] [--triggers 200] [--tasks 20] [--span 20]
+//     [--faults SIGTERM,SIGKILL,SIGSTOP] [--hogs 0] [--triggerer-args="--claims-per-loop 5000"] [--worker-args="--task-isolation none"]
 import { spawn as spawnChild } from 'node:child_process';
-import { closeSync, fstatSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
@@ -28,7 +40,7 @@ import { hideBin } from 'yargs/helpers';
 import { type Database, openDatabase } from '../src/database/connect.ts';
 import { migrateToLatest } from '../src/database/migrate.ts';
 import { DueTrigger } from '../test/fixtures/test-triggers.ts';
-import { freeze, TriggererProcess } from '../test/support/processes.ts';
+import { freeze, PACKAGE_ENTRY, spawnDeferflow, TriggererProcess } from '../test/support/processes.ts';
 import { benchDatabase, insertDeferrals, percentile, until } from './bench-support.ts';
 
 const FAULTS = ['SIGTERM', 'SIGKILL', 'SIGSTOP'] as const;
@@ -37,12 +49,19 @@ type Fault = (typeof FAULTS)[number];
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'postgres://… (a private schema is made); default: a SQLite file' })
   .option('trials', { type: 'number', default: 10 })
+  .option('daemon', { choices: ['triggerer', 'worker'] as const, default: 'triggerer' as const, describe: 'which daemon is faulted' })
   .option('triggers', { type: 'number', default: 200 })
+  .option('tasks', { type: 'number', default: 20, describe: '--daemon worker: tasks running on the victim at the fault' })
   .option('span', { type: 'number', default: 20, describe: 'seconds across which the triggers come due, from the fault on' })
   .option('stop-seconds', { type: 'number', default: 30, describe: 'how long a SIGSTOP trial keeps the victim frozen' })
   .option('hogs', { type: 'number', default: 0, describe: 'CPU busy loops running through each trial' })
   .option('faults', { type: 'string', default: FAULTS.join(','), describe: 'which faults, comma-separated' })
   .option('triggerer-args', { type: 'string', default: '', describe: 'more flags for both triggerers, space-separated (e.g. "--claims-per-loop 5000")' })
+  .option('worker-args', {
+    type: 'string',
+    default: '',
+    describe: '--daemon worker: more flags for both workers, space-separated (e.g. "--task-isolation none")',
+  })
   .strict()
   .parse();
 
@@ -247,12 +266,123 @@ async function trial(fault: Fault, n: number): Promise<TrialResult> {
   }
 }
 
+/** A DAG of `--tasks` tasks, each appending "start <task> <try> <pid>" to `file` and then running until it is stopped. */
+function holdingDag(file: string): string {
+  return `import { appendFileSync } from 'node:fs';
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+class Hold extends BaseOperator {
+  async execute(context) {
+    appendFileSync(${JSON.stringify(file)}, \`start \${this.taskId} \${context.taskInstance.tryNumber} \${process.pid}\\n\`);
+    await new Promise(() => {});
+  }
+}
+export const dag = new Dag({ dagId: 'holding', defaultArgs: { retries: 1, retryDelay: 0 } });
+for (let i = 0; i < ${args.tasks}; i++) dag.add(new Hold({ taskId: \`hold_\${i}\` }));
+`;
+}
+
+/** One fault of a worker running `--tasks` tries (see the header). */
+async function workerTrial(fault: Fault, n: number): Promise<TrialResult> {
+  const dir = mkdtempSync(path.join(scratch, `worker-${fault}-${n}-`));
+  const { url, dispose } = await benchDatabase(args.db, dir);
+  const database = openDatabase(url);
+  const dags = path.join(dir, 'dags');
+  mkdirSync(dags);
+  const file = path.join(dir, 'starts.log');
+  writeFileSync(file, '');
+  writeFileSync(path.join(dags, 'holding.mjs'), holdingDag(file));
+  const procs: TriggererProcess[] = [];
+  const spawn = (command: string[]) => {
+    const proc = spawnDeferflow(command);
+    procs.push(proc);
+    return proc;
+  };
+  const starts = () =>
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.split(' '));
+  try {
+    await migrateToLatest(database);
+    await audit(database);
+    // SIGTERM and SIGKILL: a zombie threshold no trial reaches, so only the hand-back or the lock can explain a fast takeover.
+    const threshold = fault === 'SIGSTOP' ? [] : ['--zombie-threshold', '60'];
+    await spawn(['scheduler', '--db', url, ...threshold]).waitForJob(30_000);
+    const workerArgs = [
+      'worker',
+      '--db',
+      url,
+      '--dags',
+      dags,
+      '--concurrency',
+      String(args.tasks),
+      '--shutdown-grace',
+      '0',
+      ...args.workerArgs.split(' ').filter(Boolean),
+    ];
+    const victim = spawn(workerArgs);
+    await victim.waitForJob(30_000);
+    const trigger = spawnDeferflow(['dags', 'trigger', 'holding', '--db', url]);
+    const triggered = await trigger.exit;
+    if (triggered.code !== 0) throw new Error(`dags trigger exited ${triggered.code}: ${trigger.stderr.join('')}`);
+    await until(() => starts().length === args.tasks, { timeoutMs: 120_000, what: 'every task running on the victim', intervalMs: 20 });
+    const survivor = spawn(workerArgs);
+    await survivor.waitForJob(30_000);
+    const faultedAt = Date.now();
+    if (fault === 'SIGSTOP') await freeze(victim, url);
+    else victim.kill(fault);
+    // Every task running again after the fault, or the time allowed.
+    const moves = async () =>
+      (
+        await sql<{ ti: number; old_state: string | null; new_state: string | null; at_ms: number }>`
+          select ti, old_state, new_state, at_ms from bench_audit order by at_ms`.execute(database.db)
+      ).rows.map((row) => ({ ...row, ti: Number(row.ti), at_ms: Number(row.at_ms) }));
+    const runningAgain = async () =>
+      new Set((await moves()).filter((move) => move.at_ms >= faultedAt && move.new_state === 'running').map((move) => move.ti)).size;
+    await until(async () => (await runningAgain()) === args.tasks, {
+      timeoutMs: fault === 'SIGSTOP' ? args.stopSeconds * 1000 : 60_000,
+      what: 'every task running again',
+      intervalMs: 20,
+    }).catch(() => {});
+    if (fault === 'SIGSTOP') victim.kill('SIGCONT');
+    const all = await moves();
+    const left = new Map<number, number>();
+    const again = new Map<number, number[]>();
+    let falseTakeovers = 0;
+    for (const move of all) {
+      if (move.old_state === 'running') {
+        if (move.at_ms < faultedAt) falseTakeovers++;
+        else if (!left.has(move.ti)) left.set(move.ti, move.at_ms);
+      }
+      if (move.new_state === 'running' && move.at_ms >= faultedAt) again.set(move.ti, [...(again.get(move.ti) ?? []), move.at_ms]);
+    }
+    const handedBack = [...left.values()];
+    const restarted = [...again.values()].map((times) => times[0]!);
+    return {
+      handoverMs: handedBack.length === args.tasks ? Math.max(...handedBack) - faultedAt : Number.NaN,
+      afterReleaseMs: restarted.length === args.tasks && handedBack.length > 0 ? Math.max(...restarted) - Math.min(...handedBack) : Number.NaN,
+      late: [],
+      lost: args.tasks - restarted.length,
+      movedTwice: [...again.values()].filter((times) => times.length > 1).length,
+      falseTakeovers,
+    };
+  } finally {
+    for (const proc of procs) {
+      proc.kill('SIGCONT');
+      proc.kill('SIGKILL');
+    }
+    await Promise.all(procs.map((proc) => proc.exit));
+    await database.close();
+    await dispose();
+  }
+}
+
 const hogs = Array.from({ length: args.hogs }, () => spawnChild(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
 try {
   for (const fault of args.faults.split(',') as Fault[]) {
     if (!FAULTS.includes(fault)) throw new Error(`--faults: ${fault} is not one of ${FAULTS.join(', ')}`);
     const results: TrialResult[] = [];
-    for (let n = 0; n < args.trials; n++) results.push(await trial(fault, n));
+    for (let n = 0; n < args.trials; n++) results.push(await (args.daemon === 'worker' ? workerTrial(fault, n) : trial(fault, n)));
     const times = results
       .map((result) => result.handoverMs)
       .filter(Number.isFinite)
@@ -266,10 +396,10 @@ try {
     console.log(
       JSON.stringify({
         dialect,
+        daemon: args.daemon,
         fault,
         trials: args.trials,
-        triggers: args.triggers,
-        span_s: args.span,
+        ...(args.daemon === 'worker' ? { tasks: args.tasks } : { triggers: args.triggers, span_s: args.span }),
         hogs: args.hogs,
         handover_p50_ms: Math.round(percentile(times, 0.5)),
         handover_p99_ms: Math.round(percentile(times, 0.99)),
