@@ -255,13 +255,7 @@ async function trial(fault: Fault, n: number): Promise<TrialResult> {
     const falseTakeovers = releases.filter((line) => Number(line.time) < faultedAt || (line.dead_triggerers as number[]).some((id) => id !== victimJob)).length;
     return { handoverMs, afterReleaseMs, late, lost, movedTwice, falseTakeovers };
   } finally {
-    for (const proc of procs) {
-      proc.kill('SIGCONT');
-      proc.kill('SIGKILL');
-    }
-    await Promise.all(procs.map((proc) => proc.exit));
-    await database.close();
-    await dispose();
+    await endTrial(procs, database, dispose);
     rmSync(file, { force: true });
   }
 }
@@ -367,14 +361,19 @@ async function workerTrial(fault: Fault, n: number): Promise<TrialResult> {
       falseTakeovers,
     };
   } finally {
-    for (const proc of procs) {
-      proc.kill('SIGCONT');
-      proc.kill('SIGKILL');
-    }
-    await Promise.all(procs.map((proc) => proc.exit));
-    await database.close();
-    await dispose();
+    await endTrial(procs, database, dispose);
   }
+}
+
+/** A trial's end, however it went: its processes killed (a frozen one too), its database closed and dropped. */
+async function endTrial(procs: readonly TriggererProcess[], database: Database, dispose: () => Promise<void>): Promise<void> {
+  for (const proc of procs) {
+    proc.kill('SIGCONT');
+    proc.kill('SIGKILL');
+  }
+  await Promise.all(procs.map((proc) => proc.exit));
+  await database.close();
+  await dispose();
 }
 
 const hogs = Array.from({ length: args.hogs }, () => spawnChild(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));

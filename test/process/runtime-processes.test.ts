@@ -176,13 +176,24 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     await stopCleanly([scheduler]);
   }, 60_000);
 
-  it('a worker killed with SIGKILL is known dead by its liveness lock: its running task is retried on another worker within seconds, far below the 60 s zombie threshold', async () => {
+  /**
+   * SLOW_FIRST_TRY_DAG's first try running on a victim worker, a survivor worker started, and a
+   * scheduler started before both with `zombieThreshold` (seconds) and a 30 s poll, so that only a
+   * push starts the pass that retries the try.
+   */
+  async function slowFirstTryOnVictim(zombieThreshold: string) {
     const { db, dags, log } = await withDag(SLOW_FIRST_TRY_DAG);
-    // A zombie threshold and a poll far longer than the test: only the freed lock can tell of the
-    // death, and only a push (the ring's, on PostgreSQL; a commit, on SQLite) can start the pass
-    // that retries the try. The scheduler starts before both workers, so on PostgreSQL its ring
-    // must close over each as it starts.
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '60', '--poll-interval', '30', '--heartbeat-interval', '0.5']);
+    const scheduler = spawnDeferflow([
+      'scheduler',
+      '--db',
+      db.url,
+      '--zombie-threshold',
+      zombieThreshold,
+      '--poll-interval',
+      '30',
+      '--heartbeat-interval',
+      '0.5',
+    ]);
     await started(scheduler);
     const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
     await started(victim);
@@ -199,6 +210,15 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
     );
     const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
     await started(survivor);
+    return { db, log, scheduler, victim, survivor };
+  }
+
+  it('a worker killed with SIGKILL is known dead by its liveness lock: its running task is retried on another worker within seconds, far below the 60 s zombie threshold', async () => {
+    // A zombie threshold and a poll far longer than the test: only the freed lock can tell of the
+    // death, and only a push (the ring's, on PostgreSQL; a commit, on SQLite) can start the pass
+    // that retries the try. The scheduler starts before both workers, so on PostgreSQL its ring
+    // must close over each as it starts.
+    const { db, log, scheduler, victim, survivor } = await slowFirstTryOnVictim('60');
     const killedAt = Date.now();
     victim.kill('SIGKILL');
     expect(await victim.exitWithin()).toEqual({ code: null, signal: 'SIGKILL' });
@@ -220,26 +240,9 @@ for (let i = 0; i < 30; i++) dag.add(new Work({ taskId: \`work_\${i}\` }));
   }, 60_000);
 
   it('a frozen worker (SIGSTOP) is found at the zombie threshold though the scheduler last passed before it held any try: its claim told the scheduler', async () => {
-    const { db, dags, log } = await withDag(SLOW_FIRST_TRY_DAG);
     // A 30 s poll: only a push can bring the scheduler pass that learns the worker holds a try
     // (and so when its heartbeat would be stale) within the test's bound.
-    const scheduler = spawnDeferflow(['scheduler', '--db', db.url, '--zombie-threshold', '3', '--poll-interval', '30', '--heartbeat-interval', '0.5']);
-    await started(scheduler);
-    const victim = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
-    await started(victim);
-    expect(await spawnDeferflow(['dags', 'trigger', 'survivor', '--db', db.url, '--run-id', 'r1']).exitWithin()).toEqual({ code: 0, signal: null });
-    await waitFor(
-      () => {
-        try {
-          return lines(log).length === 1;
-        } catch {
-          return false;
-        }
-      },
-      { what: 'the first try running' },
-    );
-    const survivor = spawnDeferflow(['worker', '--db', db.url, '--dags', dags, '--concurrency', '1', ...fast], RUNNER_PROCESSES);
-    await started(survivor);
+    const { db, log, scheduler, victim, survivor } = await slowFirstTryOnVictim('3');
     const frozenAt = Date.now();
     await freeze(victim, db.url);
     try {
