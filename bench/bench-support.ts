@@ -5,9 +5,12 @@ import { toDbTime } from '../src/database/schema.ts';
 import { wake } from '../src/storage/wake.ts';
 import { createScratchSchema } from '../test/support/pg-schemas.ts';
 
-/** The database a benchmark runs on: a SQLite file in `scratch` by default, a private PostgreSQL schema (dropped afterwards) for a postgres:// URL. */
-export async function benchDatabase(given: string | undefined, scratch: string): Promise<{ url: string; dispose: () => Promise<void> }> {
-  if (!given) return { url: `sqlite:${path.join(scratch, 'bench.db')}`, dispose: async () => {} };
+/**
+ * The database a benchmark runs on: a SQLite file `<name>.db` in `scratch` by default, a private
+ * PostgreSQL schema (dropped afterwards) for a postgres:// URL, the file itself for a sqlite: URL.
+ */
+export async function benchDatabase(given: string | undefined, scratch: string, name = 'bench'): Promise<{ url: string; dispose: () => Promise<void> }> {
+  if (!given) return { url: `sqlite:${path.join(scratch, `${name}.db`)}`, dispose: async () => {} };
   if (given.startsWith('sqlite:')) return { url: given, dispose: async () => {} };
   const schema = await createScratchSchema(given, 'bench');
   return { url: schema.url, dispose: () => schema.drop() };

@@ -2,7 +2,7 @@
  * Triggerer benchmark: N task instances deferred onto N distinct DateTimeTriggers due at one
  * moment, one triggerer process, and what it costs to hold them and to fire them.
  *
- *   npm run bench -- --db URL --triggers N [--lead SECONDS] [--encrypt] [--distinct-events]
+ *   npm run bench -- --db URL --triggers N [--lead SECONDS] [--baseline] [--encrypt] [--distinct-events]
  *
  * Prints one JSON line:
  *   n, dialect
@@ -25,6 +25,12 @@
  * encrypted and their empty next_kwargs plain (as a worker with that key writes them): the
  * triggerer decrypts every trigger's kwargs as it claims it and encrypts every event payload as
  * it writes it.
+ *
+ * --baseline: afterwards, the same N deferrals (inserted anew in the emptied tables) are run by
+ * the pure-Node reference, bench/baseline-triggerer.ts: one pending async generator per trigger
+ * and batched updates, nothing of deferflow. The JSON gains `baseline` (the same figures for it)
+ * and `ratio_to_baseline` (deferflow's fire_max_ms over the baseline's: due moment → the last
+ * task instance committed).
  *
  * --distinct-events: each trigger's event is its own (bench/distinct-event-trigger.ts, loaded with
  * --trigger-module) instead of the moment all of them share; encrypted, each is sealed on its own
@@ -56,112 +62,178 @@ const args = await yargs(hideBin(process.argv))
   .option('encrypt', { type: 'boolean', default: false, describe: 'encrypt kwargs and events at rest (see the README)' })
   .option('lead', { type: 'number', describe: 'seconds from insert to the due moment (default 5 + N/5000)' })
   .option('distinct-events', { type: 'boolean', default: false, describe: 'give each trigger an event of its own (see above)' })
+  .option('baseline', { type: 'boolean', default: false, describe: 'then run the pure-Node reference on the same database and report the ratio (see above)' })
   .strict()
   .parse();
 
 const n = args.triggers;
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-bench-'));
-const { url, dispose } = await benchDatabase(args.db, scratch);
-const database = openDatabase(url);
-await migrateToLatest(database);
 
 const keyEntry = args.encrypt ? Keyring.generateEntry('bench') : null;
 const keyring = keyEntry ? Keyring.fromEntries([keyEntry], 'bench') : Keyring.none;
-const triggerer = spawn(
-  process.execPath,
-  [
-    ...args['node-arg'].map(String),
-    path.join(root, 'bin/triggerer.js'),
-    '--db',
-    url,
-    '--capacity',
-    String(n),
-    '--claims-per-loop',
-    '10000',
-    '--poll-interval',
-    '0.5',
-    '--log-level',
-    'info',
-    ...(args['distinct-events'] ? ['--trigger-module', path.join(root, 'bench/distinct-event-trigger.ts')] : []),
-  ],
-  { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DEFERFLOW_ENCRYPTION_KEYS: keyEntry ?? '' } },
-);
-const lines = readline.createInterface({ input: triggerer.stdout! });
-let running = 0;
-/** When the triggerer logged all N running (its own clock, to the millisecond: polling every 20 ms would be coarser than PostgreSQL's load). */
-let allRunningAt: number | null = null;
-let started = false;
-/** [commit time, task instances moved] per event batch. */
-const commits: [number, number][] = [];
-let movedTotal = 0;
-lines.on('line', (line) => {
-  try {
-    const entry = JSON.parse(line) as {
-      running?: number;
-      job_id?: number;
-      level?: number;
-      msg?: string;
-      kind?: string;
-      time?: number;
-      moved_task_instances?: number;
-    };
-    if (typeof entry.job_id === 'number') started = true;
-    if (typeof entry.running === 'number') {
-      running = entry.running;
-      if (running >= n && allRunningAt === null) allRunningAt = entry.time ?? Date.now();
-    }
-    if (entry.kind === 'event' && typeof entry.moved_task_instances === 'number') {
-      commits.push([entry.time!, entry.moved_task_instances]);
-      movedTotal += entry.moved_task_instances;
-    }
-    if ((entry.level ?? 0) >= 40)
-      process.stderr.write(`triggerer: ${entry.msg}${'error' in entry ? ` (${String((entry as { error: unknown }).error)})` : ''}\n`);
-  } catch {
-    // not JSON
-  }
-});
+if (args.baseline && (args.encrypt || args['distinct-events'])) {
+  process.stderr.write('--baseline compares plain runs with one event for all: leave out --encrypt and --distinct-events\n');
+  process.exit(2);
+}
+
+/** What one run measured: see the top of the file. */
+interface Run {
+  insert_ms: number;
+  load_ms: number;
+  rss_bytes: number;
+  rss_per_trigger_bytes: number;
+  fire_p50_ms: number;
+  fire_p99_ms: number;
+  fire_max_ms: number;
+  moved_per_s: number;
+}
 
 try {
-  await until(() => started, { timeoutMs: 30_000, what: 'the triggerer to start', intervalMs: 20 });
-  await sleep(1000);
-  const idleRss = rssOf(triggerer.pid!);
-
-  const leadMs = (args.lead ?? 5 + n / 5000) * 1000;
-  const insertStart = Date.now();
-  const dueMs = insertStart + leadMs;
-  await insertDeferrals(database, n, (i) => serializedTrigger(dueMs, i), keyring.seal('{}', 'task_instance.next_kwargs'));
-  const inserted = Date.now();
-  await until(() => running >= n, { timeoutMs: leadMs, what: `the triggerer to run all ${n} triggers before the due moment`, intervalMs: 20 });
-  const loadMs = Math.max(0, allRunningAt! - inserted);
-  await sleep(Math.min(1000, Math.max(0, dueMs - Date.now() - 200)));
-  const loadedRss = rssOf(triggerer.pid!);
-
-  await until(() => movedTotal >= n, { timeoutMs: dueMs + 120_000 - Date.now(), what: `all ${n} task instances to be scheduled`, intervalMs: 20 });
-  await expectScheduled(database, n);
-  const latencies = commits.flatMap(([time, moved]) => Array.from({ length: moved }, () => Math.max(0, time - dueMs))).sort((a, b) => a - b);
-  const last = latencies[latencies.length - 1]!;
-  const result = {
+  const deferflow = await measure('deferflow');
+  const result: Record<string, unknown> = {
     n,
-    dialect: database.adapter.name,
-    insert_ms: inserted - insertStart,
-    load_ms: loadMs,
-    rss_bytes: loadedRss,
-    rss_per_trigger_bytes: Math.round((loadedRss - idleRss) / n),
-    fire_p50_ms: percentile(latencies, 0.5),
-    fire_p99_ms: percentile(latencies, 0.99),
-    fire_max_ms: last,
-    moved_per_s: Math.round(n / (Math.max(last, 1) / 1000)),
+    dialect: deferflow.dialect,
+    ...deferflow.run,
     encrypted: keyring.encrypting,
     distinct_events: args['distinct-events'],
   };
+  if (args.baseline) {
+    const baseline = (await measure('baseline')).run;
+    result.baseline = baseline;
+    result.ratio_to_baseline = Math.round((deferflow.run.fire_max_ms / Math.max(1, baseline.fire_max_ms)) * 100) / 100;
+  }
   process.stdout.write(`${JSON.stringify(result)}\n`);
 } finally {
-  triggerer.kill('SIGTERM');
-  await new Promise((resolve) => triggerer.once('exit', resolve));
-  await database.close();
-  await dispose();
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/**
+ * One run: N deferrals due at one moment, taken by deferflow's triggerer (started first, it claims
+ * while the benchmark inserts) or by the baseline (started once the rows are in: it loads them all
+ * at once), each in a process of its own.
+ */
+async function measure(kind: 'deferflow' | 'baseline'): Promise<{ dialect: string; run: Run }> {
+  // A database of its own (a fresh SQLite file or PostgreSQL schema, unless --db names a SQLite
+  // file), so the second run does not find the first one's dead rows and grown indexes.
+  const { url, dispose } = await benchDatabase(args.db, scratch, kind);
+  const database = openDatabase(url);
+  await migrateToLatest(database);
+  // A sqlite: URL given is one file for both runs: each starts from empty tables.
+  await database.db.deleteFrom('task_instance').execute();
+  await database.db.deleteFrom('trigger').execute();
+  const leadMs = (args.lead ?? 5 + n / 5000) * 1000;
+  let insertStart = 0;
+  let dueMs = 0;
+  let inserted = 0;
+  const insert = async () => {
+    insertStart = Date.now();
+    dueMs = insertStart + leadMs;
+    await insertDeferrals(database, n, (i) => serializedTrigger(dueMs, i), keyring.seal('{}', 'task_instance.next_kwargs'));
+    inserted = Date.now();
+  };
+  if (kind === 'baseline') await insert();
+  const child =
+    kind === 'deferflow'
+      ? spawnTriggerer(url)
+      : spawn(process.execPath, ['--import', 'tsx', path.join(root, 'bench/baseline-triggerer.ts'), '--db', url], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = readline.createInterface({ input: child.stdout! });
+  let running = 0;
+  /** When the process logged all N running (its own clock, to the millisecond: polling every 20 ms would be coarser than PostgreSQL's load). */
+  let allRunningAt: number | null = null;
+  let started = kind === 'baseline';
+  /** RSS before any trigger was loaded: sampled here for deferflow, reported by the baseline itself (it loads at start). */
+  let idleRss = 0;
+  /** [commit time, task instances moved] per event batch. */
+  const commits: [number, number][] = [];
+  let movedTotal = 0;
+  lines.on('line', (line) => {
+    try {
+      const entry = JSON.parse(line) as {
+        running?: number;
+        job_id?: number;
+        level?: number;
+        msg?: string;
+        kind?: string;
+        time?: number;
+        moved_task_instances?: number;
+        idle_rss?: number;
+      };
+      if (typeof entry.job_id === 'number') started = true;
+      if (typeof entry.idle_rss === 'number') idleRss = entry.idle_rss;
+      if (typeof entry.running === 'number') {
+        running = entry.running;
+        if (running >= n && allRunningAt === null) allRunningAt = entry.time ?? Date.now();
+      }
+      if (entry.kind === 'event' && typeof entry.moved_task_instances === 'number') {
+        commits.push([entry.time!, entry.moved_task_instances]);
+        movedTotal += entry.moved_task_instances;
+      }
+      if ((entry.level ?? 0) >= 40)
+        process.stderr.write(`${kind}: ${entry.msg}${'error' in entry ? ` (${String((entry as { error: unknown }).error)})` : ''}\n`);
+    } catch {
+      // not JSON
+    }
+  });
+  try {
+    await until(() => started, { timeoutMs: 30_000, what: `the ${kind} process to start`, intervalMs: 20 });
+    if (kind === 'deferflow') {
+      await sleep(1000);
+      idleRss = rssOf(child.pid!);
+      await insert();
+    }
+    await until(() => running >= n, {
+      timeoutMs: Math.max(1000, dueMs - Date.now()),
+      what: `the ${kind} process to run all ${n} triggers before the due moment`,
+      intervalMs: 20,
+    });
+    const loadMs = Math.max(0, allRunningAt! - inserted);
+    await sleep(Math.min(1000, Math.max(0, dueMs - Date.now() - 200)));
+    const loadedRss = rssOf(child.pid!);
+
+    await until(() => movedTotal >= n, { timeoutMs: dueMs + 120_000 - Date.now(), what: `all ${n} task instances to be scheduled`, intervalMs: 20 });
+    await expectScheduled(database, n);
+    const latencies = commits.flatMap(([time, moved]) => Array.from({ length: moved }, () => Math.max(0, time - dueMs))).sort((a, b) => a - b);
+    const last = latencies[latencies.length - 1]!;
+    const run = {
+      insert_ms: inserted - insertStart,
+      load_ms: loadMs,
+      rss_bytes: loadedRss,
+      rss_per_trigger_bytes: Math.round((loadedRss - idleRss) / n),
+      fire_p50_ms: percentile(latencies, 0.5),
+      fire_p99_ms: percentile(latencies, 0.99),
+      fire_max_ms: last,
+      moved_per_s: Math.round(n / (Math.max(last, 1) / 1000)),
+    };
+    return { dialect: database.adapter.name, run };
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((resolve) => child.once('exit', resolve));
+    await database.close();
+    await dispose();
+  }
+}
+
+function spawnTriggerer(url: string) {
+  return spawn(
+    process.execPath,
+    [
+      ...args['node-arg'].map(String),
+      path.join(root, 'bin/triggerer.js'),
+      '--db',
+      url,
+      '--capacity',
+      String(n),
+      '--claims-per-loop',
+      '10000',
+      '--poll-interval',
+      '0.5',
+      '--log-level',
+      'info',
+      ...(args['distinct-events'] ? ['--trigger-module', path.join(root, 'bench/distinct-event-trigger.ts')] : []),
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DEFERFLOW_ENCRYPTION_KEYS: keyEntry ?? '' } },
+  );
 }
 
 /** The row's classpath and kwargs (sealed with --encrypt) for trigger `tag`, due at `dueMs`. */
