@@ -80,7 +80,9 @@ export async function moveDeferredTaskInstances(context: StorageContext, prepare
   const resumed = await prepared.stored;
   return context.db.transaction().execute(async (trx) => {
     const triggerIds = first.map((outcome) => outcome.triggerId).sort((a, b) => a - b);
-    await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
+    // Without row locks (SQLite) the transaction holds the one write lock already.
+    if (adapter.supportsRowLocks)
+      await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
 
     let movedTaskInstances = 0;
     if (resumed.length > 0) {
