@@ -18,3 +18,16 @@ export async function deleteUnusedTriggers({ db, adapter }: StorageContext, trig
   const result = await db.deleteFrom('trigger').where('id', 'in', adapter.lockSkippingLocked(candidates)).executeTakeFirst();
   return Number(result.numDeletedRows);
 }
+
+/**
+ * The periodic sweep of deleteUnusedTriggers, a page at a time: of the `limit` triggers after
+ * `afterId` (by id), deletes those nothing waits on. `lastId`: the last id looked at, where the
+ * next page starts; null when there are no more. A triggerer holding a million triggers sweeps
+ * them page by page, never holding its loop (SQLite is synchronous) for the whole table.
+ */
+export async function sweepUnusedTriggers(context: StorageContext, afterId: number, limit: number): Promise<{ deleted: number; lastId: number | null }> {
+  const page = await context.db.selectFrom('trigger').select('id').where('id', '>', afterId).orderBy('id').limit(limit).execute();
+  if (page.length === 0) return { deleted: 0, lastId: null };
+  const ids = page.map((row) => row.id);
+  return { deleted: await deleteUnusedTriggers(context, ids), lastId: page.length < limit ? null : ids[ids.length - 1]! };
+}

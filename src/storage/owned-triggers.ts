@@ -3,9 +3,15 @@ import { wake } from './wake.ts';
 import type { TriggerRow } from './claim-triggers.ts';
 import { openTriggerRows } from './sealed-values.ts';
 
-/** The ids of every trigger triggerer `jobId` owns now. */
-export async function listOwnedTriggerIds({ db }: StorageContext, jobId: number): Promise<number[]> {
-  const rows = await db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId).execute();
+/**
+ * The ids of the triggers triggerer `jobId` owns now, ascending: all of them, or a page (the
+ * next `limit` after `afterId`), so a triggerer owning a million reads them without holding its
+ * loop (SQLite answers synchronously) for the whole list.
+ */
+export async function listOwnedTriggerIds({ db }: StorageContext, jobId: number, page?: { readonly afterId: number; readonly limit: number }): Promise<number[]> {
+  let query = db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId);
+  if (page) query = query.where('id', '>', page.afterId).orderBy('id').limit(page.limit);
+  const rows = await query.execute();
   return rows.map((row) => row.id);
 }
 

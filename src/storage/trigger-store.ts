@@ -1,7 +1,7 @@
 import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';
 import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
-import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { deleteUnusedTriggers, sweepUnusedTriggers } from './delete-unused-triggers.ts';
 import { failTimedOutDeferrals, nextDeferralDeadline } from './fail-timed-out-deferrals.ts';
 import { failStrandedDeferrals } from './fail-stranded-deferrals.ts';
 import { moveDeferredTaskInstances, prepareMove, type MoveResult, type PreparedMove } from './move-deferred-task-instances.ts';
@@ -70,7 +70,7 @@ export interface TriggerFailureOutcome {
  * its next reconcile (the digest of readTriggerOwnership, listOwnedTriggerIds).
  */
 
-/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, sweepUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -94,8 +94,8 @@ export class TriggerStore {
     return listQuarantinedTriggers(this.#context, limit);
   }
 
-  listOwnedTriggerIds(jobId: number): Promise<number[]> {
-    return listOwnedTriggerIds(this.#context, jobId);
+  listOwnedTriggerIds(jobId: number, page?: { readonly afterId: number; readonly limit: number }): Promise<number[]> {
+    return listOwnedTriggerIds(this.#context, jobId, page);
   }
 
   existingTriggerIds(ids: readonly number[]): Promise<number[]> {
@@ -132,6 +132,10 @@ export class TriggerStore {
   /** Deletes the given triggers (or, without ids, any) that no task instance points at. */
   deleteUnusedTriggers(triggerIds?: readonly number[]): Promise<number> {
     return deleteUnusedTriggers(this.#context, triggerIds);
+  }
+
+  sweepUnusedTriggers(afterId: number, limit: number): Promise<{ deleted: number; lastId: number | null }> {
+    return sweepUnusedTriggers(this.#context, afterId, limit);
   }
 
   failTimedOutDeferrals(now = Date.now()): Promise<number> {

@@ -313,6 +313,52 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     expect((await taskInstance(db, waited.id)).state).toBe('deferred');
   });
 
+  it('reads the triggers it owns and sweeps unused rows page by page, missing none and deleting only what nothing waits on', async () => {
+    const db = await database();
+    const storage = openStores(db);
+    const waited = [];
+    for (let n = 0; n < 7; n++) waited.push(await deferOnto(db, new t.NeverTrigger({ file: '/dev/null', tag: `waited${n}` })));
+    const orphans = await db.db
+      .insertInto('trigger')
+      .values(
+        Array.from({ length: 5 }, (_, n) => ({
+          classpath: 'test.NeverTrigger',
+          kwargs: JSON.stringify({ file: '/dev/null', tag: `orphan${n}` }),
+          created_at: new Date().toISOString(),
+          triggerer_id: null,
+          hash: null,
+        })),
+      )
+      .returning('id')
+      .execute();
+    const owner = 424_242;
+    await db.db.updateTable('trigger').set({ triggerer_id: owner }).execute();
+
+    const pages: number[][] = [];
+    for (let afterId = 0; ; ) {
+      const page = await storage.triggers.listOwnedTriggerIds(owner, { afterId, limit: 3 });
+      pages.push(page);
+      if (page.length < 3) break;
+      afterId = page[page.length - 1]!;
+    }
+    const all = [...waited.map((w) => w.triggerId), ...orphans.map((o) => o.id)].sort((a, b) => a - b);
+    expect(pages.flat()).toEqual(all);
+    expect(pages.every((page) => page.length <= 3)).toBe(true);
+
+    let deleted = 0;
+    let statements = 0;
+    for (let afterId: number | null = 0; afterId !== null; statements++) {
+      const page: { deleted: number; lastId: number | null } = await storage.triggers.sweepUnusedTriggers(afterId, 3);
+      deleted += page.deleted;
+      afterId = page.lastId;
+    }
+    expect(deleted).toBe(5);
+    expect(statements).toBeGreaterThanOrEqual(4);
+    expect((await db.db.selectFrom('trigger').select('id').orderBy('id').execute()).map((row) => row.id)).toEqual(
+      waited.map((w) => w.triggerId).sort((a, b) => a - b),
+    );
+  });
+
   it("takes over the triggers of a peer whose heartbeat its clock has put past the threshold, at its first pass, and never a live peer's", async () => {
     const db = await database();
     const file = path.join(os.tmpdir(), `deferflow-stale-${process.pid}-${Date.now()}.log`);

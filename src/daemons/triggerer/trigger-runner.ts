@@ -178,6 +178,7 @@ export class TriggerRunner {
   readonly #unbuildable = new Set<number>();
   #heldCount = 0;
   #heldIdSum = 0;
+  #runningCount = 0;
   readonly #timers: DeadlineQueue<TriggerRun>;
   readonly #watch: LoopWatch<TriggerRun>;
   readonly #dagRunStates: DagRunStatesReader | undefined;
@@ -246,10 +247,9 @@ export class TriggerRunner {
     return this.#runs.size + this.#unbuildable.size;
   }
 
+  /** Triggers running (not yet fired, failed or stopped): kept as runs change state, since a pass asks for it and there may be a million. */
   get runningCount(): number {
-    let count = 0;
-    for (const run of this.#runs.values()) if (run.state === 'running') count++;
-    return count;
+    return this.#runningCount;
   }
 
   has(triggerId: number): boolean {
@@ -302,6 +302,7 @@ export class TriggerRunner {
     const run = new TriggerRun(row.id, row.classpath, trigger, this);
     attachRuntime(trigger, run);
     this.#runs.set(row.id, run);
+    this.#runningCount++;
     this.#held(row.id);
     try {
       // A run() that declares no parameter gets no signal, so none is made (see TriggerRun).
@@ -324,7 +325,7 @@ export class TriggerRunner {
     if (!run) return Promise.resolve();
     this.#runs.delete(triggerId);
     this.#released(triggerId);
-    if (run.state === 'running') run.state = 'stopped';
+    this.#leaveRunning(run, 'stopped');
     return this.#stopRun(run, killed);
   }
 
@@ -419,14 +420,21 @@ export class TriggerRunner {
       this.#fail(run, error);
       return;
     }
-    run.state = 'fired';
+    this.#leaveRunning(run, 'fired');
     this.#metrics?.succeeded.inc({ classpath: run.classpath });
     this.outcomes.add({ kind: 'event', triggerId: run.id, payloadJson, endState, firedAt: performance.now() });
     void this.#stopRun(run);
   }
 
+  /** A run's one way out of running (see the life at the top): the state it ends in, counted. */
+  #leaveRunning(run: TriggerRun, state: Exclude<RunState, 'running'>): void {
+    if (run.state !== 'running') return;
+    run.state = state;
+    this.#runningCount--;
+  }
+
   #fail(run: TriggerRun, error: unknown): void {
-    run.state = 'failed';
+    this.#leaveRunning(run, 'failed');
     this.#reportFailure(run.id, run.classpath, error, 'failed', run.trigger);
     void this.#stopRun(run);
   }
