@@ -129,11 +129,20 @@ describe('DateTimeTrigger construction', () => {
     expect(fromISO).not.toHaveBeenCalled();
   });
 
-  it('keeps only the moment and its epoch milliseconds on the instance', () => {
+  it('keeps only its epoch milliseconds on the instance, and makes the canonical moment from them', () => {
     const trigger = new DateTimeTrigger({ moment: '2030-05-01T12:00:00Z' });
     const own = Object.entries(trigger).filter(([, value]) => value !== undefined);
-    expect(Object.fromEntries(own)).toEqual({ moment: '2030-05-01T12:00:00.000Z', momentMs: Date.parse('2030-05-01T12:00:00Z') });
+    expect(Object.fromEntries(own)).toEqual({ momentMs: Date.parse('2030-05-01T12:00:00Z') });
+    expect(trigger.moment).toBe('2030-05-01T12:00:00.000Z');
+    expect(trigger.serialize().kwargs).toEqual({ moment: '2030-05-01T12:00:00.000Z' });
     expect(trigger.endFromTrigger).toBe(false);
+  });
+
+  it('keeps the string of a moment past year 9999, whose form is not the short canonical one', () => {
+    const far = new Date(Date.UTC(10_000, 0, 1));
+    const trigger = new DateTimeTrigger({ moment: far });
+    expect(trigger.moment).toBe(far.toISOString());
+    expect(new DateTimeTrigger({ moment: trigger.moment }).momentMs).toBe(far.getTime());
   });
 
   it('with endFromTrigger, serializes the flag and yields an event that ends the task as success', async () => {
