@@ -8,7 +8,11 @@ import { openTriggerRows } from './sealed-values.ts';
  * next `limit` after `afterId`), so a triggerer owning a million reads them without holding its
  * loop (SQLite answers synchronously) for the whole list.
  */
-export async function listOwnedTriggerIds({ db }: StorageContext, jobId: number, page?: { readonly afterId: number; readonly limit: number }): Promise<number[]> {
+export async function listOwnedTriggerIds(
+  { db }: StorageContext,
+  jobId: number,
+  page?: { readonly afterId: number; readonly limit: number },
+): Promise<number[]> {
   let query = db.selectFrom('trigger').select('id').where('triggerer_id', '=', jobId);
   if (page) query = query.where('id', '>', page.afterId).orderBy('id').limit(page.limit);
   const rows = await query.execute();
