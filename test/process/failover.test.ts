@@ -191,7 +191,10 @@ describe.each(testDialects)('failover on %s', (dialect) => {
       // Without the server's timeout the peer's release would wait on the frozen locks until the thaw.
       await waitFor(async () => (await owned(db, frozen.jobId)) === 0, { timeoutMs: 20_000, intervalMs: 50, what: 'the peer taking every trigger over' });
       expect(Date.now() - stoppedAt).toBeLessThan(15_000);
-      expect(peer.proc.matching((line) => (line.dead_triggerers as number[] | undefined)?.includes(frozen.jobId) === true)).toHaveLength(1);
+      // The peer logs the release once it has committed: its line may come after the rows show it.
+      const releasedFrozen = (line: Record<string, unknown>) => (line.dead_triggerers as number[] | undefined)?.includes(frozen.jobId) === true;
+      await peer.proc.waitForLine(releasedFrozen, 10_000);
+      expect(peer.proc.matching(releasedFrozen)).toHaveLength(1);
       frozen.proc.kill('SIGCONT');
       const pending = async () =>
         Number(

@@ -279,7 +279,13 @@ console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'),
     writeFileSync(path.join(project, 'embed.mjs'), EMBED);
     const embedded = await exec(process.execPath, ['embed.mjs'], project, 60_000);
     expect(embedded.code, `${embedded.stdout}\n${embedded.stderr}`).toBe(0);
-    expect(embedded.stdout.trim()).toBe('success {"steps":3}');
+    // deferflow's own log lines (JSON, warnings up at this level: a busy machine may log a slow
+    // turn of the loop) share the service's stdout; what the service printed is the rest.
+    const printed = embedded.stdout
+      .trim()
+      .split('\n')
+      .filter((line) => !line.startsWith('{"level":'));
+    expect(printed).toEqual(['success {"steps":3}']);
 
     // (c'') the README's manual install, as written, in a folder of its own; only the package
     // comes from the tarball, as the README's comment on that line says.
