@@ -359,6 +359,42 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     );
   });
 
+  it('stopped while it compares what it owns with what it holds, cancels its triggers as a stop does, never as taken over', async () => {
+    const db = await database();
+    const file = path.join(os.tmpdir(), `deferflow-stop-reconcile-${process.pid}-${Date.now()}.log`);
+    writeFileSync(file, '');
+    for (const tag of ['a', 'b', 'c']) await deferOnto(db, new t.NeverTrigger({ file, tag }));
+    const tr = await triggerer(db);
+    await waitFor(
+      () =>
+        readFileSync(file, 'utf8')
+          .split('\n')
+          .filter((line) => line.startsWith('start')).length === 3,
+      { what: 'three running' },
+    );
+    // The next pass reads a digest that differs from what it holds (so it reconciles), and the
+    // stop begins before that read returns: the reconcile then runs with the daemon stopping.
+    const triggers = tr.triggerer.storage.triggers;
+    const read = triggers.readTriggerOwnership.bind(triggers);
+    let stopping: Promise<void> | null = null;
+    triggers.readTriggerOwnership = async (jobId) => {
+      const ownership = await read(jobId);
+      if (stopping) return ownership;
+      stopping = tr.stop();
+      await new Promise((resolve) => setImmediate(resolve));
+      return { ...ownership, own: { ...ownership.own, count: ownership.own.count + 1 } };
+    };
+    tr.triggerer.wake();
+    await waitFor(() => stopping !== null, { what: 'the stop to begin in a pass' });
+    await stopping;
+
+    expect(tr.logs.matching((line) => String(line.msg).includes('no longer ours'))).toEqual([]);
+    expect(tr.logs.matching((line) => line.released_triggers === 3)).toHaveLength(1);
+    const lines = readFileSync(file, 'utf8').split('\n');
+    expect(lines.filter((line) => line.startsWith('cleanup'))).toHaveLength(3);
+    expect(lines.filter((line) => line.startsWith('kill'))).toEqual([]);
+  });
+
   it("takes over the triggers of a peer whose heartbeat its clock has put past the threshold, at its first pass, and never a live peer's", async () => {
     const db = await database();
     const file = path.join(os.tmpdir(), `deferflow-stale-${process.pid}-${Date.now()}.log`);

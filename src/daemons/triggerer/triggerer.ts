@@ -366,6 +366,9 @@ export class Triggerer extends Daemon<TriggererStores> {
       afterId = page[page.length - 1]!;
       await nextTurn();
     }
+    // A stop that began meanwhile cut the read short: what it holds is not lost but about to be
+    // cancelled and released by the stop, and a partial list would call it taken over.
+    if (!this.isRunning) return owned.length;
     // Everything it holds is among what it owns (ids are distinct): nothing to stop. Otherwise
     // (some were taken over or deleted) the ids held are held against the ids owned.
     const ownedSet = held === this.#runner.size ? null : new Set(owned);
