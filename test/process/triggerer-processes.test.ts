@@ -187,11 +187,16 @@ describe('triggerer processes on postgres (high availability)', () => {
     // Capacity 1,500 each: neither can take all 2,000, so both must run a share (with more, one
     // may claim everything in quick full passes before the other's next poll).
     const [a, b] = await startTriggerers(db, 2, { capacity: 1500 });
-    const at = Date.now() + 4000;
-    const specs = Array.from({ length: 2000 }, (_, i) => ({ n: i + 1, classpath: 'test.AtMomentTrigger', kwargs: { at, file } }));
+    // None fires until all run (the gate opens then): a trigger fired early would free room for
+    // one triggerer to claim the rest.
+    const gate = `${file}.gate`;
+    open.files.push(gate);
+    const specs = Array.from({ length: 2000 }, (_, i) => ({ n: i + 1, classpath: 'test.GateTrigger', kwargs: { gate, file } }));
     // All at once, so both claim from the same pool at the same time; SKIP LOCKED keeps their
     // claims disjoint.
     await deferMany(db, specs);
+    await waitFor(() => fileLines(file).length === 2000, { timeoutMs: 20_000, what: 'all 2,000 running' });
+    writeFileSync(gate, '');
 
     await waitFor(async () => (await deferredCount(db)) === 0, { timeoutMs: 20_000, what: 'every task instance moved' });
     await waitFor(() => movedBy(a!.proc) + movedBy(b!.proc) >= 2000, { timeoutMs: 5000, what: 'the outcome log lines' });
@@ -256,8 +261,10 @@ describe('triggerer processes on postgres (high availability)', () => {
     // Both must own some when one is killed, deterministically: the victim starts alone with
     // room for 300 of the 500, the survivor (room for all) then claims the other 200.
     const [victim] = (await startTriggerers(db, 1, { capacity: 300, 'health-check-threshold': 60 })) as [Started];
-    const at = Date.now() + 9000;
-    const specs = Array.from({ length: 500 }, (_, i) => ({ n: i + 1, classpath: 'test.AtMomentTrigger', kwargs: { at, file } }));
+    // Nothing fires before the takeover is checked: the gate opens after it.
+    const gate = `${file}.gate`;
+    open.files.push(gate);
+    const specs = Array.from({ length: 500 }, (_, i) => ({ n: i + 1, classpath: 'test.GateTrigger', kwargs: { gate, file } }));
     const triggerToN = await deferMany(db, specs);
     await waitFor(async () => (await owners(db)).get(victim.jobId) === 300, { what: 'the victim owning 300' });
     const [survivor] = (await startTriggerers(db, 1, { capacity: 2000, 'health-check-threshold': 60 })) as [Started];
@@ -275,15 +282,16 @@ describe('triggerer processes on postgres (high availability)', () => {
     expect(await job(db, victim.jobId)).toMatchObject({ state: 'running', end_date: null });
 
     // Its session ended with it, and with the session its advisory lock: the survivor's watch
-    // hears it and its next pass takes the triggers, long before the 60 s threshold. The
-    // triggers fire only at `at`, so all 500 rows are still there to be owned.
+    // hears it and its next pass takes the triggers, long before the 60 s threshold. The gate
+    // is shut, so all 500 rows are still there to be owned.
     await waitFor(async () => (await owners(db)).get(survivor.jobId) === 500, { timeoutMs: 8000, intervalMs: 50, what: 'the survivor owns all 500' });
     const takeoverMs = Date.now() - killedAt;
-    expect(Date.now()).toBeLessThan(at);
     expect(takeoverMs).toBeLessThan(8000);
     expect(sum(deadPeerReleases(survivor.proc), 'released_triggers')).toBe(victimNs.size);
+    await waitFor(() => fileLines(file).length === 800, { what: 'the 300 taken over running again' });
 
-    await waitFor(async () => (await deferredCount(db)) === 0, { timeoutMs: Math.max(0, at - Date.now()) + 8000, what: 'every task instance moved' });
+    writeFileSync(gate, '');
+    await waitFor(async () => (await deferredCount(db)) === 0, { what: 'every task instance moved' });
     await waitFor(() => movedBy(survivor.proc) + movedBy(victim.proc) >= 500, { timeoutMs: 5000, what: 'the outcome log lines' });
     expect(movedBy(survivor.proc) + movedBy(victim.proc)).toBe(500);
     expect(movedBy(victim.proc)).toBe(0); // killed before anything fired
