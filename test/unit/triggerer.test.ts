@@ -6,6 +6,7 @@ import { TaskDeferred } from '../../src/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../src/internals.ts';
 import { toDbTime } from '../../src/database/schema.ts';
 import { openStores } from '../../src/storage/index.ts';
+import { NotificationHub } from '../../src/database/notification-hub.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { SteppedClock } from '../support/clock.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -393,6 +394,35 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const lines = readFileSync(file, 'utf8').split('\n');
     expect(lines.filter((line) => line.startsWith('cleanup'))).toHaveLength(3);
     expect(lines.filter((line) => line.startsWith('kill'))).toEqual([]);
+  });
+
+  it('fails a deferral pushed while the timeout sweep was reading at its deadline, not at the next safety-net sweep', async () => {
+    const db = await database();
+    // It owns a trigger already: a claim then wakes no peers (no push of its own to hide the bug).
+    const first = await deferOnto(db, new t.NeverTrigger({ tag: 'first' }));
+    const tr = await triggerer(db);
+    await waitFor(() => tr.triggerer.heldTriggerIds.includes(first.triggerId), { what: 'the first trigger running' });
+    // On PostgreSQL pushes are known to arrive once the LISTEN session is up: the sweep then
+    // sleeps as long as the safety net (10 s), trusting each deferral's push to wake it.
+    if (dialect === 'postgres') await waitFor(() => NotificationHub.of(db, tr.triggerer.log).pushWorks, { what: 'pushes working' });
+    const triggers = tr.triggerer.storage.triggers;
+    const read = triggers.nextDeferralDeadline.bind(triggers);
+    let timed: { id: number } | null = null;
+    triggers.nextDeferralDeadline = async () => {
+      const deadline = await read();
+      // The deferral with the nearest deadline commits (and pushes) after this read, before it returns.
+      timed ??= await deferOnto(db, new t.NeverTrigger({ tag: 'timed' }), { timeout: 0.5 });
+      return deadline;
+    };
+    // Another deferral's push starts a sweep.
+    await deferOnto(db, new t.NeverTrigger({ tag: 'second' }));
+    await waitFor(() => timed !== null, { what: 'the sweep reading as the timed deferral commits' });
+    // Timed out: back to scheduled, for a worker to fail it (the failure marker).
+    await waitFor(async () => (await taskInstance(db, timed!.id)).next_method === TRIGGER_FAILURE_METHOD, {
+      what: 'the timed deferral failed at its deadline',
+      timeoutMs: 5000,
+    });
+    expect((await taskInstance(db, timed!.id)).state).toBe('scheduled');
   });
 
   it("takes over the triggers of a peer whose heartbeat its clock has put past the threshold, at its first pass, and never a live peer's", async () => {

@@ -61,6 +61,8 @@ export class Triggerer extends Daemon<TriggererStores> {
   #sweeping: Promise<void> | null = null;
   /** When the next timeout sweep is due (epoch ms). */
   #sweepAt = 0;
+  /** A deferral was pushed while a sweep was reading: its deadline may not have been read. */
+  #sweepAgainSoon = false;
   #lastCleanupAt = 0;
   #lastFullReconcileAt = 0;
   /** When the oldest heartbeat of a live peer owning triggers passes the threshold, if it is not renewed (clock ms); null: no such peer. */
@@ -146,7 +148,8 @@ export class Triggerer extends Daemon<TriggererStores> {
     this.wake();
     // The sweep re-reads the next deadline within timeoutSweepMs, as it does without pushes (not
     // at once: a burst of deferrals would make a sweep each).
-    if (this.isRunning && this.#sweeping === null && this.#sweepAt - Date.now() > this.options.timeoutSweepMs) {
+    if (this.#sweeping !== null) this.#sweepAgainSoon = true;
+    else if (this.isRunning && this.#sweepAt - Date.now() > this.options.timeoutSweepMs) {
       clearTimeout(this.#sweepTimer!);
       this.#scheduleSweep(this.options.timeoutSweepMs);
     }
@@ -408,6 +411,7 @@ export class Triggerer extends Daemon<TriggererStores> {
     // its safety net is the daemons' longest.
     const { timeoutSweepMs } = this.options;
     let nextInMs = this.wakeupsPushed(this.database) ? Math.max(timeoutSweepMs, PUSHED_POLL_MAX_MS) : timeoutSweepMs;
+    this.#sweepAgainSoon = false;
     try {
       // The deadline first: an idle sweep is that one read.
       let deadline = await this.storage.triggers.nextDeferralDeadline();
@@ -425,6 +429,9 @@ export class Triggerer extends Daemon<TriggererStores> {
     } catch (error) {
       this.log.error(errorFields(error, 'DF_DATABASE'), 'timeout sweep failed');
     }
+    // A push that came while it read was not lost: the deferral it told of committed after the
+    // read began, perhaps with the nearest deadline, so the sweep looks again as a push would have made it.
+    if (this.#sweepAgainSoon) nextInMs = Math.min(nextInMs, timeoutSweepMs);
     this.#scheduleSweep(nextInMs);
   }
 }
