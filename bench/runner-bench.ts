@@ -1,115 +1,161 @@
 /**
- * Task runners: child processes or worker threads? Measures what each costs, the way the
- * worker uses them: start N runners at once, each loading deferflow's public API (what every
- * DAG file imports), then pass small messages to and fro (a task's prepare and run).
+ * Task runner processes: what one costs to start, in memory, and per task, as the worker uses
+ * them. Forks N runners (the package's task-runner-main.js, with the environment the worker gives
+ * it), waits for each to say it is ready, then has each prepare and run M times a task of a
+ * TypeScript DAG file (as `deferflow init` writes them) that returns at once.
  *
- *   npm run bench:runners [-- --runners 4 --messages 2000]
+ *   npm run bench:runners [-- --runners 4 --tasks 200]
  *
- * Prints one JSON line per kind: start_ms_p50/max (spawn until deferflow is loaded),
- * rss_per_runner_mb (a process's own resident memory; for threads, what the parent grew by per
- * thread), round_trip_us (one message and its answer, averaged).
+ * Side by side in one run: `authoring`, the runner as it is (deferflow's authoring API shared
+ * with the DAG file, the rest loaded on first use), and `whole`, the runner sharing the whole
+ * public entry (as before the authoring API; it loads kysely and the drivers), with a bare
+ * `node` process's resident memory for reference. One JSON line per mode:
+ *   ready_ms_p50/max   fork → the runner's 'ready'
+ *   rss_mb             the runner's resident memory after its first task (from its result)
+ *   run_ms_p50/p99     one task's prepare + run, message to result (the slot time a warm runner adds)
+ * and a last line with the ratios authoring / whole.
  */
-import { fork } from 'node:child_process';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { Worker } from 'node:worker_threads';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { percentile } from './bench-support.ts';
 
 const args = await yargs(hideBin(process.argv))
-  .option('runners', { type: 'number', default: 4 })
-  .option('messages', { type: 'number', default: 2000 })
+  .option('runners', { type: 'number', default: 4, describe: 'runner processes started at once, per mode' })
+  .option('tasks', { type: 'number', default: 200, describe: 'tasks each runner prepares and runs' })
   .strict()
   .parse();
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const index = pathToFileURL(path.join(root, 'dist/src/index.js')).href;
+const dist = (file: string) => pathToFileURL(path.join(root, 'dist', file)).href;
+const runnerMain = path.join(root, 'dist/src/daemons/worker/task-runner-main.js');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runner-bench-'));
+const dagFile = path.join(scratch, 'quick.ts');
+writeFileSync(
+  dagFile,
+  `import { BaseOperator, Dag } from ${JSON.stringify(path.join(root, 'dist/src/index.js'))};
+class Quick extends BaseOperator {
+  async execute() {
+    return 1;
+  }
+}
+export const dag = new Dag({ dagId: 'quick' }).add(new Quick({ taskId: 'quick' }));
+`,
+);
 
-// The same body for both: load deferflow, say ready, answer each message with its resident size.
-const body = (channel: string) => `
-await import(${JSON.stringify(index)});
-const send = (message) => ${channel}(message);
-send({ type: 'ready', rss: process.memoryUsage.rss() });
-`;
-const processFile = path.join(scratch, 'process-runner.mjs');
-writeFileSync(processFile, `${body('process.send')}process.on('message', (m) => process.send(m)); process.on('disconnect', () => process.exit(0));\n`);
-const threadSource = `import { parentPort } from 'node:worker_threads';\n${body('parentPort.postMessage.bind(parentPort)')}parentPort.on('message', (m) => parentPort.postMessage(m));\n`;
+type Mode = 'authoring' | 'whole';
+const entries = (mode: Mode) => [
+  { url: dist('src/index.js'), inTaskRunners: mode },
+  { url: dist('src/internals.js'), inTaskRunners: 'on-use' },
+  { url: dist('triggers/index.js'), inTaskRunners: 'whole' },
+];
 
-interface Runner {
-  send(message: unknown): void;
-  next(): Promise<{ type: string; rss?: number }>;
-  end(): Promise<void>;
+interface Message {
+  readonly type: string;
+  readonly rss?: number;
+  readonly result?: { kind: string };
 }
 
-function channel(on: (listener: (message: { type: string; rss?: number }) => void) => void) {
-  const queue: { type: string; rss?: number }[] = [];
-  let waiting: ((message: { type: string; rss?: number }) => void) | null = null;
-  on((message) => {
+function start(mode: Mode): { child: ChildProcess; next(): Promise<Message> } {
+  const child = fork(runnerMain, [], {
+    env: { ...process.env, DEFERFLOW_RUNNER_PRELOAD: JSON.stringify(entries(mode)), DEFERFLOW_RUNNER_SMART_SENSORS: 'null' },
+    serialization: 'advanced',
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const queue: Message[] = [];
+  let waiting: ((message: Message) => void) | null = null;
+  child.on('message', (message: Message) => {
+    if (message.type === 'log') return;
     if (waiting) {
       const resolve = waiting;
       waiting = null;
       resolve(message);
     } else queue.push(message);
   });
-  return () => (queue.length > 0 ? Promise.resolve(queue.shift()!) : new Promise<{ type: string; rss?: number }>((resolve) => (waiting = resolve)));
+  return { child, next: () => (queue.length > 0 ? Promise.resolve(queue.shift()!) : new Promise((resolve) => (waiting = resolve))) };
 }
 
-function processRunner(): Runner {
-  const child = fork(processFile, [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const next = channel((listener) => child.on('message', listener));
-  return {
-    send: (message) => child.send(message as object),
-    next,
-    end: () =>
-      new Promise((resolve) => {
-        child.once('exit', () => resolve());
-        child.disconnect();
-      }),
-  };
-}
-
-function threadRunner(): Runner {
-  const thread = new Worker(new URL(`data:text/javascript,${encodeURIComponent(threadSource)}`));
-  const next = channel((listener) => thread.on('message', listener));
-  return { send: (message) => thread.postMessage(message), next, end: async () => void (await thread.terminate()) };
-}
-
-async function measure(kind: 'process' | 'thread') {
-  const rssBefore = process.memoryUsage.rss();
+async function measure(mode: Mode) {
   const started = performance.now();
-  const runners = Array.from({ length: args.runners }, () => (kind === 'process' ? processRunner() : threadRunner()));
-  const ready = await Promise.all(runners.map(async (runner) => ({ message: await runner.next(), at: performance.now() - started })));
-  const startMs = ready.map((entry) => entry.at).sort((a, b) => a - b);
-  const rssPerRunner =
-    kind === 'process' ? ready.reduce((sum, entry) => sum + entry.message.rss!, 0) / runners.length : (process.memoryUsage.rss() - rssBefore) / runners.length;
-  const message = { type: 'run', claimed: { id: 1, dagId: 'd', taskId: 't', runId: 'r', fileloc: '/dags/d.mjs' }, started: { tryNumber: 1 } };
-  const t0 = performance.now();
+  const runners = Array.from({ length: args.runners }, () => start(mode));
+  const readyMs = (
+    await Promise.all(
+      runners.map(async (runner) => {
+        const message = await runner.next();
+        if (message.type !== 'ready') throw new Error(`a runner said ${message.type} before ready`);
+        return performance.now() - started;
+      }),
+    )
+  ).sort((a, b) => a - b);
+  const runMs: number[] = [];
+  const rss: number[] = [];
   await Promise.all(
-    runners.map(async (runner) => {
-      for (let i = 0; i < args.messages / runners.length; i++) {
-        runner.send(message);
-        await runner.next();
+    runners.map(async (runner, r) => {
+      for (let n = 0; n < args.tasks; n++) {
+        const id = r * args.tasks + n + 1;
+        const claimed = {
+          id,
+          dagId: 'quick',
+          taskId: 'quick',
+          runId: `run-${id}`,
+          mapIndex: 0,
+          operator: 'Quick',
+          fileloc: dagFile,
+          logicalDate: Date.now(),
+          confJson: null,
+          dataIntervalStart: null,
+          dataIntervalEnd: null,
+        };
+        const t0 = performance.now();
+        runner.child.send({ type: 'prepare', claimed });
+        const prepared = await runner.next();
+        if (prepared.type !== 'prepared') throw new Error(`prepare answered ${JSON.stringify(prepared)}`);
+        runner.child.send({
+          type: 'run',
+          label: 'bench',
+          claimed,
+          started: { tryNumber: 1, nextMethod: null, nextKwargsJson: null, executionDeadline: null, startedAt: Date.now() },
+          log: { level: 'warn', bindings: {} },
+        });
+        const result = await runner.next();
+        if (result.type !== 'result' || result.result?.kind !== 'returned') throw new Error(`run answered ${JSON.stringify(result)}`);
+        runMs.push(performance.now() - t0);
+        if (n === 0) rss.push(result.rss!);
       }
     }),
   );
-  const roundTripUs = ((performance.now() - t0) * 1000 * runners.length) / args.messages;
-  await Promise.all(runners.map((runner) => runner.end()));
+  for (const runner of runners) runner.child.disconnect();
+  runMs.sort((a, b) => a - b);
   return {
-    kind,
+    mode,
     runners: args.runners,
-    start_ms_p50: Math.round(percentile(startMs, 0.5)),
-    start_ms_max: Math.round(startMs.at(-1)!),
-    rss_per_runner_mb: Number((rssPerRunner / 1024 / 1024).toFixed(1)),
-    round_trip_us: Math.round(roundTripUs),
+    tasks_per_runner: args.tasks,
+    ready_ms_p50: Math.round(percentile(readyMs, 0.5)),
+    ready_ms_max: Math.round(readyMs.at(-1)!),
+    rss_mb: Number((rss.reduce((sum, value) => sum + value, 0) / rss.length / 1e6).toFixed(1)),
+    run_ms_p50: Number(percentile(runMs, 0.5).toFixed(2)),
+    run_ms_p99: Number(percentile(runMs, 0.99).toFixed(2)),
   };
 }
 
 try {
-  for (const kind of ['process', 'thread'] as const) console.log(JSON.stringify(await measure(kind)));
+  const bareNodeMb = Number((Number(execFileSync(process.execPath, ['-e', 'process.stdout.write(String(process.memoryUsage.rss()))'])) / 1e6).toFixed(1));
+  console.log(JSON.stringify({ bare_node_rss_mb: bareNodeMb, node: process.version, cpus: os.cpus().length }));
+  const authoring = await measure('authoring');
+  console.log(JSON.stringify(authoring));
+  const whole = await measure('whole');
+  console.log(JSON.stringify(whole));
+  console.log(
+    JSON.stringify({
+      ratio_ready_p50: Number((authoring.ready_ms_p50 / whole.ready_ms_p50).toFixed(2)),
+      ratio_rss: Number((authoring.rss_mb / whole.rss_mb).toFixed(2)),
+      ratio_run_p50: Number((authoring.run_ms_p50 / whole.run_ms_p50).toFixed(2)),
+    }),
+  );
 } finally {
   rmSync(scratch, { recursive: true, force: true });
 }

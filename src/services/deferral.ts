@@ -1,8 +1,7 @@
 import type { Database } from '../database/connect.ts';
 import { TaskInstanceStateError } from '../vocabulary/errors.ts';
-import type { BaseOperator, TaskContext } from '../authoring/operators/base-operator.ts';
+import { type BaseOperator, type TaskContext, callNextMethod } from '../authoring/operators/base-operator.ts';
 import type { TaskDeferred } from '../authoring/operators/task-deferred.ts';
-import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { type DeferResult, openStores } from '../storage/index.ts';
 
 /**
@@ -44,18 +43,4 @@ export async function resumeTaskInstance<Context extends TaskContext>(
     throw new TaskInstanceStateError(`task instance ${taskInstanceId} is ${ti.state ?? 'in no state'}; it resumes once scheduled`);
   }
   return callNextMethod(operator, context, ti.nextMethod, ti.nextKwargsJson);
-}
-
-/**
- * The resume itself, given the task instance's next_method and next_kwargs (JSON text) as read
- * with it (a worker has them from starting the task instance): the operator's resumeExecution().
- */
-export function callNextMethod<Context extends TaskContext>(
-  operator: BaseOperator<Context>,
-  context: Context,
-  nextMethod: string,
-  nextKwargsJson: string | null,
-): unknown {
-  const kwargs = (nextKwargsJson === null ? {} : JSON.parse(nextKwargsJson)) as JsonObject;
-  return operator.resumeExecution(context, nextMethod, kwargs);
 }

@@ -32,6 +32,7 @@ export const ERROR_CODES = [
   'DF_RETURN_VALUE_TOO_LARGE',
   'DF_DAG_IMPORT',
   'DF_TASK_NOT_FOUND',
+  'DF_NOT_IN_TASK_RUNNER',
   'DF_WORKER_STOPPING',
   'DF_TASK_STOPPED_BY_SIGNAL',
   'DF_TRY_TAKEN_OVER',
@@ -288,6 +289,22 @@ export class InvalidDagError extends DeferflowError {
 export class DatabaseError extends DeferflowError {
   constructor(message: string, options?: ErrorOptions) {
     super('DF_DATABASE', message, options);
+  }
+}
+
+/**
+ * Task code in a task runner process used a name of `deferflow` that must load the database code
+ * synchronously (openDatabase, Deferflow): runners load the authoring API only.
+ */
+export class NotInTaskRunnerError extends DeferflowError {
+  constructor(name: string) {
+    super(
+      'DF_NOT_IN_TASK_RUNNER',
+      `${name} is not loaded in task runner processes, which load only deferflow's authoring API so that they start in milliseconds: ` +
+        "reach deferflow's database through the task's context (context.sendSignal, context.latestSignalVersion, context.xcomPull, …), " +
+        `or through a function of deferflow that returns a promise (it loads the rest on first use, after which ${name} is there too), ` +
+        'or run the worker with --task-isolation none',
+    );
   }
 }
 

@@ -339,6 +339,73 @@ export const dag = new Dag({ dagId: 'same' }).add(new Same({ taskId: 'same' }));
   );
 });
 
+describe('a task runner, on sqlite', () => {
+  it("loads deferflow's authoring API and no database code; the rest comes with a first call, and openDatabase before it is a coded error", async () => {
+    const db = await scratch.database('sqlite');
+    const dags = scratch.dir('light');
+    const hooks = scratch.dir('light-hooks');
+    // A module hook in every process (NODE_OPTIONS reaches the runners the worker forks) that
+    // writes down each module loaded, by pid; hooks run on their own thread, so to a file.
+    const record = path.join(hooks, 'loaded.txt');
+    writeFileSync(record, '');
+    writeFileSync(
+      path.join(hooks, 'hook.mjs'),
+      `import { appendFileSync } from 'node:fs';\nexport async function load(url, context, next) { appendFileSync(${JSON.stringify(record)}, process.pid + ' ' + url + '\\n'); return next(url, context); }\n`,
+    );
+    writeFileSync(path.join(hooks, 'register.mjs'), `import { register } from 'node:module';\nregister('./hook.mjs', import.meta.url);\n`);
+    // A TypeScript DAG file, as \`deferflow init\` writes them.
+    writeFileSync(
+      path.join(dags, 'light.ts'),
+      `import { appendFileSync } from 'node:fs';
+import { BaseOperator, Dag, latestSignalVersion, listSignals, openDatabase } from ${JSON.stringify(PACKAGE_ENTRY)};
+class Light extends BaseOperator {
+  async execute() {
+    let before: unknown = null;
+    try {
+      before = typeof openDatabase;
+    } catch (error) {
+      before = (error as { code?: string }).code;
+    }
+    appendFileSync(${JSON.stringify(record)}, process.pid + ' first call\\n');
+    // Any function of deferflow that returns a promise loads the rest of it (this one then fails: no database given).
+    await listSignals(null as never, 'light').catch(() => {});
+    const database = openDatabase(${JSON.stringify(db.url)});
+    const version = await latestSignalVersion(database, 'light');
+    await database.close();
+    return { pid: process.pid, before, version };
+  }
+}
+export const dag = new Dag({ dagId: 'light' }).add(new Light({ taskId: 'light' }));
+`,
+    );
+    await processDagFolder(db, dags);
+    const standalone = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'light', '--exit-when-done'], {
+      ...RUNNER_PROCESSES,
+      NODE_OPTIONS: `--import ${path.join(hooks, 'register.mjs')}`,
+    });
+    expect((await standalone.exit).code).toBe(0);
+    const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();
+    expect(row.state).toBe('success');
+    const returned = JSON.parse(row.return_value!) as { pid: number; before: unknown; version: number };
+    expect(returned).toMatchObject({ before: 'DF_NOT_IN_TASK_RUNNER', version: 0 });
+    expect(returned.pid).not.toBe(standalone.pid);
+
+    const lines = readFileSync(record, 'utf8').split('\n');
+    const runner = lines.filter((line) => line.startsWith(`${returned.pid} `));
+    const mark = runner.indexOf(`${returned.pid} first call`);
+    expect(mark).toBeGreaterThan(0);
+    const heavy = (loaded: string[]) =>
+      ['/node_modules/kysely/', '/node_modules/better-sqlite3/', '/node_modules/pg/', '/node_modules/prom-client/', '/dist/src/storage/'].filter((part) =>
+        loaded.some((line) => line.includes(part)),
+      );
+    // The hook is seen working: the runner loaded the authoring API, and the standalone process kysely.
+    expect(runner.slice(0, mark).some((line) => line.endsWith('/dist/src/authoring/public-api.js'))).toBe(true);
+    expect(heavy(lines.filter((line) => line.startsWith(`${standalone.pid} `)))).toContain('/node_modules/kysely/');
+    expect(heavy(runner.slice(0, mark))).toEqual([]);
+    expect(heavy(runner.slice(mark))).toContain('/node_modules/kysely/');
+  }, 60_000);
+});
+
 describe('standalone with a CPU-bound task, on sqlite', () => {
   it("keeps its triggerer's moments: triggers due while a task spins the CPU fire on time", async () => {
     const db = await scratch.database('sqlite');

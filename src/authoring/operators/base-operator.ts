@@ -290,3 +290,17 @@ export function chain(...steps: readonly TaskOrTasks[]): void {
     for (const task of Array.isArray(before) ? before : [before as AnyOperator]) task.before(steps[i]!);
   }
 }
+
+/**
+ * The resume itself, given the task instance's next_method and next_kwargs (JSON text) as read
+ * with it (a worker has them from starting the task instance): the operator's resumeExecution().
+ */
+export function callNextMethod<Context extends TaskContext>(
+  operator: BaseOperator<Context>,
+  context: Context,
+  nextMethod: string,
+  nextKwargsJson: string | null,
+): unknown {
+  const kwargs = (nextKwargsJson === null ? {} : JSON.parse(nextKwargsJson)) as JsonObject;
+  return operator.resumeExecution(context, nextMethod, kwargs);
+}

@@ -14,8 +14,8 @@ import { fileURLToPath } from 'node:url';
  * cache is checked before any hook, and entries may be added to it (documented under
  * `require.cache`). A DAG importing another installation of deferflow still gets that one.
  */
-export function shareWithUserCode(moduleUrl: string, namespace: object): void {
-  if (!sharedUrls.includes(moduleUrl)) sharedUrls.push(moduleUrl);
+export function shareWithUserCode(moduleUrl: string, namespace: object, inTaskRunners: InTaskRunners = 'whole'): void {
+  if (!shared.some((entry) => entry.url === moduleUrl)) shared.push({ url: moduleUrl, inTaskRunners });
   const file = fileURLToPath(moduleUrl);
   const cache = Module.createRequire(file).cache;
   if (cache[file] !== undefined) return;
@@ -27,12 +27,28 @@ export function shareWithUserCode(moduleUrl: string, namespace: object): void {
   cache[file] = module;
 }
 
-const sharedUrls: string[] = [];
+/**
+ * How a task runner process shares an entry point with the DAG files it loads (see
+ * task-runner-api.ts): `whole`, the module itself, loaded before the runner is ready;
+ * `authoring`, the public entry's authoring API (authoring/public-api.ts), the rest of it loaded on
+ * first use; `on-use`, not loaded at all (a file that requires it compiles its own copy: the
+ * lower-level entry, which DAG files rarely need, would cost every runner its start time).
+ */
+export type InTaskRunners = 'whole' | 'authoring' | 'on-use';
+
+/** An entry point shared in this process, and how a task runner it starts shares it. */
+export interface SharedEntry {
+  readonly url: string;
+  readonly inTaskRunners: InTaskRunners;
+}
+
+const shared: SharedEntry[] = [];
 
 /**
  * The entry points shared in this process, in the order they were: a process this one starts to
- * run user code (a task runner) loads them before the user's files, and so shares them too.
+ * run user code (a task runner) loads them before the user's files, as each says, and so shares
+ * them too.
  */
-export function sharedEntryUrls(): readonly string[] {
-  return sharedUrls;
+export function sharedEntries(): readonly SharedEntry[] {
+  return shared;
 }

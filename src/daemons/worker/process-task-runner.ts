@@ -7,9 +7,9 @@ import type { Logger } from 'pino';
 import { describeThrown, TaskCrashedError } from '../../vocabulary/errors.ts';
 import type { ClaimedTaskInstance, StartedTaskInstance } from '../../storage/index.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
-import type { TaskServices } from './dag-file-resolver.ts';
+import type { TaskServices } from './claimed-task.ts';
 import { fromWireError, RUNNER_PRELOAD_ENV, RUNNER_SMART_SENSORS_ENV, toWireError, type FromRunner, type ToRunner } from './runner-protocol.ts';
-import { sharedEntryUrls } from '../../authoring/user-code/shared-modules.ts';
+import { sharedEntries } from '../../authoring/user-code/shared-modules.ts';
 import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
 import { RunSettingsCache, type RunSettings } from './run-settings-cache.ts';
 import type { TryLoggers } from './task-log-writer.ts';
@@ -104,7 +104,7 @@ class RunnerProcess {
         [RUNNER_SMART_SENSORS_ENV]: JSON.stringify(options.smartSensors ?? null),
         // deferflow's entry points as this process loaded them (the package's, when it is the
         // package that runs): the runner loads the same files and shares them with DAG files.
-        [RUNNER_PRELOAD_ENV]: JSON.stringify(sharedEntryUrls()),
+        [RUNNER_PRELOAD_ENV]: JSON.stringify(sharedEntries()),
       },
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'pipe', 'ipc'],

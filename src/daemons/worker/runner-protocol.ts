@@ -2,7 +2,7 @@ import type { RetryPolicy } from '../../model/retry-policy.ts';
 import type { DagRunSettings } from './run-settings-cache.ts';
 import type { ClaimedTaskInstance, StartedTaskInstance } from '../../storage/index.ts';
 import type { TaskResult } from './task-runner.ts';
-import type { TASK_SERVICE_NAMES } from './dag-file-resolver.ts';
+import type { TASK_SERVICE_NAMES } from './claimed-task.ts';
 
 /*
  * What a worker and its task runner processes say to each other over the IPC channel
@@ -23,7 +23,7 @@ import type { TASK_SERVICE_NAMES } from './dag-file-resolver.ts';
  * or null), which a runner needs before it loads any DAG file.
  */
 export const RUNNER_SMART_SENSORS_ENV = 'DEFERFLOW_RUNNER_SMART_SENSORS';
-/** The environment variable carrying the entry points a runner loads before it is ready (JSON: URLs; see sharedEntryUrls). */
+/** The environment variable carrying the entry points a runner shares before it is ready (JSON: SharedEntry[]; see sharedEntries). */
 export const RUNNER_PRELOAD_ENV = 'DEFERFLOW_RUNNER_PRELOAD';
 
 /** An error as it crosses the channel: what logs and the failure record need, its code kept. */

@@ -12,7 +12,7 @@ import type { DagRunSettings, RunSettings } from './run-settings-cache.ts';
 import type { AnyOperator } from '../../authoring/operators/base-operator.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import type { ClaimedTaskInstance } from '../../storage/index.ts';
-import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './dag-file-resolver.ts';
+import { loadClaimedTask, runtimeContext, TASK_SERVICE_NAMES, type TaskServices } from './claimed-task.ts';
 import {
   fromWireError,
   RUNNER_PRELOAD_ENV,
@@ -24,6 +24,8 @@ import {
 } from './runner-protocol.ts';
 import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../../authoring/user-code/typescript-hooks.ts';
+import type { SharedEntry } from '../../authoring/user-code/shared-modules.ts';
+import { shareInTaskRunner } from '../../authoring/user-code/task-runner-api.ts';
 
 // Nothing to tell once the worker has let go (it stopped, retired this runner while it was
 // starting, or died): the disconnect handler ends the process. process.connected turns false
@@ -150,16 +152,14 @@ function runSettingsOf(dag: Dag): DagRunSettings {
 process.on('message', (message: ToRunner) => void handle(message));
 process.on('disconnect', () => process.exit(0));
 
-// What every DAG file needs (deferflow's public API, the TypeScript hooks) is loaded before the
-// runner says it is ready: the worker hands it a task only then, and meanwhile gives that task
-// to any runner that frees up first. deferflow first: once the hooks are registered, every module
-// loaded goes through them (spawn to ready: about 460 ms with both at once, 430 ms so).
-// Which files those are, the worker says (see sharedEntryUrls): the runner never names the entry
-// point above its layer.
-const preload = JSON.parse(process.env[RUNNER_PRELOAD_ENV] ?? '[]') as string[];
-await (async () => {
-  for (const url of preload) await import(url);
-})()
+// What every DAG file needs (deferflow's authoring API, the built-in triggers, the TypeScript
+// hooks) is loaded before the runner says it is ready: the worker hands it a task only then, and
+// meanwhile gives that task to any runner that frees up first. The entries first: once the hooks
+// are registered, every module loaded goes through them. Which entries, and how each is shared,
+// the worker says (see sharedEntries): the runner never names the entry point above its layer,
+// and loads no database code (the rest of deferflow comes when task code first calls it).
+const preload = JSON.parse(process.env[RUNNER_PRELOAD_ENV] ?? '[]') as SharedEntry[];
+await shareInTaskRunner(preload)
   .then(registerTypeScriptHooks)
   .catch(() => {});
 send({ type: 'ready' });

@@ -1,5 +1,5 @@
 import { ReturnValueTooLargeError } from '../../vocabulary/errors.ts';
-import { callNextMethod } from '../../services/deferral.ts';
+import { callNextMethod } from '../../authoring/operators/base-operator.ts';
 import { isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from '../../authoring/operators/task-signals.ts';
 import { isTaskDeferred } from '../../authoring/operators/task-deferred.ts';
 import { toJsonText } from '../../vocabulary/serialization/json.ts';
