@@ -41,7 +41,21 @@ export async function main(argv: readonly string[]): Promise<void> {
     .version(ownPackage().version)
     .alias('version', 'V');
   registerCommands(cli);
+  skipHelpRendering(cli);
   await cli.parseAsync();
+}
+
+/**
+ * yargs renders the running command's help text as its handler starts, in case the program asks
+ * for it later (getHelp, showHelp): ~80 ms of CPU in every command and every daemon's start,
+ * spent laying out text nobody reads (--help prints during the parse, and refusals print their own
+ * lines). deferflow never asks later, so the rendering is skipped. A yargs without this internal
+ * method is left as it is.
+ */
+function skipHelpRendering(cli: Argv): void {
+  const internal = cli as unknown as { getInternalMethods?: () => { getUsageInstance?: () => { cacheHelpMessage?: () => void } } };
+  const usage = internal.getInternalMethods?.().getUsageInstance?.();
+  if (typeof usage?.cacheHelpMessage === 'function') usage.cacheHelpMessage = () => {};
 }
 
 /**
