@@ -79,10 +79,12 @@ export async function moveDeferredTaskInstances(context: StorageContext, prepare
   const { adapter } = context;
   const resumed = await prepared.stored;
   return context.db.transaction().execute(async (trx) => {
-    const triggerIds = first.map((outcome) => outcome.triggerId).sort((a, b) => a - b);
-    // Without row locks (SQLite) the transaction holds the one write lock already.
-    if (adapter.supportsRowLocks)
+    // Without row locks (SQLite) the transaction holds the one write lock already. The rows are
+    // locked in id order (the ORDER BY), whatever order the outcomes came in.
+    if (adapter.supportsRowLocks) {
+      const triggerIds = first.map((outcome) => outcome.triggerId);
       await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
+    }
 
     let movedTaskInstances = 0;
     if (resumed.length > 0) {
