@@ -8,6 +8,7 @@ import { betterSqlite3Package, pgPackage } from '../vocabulary/lazy-package.ts';
 import { DatabaseError, errorFields } from '../vocabulary/errors.ts';
 import type { Database } from './connect.ts';
 import { NotificationHub, WAKE_CHANNEL } from './notification-hub.ts';
+import { InterruptibleSleep } from '../vocabulary/time/interruptible-sleep.ts';
 
 /**
  * What a daemon holds for its process's life, so that its peers can tell at once that the process
@@ -234,13 +235,15 @@ class PostgresLivenessLocks implements LivenessLocks {
     let stopped = false;
     let waiter: pg.Client | null = null;
     let waiterPid: number | null = null;
-    /** Set when the ring changed since the last look; `interrupt` ends the pause or the wait in progress. */
+    /** Set when the ring changed since the last look: `refresh` ends the pause, `cancelWait` the lock wait in progress. */
     let changed = false;
-    let interrupt: (() => void) | null = null;
+    const refresh = new InterruptibleSleep({ unref: true });
+    let cancelWait: (() => void) | null = null;
     const unsubscribe = NotificationHub.of(this.database, this.log).subscribe(WAKE_CHANNEL, (payload) => {
       if (payload !== RING_CHANGED) return;
       changed = true;
-      interrupt?.();
+      refresh.wake();
+      cancelWait?.();
     });
     // Jobs found gone, with their heartbeat then: a dead process's row says running for ever
     // (nobody ends it) and its free lock would end every wait at once. One whose heartbeat moves
@@ -250,7 +253,6 @@ class PostgresLivenessLocks implements LivenessLocks {
       job.livenessLock === PG_ADVISORY_LOCK &&
       !this.#held.has(job.id) &&
       (!gone.has(job.id) || (job.latestHeartbeat ?? 0) > (gone.get(job.id) ?? Number.POSITIVE_INFINITY));
-    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
     const loop = async () => {
       while (!stopped && !this.#closed) {
         try {
@@ -260,14 +262,7 @@ class PostgresLivenessLocks implements LivenessLocks {
           const target = jobs.sort((a, b) => a - b).find((id) => id > own) ?? jobs[0];
           if (changed) continue;
           if (target === undefined || this.#held.size === 0) {
-            await new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, WATCH_REFRESH_MS).unref();
-              interrupt = () => {
-                clearTimeout(timer);
-                resolve();
-              };
-            });
-            interrupt = null;
+            await refresh.sleep(WATCH_REFRESH_MS);
             continue;
           }
           gone.delete(target);
@@ -279,7 +274,7 @@ class PostgresLivenessLocks implements LivenessLocks {
           // The notification handler runs on a later turn than this check: the wait has been
           // sent by then, and the cancel (a round trip on the pool) reaches it waiting.
           if (changed) continue;
-          interrupt = () => void sql`select pg_cancel_backend(${waiting})`.execute(this.database.db).catch(() => {});
+          cancelWait = () => void sql`select pg_cancel_backend(${waiting})`.execute(this.database.db).catch(() => {});
           try {
             await waiter.query(`select pg_advisory_lock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
           } catch (error) {
@@ -287,7 +282,7 @@ class PostgresLivenessLocks implements LivenessLocks {
             if (code === '55P03' || code === '57014') continue; // lock_timeout, or cancelled as the ring changed: look again
             throw error;
           } finally {
-            interrupt = null;
+            cancelWait = null;
           }
           await waiter.query(`select pg_advisory_unlock(${PG_LOCK_SPACE_SQL}, $1)`, [target]);
           if (stopped) break;
@@ -297,7 +292,7 @@ class PostgresLivenessLocks implements LivenessLocks {
           const job = (await listJobs()).find((candidate) => candidate.id === target);
           if (job === undefined) continue;
           if ((await this.gone([job])).size === 0) {
-            await pause(1000);
+            await refresh.sleep(1000);
             continue;
           }
           gone.set(target, job.latestHeartbeat);
@@ -313,7 +308,7 @@ class PostgresLivenessLocks implements LivenessLocks {
           await waiter?.end().catch(() => {});
           waiter = null;
           waiterPid = null;
-          await pause(1000);
+          await refresh.sleep(1000);
         }
       }
     };
@@ -321,7 +316,8 @@ class PostgresLivenessLocks implements LivenessLocks {
     return () => {
       stopped = true;
       unsubscribe();
-      interrupt?.();
+      refresh.wake();
+      cancelWait?.();
       void waiter?.end().catch(() => {});
     };
   }

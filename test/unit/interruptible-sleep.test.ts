@@ -1,7 +1,11 @@
 // The pause of the daemons' loops, on a fake clock: a wake ends it early, a wake with no pause
 // under way ends the next one at once, and a floor keeps a burst of wakes from ending it before
 // the floor (how the scheduler and the triggerer space the passes wake-ups start).
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { REPO_ROOT } from '../support/processes.ts';
 import { InterruptibleSleep } from '../../src/vocabulary/time/interruptible-sleep.ts';
 
 describe('InterruptibleSleep', () => {
@@ -75,5 +79,25 @@ describe('InterruptibleSleep', () => {
     const short = timed(pause, 40, 100);
     await vi.advanceTimersByTimeAsync(40);
     expect(short.endedAt).toBe(40);
+  });
+
+  it('unref: a long pause under way does not keep the process alive; without it, it does', () => {
+    // Real processes: only an empty event loop ends one. Each prints how long it lived.
+    const module = pathToFileURL(path.join(REPO_ROOT, 'src/vocabulary/time/interruptible-sleep.ts')).href;
+    const lifetime = (options: string, ms: number) => {
+      const script = `import { InterruptibleSleep } from ${JSON.stringify(module)};
+const started = Date.now();
+process.on('exit', () => console.log(Date.now() - started));
+void new InterruptibleSleep(${options}).sleep(${ms});`;
+      const child = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+        cwd: REPO_ROOT,
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      expect(child.status).toBe(0);
+      return Number(child.stdout.trim());
+    };
+    expect(lifetime('{ unref: true }', 60_000)).toBeLessThan(5_000);
+    expect(lifetime('', 300)).toBeGreaterThanOrEqual(300);
   });
 });

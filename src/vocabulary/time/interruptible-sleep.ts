@@ -7,6 +7,9 @@ export class InterruptibleSleep {
   #wake: (() => void) | null = null;
   #woken = false;
 
+  /** `unref`: a pause under way does not keep the process alive (a watch that runs beside a daemon's own loops). */
+  constructor(private readonly options: { readonly unref?: boolean } = {}) {}
+
   /**
    * Waits `ms`, or less if woken, but never less than `floorMs`: a wake before then ends the
    * pause at `floorMs` (a loop whose passes read a lot spaces them out however often it is woken).
@@ -15,7 +18,7 @@ export class InterruptibleSleep {
     const floor = Math.min(ms, floorMs);
     if (this.#woken) {
       this.#woken = false;
-      return floor > 0 ? new Promise<void>((resolve) => setTimeout(resolve, floor)) : Promise.resolve();
+      return floor > 0 ? new Promise<void>((resolve) => this.#timer(resolve, floor)) : Promise.resolve();
     }
     const sleptFrom = performance.now();
     return new Promise<void>((resolve) => {
@@ -28,11 +31,17 @@ export class InterruptibleSleep {
         const floorLeft = floor - (performance.now() - sleptFrom);
         if (floorLeft <= 0) return done();
         clearTimeout(timer);
-        timer = setTimeout(done, floorLeft);
+        timer = this.#timer(done, floorLeft);
       };
-      let timer = setTimeout(done, ms);
+      let timer = this.#timer(done, ms);
       this.#wake = wake;
     });
+  }
+
+  #timer(callback: () => void, ms: number): NodeJS.Timeout {
+    const timer = setTimeout(callback, ms);
+    if (this.options.unref) timer.unref();
+    return timer;
   }
 
   wake(): void {
