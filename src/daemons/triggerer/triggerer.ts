@@ -320,13 +320,13 @@ export class Triggerer extends Daemon<TriggererStores> {
       this.#lastCleanupAt = Date.now();
       // Page by page, as the reconcile: the whole table in one statement held the loop.
       let deleted = 0;
-      for (let afterId: number | null = 0; afterId !== null && this.isRunning; ) {
-        const page: { deleted: number; lastId: number | null } = await storage.triggers.sweepUnusedTriggers(afterId, RECONCILE_PAGE);
-        this.#runner.markLoopEdge();
-        deleted += page.deleted;
-        afterId = page.lastId;
-        if (afterId !== null) await nextTurn();
-      }
+      await this.#pageByPage(
+        (afterId) => storage.triggers.sweepUnusedTriggers(afterId, RECONCILE_PAGE),
+        (page) => {
+          deleted += page.deleted;
+          return page.lastId;
+        },
+      );
       if (deleted > 0) this.log.info({ deleted_triggers: deleted }, `deleted ${deleted} trigger(s) no task instance waits on`);
       const pruned = await storage.signals.pruneSignals(this.clock.now() - options.signalRetentionMs);
       if (pruned > 0) this.log.info({ pruned_signals: pruned }, `pruned ${pruned} signal(s) older than ${options.signalRetentionMs / 1000} s`);
@@ -358,17 +358,16 @@ export class Triggerer extends Daemon<TriggererStores> {
     // the loop for over a second on SQLite.
     const owned: number[] = [];
     let held = 0;
-    for (let afterId = 0; this.isRunning; ) {
-      const page = await this.storage.triggers.listOwnedTriggerIds(jobId, { afterId, limit: RECONCILE_PAGE });
-      this.#runner.markLoopEdge();
-      for (const id of page) {
-        owned.push(id);
-        if (this.#runner.has(id)) held++;
-      }
-      if (page.length < RECONCILE_PAGE) break;
-      afterId = page[page.length - 1]!;
-      await nextTurn();
-    }
+    await this.#pageByPage(
+      (afterId) => this.storage.triggers.listOwnedTriggerIds(jobId, { afterId, limit: RECONCILE_PAGE }),
+      (page) => {
+        for (const id of page) {
+          owned.push(id);
+          if (this.#runner.has(id)) held++;
+        }
+        return page.length < RECONCILE_PAGE ? null : page[page.length - 1]!;
+      },
+    );
     // A stop that began meanwhile cut the read short: what it holds is not lost but about to be
     // cancelled and released by the stop, and a partial list would call it taken over.
     if (!this.isRunning) return owned.length;
@@ -392,6 +391,20 @@ export class Triggerer extends Daemon<TriggererStores> {
       this.#runner.markLoopEdge();
     }
     return owned.length;
+  }
+
+  /**
+   * Reads the trigger table a page at a time while the triggerer runs, from id 0: `read` reads the
+   * page after an id, `take` uses it and says the last id read (null: that was the last page). A
+   * turn of the event loop between pages lets due triggers fire.
+   */
+  async #pageByPage<Page>(read: (afterId: number) => Promise<Page>, take: (page: Page) => number | null): Promise<void> {
+    for (let afterId: number | null = 0; afterId !== null && this.isRunning; ) {
+      const page = await read(afterId);
+      this.#runner.markLoopEdge();
+      afterId = take(page);
+      if (afterId !== null) await nextTurn();
+    }
   }
 
   #scheduleSweep(delayMs: number): void {
