@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
+import LongestFirstSequencer from './test/support/longest-first-sequencer.ts';
 
 export default defineConfig({
   // In-process tests use the sources under their package name (as tsconfig.json's paths do);
@@ -27,6 +28,7 @@ export default defineConfig({
     env: { DEFERFLOW_HTTP_PORT: 'off', DEFERFLOW_TASK_ISOLATION: 'none' },
     testTimeout: 30_000,
     hookTimeout: 60_000,
+    sequence: { sequencer: LongestFirstSequencer },
     pool: 'forks',
     fileParallelism: true,
     // The machine has 2 cores, but much of the suite waits (on timers, the database, spawned

@@ -1,7 +1,11 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, freshDatabaseUrl, testDialects } from '../support/databases.ts';
+import { LONGEST_FIRST } from '../support/longest-first-sequencer.ts';
+import { REPO_ROOT } from '../support/processes.ts';
 
 afterAll(dropTestDatabases);
 
@@ -46,5 +50,12 @@ describe.each(testDialects)('freshDatabaseUrl(%s)', (dialect) => {
   it('gives a different database on every call', async () => {
     const [a, b] = await Promise.all([freshDatabaseUrl(dialect), freshDatabaseUrl(dialect)]);
     expect(a).not.toEqual(b);
+  });
+});
+
+describe('the longest-first order of test files', () => {
+  it('names files that exist, each once (a renamed file would silently start late again)', () => {
+    expect(new Set(LONGEST_FIRST).size).toBe(LONGEST_FIRST.length);
+    expect(LONGEST_FIRST.filter((file) => !existsSync(path.join(REPO_ROOT, file)))).toEqual([]);
   });
 });
