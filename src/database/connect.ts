@@ -1,19 +1,7 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import { setTimeout as delay } from 'node:timers/promises';
-import {
-  CompiledQuery,
-  Kysely,
-  PostgresDialect,
-  SqliteAdapter,
-  SqliteDialect,
-  SqliteDriver,
-  type DatabaseConnection,
-  type DatabaseIntrospector,
-  type DialectAdapter as KyselyAdapter,
-  type Driver,
-  type PostgresDialectConfig,
-  type QueryResult,
-} from 'kysely';
+import { CompiledQuery, Kysely as KyselyClass, PostgresDialect, SqliteAdapter, SqliteDialect, SqliteDriver } from './kysely.ts';
+import type { DatabaseConnection, DatabaseIntrospector, Kysely, DialectAdapter as KyselyAdapter, Driver, PostgresDialectConfig, QueryResult } from 'kysely';
 import type pg from 'pg';
 import { betterSqlite3Package, pgPackage } from '../vocabulary/lazy-package.ts';
 import { existsSync } from 'node:fs';
@@ -63,8 +51,8 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
   }
   const db =
     target.dialect === 'sqlite'
-      ? new Kysely<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(openSqlite(target.file)) })
-      : new Kysely<DatabaseSchema>({ dialect: new CurrentSchemaPostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
+      ? new KyselyClass<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(openSqlite(target.file)) })
+      : new KyselyClass<DatabaseSchema>({ dialect: new CurrentSchemaPostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
   const adapter = target.dialect === 'sqlite' ? sqliteAdapter : postgresAdapter;
   return {
     db,
