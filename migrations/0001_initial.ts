@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from '../src/database/kysely.ts';
+import type { Kysely } from 'kysely';
 import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Immutable from the first release (0.1.0) on: change the schema with a new numbered file.

@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from '../src/database/kysely.ts';
+import type { Kysely } from 'kysely';
 import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Task logs: what a task logged through context.log, and the worker's own lines about it, per

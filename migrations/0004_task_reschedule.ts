@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from '../src/database/kysely.ts';
+import type { Kysely } from 'kysely';
 import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Reschedules: one row each time a task's try ended up_for_reschedule (a sensor in reschedule

@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from '../src/database/kysely.ts';
+import type { Kysely } from 'kysely';
 import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // Signal actions (AIP-35's start, restart and stop conditions on operators). Immutable once released.

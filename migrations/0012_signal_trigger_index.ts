@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from '../src/database/kysely.ts';
+import type { Kysely } from 'kysely';
 import type { DialectAdapter } from '../src/database/dialect.ts';
 
 // What a sent signal reaches (issue 40): `signal send` and POST /signals/:key count the waits on

@@ -1,4 +1,5 @@
-import { CompiledQuery, sql, type Kysely, type RawBuilder, type SelectQueryBuilder, type SqlBool, type Transaction } from 'kysely';
+import { CompiledQuery, sql } from './kysely.ts';
+import type { Kysely, RawBuilder, SelectQueryBuilder, SqlBool, Transaction } from 'kysely';
 import { Keyring, type SealedForm, type StoredValue } from './encryption/keyring.ts';
 import { PG_NOTIFY_SQL, SCHEMA_TAG_SQL } from './postgres-driver.ts';
 

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
 import pino, { type Logger } from 'pino';
-import { sql } from 'kysely';
+import { sql } from './kysely.ts';
 import { betterSqlite3Package, pgPackage } from '../vocabulary/lazy-package.ts';
 import { DatabaseError, errorFields } from '../vocabulary/errors.ts';
 import type { Database } from './connect.ts';

@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
-import { Migrator, sql, type Kysely, type Migration, type MigrationResultSet } from 'kysely';
+import { Migrator, sql } from './kysely.ts';
+import type { Kysely, Migration, MigrationResultSet } from 'kysely';
 import { MIGRATIONS } from '../../migrations/index.ts';
 import type { Database } from './connect.ts';
 import type { DialectAdapter } from './dialect.ts';

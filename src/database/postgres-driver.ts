@@ -1,4 +1,5 @@
-import { CompiledQuery, PostgresDriver, type DatabaseConnection, type QueryResult, type TransactionSettings } from 'kysely';
+import { CompiledQuery, PostgresDriver } from './kysely.ts';
+import type { DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import { pgPackage } from '../vocabulary/lazy-package.ts';
 
 /** The session's schema, as both sides of a notification spell it. */

@@ -1,4 +1,5 @@
-import { sql, type DatabaseIntrospector, type DatabaseMetadata, type Kysely, type SchemaMetadata, type TableMetadata } from 'kysely';
+import { sql } from './kysely.ts';
+import type { DatabaseIntrospector, DatabaseMetadata, Kysely, SchemaMetadata, TableMetadata } from 'kysely';
 
 /**
  * kysely's PostgreSQL introspector for the current schema only. kysely's own lists every table

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from './kysely.ts';
 import type { Database } from './connect.ts';
 
 /**

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime, type DagRunState, type TaskInstanceState } from '../database/schema.ts';
 import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { wakeForChangedRows } from './wake.ts';

@@ -1,4 +1,5 @@
-import { sql, type RawBuilder, type Transaction, type UpdateObject } from 'kysely';
+import { sql } from '../database/kysely.ts';
+import type { RawBuilder, Transaction, UpdateObject } from 'kysely';
 import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../database/schema.ts';
 import type { DialectAdapter } from '../database/dialect.ts';
 import { DatabaseError, TaskInstanceStateError } from '../vocabulary/errors.ts';

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { bytesHeader, STORED_TEXT_PREFIX } from '../database/encryption/sealed-format.ts';
 import { EncryptionKeyError, EncryptionKeyMismatchError } from '../vocabulary/errors.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs, type StorageContext } from './context.ts';
 import { wake } from './wake.ts';

@@ -1,4 +1,5 @@
-import { sql, type RawBuilder } from 'kysely';
+import { sql } from '../database/kysely.ts';
+import type { RawBuilder } from 'kysely';
 import type { TaskInstanceState } from '../database/schema.ts';
 
 /**

@@ -1,4 +1,5 @@
-import { sql, type RawBuilder } from 'kysely';
+import { sql } from '../database/kysely.ts';
+import type { RawBuilder } from 'kysely';
 import { toDbTime } from '../database/schema.ts';
 import type { TriggerValue } from '../database/dialect.ts';
 import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';

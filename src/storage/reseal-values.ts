@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { Keyring, type SealedColumn, type StoredValue } from '../database/encryption/keyring.ts';
 import { EncryptionKeyError } from '../vocabulary/errors.ts';
 import type { StorageContext } from './context.ts';

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import { wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime, type TaskInstanceState } from '../database/schema.ts';
 import type { ActedSignal, SignalActionPlan } from '../model/signal-actions.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';

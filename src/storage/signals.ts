@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { Signal } from '../model/signal.ts';

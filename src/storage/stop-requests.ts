@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql } from '../database/kysely.ts';
 import { toDbTime, type StopRequest } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import type { DialectAdapter } from '../database/dialect.ts';

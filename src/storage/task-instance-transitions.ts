@@ -1,4 +1,5 @@
-import { sql, type ExpressionBuilder } from 'kysely';
+import { sql } from '../database/kysely.ts';
+import type { ExpressionBuilder } from 'kysely';
 import { fromDbTime, toDbTime, type DatabaseSchema, type TaskInstanceState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import type { EncryptionKeyError } from '../vocabulary/errors.ts';
