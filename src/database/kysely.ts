@@ -11,20 +11,8 @@ import type * as kyselyTypes from 'kysely';
 
 const kysely = createRequire(import.meta.url)('kysely') as typeof kyselyTypes;
 
-export const sql = kysely.sql;
-export const CompiledQuery = kysely.CompiledQuery;
+/** The classes' types are kysely's own (`import type { Kysely } from 'kysely'`), so that declarations name those. */
+export const { sql, CompiledQuery, Kysely, Migrator, PostgresDialect, PostgresDriver, SqliteAdapter, SqliteDialect, SqliteDriver } = kysely;
+/** The two that deferflow also names as types (a compiled query's and the driver it extends). */
 export type CompiledQuery<O = unknown> = kyselyTypes.CompiledQuery<O>;
-/** The class; its type is kysely's own (`import type { Kysely } from 'kysely'`), so that declarations name that. */
-export const Kysely = kysely.Kysely;
-export const Migrator = kysely.Migrator;
-export type Migrator = kyselyTypes.Migrator;
-export const PostgresDialect = kysely.PostgresDialect;
-export type PostgresDialect = kyselyTypes.PostgresDialect;
-export const PostgresDriver = kysely.PostgresDriver;
 export type PostgresDriver = kyselyTypes.PostgresDriver;
-export const SqliteAdapter = kysely.SqliteAdapter;
-export type SqliteAdapter = kyselyTypes.SqliteAdapter;
-export const SqliteDialect = kysely.SqliteDialect;
-export type SqliteDialect = kyselyTypes.SqliteDialect;
-export const SqliteDriver = kysely.SqliteDriver;
-export type SqliteDriver = kyselyTypes.SqliteDriver;
