@@ -65,8 +65,6 @@ export interface LockedJob {
   readonly id: number;
   /** job.liveness_lock. */
   readonly livenessLock: string | null;
-  /** job.latest_heartbeat (epoch ms), where the caller read it: a watch looks again at a job found gone whose heartbeat moves on. */
-  readonly latestHeartbeat?: number | null;
 }
 
 export const PG_ADVISORY_LOCK = 'pg-advisory';
@@ -202,17 +200,22 @@ class PostgresLivenessLocks implements LivenessLocks {
     // here: a cut that ended every session), for LOCK_TRUST_MS.
     if (this.#sessionSince !== null && Date.now() - this.#sessionSince < LOCK_TRUST_MS) return new Set();
     if (this.#held.size > 0 && this.#sessionSince === null) return new Set();
+    const { held, upMs } = await this.#locksHeld(candidates);
+    if (upMs < LOCK_TRUST_MS) return new Set();
+    return new Set(candidates.filter((id) => !held.has(id)));
+  }
+
+  /** Which of the jobs `ids` have their lock held now, and how long the server has been up (ms). */
+  async #locksHeld(ids: readonly number[]): Promise<{ held: Set<number>; upMs: number }> {
     const { rows } = await sql<{ held: number[] | null; up_ms: number }>`
       select array_agg(objid::text::int) as held, (extract(epoch from now() - pg_postmaster_start_time()) * 1000)::float8 as up_ms
       from pg_locks
       where locktype = 'advisory' and granted and objsubid = 2
         and classid = (${sql.raw(PG_LOCK_SPACE_SQL)})::oid
         and database = (select oid from pg_database where datname = current_database())
-        and objid::text::int in (${sql.join(candidates)})`.execute(this.database.db);
+        and objid::text::int in (${sql.join(ids)})`.execute(this.database.db);
     const row = rows[0];
-    if (!row || Number(row.up_ms) < LOCK_TRUST_MS) return new Set();
-    const held = new Set((row.held ?? []).map(Number));
-    return new Set(candidates.filter((id) => !held.has(id)));
+    return { held: new Set((row?.held ?? []).map(Number)), upMs: Number(row?.up_ms ?? 0) };
   }
 
   watch(listJobs: () => Promise<LockedJob[]>, onGone: () => void): () => void {
@@ -245,19 +248,21 @@ class PostgresLivenessLocks implements LivenessLocks {
       refresh.wake();
       cancelWait?.();
     });
-    // Jobs found gone, with their heartbeat then: a dead process's row says running for ever
-    // (nobody ends it) and its free lock would end every wait at once. One whose heartbeat moves
-    // on was only cut off, and has its lock again: it is watched again.
-    const gone = new Map<number, number | null | undefined>();
-    const watched = (job: LockedJob) =>
-      job.livenessLock === PG_ADVISORY_LOCK &&
-      !this.#held.has(job.id) &&
-      (!gone.has(job.id) || (job.latestHeartbeat ?? 0) > (gone.get(job.id) ?? Number.POSITIVE_INFINITY));
+    // Jobs found gone: a dead process's row says running for ever (nobody ends it) and its free
+    // lock would end every wait at once. A process that was only cut off takes its lock again
+    // and NOTIFYs RING_CHANGED as it does (see hold): each look asks whether a gone job's lock is
+    // held again, and watches it from then (its heartbeat may not move for seconds yet).
+    const gone = new Set<number>();
+    const watched = (job: LockedJob) => job.livenessLock === PG_ADVISORY_LOCK && !this.#held.has(job.id) && !gone.has(job.id);
     const loop = async () => {
       while (!stopped && !this.#closed) {
         try {
           changed = false;
-          const jobs = (await listJobs()).filter(watched).map((job) => job.id);
+          const listed = await listJobs();
+          const stillGone = listed.filter((job) => gone.has(job.id)).map((job) => job.id);
+          if (stillGone.length > 0) for (const id of (await this.#locksHeld(stillGone)).held) gone.delete(id);
+          for (const id of gone) if (!listed.some((job) => job.id === id)) gone.delete(id);
+          const jobs = listed.filter(watched).map((job) => job.id);
           const own = Math.max(0, ...this.#held);
           const target = jobs.sort((a, b) => a - b).find((id) => id > own) ?? jobs[0];
           if (changed) continue;
@@ -295,7 +300,7 @@ class PostgresLivenessLocks implements LivenessLocks {
             await refresh.sleep(1000);
             continue;
           }
-          gone.set(target, job.latestHeartbeat);
+          gone.add(target);
           this.log.info({ job_id: target }, `job ${target}'s process is gone (its liveness lock is free)`);
           const { adapter, db } = this.database;
           await sql`select ${adapter.notifyExpression(WAKE_CHANNEL, 'triggerer')}, ${adapter.notifyExpression(WAKE_CHANNEL, 'scheduler')}`

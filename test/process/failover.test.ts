@@ -38,14 +38,17 @@ describe.each(testDialects)('failover on %s', (dialect) => {
   }
 
   /** A triggerer whose heartbeat threshold is long: what it shows fast, the lock (or the stop) did. */
-  async function triggerer(db: Pick<TestDatabase, 'url'>, { threshold = 60, extra = [] as string[] } = {}): Promise<{ proc: TriggererProcess; jobId: number }> {
+  async function triggerer(
+    db: Pick<TestDatabase, 'url'>,
+    { threshold = 60, heartbeat = 1, extra = [] as string[] } = {},
+  ): Promise<{ proc: TriggererProcess; jobId: number }> {
     const proc = spawnTriggerer([
       '--db',
       db.url,
       '--trigger-module',
       'test/fixtures/test-triggers.ts',
       '--heartbeat-interval',
-      '1',
+      String(heartbeat),
       '--health-check-threshold',
       String(threshold),
       ...extra,
@@ -53,9 +56,10 @@ describe.each(testDialects)('failover on %s', (dialect) => {
     return { proc, jobId: await proc.waitForJob(20_000) };
   }
 
-  async function deferTriggers(db: TestDatabase, file: string): Promise<void> {
+  /** Defers TRIGGERS waits, tagged from `from` on. */
+  async function deferTriggers(db: TestDatabase, file: string, from = 0): Promise<void> {
     const storage = openStores(db);
-    for (let n = 0; n < TRIGGERS; n++) {
+    for (let n = from; n < from + TRIGGERS; n++) {
       const id = await createTaskInstance(db, { taskId: `t${n}` });
       await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new NeverTrigger({ file, tag: `n${n}` }), method: 'resume' }));
     }
@@ -111,6 +115,53 @@ describe.each(testDialects)('failover on %s', (dialect) => {
       expect(survivor.proc.matching((line) => line.msg === `job ${victim.jobId}'s process is gone (its liveness lock is free)`).length).toBeLessThanOrEqual(1);
     }
   }, 60_000);
+
+  it.runIf(dialect === 'postgres')(
+    'a triggerer cut off from the database is taken for gone; once back it is watched again, and killed then it is taken over by its lock',
+    async () => {
+      const { db, file } = await setup('cut-and-return');
+      const proxy = await postgresProxy(db.url);
+      try {
+        // The default heartbeat interval: its next heartbeat comes seconds after it has its lock again.
+        const returning = await triggerer({ url: proxy.url }, { heartbeat: 5 });
+        await deferTo(db, file, returning);
+        // Room for the first TRIGGERS only: the ones deferred after the return are the returning
+        // one's. It polls every 30 s: only its ring of lock waits can tell the kill below sooner.
+        const watcher = await triggerer(db, { extra: ['--capacity', String(TRIGGERS), '--poll-interval', '30'] });
+        const cutAt = Date.now();
+        await proxy.cut();
+        await waitFor(async () => (await owned(db, watcher.jobId)) === TRIGGERS, { timeoutMs: 15_000, what: 'the watcher taking every trigger over' });
+        expect(Date.now() - cutAt).toBeLessThan(10_000);
+        await proxy.restore();
+        // Back: it finds its triggers taken over and stops its copies; its heartbeat moves on.
+        await returning.proc.waitForLine((line) => /no longer ours \(taken over\)/.test(String(line.msg)), 20_000);
+        await deferTriggers(db, file, TRIGGERS);
+        const claimedAt = Date.now();
+        await waitFor(async () => (await owned(db, returning.jobId)) === TRIGGERS, { what: 'the returning triggerer running the new triggers' });
+        // A heartbeat since: the watcher's pass on the deferrals' wake-up is long over (it could tell the kill by itself).
+        await waitFor(
+          async () => {
+            const job = await db.db.selectFrom('job').select('latest_heartbeat').where('id', '=', returning.jobId).executeTakeFirstOrThrow();
+            return new Date(job.latest_heartbeat ?? 0).getTime() > claimedAt;
+          },
+          { timeoutMs: 15_000, what: 'a heartbeat of the returning triggerer' },
+        );
+        const killedAt = Date.now();
+        returning.proc.kill('SIGKILL');
+        await waitFor(async () => (await owned(db, returning.jobId)) === 0, {
+          timeoutMs: 30_000,
+          intervalMs: 50,
+          what: 'the killed triggerer’s triggers released',
+        });
+        // Its lock told, not the 60 s threshold: the watcher watches a process that came back.
+        expect(Date.now() - killedAt).toBeLessThan(6000);
+        expect(watcher.proc.matching((line) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`)).toHaveLength(2);
+      } finally {
+        proxy.close();
+      }
+    },
+    90_000,
+  );
 
   it('a SIGTERMed triggerer releases its triggers and wakes its peers in one step: a peer runs them at once', async () => {
     const { db, file } = await setup('stop');
