@@ -158,6 +158,17 @@ table task_reschedule
   constraint task_reschedule_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
   index CREATE UNIQUE INDEX task_reschedule_pkey ON task_reschedule USING btree (id)
   index CREATE INDEX task_reschedule_try_idx ON task_reschedule USING btree (task_instance_id, try_number, id)
+table task_state
+  column id bigint not null identity
+  column task_instance_id bigint not null
+  column key text not null
+  column value jsonb not null
+  column try_number integer not null
+  column updated_at timestamp with time zone not null
+  constraint task_state_pkey PRIMARY KEY (id)
+  constraint task_state_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
+  index CREATE UNIQUE INDEX task_state_key_idx ON task_state USING btree (task_instance_id, key)
+  index CREATE UNIQUE INDEX task_state_pkey ON task_state USING btree (id)
 table trigger
   column id bigint not null identity
   column classpath text not null

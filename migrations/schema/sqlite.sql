@@ -21,6 +21,8 @@ CREATE TABLE task_log (id integer primary key autoincrement, task_instance_id in
 CREATE INDEX task_log_try_idx on task_log (task_instance_id, try_number, id);
 CREATE TABLE task_reschedule (id integer primary key autoincrement, task_instance_id integer not null references task_instance (id) on delete cascade, try_number integer not null, start_date text not null, end_date text not null, reschedule_date text not null);
 CREATE INDEX task_reschedule_try_idx on task_reschedule (task_instance_id, try_number, id);
+CREATE TABLE task_state (id integer primary key autoincrement, task_instance_id integer not null references task_instance (id) on delete cascade, key text not null, value text not null, try_number integer not null, updated_at text not null);
+CREATE UNIQUE INDEX task_state_key_idx on task_state (task_instance_id, key);
 CREATE TABLE trigger (id integer primary key autoincrement, classpath text not null, kwargs text not null, created_at text not null, triggerer_id integer, hash text, priority_weight integer not null default 1 , culprit_count integer not null default 0, quarantined_at text);
 CREATE UNIQUE INDEX trigger_hash_idx on trigger (hash);
 CREATE INDEX trigger_quarantined_idx on trigger (id) where quarantined_at is not null;

@@ -22,6 +22,7 @@ export {
   type SignalActionOptions,
 } from './operators/base-operator.ts';
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
+export { MAX_TASK_STATE_KEY_LENGTH, MAX_TASK_STATE_VALUE_BYTES, type TaskState } from './operators/task-state.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
 export {

@@ -6,9 +6,9 @@ import { InvalidOptionError } from '../vocabulary/errors.ts';
 import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 import { withStorage } from './db-commands.ts';
 
-/** `deferflow tasks list | clear | logs | reschedules`: the task instances of a DAG run. */
+/** `deferflow tasks list | clear | logs | reschedules | state`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
-  cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules', (tasks) =>
+  cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules, state', (tasks) =>
     tasks
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
@@ -59,7 +59,11 @@ export function registerTasksCommands(cli: Argv): void {
           command
             .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
             .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
-            .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' }),
+            .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' })
+            .option('keep-state', {
+              type: 'boolean',
+              describe: "Keep the task instances' durable state (context.state) for their next tries (default: it is deleted, so they start afresh)",
+            }),
         async (args) => {
           const { serializedDagSource } = await import('../services/dags/dag-processor.ts');
           await withStorage(args.db, async (storage, database) => {
@@ -83,7 +87,10 @@ export function registerTasksCommands(cli: Argv): void {
             const chosen = ofRun.filter((ti) => wanted === null || wanted.has(ti.taskId));
             if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${dagId}`);
             const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
-            const result = await storage.taskInstances.clearTaskInstances(chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })));
+            const result = await storage.taskInstances.clearTaskInstances(
+              chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })),
+              { keepState: args.keepState === true },
+            );
             // A finished run with cleared task instances runs again.
             const run = await storage.dagRuns.findDagRun(dagId, args.run);
             if (run && (run.state === 'success' || run.state === 'failed')) await storage.dagRuns.setDagRunState(run.id, run.state, 'queued');
@@ -179,6 +186,34 @@ export function registerTasksCommands(cli: Argv): void {
               formatTable(
                 ['TRY', 'POKE STARTED', 'POKE ENDED', 'NEXT POKE AT'],
                 rows.map((row) => [String(row.try_number), row.start_date, row.end_date, row.reschedule_date]),
+              ),
+            );
+          });
+        },
+      )
+      .command(
+        'state',
+        "Print a task instance's durable state (what its code kept with context.state), by key",
+        (command) =>
+          command
+            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
+            .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
+            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('json', { type: 'boolean', describe: 'One JSON object of every key and its value' }),
+        async (args) => {
+          await withStorage(args.db, async (storage) => {
+            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
+            const entries = await storage.taskInstances.listTaskState(ti.id);
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(Object.fromEntries(entries.map((entry) => [entry.key, JSON.parse(entry.json)])))}\n`);
+              return;
+            }
+            process.stdout.write(`${entries.length} key(s) of ${where}'s state, now ${ti.state ?? 'in no state'}, try ${ti.tryNumber}\n`);
+            if (entries.length === 0) return;
+            process.stdout.write(
+              formatTable(
+                ['KEY', 'VALUE', 'WRITTEN BY TRY', 'AT'],
+                entries.map((entry) => [entry.key, entry.json, String(entry.tryNumber), new Date(entry.updatedAt).toISOString()]),
               ),
             );
           });

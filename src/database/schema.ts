@@ -256,6 +256,22 @@ export interface TaskRescheduleTable {
   reschedule_date: DbTime;
 }
 
+/** The task_state table: a task instance's durable state, JSON values by key kept across its tries (context.state). */
+export interface TaskStateTable {
+  /** The row's id. */
+  id: Generated<number>;
+  /** The task instance's id. */
+  task_instance_id: number;
+  /** The key the task gave. */
+  key: string;
+  /** The JSON value (sealed when encryption is on). */
+  value: SealableJson;
+  /** The try that last wrote it. */
+  try_number: number;
+  /** When it was last written. */
+  updated_at: DbTime;
+}
+
 export interface SignalKeyTable {
   key: string;
   /** The latest version sent on the key (the first send is 1). */
@@ -327,6 +343,8 @@ export interface DatabaseSchema {
   task_log: TaskLogTable;
   /** Sensors' reschedules. */
   task_reschedule: TaskRescheduleTable;
+  /** Task instances' durable state. */
+  task_state: TaskStateTable;
   /** Each signal key's latest version. */
   signal_key: SignalKeyTable;
   /** The signals sent. */

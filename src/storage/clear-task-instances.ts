@@ -10,6 +10,11 @@ export interface TaskInstanceToClear {
   readonly retries: number;
 }
 
+export interface ClearOptions {
+  /** Keep the task instances' durable state (context.state) for their next tries. Default false: it is deleted with the rest. */
+  readonly keepState?: boolean;
+}
+
 export interface ClearResult {
   readonly cleared: number;
   /** Triggers nothing waits on any more: their triggerers stop them and run onKill(). */
@@ -19,13 +24,16 @@ export interface ClearResult {
 /**
  * Airflow's clear: the task instances go back to no state, for the scheduler to run again,
  * with `retries` more tries (max_tries = try_number + retries); what they were waiting on,
- * returned or resumed at is forgotten. In the same transaction the triggers they were deferred
+ * returned or resumed at is forgotten, and so is their durable state unless `keepState` (a
+ * clear means "do it again": an external job's id kept from the last run would re-attach the
+ * new tries to the old job). In the same transaction the triggers they were deferred
  * on are deleted when nothing else waits on them, so their triggerer stops them promptly. A
  * worker still running one finds it no longer its own and drops its outcome.
  */
 export async function clearTaskInstances(
   { db, adapter, keyring }: StorageContext,
   taskInstances: readonly TaskInstanceToClear[],
+  options: ClearOptions,
   now: number,
 ): Promise<ClearResult> {
   if (taskInstances.length === 0) return { cleared: 0, deletedTriggers: 0 };
@@ -68,6 +76,7 @@ export async function clearTaskInstances(
         .executeTakeFirst();
       cleared += Number(result.numUpdatedRows);
     }
+    if (!options.keepState) await trx.deleteFrom('task_state').where(adapter.idIn('task_instance_id', ids)).execute();
     const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter, keyring }, triggerIds);
     if (cleared > 0) await wake(trx, adapter, 'scheduler', ...(deletedTriggers > 0 ? (['triggerer'] as const) : []));
     return { cleared, deletedTriggers };

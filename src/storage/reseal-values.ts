@@ -38,7 +38,7 @@ export async function resealValues(context: StorageContext): Promise<ResealCount
   const primary = keyring.primaryKeyId;
   if (primary === null)
     throw new EncryptionKeyError('no encryption key is configured: set DEFERFLOW_ENCRYPTION_KEYS or --encryption-keys-file, the new key first');
-  const resealed = { 'trigger.kwargs': 0, 'task_instance.next_kwargs': 0, 'task_instance.next_event': 0 } as Record<SealedColumn, number>;
+  const resealed = Object.fromEntries(SEALABLE_COLUMNS.map((column) => [column.sealed, 0])) as Record<SealedColumn, number>;
   const unreadable: string[] = [];
   for (const column of SEALABLE_COLUMNS) {
     await eachStoredValueBatch(context, column, async (rows) => {

@@ -29,14 +29,15 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTri
 
 /** Every column that holds sealable values, with its table and what its rows are called in messages. */
 export const SEALABLE_COLUMNS: readonly {
-  readonly table: 'trigger' | 'task_instance';
-  readonly column: 'kwargs' | 'next_kwargs' | 'next_event';
+  readonly table: 'trigger' | 'task_instance' | 'task_state';
+  readonly column: 'kwargs' | 'next_kwargs' | 'next_event' | 'value';
   readonly sealed: SealedColumn;
   readonly row: string;
 }[] = [
   { table: 'trigger', column: 'kwargs', sealed: 'trigger.kwargs', row: 'trigger' },
   { table: 'task_instance', column: 'next_kwargs', sealed: 'task_instance.next_kwargs', row: 'task instance' },
   { table: 'task_instance', column: 'next_event', sealed: 'task_instance.next_event', row: 'task instance' },
+  { table: 'task_state', column: 'value', sealed: 'task_state.value', row: 'task state' },
 ];
 
 /** The form the daemons seal `column`'s values in on this dialect (see DialectAdapter.sealedEventForm). */

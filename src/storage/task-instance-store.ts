@@ -2,7 +2,8 @@ import type { StoredValue } from '../database/encryption/keyring.ts';
 import type { StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { nextReadyAt, scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
-import { clearTaskInstances, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
+import { clearTaskInstances, type ClearOptions, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
+import { listTaskState, readTaskStateValue, writeTaskState, type TaskStateEntry, type TaskStateWrite } from './task-state.ts';
 import { listTaskHolders, reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
 import { createTaskInstance, type NewTaskInstance } from './create-task-instance.ts';
@@ -30,7 +31,7 @@ import {
 import type { HeldTry } from './held-try.ts';
 import type { JobHolder } from './jobs.ts';
 
-/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
 export class TaskInstanceStore {
   readonly #context: StorageContext;
 
@@ -94,8 +95,23 @@ export class TaskInstanceStore {
     return deferTaskInstance(this.#context, taskInstanceId, deferral, now, held);
   }
 
-  clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], now = Date.now()): Promise<ClearResult> {
-    return clearTaskInstances(this.#context, taskInstances, now);
+  clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], options: ClearOptions = {}, now = Date.now()): Promise<ClearResult> {
+    return clearTaskInstances(this.#context, taskInstances, options, now);
+  }
+
+  /** One key of a task instance's durable state (JSON text), or null. */
+  readTaskStateValue(taskInstanceId: number, key: string): Promise<string | null> {
+    return readTaskStateValue(this.#context, taskInstanceId, key);
+  }
+
+  /** Every key of a task instance's durable state. */
+  listTaskState(taskInstanceId: number): Promise<TaskStateEntry[]> {
+    return listTaskState(this.#context, taskInstanceId);
+  }
+
+  /** Sets (JSON text) or deletes (null) a key of the state of a task instance running on try `tryNumber`; nothing otherwise (see TaskStateWrite). */
+  writeTaskState(write: Parameters<typeof writeTaskState>[1], now = Date.now()): Promise<TaskStateWrite> {
+    return writeTaskState(this.#context, write, now);
   }
 
   listTaskHolders(): Promise<JobHolder[]> {

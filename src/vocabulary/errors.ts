@@ -30,6 +30,7 @@ export const ERROR_CODES = [
   'DF_INVALID_DAG',
   'DF_INVALID_SERIALIZED_DAG',
   'DF_RETURN_VALUE_TOO_LARGE',
+  'DF_INVALID_TASK_STATE',
   'DF_DAG_IMPORT',
   'DF_TASK_NOT_FOUND',
   'DF_NOT_IN_TASK_RUNNER',
@@ -275,6 +276,13 @@ export class ReturnValueTooLargeError extends DeferflowError {
       'DF_RETURN_VALUE_TOO_LARGE',
       `${task} returned ${bytes} bytes of JSON; a task instance keeps at most ${limit} (store large results elsewhere and return where they are)`,
     );
+  }
+}
+
+/** A task's durable state was given a key or value it cannot keep (context.state.set): the message names which, and why. */
+export class InvalidTaskStateError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_TASK_STATE', message);
   }
 }
 

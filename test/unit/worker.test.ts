@@ -2,7 +2,10 @@
 // time out, judged by their rows. (DAG files and the scheduler come with the task runtime.)
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { BaseOperator, type TaskContext } from '../../src/index.ts';
+import { BaseOperator, Keyring, MAX_TASK_STATE_VALUE_BYTES, type RuntimeContext, type TaskContext } from '../../src/index.ts';
+import { taskState } from '../../src/authoring/operators/task-state.ts';
+import { taskServices } from '../../src/daemons/worker/dag-file-resolver.ts';
+import { openStores } from '../../src/storage/index.ts';
 import { NO_RETRIES, type RetryPolicy } from '../../src/model/retry-policy.ts';
 import { TASK_LOG_LINE_CAP } from '../../src/daemons/worker/task-log-writer.ts';
 import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../../src/daemons/worker/worker.ts';
@@ -102,6 +105,50 @@ class WaitsForAbort extends BaseOperator {
   }
 }
 
+/**
+ * Counts its tries in its state and fails the first; the second defers, and the resumed method
+ * reports what the state holds (one key deleted on the way).
+ */
+class KeepsState extends BaseOperator {
+  async execute(context: RuntimeContext): Promise<never> {
+    const tries = ((await context.state.get<number>('tries')) ?? 0) + 1;
+    await context.state.set('tries', tries);
+    await context.state.set('scratch', { seen: [tries, null], note: 'é' });
+    if (tries === 1) throw new Error('first try fails after keeping its state');
+    return this.defer({ trigger: new t.DelayTrigger({ ms: 50 }), method: 'resumed' });
+  }
+  async resumed(context: RuntimeContext) {
+    const scratch = await context.state.get('scratch');
+    await context.state.delete('scratch');
+    await context.state.delete('never-set');
+    // undefined (no such key) is not JSON: a return value says null.
+    return {
+      tries: await context.state.get('tries'),
+      scratch,
+      deleted: (await context.state.get('scratch')) ?? null,
+      missing: (await context.state.get('nope')) ?? null,
+    };
+  }
+}
+
+/** Tries what context.state refuses, and returns each refusal's code. */
+class MisusesState extends BaseOperator {
+  async execute(context: RuntimeContext) {
+    const codeOf = (attempt: () => Promise<unknown>) =>
+      attempt().then(
+        () => 'accepted',
+        (error: { code?: string }) => error.code,
+      );
+    return {
+      emptyKey: await codeOf(() => context.state.set('', 1)),
+      longKey: await codeOf(() => context.state.get('k'.repeat(201))),
+      tooLarge: await codeOf(() => context.state.set('big', 'x'.repeat(MAX_TASK_STATE_VALUE_BYTES))),
+      notJson: await codeOf(() => context.state.set('date', { at: new Date() } as never)),
+      largestKept: await codeOf(() => context.state.set('k'.repeat(200), 'x'.repeat(MAX_TASK_STATE_VALUE_BYTES - 2))),
+    };
+  }
+}
+
 class Sleeps extends BaseOperator {
   execute() {
     return new Promise((resolve) => setTimeout(resolve, 60_000));
@@ -126,6 +173,8 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     operators: Record<string, BaseOperator>,
     settings: { retry?: RetryPolicy; executionTimeoutMs?: number; concurrency?: number } = {},
   ) => {
+    // The database services a worker gives its tasks (the state among them).
+    const services = taskServices(db);
     const resolve: TaskResolver = async (ti) => {
       const operator = operators[ti.taskId];
       if (!operator) throw new Error(`no task ${ti.taskId}`);
@@ -144,6 +193,7 @@ describe.each(testDialects)('worker on %s', (dialect) => {
           },
           log: taskLog,
           signal,
+          state: taskState(services(claimed, started)),
         }),
       };
       return task;
@@ -298,6 +348,75 @@ describe.each(testDialects)('worker on %s', (dialect) => {
       ['up_for_retry', 'Error: flaky attempt 1'],
       ['failed', 'Error: flaky attempt 2'],
     ]);
+  });
+
+  it('context.state keeps JSON values across tries and deferrals, by key; a try that no longer holds its task instance writes nothing', async () => {
+    const db = await database();
+    const id = await scheduled(db, 'stateful');
+    await startWorker(db, { stateful: new KeepsState() }, { retry: { retries: 1, retryDelayMs: 0, exponentialBackoff: false, maxRetryDelayMs: null } });
+    open.triggerers.push(await startTriggerer(db));
+    const storage = openStores(db);
+    await waitFor(
+      async () => {
+        await storage.taskInstances.scheduleReadyTaskInstances();
+        return (await stateOf(db, id)) === 'success';
+      },
+      { what: 'the second try resumed and done' },
+    );
+    const row = await taskInstance(db, id);
+    expect(row.try_number).toBe(2);
+    expect(JSON.parse(row.return_value!)).toEqual({ tries: 2, scratch: { seen: [2, null], note: 'é' }, deleted: null, missing: null });
+    const kept = await storage.taskInstances.listTaskState(id);
+    expect(kept.map(({ key, json, tryNumber }) => ({ key, json, tryNumber }))).toEqual([{ key: 'tries', json: '2', tryNumber: 2 }]);
+
+    // The task instance is done: no try holds it, so no write lands (its code would get DF_TRY_TAKEN_OVER).
+    expect(await storage.taskInstances.writeTaskState({ taskInstanceId: id, tryNumber: 2, key: 'late', json: '1' })).toEqual({
+      written: false,
+      now: 'success on try 2',
+    });
+    expect(await storage.taskInstances.writeTaskState({ taskInstanceId: 987_654, tryNumber: 1, key: 'late', json: '1' })).toEqual({
+      written: false,
+      now: 'deleted',
+    });
+    expect((await storage.taskInstances.listTaskState(id)).map((entry) => entry.key)).toEqual(['tries']);
+
+    // A clear forgets the state unless asked to keep it.
+    await storage.taskInstances.clearTaskInstances([{ id, retries: 0 }], { keepState: true });
+    expect(await storage.taskInstances.readTaskStateValue(id, 'tries')).toBe('2');
+    await storage.taskInstances.clearTaskInstances([{ id, retries: 0 }]);
+    expect(await storage.taskInstances.readTaskStateValue(id, 'tries')).toBe(null);
+  });
+
+  it('context.state refuses a bad key, a value over 64 KiB and a value that is not JSON, each with its code, and writes none of them', async () => {
+    const db = await database();
+    const id = await scheduled(db, 'misuse');
+    await startWorker(db, { misuse: new MisusesState() });
+    await waitFor(async () => (await stateOf(db, id)) === 'success', { what: 'the task' });
+    expect(JSON.parse((await taskInstance(db, id)).return_value!)).toEqual({
+      emptyKey: 'DF_INVALID_TASK_STATE',
+      longKey: 'DF_INVALID_TASK_STATE',
+      tooLarge: 'DF_INVALID_TASK_STATE',
+      notJson: 'DF_NOT_JSON',
+      largestKept: 'accepted',
+    });
+    expect((await openStores(db).taskInstances.listTaskState(id)).map((entry) => entry.key)).toEqual(['k'.repeat(200)]);
+  });
+
+  it('with encryption on, task state values are sealed in the database and open with the keys', async () => {
+    const db = await database();
+    const id = await createTaskInstance(db, { state: 'running', taskId: 'sealed' });
+    await db.db.updateTable('task_instance').set({ try_number: 1 }).where('id', '=', id).execute();
+    const keyring = Keyring.fromEntries([Keyring.generateEntry('k1')], 'test');
+    const sealedStores = openStores({ ...db, keyring });
+    expect(await sealedStores.taskInstances.writeTaskState({ taskInstanceId: id, tryNumber: 1, key: 'token', json: '{"secret":"hunter2"}' })).toEqual({
+      written: true,
+    });
+    const stored = await db.db.selectFrom('task_state').select('value').executeTakeFirstOrThrow();
+    expect(Keyring.sealedWith(stored.value)).toBe('k1');
+    expect(Keyring.textForm(stored.value)).not.toContain('hunter2');
+    expect(await sealedStores.taskInstances.readTaskStateValue(id, 'token')).toBe('{"secret":"hunter2"}');
+    // Without the key it is refused, naming the row, not read as something else.
+    await expect(openStores(db).taskInstances.readTaskStateValue(id, 'token')).rejects.toMatchObject({ code: 'DF_ENCRYPTION_KEY' });
   });
 
   it('a deferring task frees its slot, and resumes at next_method with the event once the trigger fires', async () => {

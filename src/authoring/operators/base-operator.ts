@@ -12,6 +12,7 @@ import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
 import { SignalTrigger } from '../triggers/signal-trigger.ts';
 import { TaskFailedWithoutRetry, TaskRescheduled, TaskSkipped } from './task-signals.ts';
 import type { DateTime } from 'luxon';
+import type { TaskState } from './task-state.ts';
 
 /** What a running task sees of itself. */
 export interface TaskInstanceRef {
@@ -59,6 +60,12 @@ export interface RuntimeContext extends TaskContext {
   readonly signal: AbortSignal;
   /** The JSON value task `taskId` of the same DAG run returned, or null. */
   xcomPull(taskId: string): Promise<JsonValue | null>;
+  /**
+   * This task instance's durable state: JSON values by key, kept across its tries and deferrals
+   * (a try that submitted an external job keeps its id here; the retry after a crash finds it and
+   * re-attaches instead of submitting again). See TaskState.
+   */
+  readonly state: TaskState;
   /** This try's reschedules so far, oldest first (a sensor in reschedule mode counts its timeout from the first). */
   taskReschedules(): Promise<readonly TaskReschedule[]>;
   /**

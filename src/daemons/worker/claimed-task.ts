@@ -11,16 +11,32 @@ import type { JsonObject } from '../../vocabulary/serialization/json.ts';
 import type { Dag } from '../../authoring/dags/dag.ts';
 import { loadDagFromFile } from '../../authoring/dags/loader.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
+import { taskState, type TaskStateServices } from '../../authoring/operators/task-state.ts';
 
 /**
  * What a running task asks of deferflow's database through its context. They are served by the
  * worker's own process whether the task runs there or in a task runner (see
  * process-task-runner.ts), so every task shares one connection pool and one batcher.
  */
-export type TaskServices = Pick<RuntimeContext, 'xcomPull' | 'taskReschedules' | 'dagRunStates' | 'sendSignal' | 'latestSignalVersion' | 'actedSignal'>;
+export type TaskServices = Pick<RuntimeContext, 'xcomPull' | 'taskReschedules' | 'dagRunStates' | 'sendSignal' | 'latestSignalVersion' | 'actedSignal'> &
+  TaskStateServices;
 
 /** The names of TaskServices, which a task runner forwards to its worker. */
-export const TASK_SERVICE_NAMES = ['xcomPull', 'taskReschedules', 'dagRunStates', 'sendSignal', 'latestSignalVersion', 'actedSignal'] as const;
+export const TASK_SERVICE_NAMES = [
+  'xcomPull',
+  'taskReschedules',
+  'dagRunStates',
+  'sendSignal',
+  'latestSignalVersion',
+  'actedSignal',
+  'readTaskState',
+  'writeTaskState',
+] as const;
+
+/** How logs and errors name a claimed task instance. */
+export function taskLabel(claimed: Pick<ClaimedTaskInstance, 'dagId' | 'taskId' | 'runId' | 'id'>): string {
+  return `${claimed.dagId}.${claimed.taskId} (run ${claimed.runId}, task instance ${claimed.id})`;
+}
 
 /** Loads the DAG file a claimed task instance's DAG was last found in, and its task. Throws TaskNotFoundError, naming what is missing. */
 export async function loadClaimedTask(claimed: ClaimedTaskInstance): Promise<{ dag: Dag; operator: AnyOperator }> {
@@ -42,6 +58,7 @@ export function runtimeContext(
   services: TaskServices,
   smartSensors: SmartSensors | undefined,
 ): RuntimeContext {
+  const { readTaskState, writeTaskState, ...contextServices } = services;
   return {
     taskInstance: {
       id: claimed.id,
@@ -61,7 +78,8 @@ export function runtimeContext(
     params: { ...(task.dag.options.params ?? {}), ...(task.operator.taskOptions.params ?? {}) },
     log: taskLog,
     signal,
-    ...services,
+    ...contextServices,
+    state: taskState({ readTaskState, writeTaskState }),
     smartSensors,
   };
 }

@@ -7,7 +7,8 @@ import type { TaskResolver } from './worker.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import { DagRunStateBatcher } from '../../model/dag-run-state-batcher.ts';
 import { SignalService } from '../../services/signals/signal-service.ts';
-import { loadClaimedTask, runtimeContext, type TaskServices } from './claimed-task.ts';
+import { loadClaimedTask, runtimeContext, taskLabel, type TaskServices } from './claimed-task.ts';
+import { TryTakenOverError } from '../../vocabulary/errors.ts';
 
 /** Makes the services of each task instance a worker runs; one per worker. */
 export function taskServices(database: Database): (claimed: ClaimedTaskInstance, started: StartedTaskInstance) => TaskServices {
@@ -24,6 +25,11 @@ export function taskServices(database: Database): (claimed: ClaimedTaskInstance,
     sendSignal: (key, value) => SignalService.of(database).send(key, value ?? null),
     latestSignalVersion: (key) => SignalService.of(database).latestVersion(key),
     actedSignal: (key) => storage.signals.readActedSignal(claimed.id, key),
+    readTaskState: (key) => storage.taskInstances.readTaskStateValue(claimed.id, key),
+    writeTaskState: async (key, json) => {
+      const wrote = await storage.taskInstances.writeTaskState({ taskInstanceId: claimed.id, tryNumber: started.tryNumber, key, json });
+      if (!wrote.written) throw new TryTakenOverError(taskLabel(claimed), started.tryNumber, wrote.now);
+    },
   });
 }
 

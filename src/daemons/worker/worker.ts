@@ -22,6 +22,7 @@ import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
 import { Daemon, HEALTH_HEARTBEAT_INTERVALS, type DaemonRuntime } from '../../services/jobs/daemon.ts';
 import type { Clock } from '../../vocabulary/time/clock.ts';
 import type { JobRow } from '../../services/jobs/job-row.ts';
+import { taskLabel } from './claimed-task.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
 export interface ResolvedTask<Context extends TaskContext = TaskContext> {
@@ -314,7 +315,7 @@ export class Worker extends Daemon<WorkerStores> {
 
   async #run(taskInstance: ClaimedTaskInstance): Promise<void> {
     const jobId = this.jobId!;
-    const label = `${taskInstance.dagId}.${taskInstance.taskId} (run ${taskInstance.runId}, task instance ${taskInstance.id})`;
+    const label = taskLabel(taskInstance);
     let task: PreparedTask;
     try {
       task = await this.#runner.prepare(taskInstance);

@@ -32,7 +32,7 @@ import { SealingService } from './sealing-service.ts';
  * every key opens what it sealed, so a new key goes first and the old ones stay listed until
  * `deferflow db rotate-key` has re-sealed every row with the new one.
  */
-export type SealedColumn = 'trigger.kwargs' | 'task_instance.next_kwargs' | 'task_instance.next_event';
+export type SealedColumn = 'trigger.kwargs' | 'task_instance.next_kwargs' | 'task_instance.next_event' | 'task_state.value';
 /** The two forms a sealed value is stored in: see above. */
 export type SealedForm = 'text' | 'bytes';
 /** A value as a sealable column holds it: JSON text (plain, or sealed in text form), or sealed bytes. */
@@ -55,10 +55,10 @@ const THREAD_BATCH_VALUES = 64;
  * kwargs), where sealed they would take 55 bytes instead of 2 in every deferred row. That size
  * is not free: the encrypted triggerer benchmark fired 5% slower on SQLite with it (fire p50
  * 966 → 1,014 ms, p99 1,415 → 1,491 ms; six interleaved rounds).
- * An event payload can be any JSON value, so an empty one is sealed like any other.
+ * An event payload or a task state value can be any JSON value, so an empty one is sealed like any other.
  */
 function keptPlain(json: string, column: SealedColumn): boolean {
-  return json === '{}' && column !== 'task_instance.next_event';
+  return json === '{}' && (column === 'trigger.kwargs' || column === 'task_instance.next_kwargs');
 }
 
 interface Key {
