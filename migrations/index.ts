@@ -17,6 +17,7 @@ import * as m0011 from './0011_encryption_key.ts';
 import * as m0012 from './0012_signal_trigger_index.ts';
 import * as m0013 from './0013_job_liveness_lock.ts';
 import * as m0014 from './0014_task_state.ts';
+import * as m0015 from './0015_trigger_member.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -37,4 +38,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0012_signal_trigger_index': m0012,
   '0013_job_liveness_lock': m0013,
   '0014_task_state': m0014,
+  '0015_trigger_member': m0015,
 };

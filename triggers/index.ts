@@ -13,6 +13,7 @@ import { SqlTrigger } from './sql-trigger.ts';
 import { TaskStateTrigger } from './task-state-trigger.ts';
 import { SensorPokeTrigger } from '../src/authoring/sensors/sensor-poke-trigger.ts';
 import { SignalTrigger } from '../src/authoring/triggers/signal-trigger.ts';
+import { AllOfTrigger, AnyOfTrigger } from '../src/authoring/triggers/composite-trigger.ts';
 import type { TriggerClass } from '../src/authoring/triggers/base-trigger.ts';
 
 export { DateTimeTrigger, type MomentInput } from './date-time-trigger.ts';
@@ -25,6 +26,7 @@ export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.
 export { SqlSensor } from './sql-sensor.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from '../src/authoring/triggers/signal-trigger.ts';
+export { AllOfTrigger, AnyOfTrigger, allOf, anyOf } from '../src/authoring/triggers/composite-trigger.ts';
 export { TaskStateTrigger, type TaskStateCheck, type TaskStateEvent, type TaskStateTriggerKwargs } from './task-state-trigger.ts';
 export { ExternalTaskSensor, type ExternalTaskSensorOptions, type LogicalDateFn } from './external-task-sensor.ts';
 
@@ -46,4 +48,6 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(TaskStateTrigger),
   asTriggerClass(SensorPokeTrigger),
   asTriggerClass(SignalTrigger),
+  asTriggerClass(AnyOfTrigger),
+  asTriggerClass(AllOfTrigger),
 ] as const;

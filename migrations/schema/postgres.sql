@@ -197,6 +197,17 @@ table trigger_log
   index CREATE INDEX trigger_log_logged_at_idx ON trigger_log USING btree (logged_at)
   index CREATE UNIQUE INDEX trigger_log_pkey ON trigger_log USING btree (id)
   index CREATE INDEX trigger_log_trigger_idx ON trigger_log USING btree (trigger_id, id)
+table trigger_member
+  column id bigint not null identity
+  column composite_id bigint not null
+  column member_index integer not null
+  column member_id bigint not null
+  column outcome jsonb
+  column fired_at timestamp with time zone
+  constraint trigger_member_pkey PRIMARY KEY (id)
+  index CREATE UNIQUE INDEX trigger_member_composite_idx ON trigger_member USING btree (composite_id, member_index)
+  index CREATE INDEX trigger_member_member_idx ON trigger_member USING btree (member_id)
+  index CREATE UNIQUE INDEX trigger_member_pkey ON trigger_member USING btree (id)
 table trigger_wait
   column task_instance_id bigint not null
   column try_number integer not null

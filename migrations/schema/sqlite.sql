@@ -32,4 +32,7 @@ CREATE INDEX trigger_unowned_idx on trigger (priority_weight desc, created_at, i
 CREATE TABLE trigger_log (id integer primary key autoincrement, trigger_id integer not null, logged_at text not null, level text not null, message text not null, fields text);
 CREATE INDEX trigger_log_logged_at_idx on trigger_log (logged_at);
 CREATE INDEX trigger_log_trigger_idx on trigger_log (trigger_id, id);
+CREATE TABLE trigger_member (id integer primary key autoincrement, composite_id integer not null, member_index integer not null, member_id integer not null, outcome text, fired_at text);
+CREATE UNIQUE INDEX trigger_member_composite_idx on trigger_member (composite_id, member_index);
+CREATE INDEX trigger_member_member_idx on trigger_member (member_id);
 CREATE TABLE trigger_wait (task_instance_id integer not null references task_instance (id) on delete cascade, try_number integer not null, trigger_id integer not null, waited_from text not null, constraint trigger_wait_pkey primary key (task_instance_id, try_number, trigger_id));

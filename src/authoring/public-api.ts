@@ -8,6 +8,7 @@
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
 export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './triggers/trigger-event.ts';
 export { nowPlusPlaceholder } from './triggers/start-trigger-kwargs.ts';
+export { AllOfTrigger, AnyOfTrigger, CompositeTrigger, MAX_COMPOSITE_LEAVES, allOf, anyOf } from './triggers/composite-trigger.ts';
 export {
   BaseOperator,
   chain,

@@ -152,7 +152,7 @@ async function rotateKey(dbFlag: string | undefined, keysFileFlag: string | unde
       return;
     }
     process.stdout.write(
-      `re-encrypted ${total} value(s) with key ${keyring.primaryKeyId} (trigger kwargs ${resealed['trigger.kwargs']}, next_kwargs ${resealed['task_instance.next_kwargs']}, events ${resealed['task_instance.next_event']}, task state ${resealed['task_state.value']}); ${counts.current} already were\n`,
+      `re-encrypted ${total} value(s) with key ${keyring.primaryKeyId} (trigger kwargs ${resealed['trigger.kwargs']}, next_kwargs ${resealed['task_instance.next_kwargs']}, events ${resealed['task_instance.next_event']}, task state ${resealed['task_state.value']}, composite members ${resealed['trigger_member.outcome']}); ${counts.current} already were\n`,
     );
     if (counts.unreadable.length > 0) {
       process.stderr.write(

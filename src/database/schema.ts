@@ -272,6 +272,22 @@ export interface TaskStateTable {
   updated_at: DbTime;
 }
 
+/** The trigger_member table: the leaf members of composite waits (anyOf, allOf), with each one's outcome once it fired. */
+export interface TriggerMemberTable {
+  /** The row's id. */
+  id: Generated<number>;
+  /** The composite's trigger row. */
+  composite_id: number;
+  /** The leaf's place in the composite's tree, depth first from 0. */
+  member_index: number;
+  /** The member's trigger row. */
+  member_id: number;
+  /** What the member yielded (sealed when encryption is on); null until it fires. */
+  outcome: SealableJson | null;
+  /** When it fired. */
+  fired_at: NullableDbTime;
+}
+
 export interface SignalKeyTable {
   key: string;
   /** The latest version sent on the key (the first send is 1). */
@@ -345,6 +361,8 @@ export interface DatabaseSchema {
   task_reschedule: TaskRescheduleTable;
   /** Task instances' durable state. */
   task_state: TaskStateTable;
+  /** The members of composite waits. */
+  trigger_member: TriggerMemberTable;
   /** Each signal key's latest version. */
   signal_key: SignalKeyTable;
   /** The signals sent. */

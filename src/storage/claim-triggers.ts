@@ -33,7 +33,8 @@ export interface ClaimResult {
  * 1. the candidates: the next `limit` unowned rows, locked with SKIP LOCKED on PostgreSQL, so
  *    peers claiming at the same moment take disjoint sets without waiting (on SQLite the single
  *    write lock does that);
- * 2. those some task instance waits on become owned (conditional on still being unowned);
+ * 2. those some task instance waits on (or a composite wait, as a member that has not fired
+ *    into it) become owned (conditional on still being unowned);
  * 3. the others are orphans (fired, cleared, or left by a triggerer that died between moving its
  *    task instances and deleting the rows): they are deleted, never run, side effects included,
  *    and so never hold up the claims behind them.
@@ -89,7 +90,17 @@ export async function claimTriggers(
       .where('triggerer_id', 'is', null)
       .where('quarantined_at', 'is', null)
       .where((eb) =>
-        eb(eb.selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id').limit(1), 'is not', null),
+        eb.or([
+          eb(eb.selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id').limit(1), 'is not', null),
+          // A member of a composite wait that has not fired into it (see composite-trigger.ts).
+          eb.exists(
+            eb
+              .selectFrom('trigger_member')
+              .select('trigger_member.id')
+              .whereRef('trigger_member.member_id', '=', 'trigger.id')
+              .where('trigger_member.outcome', 'is', null),
+          ),
+        ]),
       )
       .returning(['id', 'classpath', 'kwargs'])
       .execute();

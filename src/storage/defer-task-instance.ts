@@ -3,7 +3,9 @@ import type { RawBuilder, Transaction, UpdateObject } from 'kysely';
 import { toDbTime, type DatabaseSchema, type TaskInstanceState } from '../database/schema.ts';
 import type { DialectAdapter } from '../database/dialect.ts';
 import { DatabaseError, TaskInstanceStateError } from '../vocabulary/errors.ts';
-import type { SerializedTrigger } from '../authoring/triggers/base-trigger.ts';
+import { triggerHash, type SerializedTrigger } from '../authoring/triggers/base-trigger.ts';
+import { isCompositeClasspath, leafMembers } from '../authoring/triggers/composite-trigger.ts';
+import type { Keyring } from '../database/encryption/keyring.ts';
 import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { wake, wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
@@ -80,7 +82,8 @@ export async function deferTaskInstance(
     worker_job_id: null,
     updated_at: toDbTime(now),
   });
-  if (adapter.supportsWritingCtes && !deferral.startFromTrigger) {
+  const composite = isCompositeClasspath(deferral.serializedTrigger.classpath);
+  if (adapter.supportsWritingCtes && !deferral.startFromTrigger && !composite) {
     const done = await deferInOneStatement({ db, adapter, keyring }, taskInstanceId, trigger, deferredFields, held, now);
     if (done) return done;
   }
@@ -110,6 +113,9 @@ export async function deferTaskInstance(
           .where('stop_request', 'is', null)
           .executeTakeFirst();
     if (Number(deferred.numUpdatedRows) === 1) {
+      // A new composite's leaves: each an ordinary trigger row, shared with identical waits.
+      if (composite && !linked.reusedTrigger)
+        await linkCompositeMembers(trx, adapter, keyring, linked.triggerId, deferral.serializedTrigger, priorityWeight, now);
       // This try waits on this trigger from now: its log shows the trigger's lines from here on.
       // A task started from its trigger is in try 0 until it runs or ends: the wait is its try 1.
       await trx
@@ -223,6 +229,35 @@ async function deferInOneStatement(
     .select(['trigger_id', wakeForChangedRows(adapter, 'triggerer')])
     .executeTakeFirst();
   return row ? { triggerId: row.trigger_id, reusedTrigger: false } : null;
+}
+
+/**
+ * Links the leaf members of a composite wait (anyOf, allOf) that was just inserted: each is
+ * inserted or joined by its own hash (a member is always shared with identical waits, whatever
+ * the composite's own deduplicate says), and listed in trigger_member by its place in the tree.
+ */
+async function linkCompositeMembers(
+  trx: Transaction<DatabaseSchema>,
+  adapter: DialectAdapter,
+  keyring: Keyring,
+  compositeId: number,
+  composite: SerializedTrigger,
+  priorityWeight: RawBuilder<number>,
+  now: number,
+): Promise<void> {
+  const members = [];
+  for (const leaf of leafMembers(composite)) {
+    const values: TriggerValues = {
+      classpath: leaf.classpath,
+      kwargs: keyring.seal(JSON.stringify(leaf.kwargs), 'trigger.kwargs'),
+      hash: keyring.triggerHash(triggerHash(leaf)),
+    };
+    members.push((await linkTrigger(trx, adapter, values, priorityWeight, now)).triggerId);
+  }
+  await trx
+    .insertInto('trigger_member')
+    .values(members.map((memberId, index) => ({ composite_id: compositeId, member_index: index, member_id: memberId })))
+    .execute();
 }
 
 const LINK_ATTEMPTS = 5;

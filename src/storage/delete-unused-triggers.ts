@@ -1,3 +1,4 @@
+import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 /**
@@ -6,17 +7,50 @@ import type { StorageContext } from './context.ts';
  * moved elsewhere (no ids: every trigger, the periodic sweep). Rows a deferral holds locked
  * while linking to them are skipped, not waited for.
  */
-export async function deleteUnusedTriggers({ db, adapter }: StorageContext, triggerIds?: readonly number[]): Promise<number> {
+export async function deleteUnusedTriggers(context: StorageContext, triggerIds?: readonly number[]): Promise<number> {
+  const { db, adapter } = context;
   if (triggerIds?.length === 0) return 0;
   let candidates = db
     .selectFrom('trigger')
     .select('trigger.id')
     .where(({ not, exists, selectFrom }) =>
       not(exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id'))),
+    )
+    // A member of a composite wait that has not fired into it yet is in use too.
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom('trigger_member')
+            .select('trigger_member.id')
+            .whereRef('trigger_member.member_id', '=', 'trigger.id')
+            .where('trigger_member.outcome', 'is', null),
+        ),
+      ),
     );
   if (triggerIds) candidates = candidates.where(adapter.idIn('trigger.id', triggerIds));
-  const result = await db.deleteFrom('trigger').where('id', 'in', adapter.lockSkippingLocked(candidates)).executeTakeFirst();
-  return Number(result.numDeletedRows);
+  const deleted = await db.deleteFrom('trigger').where('id', 'in', adapter.lockSkippingLocked(candidates)).returning('id').execute();
+  if (deleted.length === 0) return 0;
+  return (
+    deleted.length +
+    (await deleteMembersOfDeletedComposites(
+      context,
+      deleted.map((row) => row.id),
+    ))
+  );
+}
+
+/**
+ * The member lists of the composites among `deletedIds` (fired, timed out, cleared: nothing
+ * points at them), then the members nothing else waits on: an anyOf's losers are deleted as it
+ * fires, so their triggerers stop them. One statement that finds nothing where no composite was
+ * deleted (a foreign key would do it at the cost of a lookup for every deleted trigger).
+ */
+async function deleteMembersOfDeletedComposites(context: StorageContext, deletedIds: readonly number[]): Promise<number> {
+  const orphaned = await context.db.deleteFrom('trigger_member').where(context.adapter.idIn('composite_id', deletedIds)).returning('member_id').execute();
+  if (orphaned.length === 0) return 0;
+  // The composite's own row and its losers are running on triggerers: they stop them now.
+  await wake(context.db, context.adapter, 'triggerer');
+  return deleteUnusedTriggers(context, [...new Set(orphaned.map((row) => row.member_id))]);
 }
 
 /**

@@ -2,6 +2,7 @@ import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs, type StorageContext } from './context.ts';
 import { wake } from './wake.ts';
+import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 
 export const DEFERRAL_TIMEOUT_KWARGS: FailureKwargs = Object.freeze({
   code: 'DF_TASK_DEFERRAL_TIMEOUT',
@@ -27,7 +28,7 @@ export async function failTimedOutDeferrals(context: StorageContext, now: number
   }
 }
 
-async function failBatch({ db, adapter }: StorageContext, now: number): Promise<{ selected: number; failed: number }> {
+async function failBatch({ db, adapter, keyring }: StorageContext, now: number): Promise<{ selected: number; failed: number }> {
   return db.transaction().execute(async (trx) => {
     const due = await trx
       .selectFrom('task_instance')
@@ -61,15 +62,8 @@ async function failBatch({ db, adapter }: StorageContext, now: number): Promise<
       .where('state', '=', 'deferred')
       .where('trigger_timeout', '<=', toDbTime(now))
       .executeTakeFirst();
-    if (triggerIds.length > 0) {
-      await trx
-        .deleteFrom('trigger')
-        .where(adapter.idIn('id', triggerIds))
-        .where(({ not, exists, selectFrom }) =>
-          not(exists(selectFrom('task_instance').select('task_instance.id').whereRef('task_instance.trigger_id', '=', 'trigger.id'))),
-        )
-        .execute();
-    }
+    // Their triggers, if nothing else waits on them (a composite's with its members: see deleteUnusedTriggers).
+    await deleteUnusedTriggers({ db: trx, adapter, keyring }, triggerIds);
     if (Number(result.numUpdatedRows) > 0) await wake(trx, adapter, 'worker');
     return { selected: due.length, failed: Number(result.numUpdatedRows) };
   });

@@ -1,7 +1,8 @@
 import { sql } from '../database/kysely.ts';
-import type { RawBuilder } from 'kysely';
-import { toDbTime } from '../database/schema.ts';
-import type { TriggerValue } from '../database/dialect.ts';
+import type { RawBuilder, Transaction } from 'kysely';
+import { toDbTime, type DatabaseSchema } from '../database/schema.ts';
+import type { DialectAdapter, TriggerValue } from '../database/dialect.ts';
+import { compositeOutcome } from '../authoring/triggers/composite-trigger.ts';
 import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';
 import { wake } from './wake.ts';
 import { sealedFormOf } from './sealed-values.ts';
@@ -20,6 +21,8 @@ export interface MoveResult {
   readonly movedTaskInstances: number;
   /** Task instances an end event finished (success, failed, skipped) with no worker. */
   readonly endedTaskInstances: number;
+  /** Composite waits these outcomes resolved: to delete with the fired triggers (deleteUnusedTriggers). */
+  readonly resolvedComposites: readonly number[];
 }
 
 export interface PreparedMove {
@@ -76,7 +79,7 @@ export function prepareMove({ keyring, adapter }: StorageContext, outcomes: read
  */
 export async function moveDeferredTaskInstances(context: StorageContext, prepared: PreparedMove, now: number): Promise<MoveResult> {
   const { kind, outcomes: first } = prepared;
-  if (first.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0 };
+  if (first.length === 0) return { movedTaskInstances: 0, endedTaskInstances: 0, resolvedComposites: [] };
   const { adapter } = context;
   const resumed = await prepared.stored;
   return context.db.transaction().execute(async (trx) => {
@@ -87,31 +90,7 @@ export async function moveDeferredTaskInstances(context: StorageContext, prepare
       await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
     }
 
-    let movedTaskInstances = 0;
-    if (resumed.length > 0) {
-      // One statement for the whole batch, each task instance reading its trigger's outcome by id.
-      const outcomeOf = await adapter.stageTriggerValues(trx, resumed);
-      const outcome = outcomeOf(sql.ref('task_instance.trigger_id')) as RawBuilder<string>;
-      const moved = await trx
-        // transition: resume
-        .updateTable('task_instance')
-        .set(
-          kind === 'event'
-            ? // Beside next_kwargs, not merged into it: either may be sealed (the worker joins them).
-              { next_event: outcome }
-            : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome, next_event: null },
-        )
-        .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
-        .where(
-          adapter.idIn(
-            'trigger_id',
-            resumed.map((outcome) => outcome.triggerId),
-          ),
-        )
-        .where('state', '=', 'deferred')
-        .executeTakeFirst();
-      movedTaskInstances = Number(moved.numUpdatedRows);
-    }
+    let movedTaskInstances = await resumeWaitingTaskInstances(trx, adapter, kind, resumed, now);
 
     let endedTaskInstances = 0;
     for (const endState of new Set(first.flatMap((outcome) => (outcome.endState ? [outcome.endState] : [])))) {
@@ -145,9 +124,125 @@ export async function moveDeferredTaskInstances(context: StorageContext, prepare
         .executeTakeFirst();
       endedTaskInstances += Number(ended.numUpdatedRows);
     }
+    // Composite waits these triggers are members of: their outcomes recorded, and the task
+    // instances of those now satisfied moved, in this same transaction.
+    const composites = await resolveComposites(context, trx, kind, first, now);
+    movedTaskInstances += composites.moved;
     await wake(trx, adapter, ...(movedTaskInstances > 0 ? (['worker'] as const) : []), ...(endedTaskInstances > 0 ? (['scheduler'] as const) : []));
-    return { movedTaskInstances, endedTaskInstances };
+    return { movedTaskInstances, endedTaskInstances, resolvedComposites: composites.resolved };
   });
+}
+
+/**
+ * Every task instance still deferred on one of `values`' triggers goes to scheduled with that
+ * trigger's outcome (the event beside next_kwargs, or the failure marker): one statement, each
+ * task instance reading its trigger's value by id. Returns how many moved.
+ */
+async function resumeWaitingTaskInstances(
+  trx: Transaction<DatabaseSchema>,
+  adapter: DialectAdapter,
+  kind: 'event' | 'failure',
+  values: readonly TriggerValue[],
+  now: number,
+): Promise<number> {
+  if (values.length === 0) return 0;
+  const outcomeOf = await adapter.stageTriggerValues(trx, values);
+  const outcome = outcomeOf(sql.ref('task_instance.trigger_id')) as RawBuilder<string>;
+  const moved = await trx
+    // transition: resume
+    .updateTable('task_instance')
+    .set(
+      kind === 'event'
+        ? // Beside next_kwargs, not merged into it: either may be sealed (the worker joins them).
+          { next_event: outcome }
+        : { next_method: TRIGGER_FAILURE_METHOD, next_kwargs: outcome, next_event: null },
+    )
+    .set({ state: 'scheduled', trigger_id: null, updated_at: toDbTime(now) })
+    .where(
+      adapter.idIn(
+        'trigger_id',
+        values.map((value) => value.triggerId),
+      ),
+    )
+    .where('state', '=', 'deferred')
+    .executeTakeFirst();
+  return Number(moved.numUpdatedRows);
+}
+
+/**
+ * The composite waits (anyOf, allOf: see composite-trigger.ts) that `outcomes`' triggers are
+ * members of and had not fired into: each event is recorded as that member's outcome (once: a
+ * member that fires again, or late, finds its outcome set), and each composite whose tree is now
+ * satisfied moves its task instances with the composite's event; a member's failure fails the
+ * task instances of every composite waiting on it. The composites' rows are locked (after the
+ * members', in id order), so two members firing at once in two transactions resolve a composite
+ * once: the second sees the first's outcome. Nothing is read beyond one indexed lookup when no
+ * composite waits on these triggers. `resolved`: the composites to delete with the fired rows
+ * (their remaining members then go too, if nothing else waits on them).
+ */
+async function resolveComposites(
+  context: StorageContext,
+  trx: Transaction<DatabaseSchema>,
+  kind: 'event' | 'failure',
+  outcomes: readonly OutcomeRow[],
+  now: number,
+): Promise<{ moved: number; resolved: number[] }> {
+  const { adapter, keyring } = context;
+  const pending = await trx
+    .selectFrom('trigger_member')
+    .select(['composite_id', 'member_id'])
+    .where(
+      adapter.idIn(
+        'member_id',
+        outcomes.map((outcome) => outcome.triggerId),
+      ),
+    )
+    .where('outcome', 'is', null)
+    .execute();
+  if (pending.length === 0) return { moved: 0, resolved: [] };
+  const compositeIds = [...new Set(pending.map((row) => row.composite_id))];
+  const composites = await adapter
+    .lockForUpdate(trx.selectFrom('trigger').select(['id', 'classpath', 'kwargs']).where(adapter.idIn('id', compositeIds)).orderBy('id'))
+    .execute();
+  const outcomeOf = new Map(outcomes.map((outcome) => [outcome.triggerId, outcome.json]));
+  const resolved: TriggerValue[] = [];
+  if (kind === 'failure') {
+    // The failure of any member is the composite's: its task instances fail with the member's error.
+    const failedMemberOf = new Map(pending.map((row) => [row.composite_id, row.member_id]));
+    for (const composite of composites) {
+      const json = outcomeOf.get(failedMemberOf.get(composite.id)!)!;
+      resolved.push({ triggerId: composite.id, json: keyring.seal(json, 'task_instance.next_kwargs') });
+    }
+  } else {
+    for (const memberId of new Set(pending.map((row) => row.member_id))) {
+      await trx
+        .updateTable('trigger_member')
+        .set({ outcome: adapter.jsonParam(keyring.seal(outcomeOf.get(memberId)!, 'trigger_member.outcome')), fired_at: toDbTime(now) })
+        .where('member_id', '=', memberId)
+        .where(adapter.idIn('composite_id', compositeIds))
+        .where('outcome', 'is', null)
+        .execute();
+    }
+    const fired = await trx
+      .selectFrom('trigger_member')
+      .select(['id', 'composite_id', 'member_index', 'outcome'])
+      .where(adapter.idIn('composite_id', compositeIds))
+      .where('outcome', 'is not', null)
+      .execute();
+    for (const composite of composites) {
+      const leaves = new Map(
+        fired
+          .filter((row) => row.composite_id === composite.id)
+          .map((row) => [row.member_index, keyring.open(row.outcome!, 'trigger_member.outcome', `trigger member ${row.id}`)]),
+      );
+      const tree = { classpath: composite.classpath, kwargs: JSON.parse(keyring.open(composite.kwargs, 'trigger.kwargs', `trigger ${composite.id}`)) };
+      const json = compositeOutcome(tree, leaves);
+      if (json !== null)
+        resolved.push({ triggerId: composite.id, json: keyring.seal(json, 'task_instance.next_event', sealedFormOf(adapter, 'task_instance.next_event')) });
+    }
+  }
+  const moved = await resumeWaitingTaskInstances(trx, adapter, kind, resolved, now);
+  return { moved, resolved: resolved.map((value) => value.triggerId) };
 }
 
 /** A trigger has one outcome; should a batch carry two, the first (the earlier) stands. */

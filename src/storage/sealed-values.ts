@@ -29,8 +29,8 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTri
 
 /** Every column that holds sealable values, with its table and what its rows are called in messages. */
 export const SEALABLE_COLUMNS: readonly {
-  readonly table: 'trigger' | 'task_instance' | 'task_state';
-  readonly column: 'kwargs' | 'next_kwargs' | 'next_event' | 'value';
+  readonly table: 'trigger' | 'task_instance' | 'task_state' | 'trigger_member';
+  readonly column: 'kwargs' | 'next_kwargs' | 'next_event' | 'value' | 'outcome';
   readonly sealed: SealedColumn;
   readonly row: string;
 }[] = [
@@ -38,6 +38,7 @@ export const SEALABLE_COLUMNS: readonly {
   { table: 'task_instance', column: 'next_kwargs', sealed: 'task_instance.next_kwargs', row: 'task instance' },
   { table: 'task_instance', column: 'next_event', sealed: 'task_instance.next_event', row: 'task instance' },
   { table: 'task_state', column: 'value', sealed: 'task_state.value', row: 'task state' },
+  { table: 'trigger_member', column: 'outcome', sealed: 'trigger_member.outcome', row: 'trigger member' },
 ];
 
 /** The form the daemons seal `column`'s values in on this dialect (see DialectAdapter.sealedEventForm). */

@@ -567,7 +567,9 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
 
     // The real key: the plain values are sealed, the sealed ones opened and counted, and k1 is recorded.
     const rotation = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: realK1 });
-    expect(rotation.stdout).toContain('re-encrypted 2 value(s) with key k1 (trigger kwargs 1, next_kwargs 1, events 0, task state 0); 2 already were');
+    expect(rotation.stdout).toContain(
+      're-encrypted 2 value(s) with key k1 (trigger kwargs 1, next_kwargs 1, events 0, task state 0, composite members 0); 2 already were',
+    );
     expect(rotation.code).toBe(0);
     const recorded = await plain!.db.selectFrom('encryption_key').select(['key_id', 'check_value']).execute();
     expect(recorded).toEqual([{ key_id: 'k1', check_value: expect.any(String) }]);
@@ -641,7 +643,9 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     writeFileSync(keysFile, `${K2}\n${K1}\n${GONE}\n`);
     const rotated = await runCli(['db', 'rotate-key', '--db', url, '--encryption-keys-file', keysFile]);
     expect(rotated.stderr).toBe('');
-    expect(rotated.stdout).toContain('re-encrypted 7 value(s) with key k2 (trigger kwargs 3, next_kwargs 3, events 1, task state 0); 2 already were');
+    expect(rotated.stdout).toContain(
+      're-encrypted 7 value(s) with key k2 (trigger kwargs 3, next_kwargs 3, events 1, task state 0, composite members 0); 2 already were',
+    );
     expect(rotated.code).toBe(0);
 
     const [k2Only] = await databases(url, [K2]);
@@ -659,7 +663,9 @@ export const dag = new Dag({ dagId: 'secrets' }).add(new Shout({ taskId: 'shout'
     expect([quietRaw.ti.next_kwargs, quietRaw.trigger!.kwargs]).toEqual(['{}', '{}']);
 
     const idle = await runCli(['db', 'rotate-key', '--db', url], { DEFERFLOW_ENCRYPTION_KEYS: K2 });
-    expect(idle.stdout).toContain('re-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0, task state 0); 9 already were');
+    expect(idle.stdout).toContain(
+      're-encrypted 0 value(s) with key k2 (trigger kwargs 0, next_kwargs 0, events 0, task state 0, composite members 0); 9 already were',
+    );
     expect(idle.code).toBe(0);
 
     const generated = await runCli(['db', 'generate-key', '--id', 'next']);

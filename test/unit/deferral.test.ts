@@ -208,7 +208,11 @@ describe.each(testDialects)('deferral on %s', (dialect) => {
       first,
       new TaskDeferred({ trigger: new DateTimeTrigger({ moment }), method: 'resume' }),
     );
-    expect(await submitEvents(storage, [{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
+    expect(await submitEvents(storage, [{ triggerId, payloadJson: JSON.stringify(moment) }])).toEqual({
+      movedTaskInstances: 1,
+      endedTaskInstances: 0,
+      resolvedComposites: [],
+    });
 
     // The window between the two writes: the row is still there, so the deferral joins it ...
     const late = await createTaskInstance(db);

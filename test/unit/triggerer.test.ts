@@ -130,11 +130,19 @@ describe.each(testDialects)('triggerer on %s', (dialect) => {
     const db = await database();
     const storage = openStores(db);
     const first = await deferOnto(db, new t.ImmediateTrigger({ payload: 'one' }));
-    expect(await submitEvents(storage, [{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({ movedTaskInstances: 1, endedTaskInstances: 0 });
+    expect(await submitEvents(storage, [{ triggerId: first.triggerId, payloadJson: '"one"' }])).toEqual({
+      movedTaskInstances: 1,
+      endedTaskInstances: 0,
+      resolvedComposites: [],
+    });
     expect(await storage.triggers.deleteUnusedTriggers([first.triggerId])).toBe(1);
     const before = await taskInstance(db, first.id);
     // The same event again (a triggerer that lost ownership during a pause): nothing moves.
-    expect(await submitEvents(storage, [{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({ movedTaskInstances: 0, endedTaskInstances: 0 });
+    expect(await submitEvents(storage, [{ triggerId: first.triggerId, payloadJson: '"two"' }])).toEqual({
+      movedTaskInstances: 0,
+      endedTaskInstances: 0,
+      resolvedComposites: [],
+    });
     expect(await taskInstance(db, first.id)).toEqual(before);
     // A late failure for a trigger whose task instance has moved on changes nothing either.
     await submitFailures(storage, [

@@ -211,13 +211,22 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
     key: string,
     options: { readonly method: string; readonly match?: JsonValue; readonly kwargs?: JsonObject; readonly timeout?: DurationInput | null },
   ): Promise<never> {
-    const sinceVersion = await context.latestSignalVersion(key);
     return this.defer({
-      trigger: new SignalTrigger({ key, sinceVersion, ...(options.match === undefined ? {} : { match: options.match }) }),
+      trigger: await this.signalTrigger(context, key, options.match === undefined ? {} : { match: options.match }),
       method: options.method,
       ...(options.kwargs === undefined ? {} : { kwargs: options.kwargs }),
       ...(options.timeout === undefined ? {} : { timeout: options.timeout }),
     });
+  }
+
+  /**
+   * The trigger waitForSignal waits on: a signal on `key` newer than its latest version now
+   * (optionally matching `match`). For a wait that combines it with others:
+   * `this.defer({ trigger: anyOf([await this.signalTrigger(context, 'approved'), new DateTimeTrigger({ moment })]), method: 'resume' })`.
+   */
+  async signalTrigger(context: Pick<RuntimeContext, 'latestSignalVersion'>, key: string, options: { readonly match?: JsonValue } = {}): Promise<SignalTrigger> {
+    const sinceVersion = await context.latestSignalVersion(key);
+    return new SignalTrigger({ key, sinceVersion, ...(options.match === undefined ? {} : { match: options.match }) });
   }
 
   /** Ends this try as skipped (downstream tasks follow their trigger rules). */

@@ -256,7 +256,9 @@ export class OutcomeWriter implements OutcomeSink {
   /** Writes one batch; `prepared` when it was made ready ahead, else (a retry) it is made ready now. */
   async #moveBatch(kind: Kind, batch: Outcome[], failures: number, prepared?: PreparedMove): Promise<void> {
     try {
-      const { movedTaskInstances, endedTaskInstances } = await this.storage.triggers.moveDeferredTaskInstances(prepared ?? this.#prepare(kind, batch));
+      const { movedTaskInstances, endedTaskInstances, resolvedComposites } = await this.storage.triggers.moveDeferredTaskInstances(
+        prepared ?? this.#prepare(kind, batch),
+      );
       this.events.emit('database-call');
       const metrics = this.options.metrics;
       if (kind === 'event' && metrics) {
@@ -265,6 +267,8 @@ export class OutcomeWriter implements OutcomeSink {
         for (const event of batch as TriggerEventOutcome[]) metrics.eventCommitLatency.observe((committedAt - event.firedAt) / 1000);
       }
       for (const outcome of batch) this.#moved.push(outcome.triggerId);
+      // A composite wait these fired into and that is done: deleted with them, and its other members with it.
+      this.#moved.push(...resolvedComposites);
       if (movedTaskInstances + endedTaskInstances > 0) this.events.emit('moved', movedTaskInstances + endedTaskInstances);
       this.log.info(
         { kind, triggers: batch.length, moved_task_instances: movedTaskInstances, ended_task_instances: endedTaskInstances },

@@ -169,6 +169,8 @@ describe('DateTimeTrigger construction', () => {
         'deferflow.triggers.TaskStateTrigger',
         'deferflow.triggers.SignalTrigger',
         'deferflow.SensorPokeTrigger',
+        'deferflow.triggers.AnyOf',
+        'deferflow.triggers.AllOf',
       ].sort(),
     );
   });
