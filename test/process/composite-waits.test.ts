@@ -115,7 +115,7 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
       what: 'every task instance resumed',
     });
     const resumed = await states(db, [...all, ...any]);
-    all.forEach((id, i) => expect(resumed.get(id)!.event, `allOf ${i}`).toEqual({ events: [{ n: i }, { n: 1000 + i }] }));
+    for (const [i, id] of all.entries()) expect(resumed.get(id)!.event, `allOf ${i}`).toEqual({ events: [{ n: i }, { n: 1000 + i }] });
     any.forEach((id, i) => {
       const { index, event } = resumed.get(id)!.event as { index: number; event: { n: number } };
       expect(event, `anyOf ${i}`).toEqual({ n: (index === 0 ? 2000 : 3000) + i });
@@ -176,7 +176,7 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
       what: 'every task instance resumed',
     });
     const resumed = await states(db, ids);
-    ids.forEach((id, i) => expect(resumed.get(id)!.event, `task ${i}`).toEqual({ events: [{ n: i }, { n: 100 + i }] }));
+    for (const [i, id] of ids.entries()) expect(resumed.get(id)!.event, `task ${i}`).toEqual({ events: [{ n: i }, { n: 100 + i }] });
     await waitFor(async () => (await rowsLeft(db)).triggers === 0 && (await rowsLeft(db)).members === 0, { timeoutMs: 20_000, what: 'no rows left' });
     survivor.proc.kill('SIGTERM');
     expect(await survivor.proc.exit).toEqual({ code: 0, signal: null });
