@@ -57,6 +57,12 @@ export interface DialectAdapter {
    * planning a list of 2,000 parameters costs more than the lookups it asks for.
    */
   idIn(column: string, ids: readonly number[]): RawBuilder<SqlBool>;
+  /**
+   * A relation of (key text, version integer) rows, one per pair, bound as one or two
+   * parameters whatever their number: to join on, where an OR of pairs would outgrow SQLite's
+   * expression depth (1,000) or either database's parameter limit.
+   */
+  keyVersionPairs(pairs: readonly (readonly [string, number])[]): RawBuilder<{ key: string; version: number }>;
   /** A bind parameter holding JSON text (or a sealed value in the form this dialect stores it), typed for this dialect's JSON column. */
   jsonParam<T extends StoredValue>(value: T): RawBuilder<T>;
   /**
@@ -126,6 +132,8 @@ export const postgresAdapter: DialectAdapter = {
     return (triggerId) => sql`(cast(${byTrigger} as jsonb) -> cast(${triggerId} as text))`;
   },
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} = any(cast(${[...ids]} as bigint[]))`,
+  keyVersionPairs: (pairs) =>
+    sql`(select * from unnest(cast(${pairs.map(([key]) => key)} as text[]), cast(${pairs.map(([, version]) => version)} as bigint[])) as pairs (key, version))`,
   jsonParam: <T extends StoredValue>(value: T) => sql<T>`cast(${Keyring.textForm(value)} as jsonb)`,
   // SQLSTATE class 22 is "data exception" (22P02 invalid JSON, 22P05 untranslatable character,
   // 22003 out of range, …); 54000 is "program limit exceeded" (a jsonb value too large).
@@ -191,6 +199,7 @@ export const sqliteAdapter: DialectAdapter = {
   // One JSON parameter rather than one per id: the statement's text (and so SQLite's prepared
   // statement, and kysely's compiling) is the same for every batch, and no batch is too large.
   idIn: (column, ids) => sql<SqlBool>`${sql.ref(column)} in (select value from json_each(${JSON.stringify(ids)}))`,
+  keyVersionPairs: (pairs) => sql`(select value ->> 0 as key, value ->> 1 as version from json_each(${JSON.stringify(pairs)}))`,
   jsonParam: <T extends StoredValue>(value: T) => sql<T>`${value}`,
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
   supportsNotify: false,

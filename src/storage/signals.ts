@@ -1,4 +1,5 @@
 import { sql } from '../database/kysely.ts';
+import type { SqlBool } from 'kysely';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { Signal } from '../model/signal.ts';
@@ -43,14 +44,18 @@ export async function latestSignalVersions({ db }: StorageContext, keys: readonl
  * The signals of each key after its version, oldest first per key, at most `limit` in all (the
  * caller asks again from where it got to). What a listener catching up, or a poll, reads.
  */
-export async function signalsAfter({ db }: StorageContext, after: ReadonlyMap<string, number>, limit: number): Promise<Signal[]> {
+export async function signalsAfter({ db, adapter }: StorageContext, after: ReadonlyMap<string, number>, limit: number): Promise<Signal[]> {
   if (after.size === 0) return [];
+  // The keys a triggerer listens to, joined as one parameter: thousands of them (a signal each
+  // of thousands of tasks waits on) as an OR of pairs outgrew SQLite's expression depth.
   const rows = await db
     .selectFrom('signal')
-    .select(['key', 'version', 'value', 'sent_at'])
-    .where((eb) => eb.or([...after].map(([key, version]) => eb.and([eb('key', '=', key), eb('version', '>', version)]))))
-    .orderBy('key')
-    .orderBy('version')
+    .innerJoin(adapter.keyVersionPairs([...after]).as('after'), (join) =>
+      join.onRef('after.key', '=', 'signal.key').on(sql<SqlBool>`signal.version > after.version`),
+    )
+    .select(['signal.key', 'signal.version', 'signal.value', 'signal.sent_at'])
+    .orderBy('signal.key')
+    .orderBy('signal.version')
     .limit(limit)
     .execute();
   return rows.map((row) => ({ key: row.key, version: Number(row.version), value: JSON.parse(row.value) as JsonValue, sentAt: fromDbTime(row.sent_at) }));

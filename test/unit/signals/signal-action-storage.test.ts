@@ -47,6 +47,25 @@ describe.each(testDialects)('signal actions in storage on %s', (dialect) => {
     return { db, storage, watching, pendingFor };
   }
 
+  it('reads the signals after each of 5,000 keys in one query (a triggerer with that many distinct waits), each key from its own version', async () => {
+    const { storage } = await setup();
+    const keys = Array.from({ length: 5000 }, (_, i) => `many.${i}`);
+    for (const key of keys.slice(0, 3)) {
+      await storage.signals.sendSignal(key, '"first"');
+      await storage.signals.sendSignal(key, '"second"');
+    }
+    const after = new Map(keys.map((key, i) => [key, i === 1 ? 1 : 0]));
+    const read = await storage.signals.signalsAfter(after, 100);
+    expect(read.map((signal) => [signal.key, signal.version, signal.value])).toEqual([
+      ['many.0', 1, 'first'],
+      ['many.0', 2, 'second'],
+      ['many.1', 2, 'second'],
+      ['many.2', 1, 'first'],
+      ['many.2', 2, 'second'],
+    ]);
+    expect(await storage.signals.signalsAfter(after, 2)).toHaveLength(2);
+  });
+
   it('restarts a deferred task instance afresh, dropping its trigger, once per version', async () => {
     const { db, storage, watching, pendingFor } = await setup();
     const id = await watching('running');
