@@ -121,7 +121,8 @@ const allSignalsMs = Date.now() - restStart;
 await until(async () => (await countRows()) === 0, { timeoutMs: 60_000, intervalMs: 100, what: 'every row deleted' }).catch(() => {});
 const sorted = [...latencies].sort((a, b) => a - b);
 const resumedWithSignal = await database.db.selectFrom('task_instance').select('next_event').where('id', '=', ids[0]!).executeTakeFirstOrThrow();
-if ((JSON.parse(String(resumedWithSignal.next_event)) as { index?: number }).index !== 0) throw new Error(`task 0 resumed with ${String(resumedWithSignal.next_event)}, not its signal`);
+if ((JSON.parse(String(resumedWithSignal.next_event)) as { index?: number }).index !== 0)
+  throw new Error(`task 0 resumed with ${String(resumedWithSignal.next_event)}, not its signal`);
 
 console.log(
   JSON.stringify({

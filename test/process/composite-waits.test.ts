@@ -69,6 +69,20 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
     ),
   });
 
+  /** Trigger rows owned by `owner` (null: unowned). */
+  const triggersOf = async (db: TestDatabase, owner: number | null) =>
+    Number(
+      (
+        await db.db
+          .selectFrom('trigger')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .where('triggerer_id', owner === null ? 'is' : '=', owner)
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
+  const noRowsLeft = (db: TestDatabase) =>
+    waitFor(async () => (await rowsLeft(db)).triggers === 0 && (await rowsLeft(db)).members === 0, { timeoutMs: 20_000, what: 'no rows left' });
+
   it('members firing in the same instant on two triggerers resolve each composite exactly once: every allOf with both events, every anyOf with one', async () => {
     const { db, gate, open } = await setup('same-instant');
     const G = gate('all');
@@ -89,19 +103,12 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
       Array.from({ length: count }, (_, i) => anyOf([new GateTrigger({ gate: G, n: 2000 + i }), new GateTrigger({ gate: G, n: 3000 + i })])),
     );
     const one = await triggerer(db, ['--capacity', String(2 * count)]);
-    const ownedBy = async (jobId: number) =>
-      Number(
-        (
-          await db.db
-            .selectFrom('trigger')
-            .select((eb) => eb.fn.countAll().as('n'))
-            .where('triggerer_id', '=', jobId)
-            .executeTakeFirstOrThrow()
-        ).n,
-      );
-    await waitFor(async () => (await ownedBy(one.jobId)) === 2 * count, { what: 'the first triggerer holding the first members' });
+    await waitFor(async () => (await triggersOf(db, one.jobId)) === 2 * count, { what: 'the first triggerer holding the first members' });
     const two = await triggerer(db);
-    await waitFor(async () => (await ownedBy(two.jobId)) === 4 * count, { timeoutMs: 20_000, what: 'the second holding the composites and second members' });
+    await waitFor(async () => (await triggersOf(db, two.jobId)) === 4 * count, {
+      timeoutMs: 20_000,
+      what: 'the second holding the composites and second members',
+    });
     const firstMembers = await db.db
       .selectFrom('trigger_member')
       .innerJoin('trigger', 'trigger.id', 'trigger_member.member_id')
@@ -121,7 +128,7 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
       expect(event, `anyOf ${i}`).toEqual({ n: (index === 0 ? 2000 : 3000) + i });
     });
     expect(new Set([...(await states(db, plain)).values()].map((ti) => ti.state))).toEqual(new Set(['scheduled']));
-    await waitFor(async () => (await rowsLeft(db)).triggers === 0 && (await rowsLeft(db)).members === 0, { timeoutMs: 20_000, what: 'no rows left' });
+    await noRowsLeft(db);
     for (const proc of [one.proc, two.proc]) {
       proc.kill('SIGTERM');
       expect(await proc.exit).toEqual({ code: 0, signal: null });
@@ -137,22 +144,9 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
       Array.from({ length: count }, (_, i) => allOf([new GateTrigger({ gate: first, n: i }), new GateTrigger({ gate: second, n: 100 + i })])),
     );
     const victim = await triggerer(db);
-    await waitFor(
-      async () =>
-        Number(
-          (
-            await db.db
-              .selectFrom('trigger')
-              .select((eb) => eb.fn.countAll().as('n'))
-              .where('triggerer_id', '=', victim.jobId)
-              .executeTakeFirstOrThrow()
-          ).n,
-        ) ===
-        count * 3,
-      {
-        what: 'the victim holding every row',
-      },
-    );
+    await waitFor(async () => (await triggersOf(db, victim.jobId)) === count * 3, {
+      what: 'the victim holding every row',
+    });
     open(first);
     await waitFor(
       async () =>
@@ -177,7 +171,7 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
     });
     const resumed = await states(db, ids);
     for (const [i, id] of ids.entries()) expect(resumed.get(id)!.event, `task ${i}`).toEqual({ events: [{ n: i }, { n: 100 + i }] });
-    await waitFor(async () => (await rowsLeft(db)).triggers === 0 && (await rowsLeft(db)).members === 0, { timeoutMs: 20_000, what: 'no rows left' });
+    await noRowsLeft(db);
     survivor.proc.kill('SIGTERM');
     expect(await survivor.proc.exit).toEqual({ code: 0, signal: null });
   }, 90_000);
@@ -191,21 +185,9 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
       Array.from({ length: count }, (_, i) => anyOf([new GateTrigger({ gate: G, n: i }), new NeverTrigger({ tag: `never-${i}` })])),
     );
     const running = await triggerer(db);
-    await waitFor(
-      async () =>
-        Number(
-          (
-            await db.db
-              .selectFrom('trigger')
-              .select((eb) => eb.fn.countAll().as('n'))
-              .where('triggerer_id', 'is', null)
-              .executeTakeFirstOrThrow()
-          ).n,
-        ) === 0,
-      {
-        what: 'every row claimed',
-      },
-    );
+    await waitFor(async () => (await triggersOf(db, null)) === 0, {
+      what: 'every row claimed',
+    });
     // The gate opens while the clears run, one task instance at a time: some fire first, some are cleared first.
     const storage = openStores(db);
     const clears = (async () => {
@@ -215,7 +197,7 @@ describe.each(testDialects)('composite waits with triggerer processes on %s', (d
     await clears;
     // Whichever came first, a clear is the last word: no task instance waits or was resumed after it.
     expect(new Set([...(await states(db, ids)).values()].map((ti) => ti.state))).toEqual(new Set([null]));
-    await waitFor(async () => (await rowsLeft(db)).triggers === 0 && (await rowsLeft(db)).members === 0, { timeoutMs: 20_000, what: 'no rows left' });
+    await noRowsLeft(db);
     running.proc.kill('SIGTERM');
     expect(await running.proc.exit).toEqual({ code: 0, signal: null });
   }, 90_000);
