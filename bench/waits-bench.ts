@@ -68,6 +68,8 @@ const triggerer = spawn(
   ],
   { stdio: ['ignore', 'pipe', 'inherit'] },
 );
+// A run that fails half-way does not leave its triggerer behind.
+process.on('exit', () => triggerer.kill('SIGKILL'));
 let started = false;
 readline.createInterface({ input: triggerer.stdout! }).on('line', (line) => {
   if (line.includes('started on')) started = true;
