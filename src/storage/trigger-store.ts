@@ -65,6 +65,13 @@ export interface TriggerFailureOutcome {
  *            moves those past their deadline)──▶ deleted by the periodic sweep
  *            (deleteUnusedTriggers without ids) or skipped as an orphan by a claim
  *
+ * A composite wait (anyOf, allOf) is a row like any other whose generator only sleeps; its leaf
+ * members are rows like any other, linked in trigger_member, and a member that has not fired
+ * into its composite counts as waited on (claims, deleteUnusedTriggers). A member's firing
+ * records its outcome there and, in the same batch, moves the task instances of each composite
+ * it completes (resolveComposites in move-deferred-task-instances.ts): the composite is then
+ * fired → deleted, and with it its member list and the members nothing else waits on.
+ *
  * Every move is one conditional statement on the state it leaves (an owner moves only rows it
  * owns), so two triggerers never both run a trigger for long: one that lost a row stops it at
  * its next reconcile (the digest of readTriggerOwnership, listOwnedTriggerIds).

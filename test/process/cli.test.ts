@@ -181,7 +181,7 @@ describe('triggerer option validation', () => {
         proc: spawnTriggerer(['--dag', 'x', '--xyzzy', '--db', UNOPENABLE_DB]),
         stderr: [
           'error: Unknown arguments: dag, xyzzy',
-          'dag: not an option of deferflow triggerer; --dag is one of deferflow tasks clear, deferflow tasks list, deferflow tasks logs, deferflow tasks reschedules',
+          'dag: not an option of deferflow triggerer; --dag is one of deferflow tasks clear, deferflow tasks list, deferflow tasks logs, deferflow tasks reschedules, deferflow tasks state',
         ],
       },
       // A flag given without its prefix.
