@@ -65,7 +65,8 @@ export interface TriggerFailureOutcome {
  *            moves those past their deadline)──▶ deleted by the periodic sweep
  *            (deleteUnusedTriggers without ids) or skipped as an orphan by a claim
  *
- * A composite wait (anyOf, allOf) is a row like any other whose generator only sleeps; its leaf
+ * A composite wait (anyOf, allOf) is a row like any other (its triggerer holds it by id, with no
+ * generator: it fires only through its members); its leaf
  * members are rows like any other, linked in trigger_member, and a member that has not fired
  * into its composite counts as waited on (claims, deleteUnusedTriggers). A member's firing
  * records its outcome there and, in the same batch, moves the task instances of each composite

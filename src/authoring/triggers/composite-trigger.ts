@@ -17,8 +17,9 @@ import type { TriggerEvent } from './trigger-event.ts';
  * other wait needs are then deleted, so their triggerers stop them (cleanup() runs). A member
  * that fails fails the task, as a trigger of its own would. The task's `timeout` bounds the whole.
  *
- * The composite's own row is claimed and held by a triggerer like any other (its run() only
- * waits until it is stopped), so its ownership moves with the rest on a failover.
+ * The composite's own row is claimed and held by a triggerer like any other, so its ownership
+ * moves with the rest on a failover; the triggerer holds it without running it (no generator:
+ * see TriggerRunner), and its run() only sleeps, for anything else that runs it.
  */
 export abstract class CompositeTrigger extends BaseTrigger {
   /** The members as stored: leaves, or nested composites. */

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { codeOf, describeThrown, TriggerFailedError, TriggerRuntimeError, withoutDeferflowFrames } from '../../vocabulary/errors.ts';
 import { toJsonText, type JsonObject } from '../../vocabulary/serialization/json.ts';
 import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../../authoring/triggers/base-trigger.ts';
+import { CompositeTrigger } from '../../authoring/triggers/composite-trigger.ts';
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
 import type { SensorClass } from '../../authoring/sensors/sensor-class.ts';
 import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../../authoring/triggers/trigger-event.ts';
@@ -176,6 +177,12 @@ export class TriggerRunner {
   readonly #runs = new Map<number, TriggerRun>();
   /** Triggers whose class or kwargs could not be built: failure reported, not yet written. */
   readonly #unbuildable = new Set<number>();
+  /**
+   * Composite waits held (anyOf, allOf): each only waits for its members' outcomes, which the
+   * event writer resolves in the database, so it gets no run, no generator and no timer, just
+   * its id here (a generator that only slept cost ~1.4 KB a wait). Running until cancelled.
+   */
+  readonly #composites = new Set<number>();
   #heldCount = 0;
   #heldIdSum = 0;
   #runningCount = 0;
@@ -250,7 +257,7 @@ export class TriggerRunner {
 
   /** Triggers held: running, or finished with an outcome not yet written. */
   get size(): number {
-    return this.#runs.size + this.#unbuildable.size;
+    return this.#runs.size + this.#unbuildable.size + this.#composites.size;
   }
 
   /** Triggers running (not yet fired, failed or stopped): kept as runs change state, since a pass asks for it and there may be a million. */
@@ -259,16 +266,16 @@ export class TriggerRunner {
   }
 
   has(triggerId: number): boolean {
-    return this.#runs.has(triggerId) || this.#unbuildable.has(triggerId);
+    return this.#runs.has(triggerId) || this.#unbuildable.has(triggerId) || this.#composites.has(triggerId);
   }
 
   isRunning(triggerId: number): boolean {
-    return this.#runs.get(triggerId)?.state === 'running';
+    return this.#runs.get(triggerId)?.state === 'running' || this.#composites.has(triggerId);
   }
 
   /** Ids of triggers held (see size). */
   heldIds(): number[] {
-    return [...this.#runs.keys(), ...this.#unbuildable];
+    return [...this.#runs.keys(), ...this.#unbuildable, ...this.#composites];
   }
 
   /**
@@ -305,6 +312,12 @@ export class TriggerRunner {
       this.#reportFailure(row.id, row.classpath, error, 'could not be built from its row');
       return;
     }
+    if (trigger instanceof CompositeTrigger) {
+      this.#composites.add(row.id);
+      this.#runningCount++;
+      this.#held(row.id);
+      return;
+    }
     const run = new TriggerRun(row.id, this.#interned(row.classpath), trigger, this);
     attachRuntime(trigger, run);
     this.#runs.set(row.id, run);
@@ -327,6 +340,11 @@ export class TriggerRunner {
    */
   cancel(triggerId: number, killed = false): Promise<void> {
     if (this.#unbuildable.delete(triggerId)) this.#released(triggerId);
+    if (this.#composites.delete(triggerId)) {
+      this.#runningCount--;
+      this.#released(triggerId);
+      return Promise.resolve();
+    }
     const run = this.#runs.get(triggerId);
     if (!run) return Promise.resolve();
     this.#runs.delete(triggerId);
@@ -337,6 +355,7 @@ export class TriggerRunner {
 
   /** Cancels every running trigger, waiting up to `timeoutMs` for their cleanups. */
   async cancelAll(timeoutMs: number): Promise<void> {
+    for (const id of [...this.#composites]) void this.cancel(id);
     const running = [...this.#runs.values()].filter((run) => run.state === 'running').map((run) => this.cancel(run.id));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([Promise.allSettled(running), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
