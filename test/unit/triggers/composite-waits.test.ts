@@ -155,6 +155,25 @@ describe.each(testDialects)('composite waits on %s', (dialect) => {
     await noRowsLeft(db);
   });
 
+  it('a composite one of whose pending members lost its row (a bug) is a stranded wait: the reconciler fails it with DF_DEFERRAL_STRANDED', async () => {
+    const db = await database();
+    const storage = openStores(db);
+    const healthy = await defer(db, anyOf([new t.NeverTrigger({ tag: 'a' }), new t.NeverTrigger({ tag: 'b' })]));
+    const broken = await defer(db, anyOf([new t.NeverTrigger({ tag: 'c' }), new t.NeverTrigger({ tag: 'd' })]));
+    expect(await storage.triggers.failStrandedDeferrals(Date.now())).toBe(0);
+    const lost = await db.db
+      .selectFrom('trigger_member')
+      .innerJoin('task_instance', 'task_instance.trigger_id', 'trigger_member.composite_id')
+      .select('trigger_member.member_id')
+      .where('task_instance.id', '=', broken)
+      .where('trigger_member.member_index', '=', 1)
+      .executeTakeFirstOrThrow();
+    await db.db.deleteFrom('trigger').where('id', '=', lost.member_id).execute();
+    expect(await storage.triggers.failStrandedDeferrals(Date.now())).toBe(1);
+    expect(await taskInstance(db, broken)).toMatchObject({ state: 'scheduled', next_kwargs: { code: 'DF_DEFERRAL_STRANDED' } });
+    expect((await taskInstance(db, healthy)).state).toBe('deferred');
+  });
+
   it('nested: anyOf([allOf([a, b]), never]) resumes with the inner events under the index of the allOf', async () => {
     const db = await database();
     const id = await defer(db, anyOf([allOf([new t.DelayTrigger({ ms: 50 }), new t.DelayTrigger({ ms: 150 })]), new t.NeverTrigger({})]));
