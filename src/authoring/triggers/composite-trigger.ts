@@ -1,6 +1,6 @@
 import { InvalidTriggerArgumentError } from '../../vocabulary/errors.ts';
 import type { JsonValue } from '../../vocabulary/serialization/json.ts';
-import { BaseTrigger, type SerializedTrigger } from './base-trigger.ts';
+import { BaseTrigger, classpathOf, type SerializedTrigger, type TriggerClass } from './base-trigger.ts';
 import type { TriggerEvent } from './trigger-event.ts';
 
 /**
@@ -47,6 +47,11 @@ export abstract class CompositeTrigger extends BaseTrigger {
     }
   }
 
+  /** Its members' tree, as stored, under its class's classpath. */
+  override serialize(): SerializedTrigger {
+    return { classpath: classpathOf(this.constructor as TriggerClass), kwargs: { members: this.members as unknown as JsonValue[] } };
+  }
+
   /**
    * Never fires by itself: its members' outcomes resolve it (see move-deferred-task-instances.ts).
    * It sleeps until its triggerer stops it (the sleep is on the triggerer's one shared timer).
@@ -65,11 +70,6 @@ export class AnyOfTrigger extends CompositeTrigger {
   constructor(kwargs: { members: readonly (SerializedTrigger | BaseTrigger)[] }) {
     super(kwargs, 'anyOf');
   }
-
-  /** Its members' tree, as stored. */
-  override serialize(): SerializedTrigger {
-    return { classpath: AnyOfTrigger.classpath, kwargs: { members: this.members as unknown as JsonValue[] } };
-  }
 }
 
 /** Fires once every member has: resumes with `{ events: [...] }`, in the members' order. */
@@ -79,11 +79,6 @@ export class AllOfTrigger extends CompositeTrigger {
 
   constructor(kwargs: { members: readonly (SerializedTrigger | BaseTrigger)[] }) {
     super(kwargs, 'allOf');
-  }
-
-  /** Its members' tree, as stored. */
-  override serialize(): SerializedTrigger {
-    return { classpath: AllOfTrigger.classpath, kwargs: { members: this.members as unknown as JsonValue[] } };
   }
 }
 
