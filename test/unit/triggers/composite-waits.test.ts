@@ -7,7 +7,18 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { allOf, anyOf, TaskDeferred, type BaseTrigger, InvalidTriggerArgumentError, SignalTrigger } from '../../../src/index.ts';
+import {
+  allOf,
+  anyOf,
+  BaseSensorOperator,
+  isTaskDeferred,
+  TaskDeferred,
+  type BaseTrigger,
+  InvalidTriggerArgumentError,
+  resumeTaskInstance,
+  type RuntimeContext,
+  SignalTrigger,
+} from '../../../src/index.ts';
 import { DateTimeTrigger } from '../../../triggers/index.ts';
 import { TRIGGER_FAILURE_METHOD } from '../../../src/internals.ts';
 import { openStores } from '../../../src/storage/index.ts';
@@ -172,6 +183,30 @@ describe.each(testDialects)('composite waits on %s', (dialect) => {
     expect(await storage.triggers.failStrandedDeferrals(Date.now())).toBe(1);
     expect(await taskInstance(db, broken)).toMatchObject({ state: 'scheduled', next_kwargs: { code: 'DF_DEFERRAL_STRANDED' } });
     expect((await taskInstance(db, healthy)).state).toBe('deferred');
+  });
+
+  it('a sensor in deferrable mode waits on a composite of its own (its trigger()), and resumes done when it fires', async () => {
+    class FirstOfTwoSensor extends BaseSensorOperator {
+      poke(): boolean {
+        return false;
+      }
+      override trigger(): BaseTrigger {
+        return anyOf([new t.NeverTrigger({ tag: 'sensor' }), new t.DelayTrigger({ ms: 100 })]);
+      }
+    }
+    const db = await database();
+    const sensor = new FirstOfTwoSensor({ taskId: 'first_of_two', mode: 'deferrable', timeout: 60 });
+    const context = { log: { warn() {} }, signal: new AbortController().signal } as unknown as RuntimeContext;
+    const thrown = await sensor.execute(context).catch((error: unknown) => error);
+    if (!isTaskDeferred(thrown)) throw new Error(`expected the sensor to defer, got ${String(thrown)}`);
+    expect(thrown.serializedTrigger.classpath).toBe('deferflow.triggers.AnyOf');
+    const id = await createTaskInstance(db);
+    await openStores(db).taskInstances.deferTaskInstance(id, thrown);
+    await triggerer(db);
+    expect(await resumedWith(db, id)).toEqual({ index: 1, event: { slept: 100 } });
+    await db.db.updateTable('task_instance').set({ state: 'running' }).where('id', '=', id).execute();
+    // Done: the sensor's resume ends the task (no poke value to return).
+    expect(await resumeTaskInstance(db, id, sensor, context)).toBeUndefined();
   });
 
   it('nested: anyOf([allOf([a, b]), never]) resumes with the inner events under the index of the allOf', async () => {
