@@ -214,15 +214,24 @@ async function resolveComposites(
       resolved.push({ triggerId: composite.id, json: keyring.seal(json, 'task_instance.next_kwargs') });
     }
   } else {
-    for (const memberId of new Set(pending.map((row) => row.member_id))) {
-      await trx
-        .updateTable('trigger_member')
-        .set({ outcome: adapter.jsonParam(keyring.seal(outcomeOf.get(memberId)!, 'trigger_member.outcome')), fired_at: toDbTime(now) })
-        .where('member_id', '=', memberId)
-        .where(adapter.idIn('composite_id', compositeIds))
-        .where('outcome', 'is', null)
-        .execute();
-    }
+    // One statement for every member that fired, each row reading its member's outcome by id (a
+    // statement a member held the loop ~0.3 ms each: 180 ms for a batch of a few hundred on SQLite).
+    const memberIds = [...new Set(pending.map((row) => row.member_id))];
+    const sealed = await keyring.sealMany(
+      memberIds.map((memberId) => outcomeOf.get(memberId)!),
+      'trigger_member.outcome',
+    );
+    const memberOutcomeOf = await adapter.stageTriggerValues(
+      trx,
+      memberIds.map((memberId, index) => ({ triggerId: memberId, json: sealed[index]! })),
+    );
+    await trx
+      .updateTable('trigger_member')
+      .set({ outcome: memberOutcomeOf(sql.ref('trigger_member.member_id')) as RawBuilder<string>, fired_at: toDbTime(now) })
+      .where(adapter.idIn('member_id', memberIds))
+      .where(adapter.idIn('composite_id', compositeIds))
+      .where('outcome', 'is', null)
+      .execute();
     const fired = await trx
       .selectFrom('trigger_member')
       .select(['id', 'composite_id', 'member_index', 'outcome'])

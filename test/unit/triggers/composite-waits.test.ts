@@ -24,7 +24,17 @@ import { TRIGGER_FAILURE_METHOD } from '../../../src/internals.ts';
 import { openStores } from '../../../src/storage/index.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from '../../support/fixtures.ts';
+import {
+  createTaskInstance,
+  migratedDatabase,
+  startTriggerer,
+  submitEvents,
+  taskInstance,
+  waitFor,
+  type TestDatabase,
+  type TestTriggerer,
+} from '../../support/fixtures.ts';
+import { Keyring } from '../../../src/database/encryption/keyring.ts';
 
 afterAll(dropTestDatabases);
 
@@ -207,6 +217,22 @@ describe.each(testDialects)('composite waits on %s', (dialect) => {
     await db.db.updateTable('task_instance').set({ state: 'running' }).where('id', '=', id).execute();
     // Done: the sensor's resume ends the task (no poke value to return).
     expect(await resumeTaskInstance(db, id, sensor, context)).toBeUndefined();
+  });
+
+  it('with encryption on, a member outcome kept for an allOf is sealed, and the event the task resumes with opens with the key', async () => {
+    const db = await database();
+    const sealed = openStores({ ...db, keyring: Keyring.fromEntries([Keyring.generateEntry('k1')], 'test') });
+    const id = await createTaskInstance(db);
+    const wait = allOf([new t.NeverTrigger({ tag: 'first' }), new t.NeverTrigger({ tag: 'second' })]);
+    await sealed.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: wait, method: 'resume' }));
+    const members = await db.db.selectFrom('trigger_member').select(['member_index', 'member_id']).orderBy('member_index').execute();
+    await submitEvents(sealed, [{ triggerId: members[0]!.member_id, payloadJson: '{"secret":"first"}' }]);
+    const kept = await db.db.selectFrom('trigger_member').select('outcome').where('member_index', '=', 0).executeTakeFirstOrThrow();
+    expect(Keyring.sealedWith(kept.outcome!)).toBe('k1');
+    expect(Keyring.textForm(kept.outcome!)).not.toContain('secret');
+    await submitEvents(sealed, [{ triggerId: members[1]!.member_id, payloadJson: '{"secret":"second"}' }]);
+    const resumed = await sealed.taskInstances.readResumeState(id);
+    expect(JSON.parse(resumed!.nextKwargsJson!)).toEqual({ event: { events: [{ secret: 'first' }, { secret: 'second' }] } });
   });
 
   it('nested: anyOf([allOf([a, b]), never]) resumes with the inner events under the index of the allOf', async () => {
