@@ -35,6 +35,7 @@ export function registerTriggersCommands(cli: Argv): void {
               age_s: Math.round((now - trigger.createdAt) / 100) / 10,
               task_instance_count: trigger.taskInstanceCount,
               task_instances: trigger.taskInstances.map((ti) => ({ id: ti.id, dag_id: ti.dagId, task_id: ti.taskId, run_id: ti.runId })),
+              member_of: trigger.memberOf,
             }));
             printListing(rows, {
               json: args.json,
@@ -45,7 +46,7 @@ export function registerTriggersCommands(cli: Argv): void {
                 row.classpath,
                 row.triggerer_id === null ? 'unowned' : `${row.triggerer_id} on ${row.triggerer_host ?? '?'}`,
                 `${row.age_s} s`,
-                `${row.task_instance_count}: ${row.task_instances.map((ti) => `${ti.dag_id}.${ti.task_id} (${ti.run_id})`).join(', ')}${row.task_instance_count > row.task_instances.length ? ', …' : ''}`,
+                waitingCell(row),
               ],
             });
           });
@@ -53,4 +54,16 @@ export function registerTriggersCommands(cli: Argv): void {
       )
       .demandCommand(1, 'name a triggers command'),
   );
+}
+
+/** Who waits on a listed trigger: its task instances (the first few named), and the composite waits it is a member of. */
+function waitingCell(row: {
+  task_instance_count: number;
+  task_instances: readonly { dag_id: string; task_id: string; run_id: string }[];
+  member_of: readonly number[];
+}): string {
+  const named = row.task_instances.map((ti) => `${ti.dag_id}.${ti.task_id} (${ti.run_id})`).join(', ');
+  const more = row.task_instance_count > row.task_instances.length ? ', …' : '';
+  const waiting = named === '' ? `${row.task_instance_count}` : `${row.task_instance_count}: ${named}${more}`;
+  return row.member_of.length > 0 ? `${waiting}; member of composite ${row.member_of.join(', ')}` : waiting;
 }

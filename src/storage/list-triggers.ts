@@ -13,6 +13,8 @@ export interface TriggerListing {
   /** How many task instances wait on it, and the first few of them (lowest id first). */
   readonly taskInstanceCount: number;
   readonly taskInstances: readonly { readonly id: number; readonly dagId: string; readonly taskId: string; readonly runId: string }[];
+  /** The composite waits (anyOf, allOf: their trigger ids) it is a member of and has not fired into: waited on through them. */
+  readonly memberOf: readonly number[];
 }
 
 /**
@@ -57,6 +59,20 @@ export async function listTriggers(
     if (list.length < filter.perTrigger) list.push({ id: ti.id, dagId: ti.dag_id, taskId: ti.task_id, runId: ti.run_id });
     byTrigger.set(ti.trigger_id!, list);
   }
+  const memberships = await db
+    .selectFrom('trigger_member')
+    .select(['member_id', 'composite_id'])
+    .where(
+      adapter.idIn(
+        'member_id',
+        rows.map((row) => row.id),
+      ),
+    )
+    .where('outcome', 'is', null)
+    .orderBy('composite_id')
+    .execute();
+  const compositesOf = new Map<number, number[]>();
+  for (const { member_id, composite_id } of memberships) compositesOf.set(member_id, [...(compositesOf.get(member_id) ?? []), composite_id]);
   return rows.map((row) => ({
     id: row.id,
     classpath: row.classpath,
@@ -65,6 +81,7 @@ export async function listTriggers(
     triggererHost: row.hostname ?? null,
     taskInstanceCount: Number(row.waiting ?? 0),
     taskInstances: byTrigger.get(row.id) ?? [],
+    memberOf: compositesOf.get(row.id) ?? [],
   }));
 }
 

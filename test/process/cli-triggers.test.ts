@@ -1,7 +1,7 @@
 // `deferflow triggers list`: each trigger with its classpath, the triggerer running it, its age,
 // and the task instances waiting on it (a shared trigger names them all); never its kwargs.
 import { afterAll, describe, expect, it } from 'vitest';
-import { TaskDeferred } from '../../src/index.ts';
+import { anyOf, TaskDeferred } from '../../src/index.ts';
 import { openStores } from '../../src/storage/index.ts';
 import { DateTimeTrigger } from '../../triggers/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
@@ -12,7 +12,15 @@ import { spawnDeferflow, spawnTriggerer, stopCleanly } from '../support/processe
 afterAll(dropTestDatabases);
 const scratch = processScratch();
 
-type TriggerJson = { id: number; classpath: string; triggerer_id: number | null; age_s: number; task_instance_count: number; task_instances: { id: number }[] };
+type TriggerJson = {
+  id: number;
+  classpath: string;
+  triggerer_id: number | null;
+  age_s: number;
+  task_instance_count: number;
+  task_instances: { id: number }[];
+  member_of: number[];
+};
 
 describe.each(testDialects)('deferflow triggers list on %s', (dialect) => {
   it('lists triggers with their owner, age and waiting task instances, a shared one with all of them', async () => {
@@ -61,6 +69,20 @@ describe.each(testDialects)('deferflow triggers list on %s', (dialect) => {
     // The kwargs (which may hold secrets) are never shown.
     expect(table.join('\n')).not.toContain('2100-01-01');
     expect(await list('--triggerer', String(jobId + 100))).toEqual(['no triggers']);
+
+    // A composite wait's members are waited on through it: each names it.
+    const composite = await createTaskInstance(db, { state: 'running' });
+    const either = anyOf([new DateTimeTrigger({ moment: '2100-01-01T00:00:00Z' }), new DateTimeTrigger({ moment: '2102-01-01T00:00:00Z' })]);
+    await storage.taskInstances.deferTaskInstance(composite, new TaskDeferred({ trigger: either, method: 'resume' }));
+    const withComposite = JSON.parse((await list('--json')).join('\n')) as TriggerJson[];
+    const anyRow = withComposite.find((row) => row.classpath === 'deferflow.triggers.AnyOf')!;
+    expect(withComposite.map((row) => [row.classpath, row.task_instance_count, row.member_of])).toEqual([
+      ['deferflow.triggers.DateTimeTrigger', 2, [anyRow.id]],
+      ['deferflow.triggers.DateTimeTrigger', 1, []],
+      ['deferflow.triggers.AnyOf', 1, []],
+      ['deferflow.triggers.DateTimeTrigger', 0, [anyRow.id]],
+    ]);
+    expect((await list()).find((line) => line.startsWith(`${withComposite[3]!.id} `))).toMatch(new RegExp(` 0; member of composite ${anyRow.id}$`));
     await stopCleanly([triggerer]);
   }, 60_000);
 });

@@ -167,7 +167,7 @@ ${rows.map(
   (trigger) => html`<tr data-trigger="${trigger.id}"><td class="num">${trigger.id}</td><td><code>${trigger.classpath}</code></td>
 <td>${trigger.triggererId === null ? html`<span class="muted">unowned</span>` : `${trigger.triggererId} (${trigger.triggererHost ?? '?'})`}</td>
 <td>${ago(now - trigger.createdAt)}</td>
-<td>${trigger.taskInstanceCount}: ${trigger.taskInstances.map((ti, i) => html`${i > 0 ? ', ' : ''}${logLink(ti.id, `${ti.dagId}.${ti.taskId}`)}`)}${trigger.taskInstanceCount > trigger.taskInstances.length ? ' …' : ''}</td></tr>`,
+<td>${trigger.taskInstanceCount}: ${trigger.taskInstances.map((ti, i) => html`${i > 0 ? ', ' : ''}${logLink(ti.id, `${ti.dagId}.${ti.taskId}`)}`)}${trigger.taskInstanceCount > trigger.taskInstances.length ? ' …' : ''}${trigger.memberOf.length > 0 ? `; member of composite ${trigger.memberOf.join(', ')}` : ''}</td></tr>`,
 )}</table>`
 }
 ${pager('triggers', rows, after)}`;
