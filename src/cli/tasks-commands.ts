@@ -6,6 +6,11 @@ import { InvalidOptionError } from '../vocabulary/errors.ts';
 import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 import { withStorage } from './db-commands.ts';
 
+/** The options that name a DAG run, and a task instance of it, for every tasks command. */
+const RUN_OPTION = { type: 'string', demandOption: true, describe: 'The run id' } as const;
+const DAG_OPTION = { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' } as const;
+const TASK_OPTION = { type: 'string', demandOption: true, describe: 'The task id' } as const;
+
 /** `deferflow tasks list | clear | logs | reschedules | state`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
   cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules, state', (tasks) =>
@@ -15,10 +20,7 @@ export function registerTasksCommands(cli: Argv): void {
         'list',
         "List a DAG run's task instances",
         (command) =>
-          command
-            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
-            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
-            .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
+          command.option('run', RUN_OPTION).option('dag', DAG_OPTION).option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {
             const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -57,8 +59,8 @@ export function registerTasksCommands(cli: Argv): void {
         'Clear task instances so the scheduler runs them again; a deferred one stops waiting (its trigger is stopped, onKill runs)',
         (command) =>
           command
-            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
-            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('run', RUN_OPTION)
+            .option('dag', DAG_OPTION)
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' })
             .option('keep-state', {
               type: 'boolean',
@@ -103,9 +105,9 @@ export function registerTasksCommands(cli: Argv): void {
         "Print a task instance's log for one try (default: its latest), wherever it ran",
         (command) =>
           command
-            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
-            .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
-            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('run', RUN_OPTION)
+            .option('task', TASK_OPTION)
+            .option('dag', DAG_OPTION)
             .option('try', numberFlag('integer', 'The try number (default: the latest)'))
             .option('json', { type: 'boolean', describe: 'One JSON object per line' }),
         async (args) => {
@@ -160,9 +162,9 @@ export function registerTasksCommands(cli: Argv): void {
         "Print a task instance's reschedules (a sensor in reschedule mode giving its slot back between pokes), oldest first",
         (command) =>
           command
-            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
-            .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
-            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('run', RUN_OPTION)
+            .option('task', TASK_OPTION)
+            .option('dag', DAG_OPTION)
             .option('json', { type: 'boolean', describe: 'A JSON array instead of a table' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {
@@ -196,9 +198,9 @@ export function registerTasksCommands(cli: Argv): void {
         "Print a task instance's durable state (what its code kept with context.state), by key",
         (command) =>
           command
-            .option('run', { type: 'string', demandOption: true, describe: 'The run id' })
-            .option('task', { type: 'string', demandOption: true, describe: 'The task id' })
-            .option('dag', { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' })
+            .option('run', RUN_OPTION)
+            .option('task', TASK_OPTION)
+            .option('dag', DAG_OPTION)
             .option('json', { type: 'boolean', describe: 'One JSON object of every key and its value' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {
