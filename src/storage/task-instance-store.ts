@@ -109,7 +109,7 @@ export class TaskInstanceStore {
     return listTaskState(this.#context, taskInstanceId);
   }
 
-  /** Sets (JSON text) or deletes (null) a key of the state of a task instance running on try `tryNumber`; nothing otherwise (see TaskStateWrite). */
+  /** Sets (JSON text) or deletes (null) a key of the state of a task instance while `held` runs it; nothing otherwise (see TaskStateWrite). */
   writeTaskState(write: Parameters<typeof writeTaskState>[1], now = Date.now()): Promise<TaskStateWrite> {
     return writeTaskState(this.#context, write, now);
   }

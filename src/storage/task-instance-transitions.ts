@@ -177,6 +177,8 @@ function runColumn<Column extends 'logical_date' | 'conf' | 'data_interval_start
 
 export interface StartedTaskInstance {
   readonly tryNumber: number;
+  /** The worker's job running it: with tryNumber, the HeldTry its writes are conditional on. */
+  readonly workerJobId: number;
   /** The method to resume at (a deferral came back), or null for a fresh execute(). */
   readonly nextMethod: string | null;
   /** JSON text of the resumed method's kwargs (with the event), or null. */
@@ -240,6 +242,7 @@ export async function startTaskInstance(
   const opened = openNextKwargs(keyring, taskInstanceId, started.next_kwargs, started.next_event);
   return {
     tryNumber: started.try_number,
+    workerJobId,
     nextMethod: started.next_method,
     nextKwargsJson: opened.json,
     ...(opened.unreadable ? { unreadableKwargs: opened.unreadable } : {}),

@@ -1,5 +1,7 @@
+import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
+import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';
 
 /** One key of a task instance's durable state, its value opened (JSON text). */
 export interface TaskStateEntry {
@@ -43,31 +45,37 @@ export async function listTaskState({ db, keyring }: StorageContext, taskInstanc
 
 /**
  * Sets one key of a task instance's state to `json` (JSON text), or deletes it (null), for the
- * try `tryNumber` that holds it. The task instance's row is locked first, as a clear or a retry
- * locks it: a try that is no longer running (the scheduler retried it, a person cleared it)
- * writes nothing, so a stale try never leaves state behind a clear or over its successor's.
+ * try that holds it (`held`, as the worker's other writes of a try: see held-try.ts). The task
+ * instance's row is locked first, as a clear or a retry locks it: a try no longer held (the
+ * scheduler retried it, a person cleared it) writes nothing, so a stale try never leaves state
+ * behind a clear or over its successor's.
  */
 export async function writeTaskState(
   { db, adapter, keyring }: StorageContext,
-  write: { readonly taskInstanceId: number; readonly tryNumber: number; readonly key: string; readonly json: string | null },
+  write: { readonly taskInstanceId: number; readonly held: HeldTry; readonly key: string; readonly json: string | null },
   now: number,
 ): Promise<TaskStateWrite> {
   const value = write.json === null ? null : adapter.jsonParam(keyring.seal(write.json, 'task_state.value'));
+  const tryNumber = write.held.tryNumber;
   return db.transaction().execute(async (trx) => {
     const holder = await adapter
-      .lockForUpdate(trx.selectFrom('task_instance').select(['state', 'try_number']).where('id', '=', write.taskInstanceId))
+      .lockForUpdate(
+        trx
+          .selectFrom('task_instance')
+          .select(['state', 'try_number', 'worker_job_id', sql<boolean | number>`(state = 'running' and ${stillHeld(write.held)})`.as('held')])
+          .where('id', '=', write.taskInstanceId),
+      )
       .executeTakeFirst();
     if (holder === undefined) return { written: false, now: 'deleted' };
-    if (holder.state !== 'running' || holder.try_number !== write.tryNumber)
-      return { written: false, now: `${holder.state ?? 'in no state'} on try ${holder.try_number}` };
+    if (!holder.held) return { written: false, now: describeHolder(holder) };
     if (value === null) {
       await trx.deleteFrom('task_state').where('task_instance_id', '=', write.taskInstanceId).where('key', '=', write.key).execute();
       return { written: true };
     }
     await trx
       .insertInto('task_state')
-      .values({ task_instance_id: write.taskInstanceId, key: write.key, value, try_number: write.tryNumber, updated_at: toDbTime(now) })
-      .onConflict((conflict) => conflict.columns(['task_instance_id', 'key']).doUpdateSet({ value, try_number: write.tryNumber, updated_at: toDbTime(now) }))
+      .values({ task_instance_id: write.taskInstanceId, key: write.key, value, try_number: tryNumber, updated_at: toDbTime(now) })
+      .onConflict((conflict) => conflict.columns(['task_instance_id', 'key']).doUpdateSet({ value, try_number: tryNumber, updated_at: toDbTime(now) }))
       .execute();
     return { written: true };
   });

@@ -370,11 +370,12 @@ describe.each(testDialects)('worker on %s', (dialect) => {
     expect(kept.map(({ key, json, tryNumber }) => ({ key, json, tryNumber }))).toEqual([{ key: 'tries', json: '2', tryNumber: 2 }]);
 
     // The task instance is done: no try holds it, so no write lands (its code would get DF_TRY_TAKEN_OVER).
-    expect(await storage.taskInstances.writeTaskState({ taskInstanceId: id, tryNumber: 2, key: 'late', json: '1' })).toEqual({
+    const lastHeld = { workerJobId: open.workers[0]!.jobId!, tryNumber: 2 };
+    expect(await storage.taskInstances.writeTaskState({ taskInstanceId: id, held: lastHeld, key: 'late', json: '1' })).toEqual({
       written: false,
-      now: 'success on try 2',
+      now: 'success, try 2',
     });
-    expect(await storage.taskInstances.writeTaskState({ taskInstanceId: 987_654, tryNumber: 1, key: 'late', json: '1' })).toEqual({
+    expect(await storage.taskInstances.writeTaskState({ taskInstanceId: 987_654, held: lastHeld, key: 'late', json: '1' })).toEqual({
       written: false,
       now: 'deleted',
     });
@@ -405,12 +406,14 @@ describe.each(testDialects)('worker on %s', (dialect) => {
   it('with encryption on, task state values are sealed in the database and open with the keys', async () => {
     const db = await database();
     const id = await createTaskInstance(db, { state: 'running', taskId: 'sealed' });
-    await db.db.updateTable('task_instance').set({ try_number: 1 }).where('id', '=', id).execute();
+    await db.db.updateTable('task_instance').set({ try_number: 1, worker_job_id: 7 }).where('id', '=', id).execute();
     const keyring = Keyring.fromEntries([Keyring.generateEntry('k1')], 'test');
     const sealedStores = openStores({ ...db, keyring });
-    expect(await sealedStores.taskInstances.writeTaskState({ taskInstanceId: id, tryNumber: 1, key: 'token', json: '{"secret":"hunter2"}' })).toEqual({
-      written: true,
-    });
+    const write = (workerJobId: number) =>
+      sealedStores.taskInstances.writeTaskState({ taskInstanceId: id, held: { workerJobId, tryNumber: 1 }, key: 'token', json: '{"secret":"hunter2"}' });
+    // The same try number on another worker is not the try that holds it (see held-try.ts).
+    expect(await write(8)).toEqual({ written: false, now: 'running, try 1, on worker 7' });
+    expect(await write(7)).toEqual({ written: true });
     const stored = await db.db.selectFrom('task_state').select('value').executeTakeFirstOrThrow();
     expect(Keyring.sealedWith(stored.value)).toBe('k1');
     expect(Keyring.textForm(stored.value)).not.toContain('hunter2');

@@ -27,7 +27,8 @@ export function taskServices(database: Database): (claimed: ClaimedTaskInstance,
     actedSignal: (key) => storage.signals.readActedSignal(claimed.id, key),
     readTaskState: (key) => storage.taskInstances.readTaskStateValue(claimed.id, key),
     writeTaskState: async (key, json) => {
-      const wrote = await storage.taskInstances.writeTaskState({ taskInstanceId: claimed.id, tryNumber: started.tryNumber, key, json });
+      const held = { workerJobId: started.workerJobId, tryNumber: started.tryNumber };
+      const wrote = await storage.taskInstances.writeTaskState({ taskInstanceId: claimed.id, held, key, json });
       if (!wrote.written) throw new TryTakenOverError(taskLabel(claimed), started.tryNumber, wrote.now);
     },
   });
