@@ -95,6 +95,7 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     await storage.taskInstances.claimTaskInstances(me, 1, 1_000_000);
     expect(await storage.taskInstances.startTaskInstance(id, me.jobId, 60_000, 1_000_000)).toEqual({
       tryNumber: 1,
+      workerJobId: me.jobId,
       nextMethod: null,
       nextKwargsJson: null,
       executionDeadline: 1_060_000,
