@@ -18,6 +18,7 @@ import * as m0012 from './0012_signal_trigger_index.ts';
 import * as m0013 from './0013_job_liveness_lock.ts';
 import * as m0014 from './0014_task_state.ts';
 import * as m0015 from './0015_trigger_member.ts';
+import * as m0016 from './0016_human_input.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -39,4 +40,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0013_job_liveness_lock': m0013,
   '0014_task_state': m0014,
   '0015_trigger_member': m0015,
+  '0016_human_input': m0016,
 };

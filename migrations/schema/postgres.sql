@@ -29,6 +29,12 @@ table dag_signal_start
   constraint dag_signal_start_after_version_check CHECK ((after_version >= 0))
   constraint dag_signal_start_pkey PRIMARY KEY (dag_id)
   index CREATE UNIQUE INDEX dag_signal_start_pkey ON dag_signal_start USING btree (dag_id)
+table deferflow_secret
+  column name text not null
+  column value text not null
+  column created_at timestamp with time zone not null
+  constraint deferflow_secret_pkey PRIMARY KEY (name)
+  index CREATE UNIQUE INDEX deferflow_secret_pkey ON deferflow_secret USING btree (name)
 table encryption_key
   column key_id text not null
   column check_value text not null
@@ -85,6 +91,21 @@ table signal_key
   constraint signal_key_pkey PRIMARY KEY (key)
   constraint signal_key_version_check CHECK ((version >= 1))
   index CREATE UNIQUE INDEX signal_key_pkey ON signal_key USING btree (key)
+table task_input
+  column task_instance_id bigint not null
+  column try_number integer not null
+  column nonce text not null
+  column question jsonb not null
+  column asked_at timestamp with time zone not null
+  column timeout_at timestamp with time zone
+  column responded_at timestamp with time zone
+  column responded_by text
+  column response_source text
+  column response jsonb
+  constraint task_input_pkey PRIMARY KEY (task_instance_id)
+  constraint task_input_response_source_check CHECK ((response_source = ANY (ARRAY['link'::text, 'cli'::text, 'http'::text, 'api'::text, 'page'::text, 'timeout'::text])))
+  constraint task_input_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
+  index CREATE UNIQUE INDEX task_input_pkey ON task_input USING btree (task_instance_id)
 table task_instance
   column id bigint not null identity
   column dag_id text not null
@@ -114,10 +135,11 @@ table task_instance
   column next_event jsonb
   constraint task_instance_key UNIQUE (dag_id, run_id, task_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
-  constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text])))
+  constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text, 'awaiting_input'::text])))
   constraint task_instance_stop_request_check CHECK (((stop_request IS NULL) OR ((stop_request = ANY (ARRAY['restart'::text, 'success'::text, 'failed'::text, 'skipped'::text])) AND (state = 'running'::text))))
   constraint task_instance_trigger_id_fkey FOREIGN KEY (trigger_id) REFERENCES trigger(id)
   constraint task_instance_trigger_only_when_deferred CHECK (((trigger_id IS NULL) OR COALESCE((state = 'deferred'::text), false)))
+  index CREATE INDEX task_instance_awaiting_input_idx ON task_instance USING btree (ready_at) WHERE (state = 'awaiting_input'::text)
   index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (priority_weight DESC, id) WHERE (state = 'scheduled'::text)
   index CREATE INDEX task_instance_deferred_timeout_idx ON task_instance USING btree (trigger_timeout) WHERE ((state = 'deferred'::text) AND (trigger_timeout IS NOT NULL))
   index CREATE UNIQUE INDEX task_instance_key ON task_instance USING btree (dag_id, run_id, task_id, map_index)

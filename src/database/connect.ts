@@ -49,10 +49,11 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
       `the SQLite database ${target.file} (${redactDatabaseUrl(url)}) does not exist; check --db (or DEFERFLOW_DATABASE_URL), or create it with \`deferflow db migrate --db ${redactDatabaseUrl(url)}\``,
     );
   }
-  const db =
-    target.dialect === 'sqlite'
-      ? new KyselyClass<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(openSqlite(target.file)) })
-      : new KyselyClass<DatabaseSchema>({ dialect: new CurrentSchemaPostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
+  const sqlite = target.dialect === 'sqlite' ? openSqlite(target.file) : null;
+  const db = sqlite
+    ? new KyselyClass<DatabaseSchema>({ dialect: new ImmediateSqliteDialect(sqlite) })
+    : new KyselyClass<DatabaseSchema>({ dialect: new CurrentSchemaPostgresDialect({ pool: openPostgresPool(target.url, options.poolSize ?? 10) }) });
+  if (sqlite) sqliteHandles.set(db, sqlite);
   const adapter = target.dialect === 'sqlite' ? sqliteAdapter : postgresAdapter;
   return {
     db,
@@ -65,6 +66,26 @@ export function openDatabase(url: string, options: OpenDatabaseOptions = {}): Da
       await db.destroy();
     },
   };
+}
+
+/** The better-sqlite3 connection under each SQLite database's Kysely (for withSqliteSchemaEdits). */
+const sqliteHandles = new WeakMap<object, BetterSqlite3.Database>();
+
+/**
+ * Runs `work` (the migrations) with SQLite's stored schema editable: better-sqlite3 opens
+ * connections in SQLite's defensive mode, which forbids `PRAGMA writable_schema`, and a migration
+ * that loosens a CHECK constraint edits the stored definition (see DialectAdapter.loosenCheck).
+ * Only for the migrations' own transaction; other databases run `work` as it is.
+ */
+export async function withSqliteSchemaEdits<T>(db: object, work: () => Promise<T>): Promise<T> {
+  const sqlite = sqliteHandles.get(db);
+  if (!sqlite) return work();
+  sqlite.unsafeMode(true);
+  try {
+    return await work();
+  } finally {
+    sqlite.unsafeMode(false);
+  }
 }
 
 /** How long a statement or transaction waits for another process's write lock before failing. */

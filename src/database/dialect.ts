@@ -2,6 +2,7 @@ import { CompiledQuery, sql } from './kysely.ts';
 import type { Kysely, RawBuilder, SelectQueryBuilder, SqlBool, Transaction } from 'kysely';
 import { Keyring, type SealedForm, type StoredValue } from './encryption/keyring.ts';
 import { PG_NOTIFY_SQL, SCHEMA_TAG_SQL } from './postgres-driver.ts';
+import { MigrationFailedError } from '../vocabulary/errors.ts';
 
 /**
  * Every difference between SQLite and PostgreSQL that a query needs lives here; storage
@@ -83,6 +84,15 @@ export interface DialectAdapter {
   /** Whether a table of that name exists where unqualified names resolve (PostgreSQL: the search_path). */
   hasTable(db: Kysely<any>, table: string): Promise<boolean>;
   /**
+   * Widens a column's `in (…)` CHECK constraint to take more values (a migration adding a state).
+   * PostgreSQL drops and adds the named constraint. SQLite cannot alter a constraint, and its
+   * table rebuild would cascade deletes to the child tables (foreign keys cannot be turned off
+   * inside the migrations' transaction), so it edits the table's stored definition, SQLite's
+   * documented way for a change no stored row can break (lang_altertable.html, section 7), with
+   * schema edits allowed for the migrations (connect.ts withSqliteSchemaEdits).
+   */
+  widenInCheck(db: Kysely<any>, change: WidenInCheck): Promise<void>;
+  /**
    * LISTEN/NOTIFY exists: `notify` pushes `payload` on `channel` to every listening session
    * when `trx` commits. Without it (SQLite) notify does nothing and listeners poll.
    */
@@ -99,6 +109,18 @@ export interface DialectAdapter {
    * data_version; see sqlite-commit-watcher.ts), or null where the dialect pushes instead.
    */
   foreignCommitVersion(db: Kysely<any>): Promise<number | null>;
+}
+
+/** A widened `column in (…)` CHECK constraint: the values it took, and those it takes now. */
+export interface WidenInCheck {
+  readonly table: string;
+  /** Its name on PostgreSQL (an inline column check is `<table>_<column>_check`). */
+  readonly constraint: string;
+  readonly column: string;
+  /** The values it allows now, in the order written (on SQLite the text must match the stored definition). */
+  readonly values: readonly string[];
+  /** The values added. */
+  readonly added: readonly string[];
 }
 
 export interface TriggerValue {
@@ -152,6 +174,10 @@ export const postgresAdapter: DialectAdapter = {
     return error instanceof Error && /Connection terminated|connection timeout|Client has encountered a connection error/i.test(error.message);
   },
   hasTable: async (db, table) => (await sql<{ present: boolean }>`select to_regclass(${table}) is not null as present`.execute(db)).rows[0]?.present === true,
+  widenInCheck: async (db, { table, constraint, column, values, added }) => {
+    const list = [...values, ...added].map((value) => `'${value}'`).join(', ');
+    await sql.raw(`alter table ${table} drop constraint ${constraint}, add constraint ${constraint} check (${column} in (${list}))`).execute(db);
+  },
   supportsNotify: true,
   // Inside a transaction the driver sends it with the COMMIT (see postgres-driver.ts).
   notify: async (trx, channel, payload) => {
@@ -202,6 +228,25 @@ export const sqliteAdapter: DialectAdapter = {
   keyVersionPairs: (pairs) => sql`(select value ->> 0 as key, value ->> 1 as version from json_each(${JSON.stringify(pairs)}))`,
   jsonParam: <T extends StoredValue>(value: T) => sql<T>`${value}`,
   hasTable: async (db, table) => (await sql`select 1 from sqlite_master where type = 'table' and name = ${table}`.execute(db)).rows.length > 0,
+  widenInCheck: async (db, { table, column, values, added }) => {
+    const stored = await sql<{ sql: string }>`select sql from sqlite_master where type = 'table' and name = ${table}`.execute(db);
+    const definition = stored.rows[0]?.sql ?? '';
+    // The list as written, whatever whitespace (a line break) stands between its values.
+    const written = new RegExp(`(check \\(${column} in \\(${values.map((value) => `'${value}'`).join(',\\s*')})(\\)\\))`);
+    const found = definition.match(written);
+    if (!found || definition.split(found[0]).length !== 2) {
+      throw new MigrationFailedError(
+        `cannot widen the check on ${table}.${column}: its stored definition does not hold exactly one check (${column} in (${values.join(', ')}))`,
+      );
+    }
+    const widened = definition.replace(written, `$1, ${added.map((value) => `'${value}'`).join(', ')}$2`);
+    const version = (await sql<{ schema_version: number }>`pragma schema_version`.execute(db)).rows[0]!.schema_version;
+    await sql`pragma writable_schema = on`.execute(db);
+    await sql`update sqlite_master set sql = ${widened} where type = 'table' and name = ${table}`.execute(db);
+    // A new schema version makes every connection, this one too, read the definition again.
+    await sql.raw(`pragma schema_version = ${version + 1}`).execute(db);
+    await sql`pragma writable_schema = off`.execute(db);
+  },
   supportsNotify: false,
   notify: async () => {},
   notifyExpression: () => sql`null`,

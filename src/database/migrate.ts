@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { Migrator, sql } from './kysely.ts';
 import type { Kysely, Migration, MigrationResultSet } from 'kysely';
 import { MIGRATIONS } from '../../migrations/index.ts';
-import type { Database } from './connect.ts';
+import { withSqliteSchemaEdits, type Database } from './connect.ts';
 import type { DialectAdapter } from './dialect.ts';
 import { DatabaseNotMigratedError, InvalidDatabaseUrlError, MigrationFailedError } from '../vocabulary/errors.ts';
 import { redactDatabaseUrl } from './database-url.ts';
@@ -26,7 +26,7 @@ export async function migrateToLatest(database: Database): Promise<string[]> {
     migrationTableName: MIGRATION_TABLE,
     migrationLockTableName: 'deferflow_migration_lock',
   });
-  const result: MigrationResultSet = await migrator.migrateToLatest();
+  const result: MigrationResultSet = await withSqliteSchemaEdits(database.db, () => migrator.migrateToLatest());
   if (result.error) {
     const failed = result.results?.find((r) => r.status === 'Error');
     throw new MigrationFailedError(`migration ${failed?.migrationName ?? '(setup)'} failed: ${String(result.error)}`, {

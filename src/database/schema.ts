@@ -25,6 +25,8 @@ export const TASK_INSTANCE_STATES = [
   'queued',
   'running',
   'deferred',
+  // A person is asked a question (human input): no worker slot, no trigger row (migration 0016).
+  'awaiting_input',
   'success',
   'failed',
   'up_for_retry',
@@ -96,7 +98,7 @@ export interface TaskInstanceTable {
   operator: string | null;
   /** Retries allowed: a try that fails while try_number <= max_tries is retried. */
   max_tries: Generated<number>;
-  /** Earliest moment an up_for_retry or up_for_reschedule task instance may be scheduled again. */
+  /** Earliest moment an up_for_retry or up_for_reschedule task instance may be scheduled again; awaiting_input: its question's deadline. */
   ready_at: NullableDbTime;
   /** When execution_timeout runs out, fixed at the first start (deferrals do not extend it). */
   execution_deadline: NullableDbTime;
@@ -341,6 +343,40 @@ export interface JobTable {
   liveness_lock: Generated<string | null>;
 }
 
+/** task_input: the question a task instance asks a person, and the response that won (migration 0016). */
+export interface TaskInputTable {
+  /** The task instance asking: one question at a time each. */
+  task_instance_id: number;
+  /** The try that asked it: a link names it, and one made for another try is refused. */
+  try_number: number;
+  /** Random, new with each question: a link carries it, so a link for a replaced question is refused. */
+  nonce: string;
+  /** The question (model/human-input.ts InputQuestion) as JSON. */
+  question: JsonText;
+  /** When it was asked. */
+  asked_at: DbTime;
+  /** When the defaults apply (or the task fails); null: no timeout. */
+  timeout_at: NullableDbTime;
+  /** When the response that won came; null while none has. */
+  responded_at: NullableDbTime;
+  /** Who gave it (`timeout` for the defaults). */
+  responded_by: string | null;
+  /** How it came: link, cli, http, api, page or timeout. */
+  response_source: string | null;
+  /** The response (InputResponse) as JSON (sealed when encryption is on). */
+  response: SealableJson | null;
+}
+
+/** deferflow_secret: secrets deferflow makes for itself (the key that signs human-input links when none is configured). */
+export interface SecretTable {
+  /** What it is for (input_link_key). */
+  name: string;
+  /** The secret, base64url. */
+  value: string;
+  /** When it was made. */
+  created_at: DbTime;
+}
+
 /** deferflow's tables, for `new Kysely<DatabaseSchema>(…)`. */
 export interface DatabaseSchema {
   /** The trigger rows. */
@@ -363,6 +399,10 @@ export interface DatabaseSchema {
   task_state: TaskStateTable;
   /** The members of composite waits. */
   trigger_member: TriggerMemberTable;
+  /** Questions task instances ask people (human input). */
+  task_input: TaskInputTable;
+  /** Secrets deferflow made for itself. */
+  deferflow_secret: SecretTable;
   /** Each signal key's latest version. */
   signal_key: SignalKeyTable;
   /** The signals sent. */

@@ -48,16 +48,16 @@ async function proveAgainstSealedValues(context: StorageContext, id: string): Pr
   const { db, adapter, keyring } = context;
   const textPrefix = `${STORED_TEXT_PREFIX}${id}:`;
   const header = bytesHeader(id);
-  for (const { table, column, sealed, row } of SEALABLE_COLUMNS) {
+  for (const { table, column, id: key, sealed, row } of SEALABLE_COLUMNS) {
     const value = sql.ref(column);
     // substr rather than LIKE: key ids may hold `_`, LIKE's one-character wildcard.
     const inText = sql<boolean>`substr(cast(${value} as text), 1, ${textPrefix.length}) = ${textPrefix}`;
     const inBytes = sql<boolean>`substr(${value}, 1, ${header.length}) = ${header}`;
     const found = (await db
       .selectFrom(table)
-      .select(['id', value.as('value')])
+      .select([sql.ref<number>(key).as('id'), value.as('value')])
       .where(sealedFormOf(adapter, sealed) === 'bytes' ? sql<boolean>`(${inText} or ${inBytes})` : inText)
-      .orderBy('id')
+      .orderBy(sql.ref(key))
       .limit(1)
       .executeTakeFirst()) as { id: number; value: StoredValue } | undefined;
     if (found === undefined) continue;

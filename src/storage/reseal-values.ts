@@ -70,7 +70,7 @@ export async function resealValues(context: StorageContext): Promise<ResealCount
           const updated = await trx
             .updateTable(column.table)
             .set({ [column.column]: adapter.jsonParam(to) })
-            .where('id', '=', id)
+            .where(sql.ref(column.id), '=', id)
             .where(sql.ref(column.column), '=', adapter.jsonParam(from))
             .executeTakeFirst();
           resealed[column.sealed] += Number(updated.numUpdatedRows);
@@ -95,17 +95,17 @@ function opened(keyring: Keyring, value: StoredValue, column: SealedColumn, row:
 /** Calls `work` with each batch of a column's non-null values, in id order. */
 async function eachStoredValueBatch(
   { db }: StorageContext,
-  { table, column, row }: (typeof SEALABLE_COLUMNS)[number],
+  { table, column, id: key, row }: (typeof SEALABLE_COLUMNS)[number],
   work: (rows: { id: number; value: StoredValue; name: string }[]) => Promise<void>,
 ): Promise<void> {
   let after = 0;
   for (;;) {
     const rows = (await db
       .selectFrom(table)
-      .select(['id', sql.ref<string>(column).as('value')])
-      .where('id', '>', after)
+      .select([sql.ref<number>(key).as('id'), sql.ref<string>(column).as('value')])
+      .where(sql.ref(key), '>', after)
       .where(sql.ref(column), 'is not', null)
-      .orderBy('id')
+      .orderBy(sql.ref(key))
       .limit(BATCH)
       .execute()) as { id: number; value: StoredValue }[];
     if (rows.length === 0) return;

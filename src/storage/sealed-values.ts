@@ -29,16 +29,19 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTri
 
 /** Every column that holds sealable values, with its table and what its rows are called in messages. */
 export const SEALABLE_COLUMNS: readonly {
-  readonly table: 'trigger' | 'task_instance' | 'task_state' | 'trigger_member';
-  readonly column: 'kwargs' | 'next_kwargs' | 'next_event' | 'value' | 'outcome';
+  readonly table: 'trigger' | 'task_instance' | 'task_state' | 'trigger_member' | 'task_input';
+  readonly column: 'kwargs' | 'next_kwargs' | 'next_event' | 'value' | 'outcome' | 'response';
+  /** The table's key column (an integer). */
+  readonly id: 'id' | 'task_instance_id';
   readonly sealed: SealedColumn;
   readonly row: string;
 }[] = [
-  { table: 'trigger', column: 'kwargs', sealed: 'trigger.kwargs', row: 'trigger' },
-  { table: 'task_instance', column: 'next_kwargs', sealed: 'task_instance.next_kwargs', row: 'task instance' },
-  { table: 'task_instance', column: 'next_event', sealed: 'task_instance.next_event', row: 'task instance' },
-  { table: 'task_state', column: 'value', sealed: 'task_state.value', row: 'task state' },
-  { table: 'trigger_member', column: 'outcome', sealed: 'trigger_member.outcome', row: 'trigger member' },
+  { table: 'trigger', column: 'kwargs', id: 'id', sealed: 'trigger.kwargs', row: 'trigger' },
+  { table: 'task_instance', column: 'next_kwargs', id: 'id', sealed: 'task_instance.next_kwargs', row: 'task instance' },
+  { table: 'task_instance', column: 'next_event', id: 'id', sealed: 'task_instance.next_event', row: 'task instance' },
+  { table: 'task_state', column: 'value', id: 'id', sealed: 'task_state.value', row: 'task state' },
+  { table: 'trigger_member', column: 'outcome', id: 'id', sealed: 'trigger_member.outcome', row: 'trigger member' },
+  { table: 'task_input', column: 'response', id: 'task_instance_id', sealed: 'task_input.response', row: 'the question of task instance' },
 ];
 
 /** The form the daemons seal `column`'s values in on this dialect (see DialectAdapter.sealedEventForm). */

@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { sql } from 'kysely';
+import { Migrator, sql, type Kysely } from 'kysely';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openDatabase, type Database } from '../../src/database/connect.ts';
 import { MIGRATIONS_DIR, migrateToLatest } from '../../src/database/migrate.ts';
@@ -85,6 +85,68 @@ describe.each(testDialects)('migrations on %s', (dialect) => {
     open.push(database);
     return database;
   };
+
+  it('0016 widens the task instance state check in place: a database at 0015 keeps every row, its children too, and takes awaiting_input', async () => {
+    const url = await freshDatabaseUrl(dialect);
+    const database = opened(url);
+    const upTo0015 = Object.fromEntries(
+      Object.entries(MIGRATIONS)
+        .filter(([name]) => name <= '0015_trigger_member')
+        .map(([name, module]) => [name, { up: (db: Kysely<any>) => module.up(db, database.adapter) }]),
+    );
+    const older = new Migrator({
+      db: database.db,
+      // As migrate.ts does: the bookkeeping tables of this schema, not a same-named one elsewhere.
+      migrationTableSchema:
+        dialect === 'postgres' ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(database.db)).rows[0]!.schema : undefined,
+      provider: { getMigrations: async () => upTo0015 },
+      migrationTableName: 'deferflow_migration',
+      migrationLockTableName: 'deferflow_migration_lock',
+    });
+    expect((await older.migrateToLatest()).error).toBeUndefined();
+    const now = toDbTime(Date.now());
+    const { id } = await database.db
+      .insertInto('task_instance')
+      .values({ dag_id: 'old', task_id: 'kept', run_id: 'manual__1', state: 'running', try_number: 1 })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    // Children with ON DELETE CASCADE: a table rebuild would have taken them with it.
+    await database.db.insertInto('task_state').values({ task_instance_id: id, key: 'job', value: '"job-1"', try_number: 1, updated_at: now }).execute();
+    await database.db
+      .insertInto('task_reschedule')
+      .values({ task_instance_id: id, try_number: 1, start_date: now, end_date: now, reschedule_date: now })
+      .execute();
+    await expect(
+      database.db
+        .updateTable('task_instance')
+        .set({ state: 'awaiting_input' as TaskInstanceState })
+        .where('id', '=', id)
+        .execute(),
+    ).rejects.toThrow(/check/i);
+
+    expect(await migrateToLatest(database)).toContain('0016_human_input');
+    await database.db.updateTable('task_instance').set({ state: 'awaiting_input' }).where('id', '=', id).execute();
+    expect(await database.db.selectFrom('task_instance').select(['dag_id', 'state']).where('id', '=', id).executeTakeFirst()).toEqual({
+      dag_id: 'old',
+      state: 'awaiting_input',
+    });
+    expect(await database.db.selectFrom('task_state').select('key').where('task_instance_id', '=', id).execute()).toEqual([{ key: 'job' }]);
+    expect((await database.db.selectFrom('task_reschedule').select('id').where('task_instance_id', '=', id).execute()).length).toBe(1);
+    // Still a check: a state deferflow does not have is refused.
+    await expect(
+      database.db
+        .updateTable('task_instance')
+        .set({ state: 'bogus' as TaskInstanceState })
+        .where('id', '=', id)
+        .execute(),
+    ).rejects.toThrow(/check/i);
+    if (dialect === 'sqlite') {
+      expect((await sql<{ integrity_check: string }>`pragma integrity_check`.execute(database.db)).rows).toEqual([{ integrity_check: 'ok' }]);
+      // The connection is back in defensive mode: the schema cannot be written outside a migration.
+      await sql`pragma writable_schema = on`.execute(database.db);
+      await expect(sql`update sqlite_master set sql = sql where name = 'task_instance'`.execute(database.db)).rejects.toThrow();
+    }
+  });
 
   it('db migrate applies 0001_initial on a fresh database, then reports it up to date', async () => {
     const url = await freshDatabaseUrl(dialect);

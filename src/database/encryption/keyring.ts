@@ -32,7 +32,13 @@ import { SealingService } from './sealing-service.ts';
  * every key opens what it sealed, so a new key goes first and the old ones stay listed until
  * `deferflow db rotate-key` has re-sealed every row with the new one.
  */
-export type SealedColumn = 'trigger.kwargs' | 'task_instance.next_kwargs' | 'task_instance.next_event' | 'task_state.value' | 'trigger_member.outcome';
+export type SealedColumn =
+  | 'trigger.kwargs'
+  | 'task_instance.next_kwargs'
+  | 'task_instance.next_event'
+  | 'task_state.value'
+  | 'trigger_member.outcome'
+  | 'task_input.response';
 /** The two forms a sealed value is stored in: see above. */
 export type SealedForm = 'text' | 'bytes';
 /** A value as a sealable column holds it: JSON text (plain, or sealed in text form), or sealed bytes. */
