@@ -50,6 +50,12 @@ export interface WorkerConfig {
   /** A runner process's heap limit, and the resident size past which it is replaced after a task, in MB. @default 1024 */
   readonly runnerMaxMemory?: number;
   /**
+   * Where people reach the status page (`deferflow web`, or standalone's): the start of the
+   * signed links a task asking for human input sends (`…/input/<token>`).
+   * @default 'http://127.0.0.1:8794'
+   */
+  readonly publicUrl?: string;
+  /**
    * Wake on work pushed by PostgreSQL (LISTEN/NOTIFY), or on other processes' commits to a
    * SQLite file, as well as every poll; false: poll only (behind a transaction-mode pooler).
    * @default true

@@ -5,11 +5,13 @@ import { triggerDagRun, type ManualRunOptions } from '../services/dags/manual-ru
 import { openDatabase, type Database } from '../database/connect.ts';
 import { migrateToLatest } from '../database/migrate.ts';
 import { openMigratedDatabase, unreachable } from '../database/open-migrated-database.ts';
-import { InvalidOptionError, LifecycleError } from '../vocabulary/errors.ts';
+import { InvalidOptionError, LifecycleError, NotAwaitingInputError } from '../vocabulary/errors.ts';
 import { createLogger } from '../vocabulary/logging.ts';
 import type { DagRunState } from '../database/schema.ts';
 import { Scheduler } from '../daemons/scheduler/scheduler.ts';
 import { openStores } from '../storage/index.ts';
+import { InputService, type GivenAnswer } from '../services/human-input/input-service.ts';
+import type { InputResponse } from '../model/human-input.ts';
 import { SignalService, type SignalListener, type SignalSubscription } from '../services/signals/signal-service.ts';
 import { signalRoute, type SentSignal } from '../services/signals/signal-http.ts';
 import { signalAudience } from '../services/signals/signal-audience.ts';
@@ -289,6 +291,27 @@ export class Deferflow {
     return SignalService.of(this.database, this.#log).listen(key, listener, options);
   }
 
+  /**
+   * Answers a task instance's question to a person (human input: awaitInput, ApprovalOperator,
+   * BranchChoiceOperator, InputOperator) as `answer.by`, by its id or its DAG, run and task;
+   * resolves with the response recorded, and the task resumes on the next free worker slot. The
+   * first response wins: a later one is refused with DF_INPUT_ALREADY_GIVEN naming who answered
+   * and when; DF_INVALID_INPUT_RESPONSE for one that does not answer the question;
+   * DF_NOT_AWAITING_INPUT for a task instance that asks nothing.
+   */
+  async respondToInput(
+    taskInstance: number | { readonly dagId: string; readonly runId: string; readonly taskId: string; readonly mapIndex?: number },
+    answer: GivenAnswer,
+  ): Promise<InputResponse> {
+    const stores = openStores(this.database);
+    const id =
+      typeof taskInstance === 'number'
+        ? taskInstance
+        : (await stores.taskInstances.readTaskInstance({ ...taskInstance, mapIndex: taskInstance.mapIndex ?? -1 }))?.id;
+    if (id === undefined) throw new NotAwaitingInputError(`there is no task instance ${JSON.stringify(taskInstance)}`);
+    return new InputService(stores).respond(id, answer, 'api');
+  }
+
   /** The run's state now: queued, running, success or failed; null when there is no such run. */
   async dagRunState(dagId: string, runId: string): Promise<DagRunState | null> {
     return (await openStores(this.database).dagRuns.runProgress(dagId, runId))?.state ?? null;
@@ -314,7 +337,7 @@ const RUNNER_KILL_GRACE_MS = 1_000;
 
 /** Where the worker's task code runs, as --task-isolation says. */
 function taskRunnerOf(database: Database, options: ResolvedWorkerOptions, log: Logger): TaskResolver | TaskRunner {
-  if (options.taskIsolation === 'none') return dagFileResolver(database, { smartSensors: options.smartSensors });
+  if (options.taskIsolation === 'none') return dagFileResolver(database, { smartSensors: options.smartSensors, publicUrl: options.publicUrl });
   return new ProcessTaskRunner(
     {
       maxTasks: options.runnerMaxTasks,
@@ -323,7 +346,7 @@ function taskRunnerOf(database: Database, options: ResolvedWorkerOptions, log: L
       slots: options.concurrency,
       smartSensors: options.smartSensors,
     },
-    taskServices(database),
+    taskServices(database, { publicUrl: options.publicUrl }),
     log,
   );
 }

@@ -21,15 +21,42 @@ export {
   type TaskOrTasks,
   type StartTriggerOptions,
   type SignalActionOptions,
+  type AskedQuestion,
+  type AwaitingInputNotice,
+  type InputRequest,
+  type OnAwaitingInput,
 } from './operators/base-operator.ts';
+export {
+  ApprovalOperator,
+  BranchChoiceOperator,
+  InputOperator,
+  type ApprovalOptions,
+  type BranchChoiceOptions,
+  type HumanInputOptions,
+  type InputOperatorOptions,
+} from './operators/human-input-operators.ts';
+export {
+  INPUT_FIELD_TYPES,
+  INPUT_SOURCES,
+  type InputAnswer,
+  type InputField,
+  type InputFieldType,
+  type InputQuestion,
+  type InputResponse,
+  type InputSource,
+} from '../model/human-input.ts';
 export { FunctionOperator, type FunctionOperatorOptions } from './operators/function-operator.ts';
 export { MAX_TASK_STATE_KEY_LENGTH, MAX_TASK_STATE_VALUE_BYTES, type TaskState } from './operators/task-state.ts';
 export { Dag, isDag, type DagOptions } from './dags/dag.ts';
 export { TaskDeferred, isTaskDeferred, type DeferralRequest } from './operators/task-deferred.ts';
 export {
+  BranchResult,
+  TaskAwaitingInput,
   TaskFailedWithoutRetry,
   TaskRescheduled,
   TaskSkipped,
+  isBranchResult,
+  isTaskAwaitingInput,
   isTaskFailedWithoutRetry,
   isTaskRescheduled,
   isTaskSkipped,

@@ -2,7 +2,11 @@ import { numberFlag } from './declare-options.ts';
 import type { Argv } from 'yargs';
 import type { Stores } from '../storage/index.ts';
 import { formatTable } from './table.ts';
-import { InvalidOptionError } from '../vocabulary/errors.ts';
+import os from 'node:os';
+import { InvalidOptionError, NotAwaitingInputError } from '../vocabulary/errors.ts';
+import { fieldValueFromText } from '../model/human-input.ts';
+import { DEFAULT_PUBLIC_URL, WORKER_OPTIONS } from '../daemons/worker/options.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { COMMON_OPTIONS } from '../daemons/common-options.ts';
 import { withStorage } from './db-commands.ts';
 
@@ -11,9 +15,9 @@ const RUN_OPTION = { type: 'string', demandOption: true, describe: 'The run id' 
 const DAG_OPTION = { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' } as const;
 const TASK_OPTION = { type: 'string', demandOption: true, describe: 'The task id' } as const;
 
-/** `deferflow tasks list | clear | logs | reschedules | state`: the task instances of a DAG run. */
+/** `deferflow tasks list | clear | logs | reschedules | state | input | respond`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
-  cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules, state', (tasks) =>
+  cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules, state, input, respond', (tasks) =>
     tasks
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
@@ -221,6 +225,85 @@ export function registerTasksCommands(cli: Argv): void {
           });
         },
       )
+      .command(
+        'input',
+        "Print a task instance's question to a person (human input), its signed link and its response",
+        (command) =>
+          command
+            .option('run', RUN_OPTION)
+            .option('task', TASK_OPTION)
+            .option('dag', DAG_OPTION)
+            .option('public-url', { type: 'string', describe: `Where people reach the status page, for the link [env ${WORKER_OPTIONS.publicUrl.env}]` })
+            .option('json', { type: 'boolean', describe: 'One JSON object' }),
+        async (args) => {
+          await withStorage(args.db, async (storage) => {
+            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
+            const inputs = await inputService(storage);
+            const input = await inputs.question(ti.id);
+            if (!input) throw new NotAwaitingInputError(`${where} asks no question (it is ${ti.state ?? 'in no state'})`);
+            const asked = { taskInstanceId: ti.id, tryNumber: input.tryNumber, nonce: input.nonce, timeoutAt: input.timeoutAt };
+            const publicUrl = args.publicUrl ?? process.env[WORKER_OPTIONS.publicUrl.env] ?? DEFAULT_PUBLIC_URL;
+            const link = ti.state === 'awaiting_input' || (ti.state === 'running' && input.response === null) ? await inputs.linkFor(asked, publicUrl) : null;
+            if (args.json) {
+              process.stdout.write(
+                `${JSON.stringify({ state: ti.state, question: input.question, timeout_at: input.timeoutAt === null ? null : new Date(input.timeoutAt).toISOString(), link, response: input.response })}\n`,
+              );
+              return;
+            }
+            const { question } = input;
+            const lines = [
+              `${where}, ${ti.state ?? 'in no state'}: ${question.subject}`,
+              ...(question.body ? [question.body] : []),
+              ...(question.options.length > 0 ? [`options${question.multiple ? ' (several may be chosen)' : ''}: ${question.options.join(', ')}`] : []),
+              ...question.fields.map(
+                (field) =>
+                  `field ${field.name} (${field.type}${field.choices ? `: ${field.choices.join(', ')}` : ''}${field.default !== undefined ? `, default ${JSON.stringify(field.default)}` : ''})`,
+              ),
+              `timeout: ${input.timeoutAt === null ? 'none' : new Date(input.timeoutAt).toISOString()}${question.defaults ? ` (then the defaults answer: ${JSON.stringify(question.defaults)})` : ''}`,
+              input.response
+                ? `answered by ${input.response.by} at ${input.response.at} (${input.response.source}): ${JSON.stringify({ chosen: input.response.chosen, values: input.response.values })}`
+                : `not answered yet${link ? `; link: ${link}` : ''}`,
+            ];
+            process.stdout.write(`${lines.join('\n')}\n`);
+          });
+        },
+      )
+      .command(
+        'respond',
+        "Answer a task instance's question to a person (human input); the first response wins",
+        (command) =>
+          command
+            .option('run', RUN_OPTION)
+            .option('task', TASK_OPTION)
+            .option('dag', DAG_OPTION)
+            .option('choose', { type: 'string', array: true, describe: 'An option to choose (repeat for several)' })
+            .option('field', { type: 'string', array: true, describe: 'A form field, as name=value (repeat for each)' })
+            .option('by', { type: 'string', describe: 'Who responds (recorded with the response)', default: os.userInfo().username })
+            .option('json', { type: 'boolean', describe: 'Print the recorded response as JSON' }),
+        async (args) => {
+          await withStorage(args.db, async (storage) => {
+            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
+            const inputs = await inputService(storage);
+            const input = await inputs.question(ti.id);
+            if (!input) throw new NotAwaitingInputError(`${where} asks no question (it is ${ti.state ?? 'in no state'})`);
+            const values: JsonObject = {};
+            for (const pair of args.field ?? []) {
+              const at = pair.indexOf('=');
+              if (at <= 0) throw new InvalidOptionError('field', `expected name=value, got ${JSON.stringify(pair)}`);
+              const value = fieldValueFromText(input.question, pair.slice(0, at), pair.slice(at + 1));
+              if (value !== undefined) values[pair.slice(0, at)] = value;
+            }
+            const response = await inputs.respond(ti.id, { chosen: args.choose ?? [], values, by: args.by }, 'cli');
+            if (args.json) {
+              process.stdout.write(`${JSON.stringify(response)}\n`);
+              return;
+            }
+            process.stdout.write(
+              `answered ${where} as ${response.by}: ${JSON.stringify({ chosen: response.chosen, values: response.values })}; it resumes on the next free worker slot\n`,
+            );
+          });
+        },
+      )
       .demandCommand(1, 'name a tasks command'),
   );
 }
@@ -239,4 +322,10 @@ async function oneTaskInstance(storage: Stores, runId: string, taskId: string, d
   if (found.length > 1)
     throw new InvalidOptionError('dag', `${found.length} DAGs have a ${where} (${found.map((ti) => ti.dagId).join(', ')}): name one with --dag`);
   return { ti: found[0]!, where };
+}
+
+/** Human input's service, loaded with the command that uses it (the CLI loads no storage code for --help). */
+async function inputService(storage: Stores) {
+  const { InputService } = await import('../services/human-input/input-service.ts');
+  return new InputService(storage);
 }

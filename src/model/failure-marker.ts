@@ -6,7 +6,8 @@ import type { DeferflowErrorCode } from '../vocabulary/errors.ts';
  */
 export const TRIGGER_FAILURE_METHOD = '__fail__';
 
-export type FailureReason = 'trigger_failure' | 'timeout';
+/** Why: the trigger failed, the deferral timed out, or a question to a person timed out with no defaults. */
+export type FailureReason = 'trigger_failure' | 'timeout' | 'input_timeout';
 
 /** next_kwargs that the failure marker carries. */
 export interface FailureKwargs {
@@ -16,6 +17,6 @@ export interface FailureKwargs {
   readonly error: string;
   /** The trigger's stack, its own frames only; null when there is none. */
   readonly traceback: string | null;
-  /** Whether the trigger failed or the deferral timed out. */
+  /** Whether the trigger failed, the deferral timed out, or a question timed out. */
   readonly reason: FailureReason;
 }

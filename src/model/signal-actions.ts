@@ -19,6 +19,7 @@ export type ActedSignal = Omit<Signal, 'sentAt' | 'value'> & { readonly value: S
  *   scheduled, queued            -                       -                        next start is a fresh try         E
  *   running                      -                       -                        stop the try, then a fresh try   stop the try, then E
  *   deferred                     -                       -                        fresh try (trigger dropped)      E (trigger dropped)
+ *   awaiting_input               -                       -                        fresh try (question dropped)     E (its links refused)
  *   up_for_retry, up_for_rescheduled -                   -                        fresh try now                    E
  *   success, failed, skipped,    -                       -                        fresh try                        -
  *   upstream_failed
@@ -68,7 +69,7 @@ export type SignalActionPlan =
   | { readonly kind: 'request'; readonly request: StopRequest };
 
 const FINISHED: readonly (TaskInstanceState | null)[] = ['success', 'failed', 'skipped', 'upstream_failed'];
-const WAITING: readonly (TaskInstanceState | null)[] = ['deferred', 'up_for_retry', 'up_for_reschedule'];
+const WAITING: readonly (TaskInstanceState | null)[] = ['deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule'];
 
 /** The table above, for one action and state; `startsFromTrigger`: the task has a start trigger. */
 export function planSignalAction(action: SignalAction, state: TaskInstanceState | null, startsFromTrigger = false): SignalActionPlan {

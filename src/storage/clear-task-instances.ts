@@ -26,7 +26,7 @@ export interface ClearResult {
  * with `retries` more tries (max_tries = try_number + retries); what they were waiting on,
  * returned or resumed at is forgotten, and so is their durable state unless `keepState` (a
  * clear means "do it again": an external job's id kept from the last run would re-attach the
- * new tries to the old job). In the same transaction the triggers they were deferred
+ * new tries to the old job), and their questions to people (a link sent for one is refused). In the same transaction the triggers they were deferred
  * on are deleted when nothing else waits on them, so their triggerer stops them promptly. A
  * worker still running one finds it no longer its own and drops its outcome.
  */
@@ -76,6 +76,8 @@ export async function clearTaskInstances(
         .executeTakeFirst();
       cleared += Number(result.numUpdatedRows);
     }
+    // Their questions go: a link sent for one is refused from now on (DF_INPUT_LINK_INVALID).
+    await trx.deleteFrom('task_input').where(adapter.idIn('task_instance_id', ids)).execute();
     if (!options.keepState) await trx.deleteFrom('task_state').where(adapter.idIn('task_instance_id', ids)).execute();
     const deletedTriggers = await deleteUnusedTriggers({ db: trx, adapter, keyring }, triggerIds);
     if (cleared > 0) await wake(trx, adapter, 'scheduler', ...(deletedTriggers > 0 ? (['triggerer'] as const) : []));

@@ -9,6 +9,7 @@ import { JobStore } from './job-store.ts';
 import { LogStore } from './log-store.ts';
 import { SerializedDagStore } from './serialized-dag-store.ts';
 import { MaintenanceStore } from './maintenance-store.ts';
+import { InputStore } from './input-store.ts';
 
 export type { ClaimResult, TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
@@ -37,7 +38,12 @@ export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export type { HeldTry } from './held-try.ts';
 export type { HeldTryNews } from './check-held-tries.ts';
-export type { TriggerStore, TaskInstanceStore, DagRunStore, SignalStore, JobStore, LogStore, SerializedDagStore, MaintenanceStore };
+export type { TriggerStore, TaskInstanceStore, DagRunStore, SignalStore, JobStore, LogStore, SerializedDagStore, MaintenanceStore, InputStore };
+export type { AskedInput, AskResult } from './ask-for-input.ts';
+export type { AwaitInputResult } from './await-input.ts';
+export type { GivenResponse } from './respond-to-input.ts';
+export type { TaskInput } from './read-task-input.ts';
+export type { InputTimeouts } from './time-out-awaited-input.ts';
 export { TRIGGER_FAILURE_METHOD, type FailureKwargs } from './context.ts';
 export { signalRunId } from './latest-scheduled-run.ts';
 
@@ -58,6 +64,7 @@ export interface Stores {
   readonly logs: LogStore;
   readonly serializedDags: SerializedDagStore;
   readonly maintenance: MaintenanceStore;
+  readonly inputs: InputStore;
 }
 
 /** The stores of an open database (its keyring opens and seals values; none: plain values only). */
@@ -72,5 +79,6 @@ export function openStores(database: Pick<Database, 'db' | 'adapter'> & Partial<
     logs: new LogStore(context),
     serializedDags: new SerializedDagStore(context),
     maintenance: new MaintenanceStore(context),
+    inputs: new InputStore(context),
   };
 }

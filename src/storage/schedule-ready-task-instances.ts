@@ -21,12 +21,17 @@ export async function scheduleReadyTaskInstances({ db, adapter }: StorageContext
   return rows.length;
 }
 
-/** The earliest ready_at of an up_for_retry or up_for_reschedule task instance (epoch ms); null when none waits. */
+/**
+ * The earliest ready_at (epoch ms) of an up_for_retry or up_for_reschedule task instance, or of
+ * the deadline of a question awaiting input (time-out-awaited-input.ts); null when none waits.
+ * Each through its own partial index.
+ */
 export async function nextReadyAt({ db }: StorageContext): Promise<number | null> {
-  const row = await db
-    .selectFrom('task_instance')
-    .select(sql<Date | string | null>`min(ready_at)`.as('ready_at'))
-    .where('state', 'in', ['up_for_retry', 'up_for_reschedule'])
-    .executeTakeFirst();
-  return row?.ready_at ? fromDbTime(row.ready_at) : null;
+  const earliest = (states: readonly ('up_for_retry' | 'up_for_reschedule' | 'awaiting_input')[]) =>
+    db.selectFrom('task_instance').select(sql<Date | string | null>`min(ready_at)`.as('ready_at')).where('state', 'in', states);
+  const rows = await earliest(['up_for_retry', 'up_for_reschedule'])
+    .unionAll(earliest(['awaiting_input']))
+    .execute();
+  const times = rows.flatMap((row) => (row.ready_at ? [fromDbTime(row.ready_at)] : []));
+  return times.length === 0 ? null : Math.min(...times);
 }

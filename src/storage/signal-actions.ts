@@ -135,7 +135,18 @@ export async function applySignalAction(
           .updateTable('task_instance')
           .set({ state: null, ...WAIT_DROPPED, start_date: null, end_date: null, return_value: null, updated_at: toDbTime(now) })
           .where('id', '=', pending.taskInstanceId)
-          .where('state', 'in', ['scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'])
+          .where('state', 'in', [
+            'scheduled',
+            'queued',
+            'deferred',
+            'awaiting_input',
+            'up_for_retry',
+            'up_for_reschedule',
+            'success',
+            'failed',
+            'skipped',
+            'upstream_failed',
+          ])
           .where(inState(pending.state))
           .executeTakeFirst();
         changed = Number(result.numUpdatedRows);
@@ -146,7 +157,7 @@ export async function applySignalAction(
           .updateTable('task_instance')
           .set({ state: 'scheduled', ...WAIT_DROPPED, end_date: null, return_value: null, updated_at: toDbTime(now) })
           .where('id', '=', pending.taskInstanceId)
-          .where('state', 'in', ['deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'])
+          .where('state', 'in', ['deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'])
           .where(inState(pending.state))
           .executeTakeFirst();
         changed = Number(result.numUpdatedRows);
@@ -157,7 +168,9 @@ export async function applySignalAction(
           .updateTable('task_instance')
           .set({ state: plan.state, ...WAIT_DROPPED, end_date: toDbTime(now), updated_at: toDbTime(now) })
           .where('id', '=', pending.taskInstanceId)
-          .where((eb) => eb.or([eb('state', 'is', null), eb('state', 'in', ['scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule'])]))
+          .where((eb) =>
+            eb.or([eb('state', 'is', null), eb('state', 'in', ['scheduled', 'queued', 'deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule'])]),
+          )
           .where(inState(pending.state))
           .executeTakeFirst();
         changed = Number(result.numUpdatedRows);

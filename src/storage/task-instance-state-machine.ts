@@ -16,17 +16,23 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../database/schema
  *   deferred ──triggerer: trigger_timeout passed──▶ scheduled, resumed at __fail__
  *   deferred ──triggerer's reconciler: no trigger row and no timeout (stranded)──▶ scheduled, resumed at __fail__
  *   up_for_retry | up_for_reschedule ──scheduler: ready_at passed──▶ scheduled
+ *   running ──worker: the try asked a person a question (awaitInput)──▶ awaiting_input
+ *       (no slot, no trigger row), or ▶ scheduled when the response came while the try still ran
+ *   awaiting_input ──a person's response (link, CLI, HTTP, API, status page)──▶ scheduled, resumed at next_method
+ *   awaiting_input ──scheduler: its deadline (ready_at) passed──▶ scheduled, resumed with the
+ *       question's defaults, or at __fail__ (DF_INPUT_TIMEOUT) when it has none
+ *   (no state) ──worker: a branch chose other downstream tasks (BranchChoiceOperator)──▶ skipped
  *   queued ──scheduler: its worker's heartbeat went stale──▶ scheduled (it never started)
  *   running ──scheduler: its worker's heartbeat went stale──▶ up_for_retry | failed
  *   any ──CLI: tasks clear──▶ (no state)
  *   (no state) ──scheduler: a start or restart signal came──▶ scheduled
  *   a signal's restart (src/model/signal-actions.ts has the whole table):
- *     deferred | up_for_retry | up_for_reschedule | success | failed | skipped | upstream_failed
+ *     deferred | awaiting_input | up_for_retry | up_for_reschedule | success | failed | skipped | upstream_failed
  *       ──scheduler──▶ scheduled, afresh (a new try; the trigger dropped)
  *     scheduled | queued ──scheduler──▶ the same state, its resume point dropped (the start is a new try)
  *     any of these, of a task that starts from its trigger ──scheduler──▶ (no state), afresh, the
  *       signal still to act on: it starts from its trigger as a (no state) task does
- *   a signal's stop: (no state) | scheduled | queued | deferred | up_for_retry | up_for_reschedule
+ *   a signal's stop: (no state) | scheduled | queued | deferred | awaiting_input | up_for_retry | up_for_reschedule
  *       ──scheduler──▶ its end state (skipped, failed or success)
  *   running ──scheduler: a signal stops or restarts it──▶ running, stop_request set
  *   running (stop_request) ──its worker aborts the try | the scheduler, its worker dead──▶
@@ -78,17 +84,37 @@ export const TASK_INSTANCE_TRANSITIONS = {
   'time-out': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (timeout sweep)', file: 'fail-timed-out-deferrals.ts' },
   'strand-repair': { from: ['deferred'], to: ['scheduled'], by: 'triggerer (the reconciler: no trigger row, no timeout)', file: 'fail-stranded-deferrals.ts' },
   'ready-again': { from: ['up_for_retry', 'up_for_reschedule'], to: ['scheduled'], by: 'scheduler', file: 'schedule-ready-task-instances.ts' },
+  'await-input': { from: ['running'], to: ['awaiting_input'], by: 'worker (the try asked a question: awaitInput)', file: 'await-input.ts' },
+  'await-input-answered': {
+    from: ['running'],
+    to: ['scheduled'],
+    by: 'worker (the try asked a question whose response came while it still ran)',
+    file: 'await-input.ts',
+  },
+  respond: {
+    from: ['awaiting_input'],
+    to: ['scheduled'],
+    by: "a person's response (link, CLI, HTTP, API, status page) or the scheduler's defaults at the deadline",
+    file: 'respond-to-input.ts',
+  },
+  'input-time-out': {
+    from: ['awaiting_input'],
+    to: ['scheduled'],
+    by: 'scheduler (a question with no defaults past its deadline)',
+    file: 'time-out-awaited-input.ts',
+  },
+  'branch-skip': { from: [null], to: ['skipped'], by: 'worker (a branch followed other downstream tasks)', file: 'task-instance-transitions.ts' },
   'reap-queued': { from: ['queued'], to: ['scheduled'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
   'reap-running': { from: ['running'], to: ['up_for_retry', 'failed'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
   clear: { from: 'any', to: [null], by: 'CLI (tasks clear)', file: 'clear-task-instances.ts' },
   'signal-restart': {
-    from: ['deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
+    from: ['deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
     to: ['scheduled'],
     by: 'scheduler (a restart signal)',
     file: 'signal-actions.ts',
   },
   'signal-restart-from-trigger': {
-    from: ['scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
+    from: ['scheduled', 'queued', 'deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
     to: [null],
     by: 'scheduler (a restart signal of a task that starts from its trigger; the start follows from no state)',
     file: 'signal-actions.ts',
@@ -96,7 +122,7 @@ export const TASK_INSTANCE_TRANSITIONS = {
   'signal-start': { from: [null], to: ['scheduled'], by: 'scheduler (a start or restart signal, the version recorded with it)', file: 'signal-actions.ts' },
   'signal-fresh-start': { from: ['scheduled', 'queued'], to: [], by: 'scheduler (a restart signal before the start)', file: 'signal-actions.ts' },
   'signal-stop': {
-    from: [null, 'scheduled', 'queued', 'deferred', 'up_for_retry', 'up_for_reschedule'],
+    from: [null, 'scheduled', 'queued', 'deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule'],
     to: ['success', 'failed', 'skipped'],
     by: 'scheduler (a stop signal)',
     file: 'signal-actions.ts',

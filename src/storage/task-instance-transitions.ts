@@ -253,7 +253,13 @@ export async function startTaskInstance(
 
 /** How a run of a task instance ended (a deferral is recorded by deferTaskInstance instead). */
 export type TaskOutcome =
-  | { readonly state: 'success' /** JSON text of what execute() returned, or null. */; readonly returnValueJson: string | null }
+  | {
+      readonly state: 'success';
+      /** JSON text of what execute() returned, or null. */
+      readonly returnValueJson: string | null;
+      /** A branch: the direct downstream tasks it follows; the others are skipped with its success. */
+      readonly followTaskIds?: readonly string[];
+    }
   | { readonly state: 'skipped' }
   | { readonly state: 'failed' }
   | { readonly state: 'up_for_retry'; readonly readyAt: number }
@@ -288,7 +294,38 @@ export async function finishTaskInstance(
       return true;
     });
   }
+  if (outcome.state === 'success' && outcome.followTaskIds !== undefined) {
+    const follow = outcome.followTaskIds;
+    return db.transaction().execute(async (trx) => {
+      const finished = await finishRun({ db: trx, adapter, keyring }, taskInstanceId, held, outcome, terminal, now);
+      if (!finished) return false;
+      await skipBranchesNotFollowed({ db: trx, adapter, keyring }, taskInstanceId, follow, now);
+      return true;
+    });
+  }
   return (await finishRun({ db, adapter, keyring }, taskInstanceId, held, outcome, terminal, now)) !== null;
+}
+
+/**
+ * A branch that succeeded: its direct downstream tasks it does not follow, not decided yet, are
+ * skipped (their own downstream tasks then follow their trigger rules). Downstream tasks are read
+ * from the DAG as serialized (upstream_task_ids), inside the finish's transaction.
+ */
+async function skipBranchesNotFollowed({ db }: StorageContext, taskInstanceId: number, follow: readonly string[], now: number): Promise<void> {
+  const ti = await db.selectFrom('task_instance').select(['dag_id', 'run_id', 'task_id']).where('id', '=', taskInstanceId).executeTakeFirstOrThrow();
+  const stored = await db.selectFrom('serialized_dag').select('data').where('dag_id', '=', ti.dag_id).executeTakeFirst();
+  const tasks = stored ? (JSON.parse(stored.data) as { dag: { tasks: { task_id: string; upstream_task_ids: string[] }[] } }).dag.tasks : [];
+  const notFollowed = tasks.filter((task) => task.upstream_task_ids.includes(ti.task_id) && !follow.includes(task.task_id)).map((task) => task.task_id);
+  if (notFollowed.length === 0) return;
+  await db
+    // transition: branch-skip
+    .updateTable('task_instance')
+    .set({ state: 'skipped', end_date: toDbTime(now), updated_at: toDbTime(now) })
+    .where('dag_id', '=', ti.dag_id)
+    .where('run_id', '=', ti.run_id)
+    .where('task_id', 'in', notFollowed)
+    .where('state', 'is', null)
+    .execute();
 }
 
 async function finishRun(

@@ -53,6 +53,12 @@ export const ERROR_CODES = [
   'DF_TASK_CRASHED',
   'DF_ENCRYPTION_KEY',
   'DF_ENCRYPTION_KEY_MISMATCH',
+  'DF_INVALID_INPUT_REQUEST',
+  'DF_INVALID_INPUT_RESPONSE',
+  'DF_INPUT_LINK_INVALID',
+  'DF_INPUT_ALREADY_GIVEN',
+  'DF_NOT_AWAITING_INPUT',
+  'DF_INPUT_TIMEOUT',
 ] as const;
 
 /** Every stable error code deferflow has (DF_…), each documented in docs/error-codes.md. */
@@ -499,5 +505,61 @@ export class EncryptionKeyMismatchError extends DeferflowError {
         `Check that DEFERFLOW_ENCRYPTION_KEYS (or the keys file) holds the same ${keyId} as every other process of this deployment, ` +
         'or give a new key a new id (`deferflow db generate-key --id ID`)',
     );
+  }
+}
+
+/** awaitInput() (or a human-input operator) was given a question it cannot ask: the message names the field. */
+export class InvalidInputRequestError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_INPUT_REQUEST', message);
+  }
+}
+
+/** A response does not answer the question asked (an option it does not offer, a field missing or of the wrong type); nothing was recorded. */
+export class InvalidInputResponseError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INVALID_INPUT_RESPONSE', message);
+  }
+}
+
+/**
+ * A human-input link was refused: its signature does not match (tampered or made with another
+ * secret), it expired, or it was made for a question that is no longer asked (an older try, a
+ * cleared or marked task instance). Nothing was recorded.
+ */
+export class InputLinkInvalidError extends DeferflowError {
+  constructor(
+    message: string,
+    /** Why: the signature, the expiry, or a question no longer asked. */
+    readonly reason: 'signature' | 'expired' | 'stale',
+  ) {
+    super('DF_INPUT_LINK_INVALID', message);
+  }
+}
+
+/** The question was answered already: the first response wins; this one names who gave it and when. Nothing was recorded. */
+export class InputAlreadyGivenError extends DeferflowError {
+  constructor(
+    message: string,
+    /** Who gave the response that won. */
+    readonly respondedBy: string,
+    /** When (epoch ms). */
+    readonly respondedAt: number,
+  ) {
+    super('DF_INPUT_ALREADY_GIVEN', message);
+  }
+}
+
+/** A response was given for a task instance that is not awaiting input (never asked, cleared, ended). */
+export class NotAwaitingInputError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_NOT_AWAITING_INPUT', message);
+  }
+}
+
+/** Raised inside a resumed task whose question timed out with no defaults to answer it. */
+export class InputTimeoutError extends DeferflowError {
+  constructor(message: string) {
+    super('DF_INPUT_TIMEOUT', message);
   }
 }

@@ -105,11 +105,11 @@ describe.each(testDialects)('README example on %s', (dialect) => {
 });
 
 describe('the npm start demo DAG', () => {
-  it('examples/dags loads cleanly (with the streaming example): deferral_demo has 200 tasks that each defer 10 s on a TimeDeltaTrigger and resume at afterWait', async () => {
+  it('examples/dags loads cleanly (with the streaming and release examples): deferral_demo has 200 tasks that each defer 10 s on a TimeDeltaTrigger and resume at afterWait', async () => {
     const { loadDagFolder } = await import('../../src/authoring/dags/loader.ts');
     const loaded = await loadDagFolder('examples/dags');
     expect(loaded.errors).toEqual([]);
-    expect(loaded.dags.map(({ dag }) => dag.dagId).sort()).toEqual(['deferral_demo', 'streaming_demo']);
+    expect(loaded.dags.map(({ dag }) => dag.dagId).sort()).toEqual(['deferral_demo', 'release_approval', 'streaming_demo']);
     const tasks = loaded.dags.find(({ dag }) => dag.dagId === 'deferral_demo')!.dag.tasks;
     expect(tasks).toHaveLength(200);
     const before = Date.now();

@@ -93,6 +93,8 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
       concurrency: pick('concurrency') as number,
       shutdownGrace: pick('shutdownGrace') as number,
       smartSensors: pick('smartSensors') as string,
+      // Human-input links lead to this process's own status page, unless DEFERFLOW_PUBLIC_URL says otherwise.
+      ...(http !== null && http.port !== 0 && !env.DEFERFLOW_PUBLIC_URL ? { publicUrl: `http://${reachableHost(http.host)}:${http.port}` } : {}),
     },
     env,
   );
@@ -111,4 +113,10 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
     logLevel,
     logFormat,
   });
+}
+
+/** An address to put in a link: a wildcard listen address is reached on this machine as loopback. */
+function reachableHost(host: string): string {
+  if (host === '0.0.0.0' || host === '::' || host === '[::]') return '127.0.0.1';
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }

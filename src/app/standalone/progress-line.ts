@@ -4,7 +4,8 @@ import type { RunProgress } from '../../storage/index.ts';
 const GROUPS = {
   waiting: ['none', 'scheduled', 'queued', 'up_for_retry', 'up_for_reschedule'],
   running: ['running'],
-  deferred: ['deferred'],
+  // Waiting without a slot: on a trigger, or for a person.
+  deferred: ['deferred', 'awaiting_input'],
   done: ['success', 'failed', 'skipped', 'upstream_failed'],
 } as const;
 

@@ -78,7 +78,7 @@ th{background:#eef2f6;font-weight:600} td.num{text-align:right;font-variant-nume
 a{color:#0b5cad} .muted{color:#66727f} .pager{margin:10px 0} .pager a{margin-right:14px}
 .state{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;color:#fff;background:#8a96a3}
 .state-success{background:#2e8540}.state-failed,.state-upstream_failed{background:#c62828}.state-running{background:#2a9d8f}
-.state-deferred{background:#7b4fd1}.state-scheduled,.state-queued{background:#a0740b}.state-skipped{background:#e58cc4}
+.state-deferred{background:#7b4fd1}.state-awaiting_input{background:#1f6feb}.state-scheduled,.state-queued{background:#a0740b}.state-skipped{background:#e58cc4}
 .state-up_for_retry,.state-up_for_reschedule{background:#d98324}.state-alive{background:#2e8540}.state-dead{background:#c62828}
 .state-ended{background:#8a96a3}
 pre.log{background:#0f1720;color:#dde6ee;padding:10px;overflow:auto;font:12px/1.5 ui-monospace,Menlo,monospace;white-space:pre-wrap}
@@ -90,6 +90,7 @@ pre.log .trigger{color:#c3a6ff} pre.log .warn{color:#ffd479} pre.log .error{colo
 const NAV: readonly [string, string][] = [
   ['/', 'Overview'],
   ['/deferred', 'Deferred'],
+  ['/awaiting', 'Awaiting input'],
   ['/triggers', 'Triggers'],
   ['/triggerers', 'Triggerers'],
   ['/dags', 'DAGs'],

@@ -8,6 +8,8 @@ import { nextDueAt } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
 import { type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
 import { ago, href, html, isoMoment, page, stateBadge, type Html } from './html.ts';
+import { InputService } from '../../services/human-input/input-service.ts';
+import { inputRoutes, questionPage } from './input-pages.ts';
 
 /** Rows on one page of a long list (deferred task instances, triggers). */
 export const PAGE_ROWS = 100;
@@ -42,13 +44,19 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     body: page('Not found', '', html`<h1>Not found</h1><p>${what}</p>`, 0),
   });
 
+  const inputs = new InputService(storage);
+  // Their own permissions: a signed link needs no login; the API wants the token as a bearer.
+  const input = inputRoutes(inputs, options.token);
+
   return async (request) => {
+    const answered = await input(request);
+    if (answered) return answered;
     const url = new URL(request.url, 'http://deferflow.invalid');
     const segments = url.pathname
       .split('/')
       .filter((segment) => segment !== '')
       .map((segment) => decodeURIComponent(segment));
-    const known = segments.length === 0 || ['deferred', 'triggers', 'triggerers', 'dags', 'ti'].includes(segments[0]!);
+    const known = segments.length === 0 || ['deferred', 'awaiting', 'triggers', 'triggerers', 'dags', 'ti'].includes(segments[0]!);
     if (!known) return null;
     if (token !== null && !authorized(request.headers.authorization, token)) {
       return {
@@ -63,6 +71,11 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     const [area, id, sub, subId] = segments;
     if (area === undefined) return show('Overview', '/', await overview(storage, options, locks));
     if (area === 'deferred' && id === undefined) return show('Deferred task instances', '/deferred', await deferredPage(storage, after));
+    if (area === 'awaiting' && id === undefined) return show('Awaiting input', '/awaiting', await awaitingPage(storage));
+    if (area === 'ti' && id !== undefined && sub === 'input') {
+      const content = await tiInputPage(inputs, Number(id));
+      return content ? show(`Question of task instance ${id}`, '/awaiting', content) : notFound(`Task instance ${id} asks no question.`);
+    }
     if (area === 'triggers' && id === undefined) return show('Triggers', '/triggers', await triggersPage(storage, after));
     if (area === 'triggerers' && id === undefined) return show('Triggerers', '/triggerers', await triggerersPage(storage, options, locks));
     if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
@@ -121,6 +134,7 @@ async function overview(storage: Stores, options: StatusPageOptions, locks: Live
   const card = (figure: number, what: string, link: string) => html`<a class="card" href="${link}"><b>${figure.toLocaleString('en')}</b>${what}</a>`;
   return html`<h1>Overview</h1><div class="cards">
 ${card(counts.deferredTaskInstances, 'deferred task instances', '/deferred')}
+${card(counts.awaitingInput, 'awaiting input', '/awaiting')}
 ${card(triggers, 'triggers', '/triggers')}
 ${card(alive, 'live triggerers', '/triggerers')}
 ${card(counts.dagRuns.running + counts.dagRuns.queued, 'unfinished DAG runs', '/dags')}
@@ -152,6 +166,37 @@ ${rows.map(
 )}</table>`
 }
 ${pager('deferred', rows, after)}`;
+}
+
+async function awaitingPage(storage: Stores): Promise<Html> {
+  const now = Date.now();
+  const rows = await storage.inputs.listAwaitingInput(PAGE_ROWS);
+  return html`<h1>Awaiting input</h1>
+${
+  rows.length === 0
+    ? html`<p class="muted">No task instance awaits input.</p>`
+    : html`
+<table id="awaiting"><tr><th>task instance</th><th>DAG</th><th>task</th><th>run</th><th>question</th><th>asked</th><th>timeout in</th></tr>
+${rows.map(
+  (
+    ti,
+  ) => html`<tr data-ti="${ti.id}"><td class="num">${logLink(ti.id, ti.id)}</td><td>${dagLink(ti.dagId)}</td><td>${ti.taskId}</td><td>${runLink(ti.dagId, ti.runId)}</td>
+<td><a href="${href(['ti', ti.id, 'input'])}">${ti.subject}</a></td><td>${ago(now - ti.askedAt)} ago</td>
+<td title="${isoMoment(ti.timeoutAt)}">${ti.timeoutAt === null ? html`<span class="muted">none</span>` : ago(ti.timeoutAt - now)}</td></tr>`,
+)}</table>`
+}`;
+}
+
+/** A task instance's question with the form that answers it: it posts to the question's signed link (see input-pages.ts). */
+async function tiInputPage(inputs: InputService, id: number): Promise<Html | null> {
+  if (!Number.isSafeInteger(id)) return null;
+  const input = await inputs.question(id);
+  if (!input) return null;
+  const asking = input.currentTry === input.tryNumber && (input.state === 'awaiting_input' || input.state === 'running');
+  if (!asking && !input.response)
+    return html`<h1>${input.question.subject}</h1><p class="muted">No longer asked: the task instance is ${input.state ?? 'in no state'}.</p>`;
+  const token = await inputs.tokenFor({ taskInstanceId: id, tryNumber: input.tryNumber, nonce: input.nonce, timeoutAt: input.timeoutAt });
+  return questionPage(input, token, null, 'page');
 }
 
 async function triggersPage(storage: Stores, after: number | undefined): Promise<Html> {

@@ -1,4 +1,15 @@
-import { InvalidDagError, TaskDeferralError, TaskDeferralTimeout, UnknownNextMethodError } from '../../vocabulary/errors.ts';
+import {
+  describeThrown,
+  InputTimeoutError,
+  InvalidDagError,
+  InvalidInputRequestError,
+  TaskDeferralError,
+  TaskDeferralTimeout,
+  UnknownNextMethodError,
+} from '../../vocabulary/errors.ts';
+import { checkQuestion, type InputField, type InputQuestion } from '../../model/human-input.ts';
+import { assertJsonObject } from '../../vocabulary/serialization/json.ts';
+import { durationToMs } from '../../vocabulary/time/duration.ts';
 import { TRIGGER_FAILURE_METHOD, type FailureKwargs } from '../../model/failure-marker.ts';
 import type { TaskReschedule } from '../../model/task-reschedule.ts';
 import type { DagRunStates, DagRunStatesQuery } from '../../model/dag-run-states.ts';
@@ -10,7 +21,7 @@ import type { DurationInput } from '../../vocabulary/time/duration.ts';
 import type { BaseTrigger } from '../triggers/base-trigger.ts';
 import { TaskDeferred, type DeferralRequest } from './task-deferred.ts';
 import { SignalTrigger } from '../triggers/signal-trigger.ts';
-import { TaskFailedWithoutRetry, TaskRescheduled, TaskSkipped } from './task-signals.ts';
+import { BranchResult, TaskAwaitingInput, TaskFailedWithoutRetry, TaskRescheduled, TaskSkipped } from './task-signals.ts';
 import type { DateTime } from 'luxon';
 import type { TaskState } from './task-state.ts';
 
@@ -66,6 +77,11 @@ export interface RuntimeContext extends TaskContext {
    * re-attaches instead of submitting again). See TaskState.
    */
   readonly state: TaskState;
+  /**
+   * Records a question to a person for this try and returns its signed link (what awaitInput()
+   * does before the try waits; call that instead). A retried or cleared try gets DF_TRY_TAKEN_OVER.
+   */
+  askForInput(question: InputQuestion, timeoutMs: number | null): Promise<AskedQuestion>;
   /** This try's reschedules so far, oldest first (a sensor in reschedule mode counts its timeout from the first). */
   taskReschedules(): Promise<readonly TaskReschedule[]>;
   /**
@@ -90,6 +106,53 @@ export interface RuntimeContext extends TaskContext {
    * that wait consolidated on the triggerer whatever mode their DAG gave them. Undefined: none.
    */
   readonly smartSensors?: 'all' | readonly string[];
+}
+
+/** A question as recorded: its signed link (no login needed to answer through it) and until when it is valid. */
+export interface AskedQuestion {
+  /** `<publicUrl>/input/<token>`: the page that shows the question and takes the response. */
+  readonly link: string;
+  /** ISO-8601; null: no timeout. */
+  readonly expiresAt: string | null;
+}
+
+/** What an onAwaitingInput hook is given: the task, the question and the link to send a person. */
+export interface AwaitingInputNotice {
+  /** The task instance asking. */
+  readonly taskInstance: TaskInstanceRef;
+  /** The question, as recorded. */
+  readonly question: InputQuestion;
+  /** Its signed link (`<publicUrl>/input/<token>`): no login needed to answer through it. */
+  readonly link: string;
+  /** ISO-8601; null: no timeout. */
+  readonly expiresAt: string | null;
+}
+
+/** Sends a question's link where a person sees it (mail, chat, a webhook); an error is logged, and the question stays answerable. */
+export type OnAwaitingInput = (notice: AwaitingInputNotice) => void | Promise<void>;
+
+/** What awaitInput() asks: the question, where to resume, and how long to wait. */
+export interface InputRequest {
+  /** One line: what is asked. */
+  readonly subject: string;
+  /** More text (plain). */
+  readonly body?: string;
+  /** The answers offered as buttons; may be empty when the form is all. */
+  readonly options?: readonly string[];
+  /** Whether several options may be chosen. Default false. */
+  readonly multiple?: boolean;
+  /** The form's fields (text, number, boolean, choice). */
+  readonly fields?: readonly InputField[];
+  /** What the timeout answers, recorded as given by `timeout`; none: the task fails (DF_INPUT_TIMEOUT) at the timeout. */
+  readonly defaults?: { readonly chosen?: readonly string[]; readonly values?: JsonObject };
+  /** How long to wait (Duration or seconds); none: for as long as it takes (or the execution timeout). */
+  readonly timeout?: DurationInput | null;
+  /** The operator method to resume at, called as `method(context, response, kwargs)`. */
+  readonly method: string;
+  /** JSON kwargs handed back to that method. */
+  readonly kwargs?: JsonObject;
+  /** Called with the question's link once it is recorded, before the try waits: send it to a person. */
+  readonly onAwaitingInput?: OnAwaitingInput;
 }
 
 /** Settings a task takes from its DAG's default args unless it sets its own. */
@@ -229,6 +292,49 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
     return new SignalTrigger({ key, sinceVersion, ...(options.match === undefined ? {} : { match: options.match }) });
   }
 
+  /**
+   * Asks a person a question and waits for the response without a worker slot or a trigger row:
+   * the task instance goes to `awaiting_input` and resumes at `method` as
+   * `method(context, response, kwargs)`, the response being `{ chosen, values, by, at, source }`.
+   * The question is recorded first, and `onAwaitingInput` is given its signed link (to send by
+   * mail or chat); a response can also come from `deferflow tasks respond`, the HTTP API, the
+   * embedded API or the status page. The first response wins. At `timeout`, `defaults` answer as
+   * if a person had (source `timeout`), or, with none, the task fails with DF_INPUT_TIMEOUT. Use
+   * it as `return this.awaitInput(context, {…})` in an async execute().
+   */
+  async awaitInput(context: Pick<RuntimeContext, 'askForInput' | 'taskInstance' | 'log'>, request: InputRequest): Promise<never> {
+    const question = checkQuestion(request);
+    if (typeof request.method !== 'string' || request.method === '')
+      throw new InvalidInputRequestError('awaitInput: method must name the operator method to resume at');
+    const kwargs = request.kwargs ?? {};
+    assertJsonObject(kwargs, 'awaitInput kwargs');
+    const timeoutMs = request.timeout === undefined || request.timeout === null ? null : durationToMs(request.timeout, 'awaitInput.timeout');
+    const asked = await context.askForInput(question, timeoutMs);
+    if (request.onAwaitingInput) {
+      try {
+        await request.onAwaitingInput({ taskInstance: context.taskInstance, question, link: asked.link, expiresAt: asked.expiresAt });
+      } catch (error) {
+        // The question stands: it can be answered from the CLI, the API or the status page.
+        context.log.warn(
+          { ...describeThrown(error), code: 'DF_TASK_FAILED' },
+          `onAwaitingInput failed; the question "${question.subject}" still waits for a response (${asked.link})`,
+        );
+      }
+    }
+    throw new TaskAwaitingInput(request.method, kwargs);
+  }
+
+  /**
+   * What a branching task returns: `value` as its return value, and of its direct downstream
+   * tasks only `followTaskIds` run; the others are skipped as it succeeds (theirs then follow
+   * their trigger rules: a join after branches wants `triggerRule: 'none_failed'`).
+   */
+  branch(followTaskIds: readonly string[], value?: unknown): BranchResult {
+    if (!Array.isArray(followTaskIds) || followTaskIds.some((id) => typeof id !== 'string'))
+      throw new InvalidDagError(`${this.constructor.name}.branch: followTaskIds must be a list of task ids`);
+    return new BranchResult(followTaskIds, value);
+  }
+
   /** Ends this try as skipped (downstream tasks follow their trigger rules). */
   skip(reason?: string): never {
     throw new TaskSkipped(reason);
@@ -257,6 +363,7 @@ export abstract class BaseOperator<Context extends TaskContext = TaskContext> {
     if (nextMethod === TRIGGER_FAILURE_METHOD) {
       const failure = nextKwargs as unknown as FailureKwargs;
       if (failure.reason === 'timeout') throw new TaskDeferralTimeout(failure.error);
+      if (failure.reason === 'input_timeout') throw new InputTimeoutError(failure.error);
       // Markers written before codes existed carry none.
       const code = failure.code ?? 'DF_TRIGGER_FAILED';
       throw new TaskDeferralError(`the trigger failed [${code}]: ${failure.error}`, failure.traceback ?? null, 'DF_TASK_DEFERRAL', code);

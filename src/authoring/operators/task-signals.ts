@@ -1,6 +1,7 @@
 import { DateTime, Duration } from 'luxon';
 import { InvalidOptionError, type DeferflowErrorCode } from '../../vocabulary/errors.ts';
 import { durationToMs, type DurationInput } from '../../vocabulary/time/duration.ts';
+import type { JsonObject } from '../../vocabulary/serialization/json.ts';
 
 /*
  * Besides returning, throwing or deferring, a task may end its try three more ways (Airflow's
@@ -87,4 +88,55 @@ function rescheduleMoment(at: unknown): number {
     'reschedule',
     `expected a moment (Date, ISO-8601 string with an offset, luxon DateTime) or a delay (Duration or seconds), got ${JSON.stringify(at) ?? typeof at}`,
   );
+}
+
+const AWAITING_INPUT_BRAND = Symbol.for('deferflow.TaskAwaitingInput');
+
+/**
+ * Thrown by BaseOperator.awaitInput() once the question is recorded: the try gives its worker slot
+ * back and the task instance awaits input (no trigger row); it resumes at `method`, called as
+ * `method(context, response, kwargs)`.
+ */
+export class TaskAwaitingInput extends Error {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
+  readonly [AWAITING_INPUT_BRAND] = true;
+
+  constructor(
+    /** The method the task resumes at. */
+    readonly method: string,
+    /** The kwargs that method is given beside the response. */
+    readonly kwargs: JsonObject,
+  ) {
+    super(`task awaits input; resumes at ${method}`);
+    this.name = 'TaskAwaitingInput';
+  }
+}
+
+/** Whether a thrown value is a TaskAwaitingInput (a brand check: true whichever copy of deferflow made it). */
+export function isTaskAwaitingInput(thrown: unknown): thrown is TaskAwaitingInput {
+  return typeof thrown === 'object' && thrown !== null && (thrown as Record<symbol, unknown>)[AWAITING_INPUT_BRAND] === true;
+}
+
+const BRANCH_BRAND = Symbol.for('deferflow.BranchResult');
+
+/**
+ * What a branching task returns (BaseOperator.branch()): its value, and the downstream tasks to
+ * follow. Its other direct downstream tasks are skipped as it succeeds, in the same transaction;
+ * theirs follow their trigger rules (a join after branches wants `none_failed`).
+ */
+export class BranchResult {
+  /** A brand: lets the is…() checks recognise it whichever copy of deferflow made it. */
+  readonly [BRANCH_BRAND] = true;
+
+  constructor(
+    /** The direct downstream task ids to follow. */
+    readonly followTaskIds: readonly string[],
+    /** The task's return value (JSON). */
+    readonly value: unknown,
+  ) {}
+}
+
+/** Whether a returned value is a BranchResult (a brand check: true whichever copy of deferflow made it). */
+export function isBranchResult(returned: unknown): returned is BranchResult {
+  return typeof returned === 'object' && returned !== null && (returned as Record<symbol, unknown>)[BRANCH_BRAND] === true;
 }

@@ -45,7 +45,7 @@ export interface SchedulerOptions {
 }
 
 /** The stores a scheduler uses: its job row, DAG runs and their task instances, signal actions and schedules, serialized DAGs, the waiting-work gauges. */
-export type SchedulerStores = Pick<Stores, 'jobs' | 'dagRuns' | 'taskInstances' | 'signals' | 'serializedDags' | 'maintenance'>;
+export type SchedulerStores = Pick<Stores, 'jobs' | 'dagRuns' | 'taskInstances' | 'signals' | 'serializedDags' | 'maintenance' | 'inputs'>;
 
 /**
  * The scheduler daemon: moves DAG runs through their tasks, from serialized DAGs (never DAG code).
@@ -177,10 +177,19 @@ export class Scheduler extends Daemon<SchedulerStores> {
     this.#nextReadyAt = undefined;
     // The next ready_at first: an idle pass reads it and writes nothing.
     let nextReadyAt = await this.storage.taskInstances.nextReadyAt();
-    const ready = nextReadyAt !== null && nextReadyAt <= now ? await this.storage.taskInstances.scheduleReadyTaskInstances(now) : 0;
-    if (ready > 0) nextReadyAt = await this.storage.taskInstances.nextReadyAt();
+    const due = nextReadyAt !== null && nextReadyAt <= now;
+    const ready = due ? await this.storage.taskInstances.scheduleReadyTaskInstances(now) : 0;
+    // Questions past their deadline: answered by their defaults, or failed (DF_INPUT_TIMEOUT).
+    const timedOut = due ? await this.storage.inputs.timeOutAwaitedInput(now) : { answeredByDefaults: 0, failed: 0 };
+    const questionsTimedOut = timedOut.answeredByDefaults + timedOut.failed;
+    if (ready > 0 || questionsTimedOut > 0) nextReadyAt = await this.storage.taskInstances.nextReadyAt();
     this.#nextReadyAt = nextReadyAt;
     if (ready > 0) this.log.info({ rescheduled: ready }, `${ready} task instance(s) ready to run again`);
+    if (questionsTimedOut > 0)
+      this.log.info(
+        { answered_by_defaults: timedOut.answeredByDefaults, failed: timedOut.failed, code: timedOut.failed > 0 ? 'DF_INPUT_TIMEOUT' : undefined },
+        `${questionsTimedOut} question(s) to people timed out: ${timedOut.answeredByDefaults} answered by their defaults, ${timedOut.failed} failed for want of them`,
+      );
     // Workers found dead: their liveness lock let go (killed, cut off), their heartbeat past the
     // zombie threshold (frozen), their job ended or gone. One read when none is (the usual case).
     const holders = await this.storage.taskInstances.listTaskHolders();
@@ -199,7 +208,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
     // Retries it just set may come due before the next ready_at read above.
     if (reaped.retried > 0) this.#nextReadyAt = await this.storage.taskInstances.nextReadyAt();
     if (reaped.stopped > 0) this.log.info({ stopped: reaped.stopped }, `${reaped.stopped} task instance(s) of dead workers stopped as their signals asked`);
-    let madeWork = ready > 0 || reaped.requeued + reaped.retried + reaped.stopped > 0;
+    let madeWork = ready > 0 || questionsTimedOut > 0 || reaped.requeued + reaped.retried + reaped.stopped > 0;
     const dags = new Map<string, SchedulerDag | null>();
     const dagOf = async (dagId: string) => {
       if (!dags.has(dagId)) dags.set(dagId, await this.dags(dagId));

@@ -18,7 +18,10 @@ import { taskState, type TaskStateServices } from '../../authoring/operators/tas
  * worker's own process whether the task runs there or in a task runner (see
  * process-task-runner.ts), so every task shares one connection pool and one batcher.
  */
-export type TaskServices = Pick<RuntimeContext, 'xcomPull' | 'taskReschedules' | 'dagRunStates' | 'sendSignal' | 'latestSignalVersion' | 'actedSignal'> &
+export type TaskServices = Pick<
+  RuntimeContext,
+  'xcomPull' | 'taskReschedules' | 'dagRunStates' | 'sendSignal' | 'latestSignalVersion' | 'actedSignal' | 'askForInput'
+> &
   TaskStateServices;
 
 /** The names of TaskServices, which a task runner forwards to its worker. */
@@ -31,6 +34,7 @@ export const TASK_SERVICE_NAMES = [
   'actedSignal',
   'readTaskState',
   'writeTaskState',
+  'askForInput',
 ] as const;
 
 /** How logs and errors name a claimed task instance. */

@@ -8,6 +8,9 @@ import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
 
+/** Where the status page is served by default (standalone's HTTP port on this machine). */
+export const DEFAULT_PUBLIC_URL = 'http://127.0.0.1:8794';
+
 /** Every worker option, keyed by its typed config field: environment variable, default and unit (see vocabulary/options/option-table.ts). */
 export const WORKER_OPTIONS = {
   databaseUrl: COMMON_OPTIONS.databaseUrl,
@@ -65,6 +68,13 @@ export const WORKER_OPTIONS = {
     unit: 'MB',
     describe: "A runner process's heap limit (a task past it fails, DF_TASK_CRASHED) and the resident size past which it is replaced after a task",
   },
+  publicUrl: {
+    env: 'DEFERFLOW_PUBLIC_URL',
+    default: DEFAULT_PUBLIC_URL,
+    unit: 'URL',
+    describe:
+      "Where people reach the status page (deferflow web, or standalone's): the start of the signed links a task asking for human input sends (…/input/<token>)",
+  },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
@@ -85,6 +95,8 @@ export interface ResolvedWorkerOptions extends WorkerOptions, ResolvedCommonOpti
   readonly runnerMaxTasks: number;
   /** A runner process's heap limit and the resident size past which it is replaced, in MB. */
   readonly runnerMaxMemoryMb: number;
+  /** Where people reach the status page: the start of human-input links. */
+  readonly publicUrl: string;
 }
 
 /** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
@@ -107,6 +119,7 @@ export function resolveWorkerOptions(
     taskIsolation: oneOf(pick('taskIsolation'), 'taskIsolation', TASK_ISOLATIONS),
     runnerMaxTasks: positiveInteger(pick('runnerMaxTasks'), 'runnerMaxTasks'),
     runnerMaxMemoryMb: runnerMemory(pick('runnerMaxMemory')),
+    publicUrl: publicUrlOf(pick('publicUrl')),
     push: flag(pick('push'), 'push'),
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),
@@ -142,4 +155,19 @@ function runnerMemory(value: unknown): number {
       `${mb} MB is too little for a runner process to load deferflow and a DAG file; give at least ${RUNNER_MIN_MEMORY_MB}`,
     );
   return mb;
+}
+
+function publicUrlOf(value: unknown): string {
+  const text = String(value ?? '').trim();
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new InvalidOptionError(
+      'publicUrl',
+      `${JSON.stringify(text)} is not a URL; give where people reach the status page, e.g. https://deferflow.example.com`,
+    );
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new InvalidOptionError('publicUrl', `${JSON.stringify(text)} is not an http(s) URL`);
+  return text.replace(/\/+$/, '');
 }

@@ -1,6 +1,7 @@
 import { ReturnValueTooLargeError } from '../../vocabulary/errors.ts';
 import { callNextMethod } from '../../authoring/operators/base-operator.ts';
-import { isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from '../../authoring/operators/task-signals.ts';
+import { isBranchResult, isTaskAwaitingInput, isTaskFailedWithoutRetry, isTaskRescheduled, isTaskSkipped } from '../../authoring/operators/task-signals.ts';
+import type { JsonObject } from '../../vocabulary/serialization/json.ts';
 import { isTaskDeferred } from '../../authoring/operators/task-deferred.ts';
 import { toJsonText } from '../../vocabulary/serialization/json.ts';
 import type { RetryPolicy } from '../../model/retry-policy.ts';
@@ -11,10 +12,12 @@ import type { AnyOperator, TaskContext } from '../../authoring/operators/base-op
 /** What one run of a task's code came to, as the worker records it. */
 export type TaskResult =
   /** execute() or the resumed method returned; its value as JSON text (null for undefined). */
-  | { readonly kind: 'returned'; readonly returnValueJson: string | null }
+  | { readonly kind: 'returned'; readonly returnValueJson: string | null; readonly followTaskIds?: readonly string[] }
   | { readonly kind: 'deferred'; readonly deferral: Deferral }
   | { readonly kind: 'skipped'; readonly reason: string }
   | { readonly kind: 'rescheduled'; readonly readyAt: number }
+  /** It asked a person a question (awaitInput): it waits without a slot and resumes at `method`. */
+  | { readonly kind: 'awaiting_input'; readonly method: string; readonly kwargs: JsonObject }
   /** It threw (or its runner died); `retryable` is false for a TaskFailedWithoutRetry. */
   | { readonly kind: 'failed'; readonly error: unknown; readonly retryable: boolean };
 
@@ -66,16 +69,19 @@ export async function runToResult<Context extends TaskContext>(
     const returned = await (started.nextMethod === null
       ? operator.execute(built)
       : callNextMethod(operator, built, started.nextMethod, started.nextKwargsJson));
-    const returnValueJson = returned === undefined ? null : toJsonText(returned, "the task's return value");
+    const branch = isBranchResult(returned) ? returned : null;
+    const value = branch ? branch.value : returned;
+    const returnValueJson = value === undefined ? null : toJsonText(value, "the task's return value");
     if (returnValueJson !== null && Buffer.byteLength(returnValueJson) > MAX_RETURN_VALUE_BYTES) {
       throw new ReturnValueTooLargeError(label, Buffer.byteLength(returnValueJson), MAX_RETURN_VALUE_BYTES);
     }
-    return { kind: 'returned', returnValueJson };
+    return branch ? { kind: 'returned', returnValueJson, followTaskIds: [...branch.followTaskIds] } : { kind: 'returned', returnValueJson };
   } catch (thrown) {
     if (isTaskDeferred(thrown)) {
       const { serializedTrigger, triggerHash, method, kwargs, timeoutMs } = thrown;
       return { kind: 'deferred', deferral: { serializedTrigger, triggerHash, method, kwargs, timeoutMs } };
     }
+    if (isTaskAwaitingInput(thrown)) return { kind: 'awaiting_input', method: thrown.method, kwargs: thrown.kwargs };
     if (isTaskSkipped(thrown)) return { kind: 'skipped', reason: thrown.reason };
     if (isTaskRescheduled(thrown)) return { kind: 'rescheduled', readyAt: thrown.readyAt };
     return { kind: 'failed', error: thrown, retryable: !isTaskFailedWithoutRetry(thrown) };

@@ -58,7 +58,7 @@ export interface WorkerOptions {
 }
 
 /** The stores a worker uses: its job row, the task instances it runs, DAG run states and signals (tasks' context), task logs. */
-export type WorkerStores = Pick<Stores, 'jobs' | 'taskInstances' | 'dagRuns' | 'signals' | 'logs'>;
+export type WorkerStores = Pick<Stores, 'jobs' | 'taskInstances' | 'dagRuns' | 'signals' | 'logs' | 'inputs'>;
 
 /**
  * The worker daemon: claims scheduled task instances into its slots, runs and resumes them.
@@ -397,7 +397,8 @@ export class Worker extends Daemon<WorkerStores> {
       }
     }
     if (result.kind === 'returned') {
-      await this.#finish(taskInstance, held, label, tryLog, { state: 'success', returnValueJson: result.returnValueJson });
+      const { returnValueJson, followTaskIds } = result;
+      await this.#finish(taskInstance, held, label, tryLog, { state: 'success', returnValueJson, ...(followTaskIds ? { followTaskIds } : {}) });
       return;
     }
     if (result.kind === 'deferred') {
@@ -425,6 +426,33 @@ export class Worker extends Daemon<WorkerStores> {
         }
         // The deferral could not be written (values the database refuses): this try failed.
         result = { kind: 'failed', error: deferError, retryable: true };
+      }
+    }
+    if (result.kind === 'awaiting_input') {
+      const resume = { method: result.method, kwargs: result.kwargs };
+      try {
+        const waits = await this.#recordPersistently(taskInstance.id, 'its wait for input', () =>
+          this.storage.inputs.awaitInput(taskInstance.id, held, resume, this.clock.now()),
+        );
+        this.#countOutcome(taskInstance, waits === 'awaiting' ? 'awaiting_input' : 'scheduled');
+        tryLog.worker.info(
+          { next_method: resume.method },
+          waits === 'awaiting'
+            ? `${label} awaits input; resumes at ${resume.method} with the response`
+            : `${label} was answered before it began to wait; resumes at ${resume.method} at once`,
+        );
+        return;
+      } catch (waitError) {
+        if (waitError instanceof TaskInstanceStateError) {
+          if (await this.#carryOutStopRequest(taskInstance, held, label, tryLog)) return;
+          this.log.warn(
+            { task_instance_id: taskInstance.id, error: waitError.message },
+            `${label} asked for input, but it is no longer this worker's to wait; dropped`,
+          );
+          return;
+        }
+        // The wait could not be written (values the database refuses): this try failed.
+        result = { kind: 'failed', error: waitError, retryable: true };
       }
     }
     if (result.kind === 'skipped') {

@@ -311,6 +311,15 @@ class DatabaseGauges {
       },
     });
     new (prom().Gauge)({
+      name: 'deferflow_task_instances_awaiting_input',
+      help: "Task instances awaiting a person's input now (no worker slot, no trigger), counted in the database",
+      registers: [registry],
+      async collect() {
+        const last = await counts();
+        if (last) this.set(last.awaitingInput);
+      },
+    });
+    new (prom().Gauge)({
       name: 'deferflow_dag_runs',
       help: 'Unfinished DAG runs by state, counted in the database',
       labelNames: ['state'],
