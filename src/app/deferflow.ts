@@ -309,7 +309,10 @@ export class Deferflow {
         ? taskInstance
         : (await stores.taskInstances.readTaskInstance({ ...taskInstance, mapIndex: taskInstance.mapIndex ?? -1 }))?.id;
     if (id === undefined) throw new NotAwaitingInputError(`there is no task instance ${JSON.stringify(taskInstance)}`);
-    return new InputService(stores).respond(id, answer, 'api');
+    const response = await new InputService(stores).respond(id, answer, 'api');
+    // Its task resumes on this process's worker at once, not at its next poll.
+    this.worker?.wake();
+    return response;
   }
 
   /** The run's state now: queued, running, success or failed; null when there is no such run. */

@@ -65,6 +65,8 @@ export function registerStandaloneCommand(cli: Argv): void {
           refreshSeconds: options.web.refreshSeconds,
           token: options.web.token,
           liveness: { triggererMs: options.triggerer.healthCheckThresholdMs, workerMs: options.scheduler.zombieThresholdMs },
+          // A response resumes its task on this process's worker: at once, not at its next poll.
+          onResponded: () => app.worker?.wake(),
         });
       }
       const say = (line: string) => (screen ? screen.above(line) : process.stdout.write(`${line}\n`));

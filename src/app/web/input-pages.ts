@@ -24,15 +24,20 @@ import { Html, html, isoMoment, page } from './html.ts';
  */
 
 /** Serves /input/<token> and the respond API; null for other paths. */
-export function inputRoutes(inputs: InputService, apiToken: string | null): (request: HttpRequest) => Promise<HttpReply | null> {
+export function inputRoutes(
+  inputs: InputService,
+  apiToken: string | null,
+  onResponded: () => void = () => {},
+): (request: HttpRequest) => Promise<HttpReply | null> {
   const token = apiToken === null ? null : Buffer.from(apiToken);
   return async (request) => {
     const path = new URL(request.url, 'http://deferflow.invalid').pathname;
     const link = /^\/input\/([^/]+)$/.exec(path);
-    if (link) return linkPage(inputs, request, decodeURIComponent(link[1]!));
-    const api = /^\/api\/task-instances\/(\d{1,15})\/input$/.exec(path);
-    if (api) return respondApi(inputs, request, Number(api[1]), token);
-    return null;
+    const api = link ? null : /^\/api\/task-instances\/(\d{1,15})\/input$/.exec(path);
+    if (!link && !api) return null;
+    const reply = link ? await linkPage(inputs, request, decodeURIComponent(link[1]!)) : await respondApi(inputs, request, Number(api![1]), token);
+    if (request.method === 'POST' && reply.status === 200) onResponded();
+    return reply;
   };
 }
 

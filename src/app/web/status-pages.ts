@@ -21,6 +21,8 @@ export interface StatusPageOptions {
   readonly token: string | null;
   /** How the page judges triggerers alive (the triggerers' own health-check threshold). */
   readonly liveness: LivenessThresholds;
+  /** Called once a response to a question is recorded (standalone wakes its own worker). */
+  readonly onResponded?: () => void;
 }
 
 /**
@@ -46,7 +48,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
 
   const inputs = new InputService(storage);
   // Their own permissions: a signed link needs no login; the API wants the token as a bearer.
-  const input = inputRoutes(inputs, options.token);
+  const input = inputRoutes(inputs, options.token, options.onResponded);
 
   return async (request) => {
     const answered = await input(request);
