@@ -18,9 +18,23 @@
  *   timer_rows_left, trigger_rows_left
  *                             once every task resumed and the triggerer deleted what nothing needs:
  *                             the timers are stopped (their rows gone) though none fired
+ *
+ * Then human input (`--input-tasks`, default 1000; 0 skips it): a DAG run of that many tasks
+ * that each ask a person (awaitInput), run by deferflow embedded as a user would (scheduler and
+ * worker, task code in runner processes, `--slots` slots); once all await input, a second line:
+ *   input_tasks, dialect, slots
+ *   ask_all_ms                the run triggered → every task instance awaiting input
+ *   trigger_rows_awaiting     trigger rows while they all wait (no trigger stands for a question: 0)
+ *   slots_held_awaiting       task instances queued or running, or held by a worker, meanwhile (0)
+ *   respond_to_resumed_p50_ms, _p99_ms, _max_ms
+ *                             respondToInput called → the task instance committed success by the
+ *                             worker (its method resumed with the response and returned), for
+ *                             `--samples` responses one at a time
+ *   all_responses_ms          the other responses given one after another → every task done
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import pino from 'pino';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -40,9 +54,12 @@ const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'postgres://… (a scratch schema is made and dropped); default: a SQLite file' })
   .option('tasks', { type: 'number', default: 10_000 })
   .option('timers', { type: 'number', default: 100 })
-  .option('samples', { type: 'number', default: 200, describe: 'signals timed one at a time, 20 ms apart' })
+  .option('samples', { type: 'number', default: 200, describe: 'signals (and responses) timed one at a time, 20 ms apart' })
+  .option('input-tasks', { type: 'number', default: 1000, describe: 'tasks awaiting human input in the second phase; 0 skips it' })
+  .option('slots', { type: 'number', default: 16, describe: 'worker slots in the human-input phase' })
   .strict()
   .parse();
+// The human-input phase embeds the built package, as a user's project would.
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-waits-bench-'));
@@ -144,9 +161,93 @@ console.log(
 );
 triggerer.kill('SIGTERM');
 await new Promise((resolve) => triggerer.once('exit', resolve));
+if (args['input-tasks'] > 0) console.log(JSON.stringify(await humanInput(args['input-tasks'])));
 await database.close();
 await target.dispose();
 rmSync(scratch, { recursive: true, force: true });
+
+/** The human-input phase (see the top of this file), on the same database. */
+async function humanInput(tasks: number) {
+  const dags = path.join(scratch, 'input-dags');
+  mkdirSync(dags);
+  const entry = path.join(root, 'dist/src/index.js');
+  writeFileSync(
+    path.join(dags, 'ask.mts'),
+    `import { BaseOperator, Dag } from ${JSON.stringify(entry)};
+class Ask extends BaseOperator {
+  async execute(context) { return this.awaitInput(context, { subject: 'Go?', options: ['yes', 'no'], method: 'answered' }); }
+  answered(context, response) { return response.chosen[0]; }
+}
+export const dag = new Dag({ dagId: 'ask_people' }).add(...Array.from({ length: ${tasks} }, (_, i) => new Ask({ taskId: 'ask_' + i })));
+`,
+  );
+  // The first phase's task instances (resumed, of no DAG a worker knows) are not this phase's work.
+  await database.db.deleteFrom('task_instance').where('dag_id', '=', 'waits').execute();
+  const { deferflow } = (await import(entry)) as typeof import('../src/index.ts');
+  const app = await deferflow({
+    databaseUrl: target.url,
+    dagsFolder: dags,
+    worker: { concurrency: args.slots, shutdownGrace: 0 },
+    triggerer: false,
+    logger: pino({ level: 'warn' }, pino.destination(2)),
+  });
+  try {
+    const triggeredAt = Date.now();
+    await app.triggerDagRun('ask_people');
+    await until(async () => (await countInState('awaiting_input')) === tasks, { timeoutMs: 600_000, intervalMs: 50, what: 'every task awaiting input' });
+    const askAllMs = Date.now() - triggeredAt;
+    const triggerRows = await countRows();
+    const held = await database.db
+      .selectFrom('task_instance')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .where('dag_id', '=', 'ask_people')
+      .where((eb) => eb.or([eb('state', 'in', ['queued', 'running']), eb('worker_job_id', 'is not', null)]))
+      .executeTakeFirstOrThrow();
+    const ids = (await database.db.selectFrom('task_instance').select('id').where('dag_id', '=', 'ask_people').orderBy('id').execute()).map((row) => row.id);
+    const latencies: number[] = [];
+    const samples = Math.min(args.samples, tasks);
+    for (let i = 0; i < samples; i++) {
+      const given = Date.now();
+      await app.respondToInput(ids[i]!, { chosen: ['yes'], by: 'bench' });
+      await until(async () => (await endedAt(ids[i]!)) !== null, { timeoutMs: 30_000, intervalMs: 1, what: `task ${i} resumed` });
+      latencies.push(Math.max(0, (await endedAt(ids[i]!))! - given));
+      await sleep(20);
+    }
+    const restStart = Date.now();
+    for (let i = samples; i < tasks; i++) await app.respondToInput(ids[i]!, { chosen: ['yes'], by: 'bench' });
+    await until(async () => (await countInState('success')) === tasks, { timeoutMs: 600_000, intervalMs: 50, what: 'every task done' });
+    const sorted = latencies.sort((a, b) => a - b);
+    return {
+      input_tasks: tasks,
+      dialect,
+      slots: args.slots,
+      ask_all_ms: askAllMs,
+      trigger_rows_awaiting: triggerRows,
+      slots_held_awaiting: Number(held.n),
+      respond_to_resumed_p50_ms: percentile(sorted, 0.5),
+      respond_to_resumed_p99_ms: percentile(sorted, 0.99),
+      respond_to_resumed_max_ms: sorted.at(-1),
+      all_responses_ms: Date.now() - restStart,
+    };
+  } finally {
+    await app.stop({ keepDatabaseOpen: true });
+  }
+
+  async function countInState(state: 'awaiting_input' | 'success'): Promise<number> {
+    const row = await database.db
+      .selectFrom('task_instance')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .where('dag_id', '=', 'ask_people')
+      .where('state', '=', state)
+      .executeTakeFirstOrThrow();
+    return Number(row.n);
+  }
+
+  async function endedAt(id: number): Promise<number | null> {
+    const row = await database.db.selectFrom('task_instance').select(['state', 'end_date']).where('id', '=', id).executeTakeFirstOrThrow();
+    return row.state === 'success' ? fromDbTime(row.end_date!) : null;
+  }
+}
 
 async function countRows(which: 'all' | 'unowned' | 'timers' = 'all'): Promise<number> {
   let query = database.db.selectFrom('trigger').select((eb) => eb.fn.countAll().as('n'));
