@@ -97,7 +97,9 @@ describe.each(testDialects)('human input on %s', (dialect) => {
         .select(['id', 'state', 'try_number', 'worker_job_id', 'trigger_id', 'return_value', 'run_id'])
         .where('task_id', '=', taskId)
         .executeTakeFirstOrThrow();
-    const stateOf = async (taskId: string) => (await ti(taskId)).state;
+    // Undefined until the DAG run (and its task instances) exists.
+    const stateOf = async (taskId: string) =>
+      (await db.db.selectFrom('task_instance').select('state').where('dag_id', '=', 'approvals').where('task_id', '=', taskId).executeTakeFirst())?.state;
     try {
       const base = await standalone.waitForStatusPage();
       // The link leads to this standalone's own status page (its fixed --http-port).
