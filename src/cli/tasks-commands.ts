@@ -237,10 +237,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'One JSON object' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {
-            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
-            const inputs = await inputService(storage);
-            const input = await inputs.question(ti.id);
-            if (!input) throw new NotAwaitingInputError(`${where} asks no question (it is ${ti.state ?? 'in no state'})`);
+            const { ti, where, inputs, input } = await askedQuestion(storage, args.run, args.task, args.dag);
             const asked = { taskInstanceId: ti.id, tryNumber: input.tryNumber, nonce: input.nonce, timeoutAt: input.timeoutAt };
             const publicUrl = args.publicUrl ?? process.env[WORKER_OPTIONS.publicUrl.env] ?? DEFAULT_PUBLIC_URL;
             const link = ti.state === 'awaiting_input' || (ti.state === 'running' && input.response === null) ? await inputs.linkFor(asked, publicUrl) : null;
@@ -282,10 +279,7 @@ export function registerTasksCommands(cli: Argv): void {
             .option('json', { type: 'boolean', describe: 'Print the recorded response as JSON' }),
         async (args) => {
           await withStorage(args.db, async (storage) => {
-            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
-            const inputs = await inputService(storage);
-            const input = await inputs.question(ti.id);
-            if (!input) throw new NotAwaitingInputError(`${where} asks no question (it is ${ti.state ?? 'in no state'})`);
+            const { ti, where, inputs, input } = await askedQuestion(storage, args.run, args.task, args.dag);
             const values: JsonObject = {};
             for (const pair of args.field ?? []) {
               const at = pair.indexOf('=');
@@ -324,8 +318,12 @@ async function oneTaskInstance(storage: Stores, runId: string, taskId: string, d
   return { ti: found[0]!, where };
 }
 
-/** Human input's service, loaded with the command that uses it (the CLI loads no storage code for --help). */
-async function inputService(storage: Stores) {
+/** A task instance's question to a person, with the service that answers it (loaded with the command: --help loads no storage code); refused when it asks none. */
+async function askedQuestion(storage: Stores, runId: string, taskId: string, dagId: string | undefined) {
+  const { ti, where } = await oneTaskInstance(storage, runId, taskId, dagId);
   const { InputService } = await import('../services/human-input/input-service.ts');
-  return new InputService(storage);
+  const inputs = new InputService(storage);
+  const input = await inputs.question(ti.id);
+  if (!input) throw new NotAwaitingInputError(`${where} asks no question (it is ${ti.state ?? 'in no state'})`);
+  return { ti, where, inputs, input };
 }

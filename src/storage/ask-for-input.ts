@@ -1,9 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { sql } from '../database/kysely.ts';
 import { toDbTime } from '../database/schema.ts';
 import type { InputQuestion } from '../model/human-input.ts';
 import type { StorageContext } from './context.ts';
-import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';
+import { describeHolder, lockHolder, type HeldTry } from './held-try.ts';
 
 /** The question as asked: what its links carry. */
 export interface AskedInput {
@@ -44,14 +43,7 @@ export async function askForInput(
     response: null,
   };
   return db.transaction().execute(async (trx) => {
-    const holder = await adapter
-      .lockForUpdate(
-        trx
-          .selectFrom('task_instance')
-          .select(['state', 'try_number', 'worker_job_id', sql<boolean | number>`(state = 'running' and ${stillHeld(ask.held)})`.as('held')])
-          .where('id', '=', ask.taskInstanceId),
-      )
-      .executeTakeFirst();
+    const holder = await lockHolder(trx, adapter, ask.taskInstanceId, ask.held);
     if (holder === undefined) return { asked: null, now: 'deleted' };
     if (!holder.held) return { asked: null, now: describeHolder(holder) };
     await trx

@@ -3,7 +3,7 @@ import { fromDbTime, toDbTime } from '../database/schema.ts';
 import { TaskInstanceStateError } from '../vocabulary/errors.ts';
 import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
-import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';
+import { describeHolder, lockHolder, stillHeld, type HeldTry } from './held-try.ts';
 import { sealedFormOf } from './sealed-values.ts';
 import { wake } from './wake.ts';
 
@@ -29,14 +29,7 @@ export async function awaitInput(
 ): Promise<AwaitInputResult> {
   const nextKwargs = adapter.jsonParam(keyring.seal(JSON.stringify(resume.kwargs), 'task_instance.next_kwargs'));
   return db.transaction().execute(async (trx) => {
-    const holder = await adapter
-      .lockForUpdate(
-        trx
-          .selectFrom('task_instance')
-          .select(['state', 'try_number', 'worker_job_id', 'stop_request', sql<boolean | number>`(state = 'running' and ${stillHeld(held)})`.as('held')])
-          .where('id', '=', taskInstanceId),
-      )
-      .executeTakeFirst();
+    const holder = await lockHolder(trx, adapter, taskInstanceId, held);
     if (holder === undefined) throw new TaskInstanceStateError(`task instance ${taskInstanceId} does not exist`);
     if (holder.stop_request !== null)
       throw new TaskInstanceStateError(`task instance ${taskInstanceId} is being stopped by a signal (${holder.stop_request}); it does not wait for input`);

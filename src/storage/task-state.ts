@@ -1,7 +1,6 @@
-import { sql } from '../database/kysely.ts';
 import { fromDbTime, toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
-import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';
+import { describeHolder, lockHolder, type HeldTry } from './held-try.ts';
 
 /** One key of a task instance's durable state, its value opened (JSON text). */
 export interface TaskStateEntry {
@@ -58,14 +57,7 @@ export async function writeTaskState(
   const value = write.json === null ? null : adapter.jsonParam(keyring.seal(write.json, 'task_state.value'));
   const tryNumber = write.held.tryNumber;
   return db.transaction().execute(async (trx) => {
-    const holder = await adapter
-      .lockForUpdate(
-        trx
-          .selectFrom('task_instance')
-          .select(['state', 'try_number', 'worker_job_id', sql<boolean | number>`(state = 'running' and ${stillHeld(write.held)})`.as('held')])
-          .where('id', '=', write.taskInstanceId),
-      )
-      .executeTakeFirst();
+    const holder = await lockHolder(trx, adapter, write.taskInstanceId, write.held);
     if (holder === undefined) return { written: false, now: 'deleted' };
     if (!holder.held) return { written: false, now: describeHolder(holder) };
     if (value === null) {
