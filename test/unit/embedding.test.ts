@@ -184,6 +184,40 @@ describe.each(testDialects)('deferflow embedded on %s', (dialect) => {
     await expectRefused(() => app!.start(), 'DF_LIFECYCLE', 'deferflow already stopped');
   }, 60_000);
 
+  it("answers a task's question with respondToInput: by DAG, run and task; the first response wins; the task resumes with it", async () => {
+    const project = scratch.dir(`embedded-input-${dialect}`);
+    mkdirSync(path.join(project, 'dags'));
+    writeFileSync(
+      path.join(project, 'dags/asks.mjs'),
+      `import { Dag, InputOperator } from ${JSON.stringify(PACKAGE_ENTRY)};
+export const dag = new Dag({ dagId: 'asks' }).add(new InputOperator({ taskId: 'size', subject: 'How many?', fields: [{ name: 'n', type: 'number' }] }));
+`,
+    );
+    app = await deferflow({
+      databaseUrl: await freshDatabaseUrl(dialect),
+      dagsFolder: path.join(project, 'dags'),
+      worker: { concurrency: 2, pollInterval: 0.2, shutdownGrace: 0 },
+      scheduler: { pollInterval: 0.2 },
+      triggerer: false,
+      logger: pino({ level: 'warn' }),
+    });
+    const runId = await app.triggerDagRun('asks');
+    const state = async () => (await app!.database.db.selectFrom('task_instance').select('state').where('run_id', '=', runId).executeTakeFirst())?.state;
+    await waitFor(async () => (await state()) === 'awaiting_input', { timeoutMs: 20_000, what: 'the task awaiting input' });
+    await expectRefused(
+      () => app!.respondToInput({ dagId: 'asks', runId, taskId: 'size' }, { values: { n: 'many' }, by: 'ann' }),
+      'DF_INVALID_INPUT_RESPONSE',
+      'expected a number',
+    );
+    const response = await app.respondToInput({ dagId: 'asks', runId, taskId: 'size' }, { values: { n: 5 }, by: 'ann' });
+    expect(response).toMatchObject({ values: { n: 5 }, by: 'ann', source: 'api' });
+    await expectRefused(() => app!.respondToInput({ dagId: 'asks', runId, taskId: 'size' }, { values: { n: 6 }, by: 'ben' }), 'DF_INPUT_ALREADY_GIVEN', 'ann');
+    expect(await app.waitForDagRun('asks', runId)).toBe('success');
+    const ti = await app.database.db.selectFrom('task_instance').select('id').where('run_id', '=', runId).executeTakeFirstOrThrow();
+    expect((await readTaskInstance(app.database, ti.id))?.returnValue).toMatchObject({ values: { n: 5 }, by: 'ann' });
+    await expectRefused(() => app!.respondToInput({ dagId: 'asks', runId, taskId: 'nope' }, { by: 'ann' }), 'DF_NOT_AWAITING_INPUT', 'no task instance');
+  }, 60_000);
+
   it('lets code that runs operators itself create a task instance, defer it onto an embedded triggerer, read it back and resume it', async () => {
     const databaseUrl = await freshDatabaseUrl(dialect);
     app = await deferflow({

@@ -190,6 +190,18 @@ describe.each(testDialects)('human input storage on %s', (dialect) => {
     await expect(storage.inputs.awaitInput(id, held, { method: 'decided', kwargs: {} })).rejects.toMatchObject({ code: 'DF_TASK_INSTANCE_STATE' });
   });
 
+  it('a task instance marked or stopped while it awaits input refuses its links: its question is no longer asked', async () => {
+    const db = await database();
+    const storage = openStores(db);
+    const inputs = new InputService(storage);
+    const { id, asked } = await awaiting(storage, db);
+    const token = await inputs.tokenFor(asked);
+    // As a signal's stop (or a person marking it) ends it: the state changes, the question row stays.
+    await db.db.updateTable('task_instance').set({ state: 'skipped', ready_at: null }).where('id', '=', id).execute();
+    await expect(inputs.respondByLink(token, { chosen: ['approve'], by: 'alice' })).rejects.toMatchObject({ code: 'DF_INPUT_LINK_INVALID', reason: 'stale' });
+    expect(await taskInstance(db, id)).toMatchObject({ state: 'skipped', next_event: null });
+  });
+
   it("a link for a replaced question (the task asked again) is refused; the new question's link works", async () => {
     const db = await database();
     const storage = openStores(db);
