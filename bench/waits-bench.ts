@@ -31,6 +31,9 @@
  *                             worker (its method resumed with the response and returned), for
  *                             `--samples` responses one at a time
  *   all_responses_ms          the other responses given one after another → every task done
+ *   timed_out, deadline_to_defaults_p50_ms, _p99_ms, _min_ms, _max_ms
+ *                             200 more tasks whose questions (3 s timeout, with defaults) nobody
+ *                             answers: the deadline → the defaults recorded by the scheduler's sweep
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -59,6 +62,9 @@ const args = await yargs(hideBin(process.argv))
   .option('slots', { type: 'number', default: 16, describe: 'worker slots in the human-input phase' })
   .strict()
   .parse();
+/** Questions of the human-input phase nobody answers, and their timeout in seconds. */
+const TIMED_OUT = 200;
+const TIMEOUT_S = 3;
 // The human-input phase embeds the built package, as a user's project would.
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -179,6 +185,13 @@ class Ask extends BaseOperator {
   answered(context, response) { return response.chosen[0]; }
 }
 export const dag = new Dag({ dagId: 'ask_people' }).add(...Array.from({ length: ${tasks} }, (_, i) => new Ask({ taskId: 'ask_' + i })));
+class AskBriefly extends BaseOperator {
+  async execute(context) {
+    return this.awaitInput(context, { subject: 'Go?', options: ['yes', 'no'], defaults: { chosen: ['no'] }, timeout: ${TIMEOUT_S}, method: 'answered' });
+  }
+  answered(context, response) { return response.chosen[0]; }
+}
+export const timeouts = new Dag({ dagId: 'time_out' }).add(...Array.from({ length: ${TIMED_OUT} }, (_, i) => new AskBriefly({ taskId: 'ask_' + i })));
 `,
   );
   // The first phase's task instances (resumed, of no DAG a worker knows) are not this phase's work.
@@ -216,7 +229,36 @@ export const dag = new Dag({ dagId: 'ask_people' }).add(...Array.from({ length: 
     const restStart = Date.now();
     for (let i = samples; i < tasks; i++) await app.respondToInput(ids[i]!, { chosen: ['yes'], by: 'bench' });
     await until(async () => (await countInState('success')) === tasks, { timeoutMs: 600_000, intervalMs: 50, what: 'every task done' });
+    const all = Date.now() - restStart;
     const sorted = latencies.sort((a, b) => a - b);
+    // Questions nobody answers: their defaults, at the deadline.
+    await app.triggerDagRun('time_out');
+    await until(
+      async () => {
+        const row = await database.db
+          .selectFrom('task_input')
+          .innerJoin('task_instance', 'task_instance.id', 'task_input.task_instance_id')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .where('task_instance.dag_id', '=', 'time_out')
+          .where('task_input.responded_at', 'is not', null)
+          .executeTakeFirstOrThrow();
+        return Number(row.n) === TIMED_OUT;
+      },
+      { timeoutMs: 120_000, intervalMs: 100, what: 'every question answered by its defaults' },
+    );
+    const late = (
+      await database.db
+        .selectFrom('task_input')
+        .innerJoin('task_instance', 'task_instance.id', 'task_input.task_instance_id')
+        .select(['task_input.timeout_at', 'task_input.responded_at', 'task_input.response_source'])
+        .where('task_instance.dag_id', '=', 'time_out')
+        .execute()
+    )
+      .map((row) => {
+        if (row.response_source !== 'timeout') throw new Error(`a question of time_out was answered by ${row.response_source}, not its timeout`);
+        return fromDbTime(row.responded_at!) - fromDbTime(row.timeout_at!);
+      })
+      .sort((a, b) => a - b);
     return {
       input_tasks: tasks,
       dialect,
@@ -227,7 +269,12 @@ export const dag = new Dag({ dagId: 'ask_people' }).add(...Array.from({ length: 
       respond_to_resumed_p50_ms: percentile(sorted, 0.5),
       respond_to_resumed_p99_ms: percentile(sorted, 0.99),
       respond_to_resumed_max_ms: sorted.at(-1),
-      all_responses_ms: Date.now() - restStart,
+      all_responses_ms: all,
+      timed_out: TIMED_OUT,
+      deadline_to_defaults_p50_ms: percentile(late, 0.5),
+      deadline_to_defaults_p99_ms: percentile(late, 0.99),
+      deadline_to_defaults_min_ms: late[0],
+      deadline_to_defaults_max_ms: late.at(-1),
     };
   } finally {
     await app.stop({ keepDatabaseOpen: true });
