@@ -403,37 +403,33 @@ export class Worker extends Daemon<WorkerStores> {
     }
     if (result.kind === 'deferred') {
       const deferral = result.deferral;
-      try {
-        // Kept through an outage like an outcome: a deferral the database missed is not the
-        // task's failure (failing it would spend a try, or end the task, for an outage). The
-        // moment it deferred stays the start of its timeout however long the write waits.
-        const deferredAt = this.clock.now();
-        await this.#recordPersistently(taskInstance.id, 'its deferral', () =>
-          this.storage.taskInstances.deferTaskInstance(taskInstance.id, deferral, deferredAt, held),
-        );
+      // The moment it deferred stays the start of its timeout however long the write waits.
+      const deferredAt = this.clock.now();
+      const wait = await this.#recordWait(taskInstance, held, label, tryLog, 'its deferral', "deferred, but it is no longer this worker's to defer", () =>
+        this.storage.taskInstances.deferTaskInstance(taskInstance.id, deferral, deferredAt, held),
+      );
+      if (wait.kind === 'written') {
         this.#countOutcome(taskInstance, 'deferred');
         // No flush: the deferral's line rides the next timed write (the task is not finished).
         tryLog.worker.info({ next_method: deferral.method }, `${label} deferred; resumes at ${deferral.method}`);
         return;
-      } catch (deferError) {
-        if (deferError instanceof TaskInstanceStateError) {
-          if (await this.#carryOutStopRequest(taskInstance, held, label, tryLog)) return;
-          this.log.warn(
-            { task_instance_id: taskInstance.id, error: deferError.message },
-            `${label} deferred, but it is no longer this worker's to defer; dropped`,
-          );
-          return;
-        }
-        // The deferral could not be written (values the database refuses): this try failed.
-        result = { kind: 'failed', error: deferError, retryable: true };
       }
+      if (wait.kind === 'dropped') return;
+      result = { kind: 'failed', error: wait.error, retryable: true };
     }
     if (result.kind === 'awaiting_input') {
       const resume = { method: result.method, kwargs: result.kwargs };
-      try {
-        const waits = await this.#recordPersistently(taskInstance.id, 'its wait for input', () =>
-          this.storage.inputs.awaitInput(taskInstance.id, held, resume, this.clock.now()),
-        );
+      const wait = await this.#recordWait(
+        taskInstance,
+        held,
+        label,
+        tryLog,
+        'its wait for input',
+        "asked for input, but it is no longer this worker's to wait",
+        () => this.storage.inputs.awaitInput(taskInstance.id, held, resume, this.clock.now()),
+      );
+      if (wait.kind === 'written') {
+        const waits = wait.value;
         this.#countOutcome(taskInstance, waits === 'awaiting' ? 'awaiting_input' : 'scheduled');
         tryLog.worker.info(
           { next_method: resume.method },
@@ -442,18 +438,9 @@ export class Worker extends Daemon<WorkerStores> {
             : `${label} was answered before it began to wait; resumes at ${resume.method} at once`,
         );
         return;
-      } catch (waitError) {
-        if (waitError instanceof TaskInstanceStateError) {
-          if (await this.#carryOutStopRequest(taskInstance, held, label, tryLog)) return;
-          this.log.warn(
-            { task_instance_id: taskInstance.id, error: waitError.message },
-            `${label} asked for input, but it is no longer this worker's to wait; dropped`,
-          );
-          return;
-        }
-        // The wait could not be written (values the database refuses): this try failed.
-        result = { kind: 'failed', error: waitError, retryable: true };
       }
+      if (wait.kind === 'dropped') return;
+      result = { kind: 'failed', error: wait.error, retryable: true };
     }
     if (result.kind === 'skipped') {
       await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, this.clock.now(), result.reason);
@@ -476,6 +463,32 @@ export class Worker extends Daemon<WorkerStores> {
     const mayRetry = started.tryNumber <= task.retry.retries && result.retryable;
     const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
     await this.#finish(taskInstance, held, label, tryLog, outcome, result.error, now);
+  }
+
+  /**
+   * Writes the wait a try ended in (a deferral, a wait for input). Kept through an outage like an
+   * outcome: a wait the database missed is not the task's failure (failing it would spend a try,
+   * or end the task, for an outage). A task instance no longer this try's drops it (`dropped`),
+   * after carrying out the stop a signal asked for, if one did; values the database refuses fail
+   * the try (`refused`).
+   */
+  async #recordWait<T>(
+    taskInstance: ClaimedTaskInstance,
+    held: HeldTry,
+    label: string,
+    tryLog: TryLoggers,
+    what: string,
+    droppedWhy: string,
+    write: () => Promise<T>,
+  ): Promise<{ readonly kind: 'written'; readonly value: T } | { readonly kind: 'dropped' } | { readonly kind: 'refused'; readonly error: unknown }> {
+    try {
+      return { kind: 'written', value: await this.#recordPersistently(taskInstance.id, what, write) };
+    } catch (error) {
+      if (!(error instanceof TaskInstanceStateError)) return { kind: 'refused', error };
+      if (!(await this.#carryOutStopRequest(taskInstance, held, label, tryLog)))
+        this.log.warn({ task_instance_id: taskInstance.id, error: error.message }, `${label} ${droppedWhy}; dropped`);
+      return { kind: 'dropped' };
+    }
   }
 
   /**
