@@ -1,7 +1,7 @@
 import type { InputResponse } from '../../model/human-input.ts';
 import { fieldValueFromText } from '../../model/human-input.ts';
 import type { GivenAnswer, InputService } from '../../services/human-input/input-service.ts';
-import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
+import { jsonReply, type HttpReply, type HttpRequest } from '../../services/observability/http-server.ts';
 import type { TaskInput } from '../../storage/index.ts';
 import { codeOf, DeferflowError, InputAlreadyGivenError, InputLinkInvalidError } from '../../vocabulary/errors.ts';
 import { sameToken } from '../../vocabulary/options/tokens.ts';
@@ -178,6 +178,7 @@ function show(status: number, title: string, content: Html): HttpReply {
   return { status, headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' }, body: page(title, '', content, 0) };
 }
 
+/** The API's replies are never cached. */
 function json(status: number, body: JsonValue, headers: Record<string, string> = {}): HttpReply {
-  return { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers }, body: `${JSON.stringify(body)}\n` };
+  return jsonReply(status, body, { 'cache-control': 'no-store', ...headers });
 }

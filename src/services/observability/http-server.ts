@@ -5,6 +5,7 @@ import type { DaemonHealth } from '../jobs/daemon.ts';
 import type { Metrics } from './metrics.ts';
 import type { ObservabilityHttpOptions } from './options.ts';
 import { installService, type HelperService } from '../../vocabulary/helper-thread.ts';
+import type { JsonValue } from '../../vocabulary/serialization/json.ts';
 
 /** A reply from the main thread's routes. */
 export interface HttpReply {
@@ -29,6 +30,11 @@ export interface HttpRequest {
 
 /** The largest request body passed on to a route: a signal's largest value (MAX_SIGNAL_VALUE_BYTES). */
 export const MAX_REQUEST_BODY_BYTES = 64 * 1024;
+
+/** A JSON reply of a route: the body as one line of JSON. */
+export function jsonReply(status: number, body: JsonValue, headers: Record<string, string> = {}): HttpReply {
+  return { status, headers: { 'content-type': 'application/json', ...headers }, body: `${JSON.stringify(body)}\n` };
+}
 
 /** More pages served by the main thread (the status page); null: not theirs (404). */
 export type ExtraRoutes = (request: HttpRequest) => Promise<HttpReply | null>;

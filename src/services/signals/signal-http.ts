@@ -1,6 +1,6 @@
 import { sameToken } from '../../vocabulary/options/tokens.ts';
 import { codeOf } from '../../vocabulary/errors.ts';
-import type { ExtraRoutes, HttpReply, HttpRequest } from '../observability/http-server.ts';
+import { jsonReply, type ExtraRoutes, type HttpReply, type HttpRequest } from '../observability/http-server.ts';
 import type { JsonObject, JsonValue } from '../../vocabulary/serialization/json.ts';
 import { nobodyWarning, reachesNobody, type SignalAudience } from './signal-audience.ts';
 import { MAX_SIGNAL_VALUE_BYTES } from '../../model/signal.ts';
@@ -27,31 +27,36 @@ export function signalRoute(token: string, send: (key: string, value: JsonValue)
     const path = new URL(request.url, 'http://signal.invalid').pathname;
     const match = /^\/signals\/([^/]+)$/.exec(path);
     if (!match) return null;
-    if (request.method !== 'POST') return reply(405, { error: `${request.method} is not allowed: POST /signals/:key` }, { allow: 'POST' });
+    if (request.method !== 'POST') return jsonReply(405, { error: `${request.method} is not allowed: POST /signals/:key` }, { allow: 'POST' });
     if (!sameToken(/^Bearer (.+)$/i.exec(request.headers.authorization ?? '')?.[1], expected)) {
-      return reply(401, { error: 'a valid bearer token is needed: Authorization: Bearer <token>' }, { 'www-authenticate': 'Bearer realm="deferflow signals"' });
+      return jsonReply(
+        401,
+        { error: 'a valid bearer token is needed: Authorization: Bearer <token>' },
+        { 'www-authenticate': 'Bearer realm="deferflow signals"' },
+      );
     }
-    if (request.body === null) return reply(413, { error: `the body is larger than ${MAX_SIGNAL_VALUE_BYTES} bytes`, code: 'DF_INVALID_SIGNAL' });
+    if (request.body === null) return jsonReply(413, { error: `the body is larger than ${MAX_SIGNAL_VALUE_BYTES} bytes`, code: 'DF_INVALID_SIGNAL' });
     let value: JsonValue = null;
     if ((request.body ?? '').trim() !== '') {
       try {
         value = JSON.parse(request.body!) as JsonValue;
       } catch {
-        return reply(400, { error: 'the body is not JSON; send the signal value as JSON (empty: null)', code: 'DF_NOT_JSON' });
+        return jsonReply(400, { error: 'the body is not JSON; send the signal value as JSON (empty: null)', code: 'DF_NOT_JSON' });
       }
     }
     let key: string;
     try {
       key = decodeURIComponent(match[1]!);
     } catch {
-      return reply(400, { error: 'the key is not valid percent-encoding', code: 'DF_INVALID_SIGNAL' });
+      return jsonReply(400, { error: 'the key is not valid percent-encoding', code: 'DF_INVALID_SIGNAL' });
     }
     let sent: SentSignal;
     try {
       sent = await send(key, value);
     } catch (error) {
       const code = codeOf(error, 'DF_DATABASE');
-      if (code === 'DF_INVALID_SIGNAL' || code === 'DF_NOT_JSON' || code === 'DF_NOT_STORABLE') return reply(400, { error: (error as Error).message, code });
+      if (code === 'DF_INVALID_SIGNAL' || code === 'DF_NOT_JSON' || code === 'DF_NOT_STORABLE')
+        return jsonReply(400, { error: (error as Error).message, code });
       throw error;
     }
     const { audience } = sent;
@@ -63,10 +68,6 @@ export function signalRoute(token: string, send: (key: string, value: JsonValue)
       scheduled_dags: [...audience.scheduledDags],
     };
     if (reachesNobody(audience)) body.warning = nobodyWarning(key, sent.version, audience);
-    return reply(201, body);
+    return jsonReply(201, body);
   };
-}
-
-function reply(status: number, body: JsonValue, headers: Record<string, string> = {}): HttpReply {
-  return { status, headers: { 'content-type': 'application/json', ...headers }, body: `${JSON.stringify(body)}\n` };
 }
