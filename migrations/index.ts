@@ -19,6 +19,7 @@ import * as m0013 from './0013_job_liveness_lock.ts';
 import * as m0014 from './0014_task_state.ts';
 import * as m0015 from './0015_trigger_member.ts';
 import * as m0016 from './0016_human_input.ts';
+import * as m0017 from './0017_queues.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -41,4 +42,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0014_task_state': m0014,
   '0015_trigger_member': m0015,
   '0016_human_input': m0016,
+  '0017_queues': m0017,
 };

@@ -61,6 +61,7 @@ table job
   column end_date timestamp with time zone
   column latest_heartbeat timestamp with time zone not null
   column liveness_lock text
+  column queues text
   constraint job_pkey PRIMARY KEY (id)
   constraint job_state_check CHECK ((state = ANY (ARRAY['running'::text, 'success'::text, 'failed'::text])))
   index CREATE UNIQUE INDEX job_pkey ON job USING btree (id)
@@ -133,6 +134,7 @@ table task_instance
   column return_value jsonb
   column stop_request text
   column next_event jsonb
+  column queue text not null default 'default'::text
   constraint task_instance_key UNIQUE (dag_id, run_id, task_id, map_index)
   constraint task_instance_pkey PRIMARY KEY (id)
   constraint task_instance_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'deferred'::text, 'success'::text, 'failed'::text, 'up_for_retry'::text, 'up_for_reschedule'::text, 'skipped'::text, 'upstream_failed'::text, 'awaiting_input'::text])))
@@ -140,7 +142,7 @@ table task_instance
   constraint task_instance_trigger_id_fkey FOREIGN KEY (trigger_id) REFERENCES trigger(id)
   constraint task_instance_trigger_only_when_deferred CHECK (((trigger_id IS NULL) OR COALESCE((state = 'deferred'::text), false)))
   index CREATE INDEX task_instance_awaiting_input_idx ON task_instance USING btree (ready_at) WHERE (state = 'awaiting_input'::text)
-  index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (priority_weight DESC, id) WHERE (state = 'scheduled'::text)
+  index CREATE INDEX task_instance_claimable_idx ON task_instance USING btree (queue, priority_weight DESC, id) WHERE (state = 'scheduled'::text)
   index CREATE INDEX task_instance_deferred_timeout_idx ON task_instance USING btree (trigger_timeout) WHERE ((state = 'deferred'::text) AND (trigger_timeout IS NOT NULL))
   index CREATE UNIQUE INDEX task_instance_key ON task_instance USING btree (dag_id, run_id, task_id, map_index)
   index CREATE UNIQUE INDEX task_instance_pkey ON task_instance USING btree (id)
@@ -201,13 +203,14 @@ table trigger
   column priority_weight integer not null default 1
   column culprit_count integer not null default 0
   column quarantined_at timestamp with time zone
+  column queue text not null default 'default'::text
   constraint trigger_pkey PRIMARY KEY (id)
   index CREATE UNIQUE INDEX trigger_hash_idx ON trigger USING btree (hash)
   index CREATE UNIQUE INDEX trigger_pkey ON trigger USING btree (id)
   index CREATE INDEX trigger_quarantined_idx ON trigger USING btree (id) WHERE (quarantined_at IS NOT NULL)
   index CREATE INDEX trigger_signal_idx ON trigger USING btree (id) WHERE (classpath = 'deferflow.triggers.SignalTrigger'::text)
   index CREATE INDEX trigger_triggerer_id_idx ON trigger USING btree (triggerer_id) WHERE (triggerer_id IS NOT NULL)
-  index CREATE INDEX trigger_unowned_idx ON trigger USING btree (priority_weight DESC, created_at, id) WHERE ((triggerer_id IS NULL) AND (quarantined_at IS NULL))
+  index CREATE INDEX trigger_unowned_idx ON trigger USING btree (queue, priority_weight DESC, created_at, id) WHERE ((triggerer_id IS NULL) AND (quarantined_at IS NULL))
 table trigger_log
   column id bigint not null identity
   column trigger_id bigint not null

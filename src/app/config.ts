@@ -22,6 +22,11 @@ export type { DurationInput };
 export interface WorkerConfig {
   /** Slots: most task instances run at once. @default 16 */
   readonly concurrency?: number;
+  /**
+   * Queues whose task instances this worker runs (a list, or comma-separated). `default` is the
+   * queue of tasks that name none; list it with others to run those too. @default 'default'
+   */
+  readonly queues?: string | readonly string[];
   /** Pause between claims when there is nothing to claim or no free slot. @default 1 second */
   readonly pollInterval?: DurationInput;
   /** How often the worker records that it is alive. @default 5 seconds */
@@ -89,6 +94,12 @@ export interface SchedulerConfig {
 export interface TriggererConfig {
   /** Most triggers this triggerer runs at once; it claims no more. @default 1000 */
   readonly capacity?: number;
+  /**
+   * Queues whose triggers this triggerer runs (a list, or comma-separated): a trigger is in the
+   * queue of the task that deferred on it. `default` is the queue of tasks that name none, and
+   * may be listed with others. @default 'default'
+   */
+  readonly queues?: string | readonly string[];
   /** How often the triggerer records that it is alive. @default 5 seconds */
   readonly heartbeatInterval?: DurationInput;
   /**

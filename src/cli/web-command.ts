@@ -9,7 +9,7 @@ import { HTTP_OPTIONS, resolveObservabilityHttp } from '../services/observabilit
 import { STANDALONE_HTTP_PORT } from '../app/standalone/options.ts';
 import { resolveWebOptions, WEB_OPTIONS } from '../app/web/options.ts';
 import { declareOptions, rawOptionsFrom, refusalsByFlag } from './declare-options.ts';
-import { livenessThresholds } from './jobs-commands.ts';
+import { livenessThresholds } from '../daemons/liveness-options.ts';
 
 /** `deferflow web` options: where the page is served, and the page's own. */
 export const WEB_COMMAND_OPTIONS = {
@@ -36,17 +36,21 @@ export function registerWebCommand(cli: Argv): void {
         const logs = { level: logLevel(pick('logLevel')), format: logFormat(pick('logFormat')) };
         return [served, resolveWebOptions(raw, process.env, served.host), logs] as const;
       });
-      const [{ createLogger }, { openMigratedDatabase }, { openStores }, { statusPages }] = await Promise.all([
+      const [{ createLogger }, { openMigratedDatabase }, { openStores }, { statusPages }, { readDatabaseFigures }, { livenessLocksOf }] = await Promise.all([
         import('../vocabulary/logging.ts'),
         import('../database/open-migrated-database.ts'),
         import('../storage/index.ts'),
         import('../app/web/status-pages.ts'),
+        import('../services/observability/database-figures.ts'),
+        import('../database/liveness-locks.ts'),
       ]);
       const log = createLogger({ level: logs.level, format: logs.format, name: 'web' });
       const database = await openMigratedDatabase(String(pick('databaseUrl')));
       const metrics = new Metrics();
       const storage = openStores(database);
-      metrics.databaseGauges(() => storage.maintenance.countWaitingWork());
+      const thresholds = livenessThresholds();
+      const locks = livenessLocksOf(database);
+      metrics.databaseGauges(() => readDatabaseFigures(storage, locks, thresholds));
       const server = new ObservabilityServer(
         // Serving the page is all this command does: its port, even the default one, must be had.
         { ...http, optional: false },

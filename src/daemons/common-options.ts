@@ -1,6 +1,8 @@
 import type { LogFormat, LogLevel } from '../vocabulary/logging.ts';
 import { DEFAULT_DATABASE_URL } from '../database/database-url.ts';
 import { Keyring } from '../database/encryption/keyring.ts';
+import { InvalidOptionError } from '../vocabulary/errors.ts';
+import { QueueNameProblem, queueSetOf, type QueueSet } from '../model/queues.ts';
 
 /**
  * The options every long-running process shares (database, logging), in the shape of an option
@@ -65,4 +67,14 @@ export interface ResolvedCommonOptions {
   readonly logLevel: LogLevel;
   /** JSON lines, or pretty lines. */
   readonly logFormat: LogFormat;
+}
+
+/** `--queues` (a worker's or a triggerer's) checked: DF_INVALID_OPTION naming the bad name. */
+export function queuesOption(value: unknown): QueueSet {
+  try {
+    return queueSetOf(value);
+  } catch (error) {
+    if (error instanceof QueueNameProblem) throw new InvalidOptionError('queues', error.message);
+    throw error;
+  }
 }

@@ -58,6 +58,8 @@ export interface TriggerTable {
   culprit_count: Generated<number>;
   /** Set once culprit_count reached the quarantine limit: never claimed again. */
   quarantined_at: DbTime | null;
+  /** The queue of the task instances waiting on it (migration 0017): only triggerers serving it claim it. */
+  queue: Generated<string>;
 }
 
 /** The task_instance table: one row per task of each DAG run, its state and its deferral. */
@@ -114,6 +116,8 @@ export interface TaskInstanceTable {
   return_value: JsonText | null;
   /** Only while running: a signal asked to stop the try, ending in this state, or to run the task afresh (`restart`). */
   stop_request: Generated<StopRequest | null>;
+  /** The task's queue (migration 0017): only workers serving it claim it. */
+  queue: Generated<string>;
 }
 
 /** What a signal asks of a running try: a fresh try (`restart`), or to end in a state (`stop`). */
@@ -341,6 +345,8 @@ export interface JobTable {
    * liveness-locks.ts): 'pg-advisory', or 'file:<path>'; null: only its heartbeat tells.
    */
   liveness_lock: Generated<string | null>;
+  /** The queues a worker or triggerer serves, comma-separated as --queues takes them (migration 0017); null: a scheduler, or a daemon from before queues (`default`). */
+  queues: string | null;
 }
 
 /** task_input: the question a task instance asks a person, and the response that won (migration 0016). */

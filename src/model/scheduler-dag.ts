@@ -49,6 +49,8 @@ export interface SchedulerTask {
   readonly startTrigger: StartTrigger | null;
   /** Signals that start, restart or stop it (see signal-actions.ts); empty for none. */
   readonly signalActions: readonly SignalAction[];
+  /** Its queue (see queues.ts). */
+  readonly queue: string;
 }
 
 export interface StartTrigger {

@@ -3,6 +3,7 @@ import { fromDbTime, TASK_INSTANCE_STATES, type TaskInstanceState } from '../dat
 import { InvalidTaskInstanceError, TaskInstanceStateError } from '../vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../vocabulary/serialization/json.ts';
 import { openStores } from '../storage/index.ts';
+import { checkQueue } from '../model/queues.ts';
 
 /**
  * For code that runs operators itself, outside deferflow's worker: it creates the task instance
@@ -30,6 +31,11 @@ export interface NewTaskInstanceFields {
   readonly retries?: number;
   /** The operator's class name, for people reading the row. @default null */
   readonly operator?: string | null;
+  /**
+   * Its queue: only workers serving it claim it, and its deferrals' triggers go to triggerers
+   * serving it (see docs/queues.md). @default 'default'
+   */
+  readonly queue?: string;
 }
 
 /** A task instance as read back: what a user checks. Times are Dates; JSON columns are parsed. */
@@ -62,6 +68,8 @@ export interface TaskInstance {
   readonly startDate: Date | null;
   /** When it finished. */
   readonly endDate: Date | null;
+  /** Its queue (`default` when it names none). */
+  readonly queue: string;
 }
 
 /** Creates a task instance and returns its id; DF_TASK_INSTANCE_STATE when one with that key exists. */
@@ -86,9 +94,15 @@ export async function createTaskInstance(database: Pick<Database, 'db' | 'adapte
     throw new InvalidTaskInstanceError(`priorityWeight must be an integer, got ${JSON.stringify(fields.priorityWeight)}`);
   if (!Number.isSafeInteger(retries) || retries < 0)
     throw new InvalidTaskInstanceError(`retries must be an integer of 0 or more, got ${JSON.stringify(fields.retries)}`);
+  let queue: string;
+  try {
+    queue = checkQueue(fields.queue);
+  } catch (error) {
+    throw new InvalidTaskInstanceError((error as Error).message);
+  }
   const key = { dagId: fields.dagId, taskId: fields.taskId, runId: fields.runId, mapIndex };
   const storage = openStores(database);
-  const id = await storage.taskInstances.createTaskInstance({ ...key, state, priorityWeight, maxTries: retries, operator: fields.operator ?? null });
+  const id = await storage.taskInstances.createTaskInstance({ ...key, state, priorityWeight, maxTries: retries, operator: fields.operator ?? null, queue });
   if (id !== null) return id;
   const existing = await storage.taskInstances.readTaskInstance(key);
   throw new TaskInstanceStateError(
@@ -125,5 +139,6 @@ export async function readTaskInstance(
     returnValue: row.return_value === null ? null : (JSON.parse(row.return_value) as JsonValue),
     startDate: date(row.start_date),
     endDate: date(row.end_date),
+    queue: row.queue,
   };
 }

@@ -3,6 +3,9 @@ import type { StorageContext } from './context.ts';
 import type { EncryptionKeyError } from '../vocabulary/errors.ts';
 import { openTriggerRows } from './sealed-values.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { DEFAULT_QUEUES, type QueueSet } from '../model/queues.ts';
+import { inQueue, inQueues } from './queue-filter.ts';
+import { fromDbTime } from '../database/schema.ts';
 
 export interface TriggerRow {
   readonly id: number;
@@ -44,12 +47,13 @@ export interface ClaimResult {
  * unowned row for each claim (100,000 triggers claimed 1,000 at a time: five million probes).
  * It is a scalar subquery with a LIMIT, not EXISTS, so PostgreSQL cannot plan it as a semi-join
  * over every task instance. `wakePeers`: a claim that took anything wakes the triggerers.
+ * `queues`: only rows in these queues are candidates (see queue-filter.ts), `default` if not given.
  */
 export async function claimTriggers(
   { db, adapter, keyring }: StorageContext,
   jobId: number,
   limit: number,
-  { wakePeers = false }: { readonly wakePeers?: boolean } = {},
+  { wakePeers = false, queues = DEFAULT_QUEUES }: { readonly wakePeers?: boolean; readonly queues?: QueueSet } = {},
 ): Promise<ClaimResult> {
   const none: ClaimResult = { claimed: 0, rows: Promise.resolve([]), examined: 0, orphansDeleted: 0 };
   if (limit <= 0) return none;
@@ -62,26 +66,46 @@ export async function claimTriggers(
   // transaction of three statements.
   if (
     adapter.supportsRowLocks &&
-    !(await db.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).where('quarantined_at', 'is', null).limit(1).executeTakeFirst())
+    !(await db
+      .selectFrom('trigger')
+      .select('id')
+      .where('triggerer_id', 'is', null)
+      .where('quarantined_at', 'is', null)
+      .where(inQueues(queues))
+      .limit(1)
+      .executeTakeFirst())
   ) {
     return none;
   }
   const result = await run(async (trx) => {
-    const candidates = await adapter
-      .lockSkippingLocked(
-        trx
-          .selectFrom('trigger')
-          .select('id')
-          .where('triggerer_id', 'is', null)
-          // A quarantined trigger is never run again (see quarantine-triggers.ts).
-          .where('quarantined_at', 'is', null)
-          .orderBy('priority_weight', 'desc')
-          .orderBy('created_at')
-          .orderBy('id')
-          .limit(limit),
-      )
-      .execute();
+    const candidates: { id: number; priority_weight: number; created_at: Date | string }[] = [];
+    // One queue's first `limit` rows at a time, each an index range in claim order.
+    for (const queue of queues) {
+      candidates.push(
+        ...(await adapter
+          .lockSkippingLocked(
+            trx
+              .selectFrom('trigger')
+              .select(['id', 'priority_weight', 'created_at'])
+              .where('triggerer_id', 'is', null)
+              // A quarantined trigger is never run again (see quarantine-triggers.ts).
+              .where('quarantined_at', 'is', null)
+              .where(inQueue(queue))
+              .orderBy('priority_weight', 'desc')
+              .orderBy('created_at')
+              .orderBy('id')
+              .limit(limit),
+          )
+          .execute()),
+      );
+    }
     if (candidates.length === 0) return { claimed: [], examined: 0, orphansDeleted: 0 };
+    // Serving several queues: the best `limit` of them all (the rest are unlocked at commit).
+    if (candidates.length > limit) {
+      const at = (row: (typeof candidates)[number]) => fromDbTime(row.created_at);
+      candidates.sort((a, b) => b.priority_weight - a.priority_weight || at(a) - at(b) || a.id - b.id);
+      candidates.length = limit;
+    }
     const ids = candidates.map((candidate) => candidate.id);
     const claimed = await trx
       .updateTable('trigger')

@@ -52,6 +52,7 @@ export async function createDagRun({ db, adapter, keyring }: StorageContext, dag
             operator: task.operator,
             max_tries: task.retry.retries,
             priority_weight: task.priorityWeight,
+            queue: task.queue,
             updated_at: toDbTime(now),
           })),
         )

@@ -1,3 +1,4 @@
+import { DEFAULT_QUEUE } from '../model/queues.ts';
 import { toDbTime, type TaskInstanceState } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
@@ -10,6 +11,8 @@ export interface NewTaskInstance {
   readonly priorityWeight: number;
   readonly maxTries: number;
   readonly operator: string | null;
+  /** Its queue. @default 'default' */
+  readonly queue?: string;
 }
 
 /**
@@ -30,6 +33,7 @@ export async function createTaskInstance({ db }: StorageContext, fields: NewTask
       priority_weight: fields.priorityWeight,
       max_tries: fields.maxTries,
       operator: fields.operator,
+      queue: fields.queue ?? DEFAULT_QUEUE,
       try_number: started ? 1 : 0,
       start_date: started ? toDbTime(now) : null,
       updated_at: toDbTime(now),

@@ -10,6 +10,7 @@ import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import { wake, wakeForChangedRows } from './wake.ts';
 import type { StorageContext } from './context.ts';
 import { describeHolder, stillHeld, type HeldTry } from './held-try.ts';
+import { DEFAULT_QUEUE } from '../model/queues.ts';
 
 /** States a task instance may defer from: running (an operator), or scheduled/queued (started from a trigger). */
 export const DEFERRABLE_STATES: readonly TaskInstanceState[] = ['running', 'queued', 'scheduled'];
@@ -35,6 +36,12 @@ export interface Deferral {
    * to deferred, in one statement, so no worker can claim it between a decision and the deferral.
    */
   readonly startFromTrigger?: boolean;
+  /**
+   * The task instance's queue, which its trigger rows inherit, so triggerers serving that queue
+   * run them; undefined: read from the task instance. A wait in another queue is a trigger row of
+   * its own (the queue is part of the hash).
+   */
+  readonly queue?: string;
 }
 
 export interface DeferResult {
@@ -59,12 +66,14 @@ export async function deferTaskInstance(
   now: number,
   held?: HeldTry,
 ): Promise<DeferResult> {
+  const queue = deferral.queue !== undefined ? deferral.queue : await queueOf(db, taskInstanceId);
   // Sealed (when keys are configured) before the transaction opens, not while it holds locks.
   const nextKwargs = keyring.seal(JSON.stringify(deferral.kwargs), 'task_instance.next_kwargs');
   const trigger: TriggerValues = {
     classpath: deferral.serializedTrigger.classpath,
     kwargs: keyring.seal(JSON.stringify(deferral.serializedTrigger.kwargs), 'trigger.kwargs'),
-    hash: deferral.triggerHash === null ? null : keyring.triggerHash(deferral.triggerHash),
+    hash: deferral.triggerHash === null ? null : keyring.triggerHash(queuedHash(deferral.triggerHash, queue)),
+    queue,
   };
   const ownTimeout = deferral.timeoutMs === null ? null : toDbTime(now + deferral.timeoutMs);
   // All a deferral sets but the state, which each statement sets where the state machine's check can read it.
@@ -115,7 +124,7 @@ export async function deferTaskInstance(
     if (Number(deferred.numUpdatedRows) === 1) {
       // A new composite's leaves: each an ordinary trigger row, shared with identical waits.
       if (composite && !linked.reusedTrigger)
-        await linkCompositeMembers(trx, adapter, keyring, linked.triggerId, deferral.serializedTrigger, priorityWeight, now);
+        await linkCompositeMembers(trx, adapter, keyring, linked.triggerId, deferral.serializedTrigger, queue, priorityWeight, now);
       // This try waits on this trigger from now: its log shows the trigger's lines from here on.
       // A task started from its trigger is in try 0 until it runs or ends: the wait is its try 1.
       await trx
@@ -187,7 +196,7 @@ async function deferInOneStatement(
     .with('linked', (qc) => {
       const insert = qc
         .insertInto('trigger')
-        .columns(['classpath', 'kwargs', 'created_at', 'triggerer_id', 'hash', 'priority_weight'])
+        .columns(['classpath', 'kwargs', 'created_at', 'triggerer_id', 'hash', 'priority_weight', 'queue'])
         .expression((eb) =>
           eb
             .selectFrom('deferrable')
@@ -198,6 +207,7 @@ async function deferInOneStatement(
               sql<null>`null`.as('triggerer_id'),
               sql<string | null>`cast(${trigger.hash} as text)`.as('hash'),
               'priority_weight',
+              sql<string>`cast(${trigger.queue} as text)`.as('queue'),
             ]),
         );
       return (trigger.hash === null ? insert : insert.onConflict((conflict) => conflict.column('hash').doNothing())).returning('id');
@@ -242,6 +252,7 @@ async function linkCompositeMembers(
   keyring: Keyring,
   compositeId: number,
   composite: SerializedTrigger,
+  queue: string,
   priorityWeight: RawBuilder<number>,
   now: number,
 ): Promise<void> {
@@ -250,7 +261,8 @@ async function linkCompositeMembers(
     const values: TriggerValues = {
       classpath: leaf.classpath,
       kwargs: keyring.seal(JSON.stringify(leaf.kwargs), 'trigger.kwargs'),
-      hash: keyring.triggerHash(triggerHash(leaf)),
+      hash: keyring.triggerHash(queuedHash(triggerHash(leaf), queue)),
+      queue,
     };
     members.push((await linkTrigger(trx, adapter, values, priorityWeight, now)).triggerId);
   }
@@ -268,6 +280,19 @@ interface TriggerValues {
   /** JSON text, or its sealed form. */
   readonly kwargs: string;
   readonly hash: string | null;
+  /** The queue it inherits from the task instance. */
+  readonly queue: string;
+}
+
+/** A wait's hash within its queue: identical waits share a row only in the same queue (`default` keeps the hash it had before queues). */
+function queuedHash(hash: string, queue: string): string {
+  return queue === DEFAULT_QUEUE ? hash : `${hash}@${queue}`;
+}
+
+/** The queue of task instance `id` (`default` when there is no such task instance: the deferral then says why it cannot defer). */
+async function queueOf(db: StorageContext['db'], id: number): Promise<string> {
+  const row = await db.selectFrom('task_instance').select('queue').where('id', '=', id).executeTakeFirst();
+  return row?.queue ?? DEFAULT_QUEUE;
 }
 
 /**
@@ -292,6 +317,7 @@ async function linkTrigger(
     triggerer_id: null,
     hash,
     priority_weight: priorityWeight,
+    queue: trigger.queue,
   };
   if (hash === null) {
     const row = await trx.insertInto('trigger').values(values).returning('id').executeTakeFirstOrThrow();

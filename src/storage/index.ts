@@ -30,6 +30,7 @@ export type { CleanCounts } from './clean-database.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
 export type { JobListing } from './list-jobs.ts';
+export type { QueueServer, QueueWork } from './queue-work.ts';
 export type { TaskLogLine, TriggerLogLine } from './append-task-log-lines.ts';
 export type { StoredLogLine } from './read-task-log.ts';
 export type { QuarantinedTrigger } from './quarantine-triggers.ts';

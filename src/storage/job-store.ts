@@ -1,8 +1,9 @@
 import type { StorageContext } from './context.ts';
 import { endJob, heartbeatJob, listRunningJobs, registerJob, setLivenessLock, type JobFields, type JobLiveness } from './jobs.ts';
 import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
+import { queueServers, queueWork, type QueueServer, type QueueWork } from './queue-work.ts';
 
-/** Jobs: registerJob, setLivenessLock, heartbeatJob, endJob, listRunningJobs, listJobs. */
+/** Jobs: registerJob, setLivenessLock, heartbeatJob, endJob, listRunningJobs, listJobs, queueWork, queueServers. */
 export class JobStore {
   readonly #context: StorageContext;
 
@@ -32,5 +33,13 @@ export class JobStore {
 
   listJobs(filter: JobFilter): Promise<JobListing[]> {
     return listJobs(this.#context, filter);
+  }
+
+  queueWork(): Promise<QueueWork[]> {
+    return queueWork(this.#context);
+  }
+
+  queueServers(jobTypes: readonly string[]): Promise<QueueServer[]> {
+    return queueServers(this.#context, jobTypes);
   }
 }

@@ -8,6 +8,8 @@ export interface JobFields {
   readonly pid: number;
   /** Triggers (a triggerer) or task slots (a worker) it runs at once; null where it has none. */
   readonly capacity: number | null;
+  /** The queues it serves, as --queues takes them (`default,gpu`); null where it serves none (a scheduler). */
+  readonly queues?: string | null;
 }
 
 /**
@@ -23,6 +25,7 @@ export async function registerJob({ db }: StorageContext, fields: JobFields, now
       hostname: fields.hostname,
       pid: fields.pid,
       capacity: fields.capacity,
+      queues: fields.queues ?? null,
       start_date: toDbTime(now),
       latest_heartbeat: toDbTime(now),
     })

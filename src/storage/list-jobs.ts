@@ -13,6 +13,8 @@ export interface JobListing {
   readonly latestHeartbeat: number | null;
   /** What it holds for its life (see liveness-locks.ts); null: only its heartbeat tells. */
   readonly livenessLock: string | null;
+  /** The queues a worker or triggerer serves, as --queues took them; null: a scheduler, or `default` only. */
+  readonly queues: string | null;
 }
 
 export interface JobFilter {
@@ -42,5 +44,6 @@ export async function listJobs({ db }: StorageContext, filter: JobFilter): Promi
     endDate: fromDbTime(row.end_date),
     latestHeartbeat: fromDbTime(row.latest_heartbeat),
     livenessLock: row.liveness_lock,
+    queues: row.queues,
   }));
 }

@@ -61,7 +61,7 @@ export class TaskInstanceStore {
     worker: WorkerIdentity,
     limit: number,
     now = Date.now(),
-    options: { readonly wakeScheduler?: boolean } = {},
+    options: Parameters<typeof claimTaskInstances>[4] = {},
   ): Promise<ClaimedTaskInstance[]> {
     return claimTaskInstances(this.#context, worker, limit, now, options);
   }

@@ -7,6 +7,8 @@ import { openNextKwargs } from './sealed-values.ts';
 import { recordTaskReschedule } from './task-reschedules.ts';
 import { wakeForChangedRows } from './wake.ts';
 import { stillHeld, type HeldTry } from './held-try.ts';
+import { DEFAULT_QUEUES, type QueueSet } from '../model/queues.ts';
+import { inQueue } from './queue-filter.ts';
 
 /*
  * The worker's transitions of a task instance: claim, start, finish, hand back. The whole state
@@ -31,6 +33,8 @@ export interface ClaimedTaskInstance {
   /** The DAG run's data interval (epoch ms); null for a run that has none (manual runs). */
   readonly dataIntervalStart: number | null;
   readonly dataIntervalEnd: number | null;
+  /** Its queue: the triggers it defers on inherit it. */
+  readonly queue: string;
 }
 
 export interface WorkerIdentity {
@@ -46,37 +50,58 @@ export interface WorkerIdentity {
  * The candidates are a MATERIALIZED CTE, evaluated once: as an `IN (subquery)` PostgreSQL may
  * run the locking subquery more than once, each run skipping what the last one locked, and so
  * claim more than `limit` rows. `wakeScheduler`: the claim pushes the schedulers a wake-up if it
- * took anything (see the worker's claim loop).
+ * took anything (see the worker's claim loop). `queues`: only task instances in these queues are
+ * claimed (`default` if not given); serving several, the worker takes the first `limit` of each
+ * (an index range each: see queue-filter.ts) and keeps the best `limit`.
  */
 export async function claimTaskInstances(
   { db, adapter }: StorageContext,
   worker: WorkerIdentity,
   limit: number,
   now: number,
-  { wakeScheduler = false }: { readonly wakeScheduler?: boolean } = {},
+  { wakeScheduler = false, queues = DEFAULT_QUEUES }: { readonly wakeScheduler?: boolean; readonly queues?: QueueSet } = {},
 ): Promise<ClaimedTaskInstance[]> {
   if (limit <= 0) return [];
-  const candidates = adapter.lockSkippingLocked(
-    db
-      .selectFrom('task_instance')
-      .select('id')
-      .where('state', '=', 'scheduled')
-      // A DAG marked deleted (its file was not found by the last DAG processing) may come back:
-      // its task instances wait, scheduled, rather than fail for want of code.
-      .where(({ not, exists, selectFrom }) =>
-        not(
-          exists(
-            selectFrom('serialized_dag')
-              .select('serialized_dag.dag_id')
-              .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
-              .where('serialized_dag.deleted_at', 'is not', null),
+  const inOneQueue = (queue: string) =>
+    adapter.lockSkippingLocked(
+      db
+        .selectFrom('task_instance')
+        .select(['id', 'priority_weight'])
+        .where('state', '=', 'scheduled')
+        .where(inQueue(queue))
+        // A DAG marked deleted (its file was not found by the last DAG processing) may come back:
+        // its task instances wait, scheduled, rather than fail for want of code.
+        .where(({ not, exists, selectFrom }) =>
+          not(
+            exists(
+              selectFrom('serialized_dag')
+                .select('serialized_dag.dag_id')
+                .whereRef('serialized_dag.dag_id', '=', 'task_instance.dag_id')
+                .where('serialized_dag.deleted_at', 'is not', null),
+            ),
           ),
-        ),
-      )
-      .orderBy('priority_weight', 'desc')
-      .orderBy('id')
-      .limit(limit),
-  );
+        )
+        .orderBy('priority_weight', 'desc')
+        .orderBy('id')
+        .limit(limit),
+    );
+  const [first, ...others] = queues.map(inOneQueue);
+  const candidates =
+    others.length === 0
+      ? first!
+      : db
+          .selectFrom(
+            others
+              .reduce(
+                (union, branch, index) => union.unionAll(db.selectFrom(branch.as(`q${index + 1}`)).selectAll()),
+                db.selectFrom(first!.as('q0')).selectAll(),
+              )
+              .as('served'),
+          )
+          .select(['served.id', 'served.priority_weight'])
+          .orderBy('served.priority_weight', 'desc')
+          .orderBy('served.id')
+          .limit(limit);
   const rows = await db
     .with(
       (cte) => cte('candidate').materialized(),
@@ -121,6 +146,7 @@ function claimedColumns(eb: ExpressionBuilder<DatabaseSchema, 'task_instance'>) 
     'run_id',
     'map_index',
     'operator',
+    'queue',
     eb
       .selectFrom('serialized_dag')
       .select('fileloc')
@@ -141,6 +167,7 @@ function toClaimed(row: {
   run_id: string;
   map_index: number;
   operator: string | null;
+  queue: string;
   fileloc: string | null;
   logical_date: Date | string | null;
   conf: string | null;
@@ -154,6 +181,7 @@ function toClaimed(row: {
     runId: row.run_id,
     mapIndex: row.map_index,
     operator: row.operator,
+    queue: row.queue,
     fileloc: row.fileloc ?? null,
     logicalDate: row.logical_date == null ? null : fromDbTime(row.logical_date),
     confJson: row.conf ?? null,

@@ -94,7 +94,7 @@ export class TriggerStore {
     return releaseTriggersOfOwners(this.#context, ownerIds);
   }
 
-  claimTriggers(jobId: number, limit: number, options: { readonly wakePeers?: boolean } = {}): Promise<ClaimResult> {
+  claimTriggers(jobId: number, limit: number, options: Parameters<typeof claimTriggers>[3] = {}): Promise<ClaimResult> {
     return claimTriggers(this.#context, jobId, limit, options);
   }
 

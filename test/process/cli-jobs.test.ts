@@ -50,8 +50,8 @@ describe.each(testDialects)('deferflow jobs list on %s', (dialect) => {
     expect(settled[liveId]).toMatchObject({ state: 'running', liveness: 'alive' });
 
     const table = await list('--type', 'triggerer');
-    expect(table[0]).toMatch(/^ID +TYPE +LIVENESS +STATE +HOST +PID +LAST HEARTBEAT +STARTED$/);
-    expect(table.find((line) => line.startsWith(`${killedId} `))).toMatch(/TriggererJob +dead +running /);
+    expect(table[0]).toMatch(/^ID +TYPE +LIVENESS +STATE +HOST +PID +QUEUES +LAST HEARTBEAT +STARTED$/);
+    expect(table.find((line) => line.startsWith(`${killedId} `))).toMatch(/TriggererJob +dead +running +\S+ +\d+ +default /);
     expect(await list('--type', 'worker')).toEqual(['no jobs']);
     await stopCleanly([live]);
   }, 60_000);

@@ -32,7 +32,7 @@ let taskCounter = 0;
 
 export async function createTaskInstance(
   database: Database,
-  fields: { state?: TaskInstanceState; priorityWeight?: number; dagId?: string; taskId?: string } = {},
+  fields: { state?: TaskInstanceState; priorityWeight?: number; dagId?: string; taskId?: string; queue?: string } = {},
 ): Promise<number> {
   const row = await database.db
     .insertInto('task_instance')
@@ -42,6 +42,7 @@ export async function createTaskInstance(
       run_id: 'manual__1',
       state: fields.state ?? 'running',
       priority_weight: fields.priorityWeight ?? 1,
+      queue: fields.queue ?? 'default',
       start_date: toDbTime(Date.now()),
     })
     .returning('id')

@@ -85,6 +85,7 @@ pre.log{background:#0f1720;color:#dde6ee;padding:10px;overflow:auto;font:12px/1.
 pre.log .trigger{color:#c3a6ff} pre.log .warn{color:#ffd479} pre.log .error{color:#ff8a80}
 .cards{display:flex;gap:12px;flex-wrap:wrap} .card{background:#fff;border:1px solid #d8dee4;padding:10px 14px;min-width:150px}
 .card b{display:block;font-size:22px}
+.warning{background:#fff4e5;border:1px solid #e0a040;padding:8px 14px;margin:14px 0} .warning ul{margin:4px 0;padding-left:20px}
 `;
 
 const NAV: readonly [string, string][] = [
@@ -93,6 +94,7 @@ const NAV: readonly [string, string][] = [
   ['/awaiting', 'Awaiting input'],
   ['/triggers', 'Triggers'],
   ['/triggerers', 'Triggerers'],
+  ['/queues', 'Queues'],
   ['/dags', 'DAGs'],
 ];
 

@@ -10,6 +10,7 @@ import { type StoredLogLine, openStores, type Stores } from '../../storage/index
 import { ago, href, html, isoMoment, page, stateBadge, type Html } from './html.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
+import { describeUnserved, readQueueCoverage, unservedWork } from '../../services/jobs/queue-coverage.ts';
 
 /** Rows on one page of a long list (deferred task instances, triggers). */
 export const PAGE_ROWS = 100;
@@ -58,7 +59,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       .split('/')
       .filter((segment) => segment !== '')
       .map((segment) => decodeURIComponent(segment));
-    const known = segments.length === 0 || ['deferred', 'awaiting', 'triggers', 'triggerers', 'dags', 'ti'].includes(segments[0]!);
+    const known = segments.length === 0 || ['deferred', 'awaiting', 'triggers', 'triggerers', 'queues', 'dags', 'ti'].includes(segments[0]!);
     if (!known) return null;
     if (token !== null && !authorized(request.headers.authorization, token)) {
       return {
@@ -80,6 +81,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     }
     if (area === 'triggers' && id === undefined) return show('Triggers', '/triggers', await triggersPage(storage, after));
     if (area === 'triggerers' && id === undefined) return show('Triggerers', '/triggerers', await triggerersPage(storage, options, locks));
+    if (area === 'queues' && id === undefined) return show('Queues', '/queues', await queuesPage(storage, options, locks));
     if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
     if (area === 'dags' && id !== undefined && sub === undefined) {
       const content = await dagPage(storage, id);
@@ -124,13 +126,15 @@ function pager(path: string, rows: readonly { id: number }[], after: number | un
 
 async function overview(storage: Stores, options: StatusPageOptions, locks: LivenessLocks): Promise<Html> {
   const now = Date.now();
-  const [counts, triggers, triggerers, dags, importErrors] = await Promise.all([
+  const [counts, triggers, triggerers, dags, importErrors, coverage] = await Promise.all([
     storage.maintenance.countWaitingWork(),
     storage.triggers.countTriggers(),
     storage.jobs.listJobs({ jobType: TRIGGERER_JOB_TYPE, runningOnly: true, limit: 1000 }),
     storage.serializedDags.listSerializedDags(),
     storage.serializedDags.listImportErrors(),
+    readQueueCoverage(storage, locks, options.liveness, now),
   ]);
+  const unserved = unservedWork(coverage);
   const liveness = await judgeJobs(triggerers, options.liveness, now, locks);
   const alive = triggerers.filter((job) => liveness.get(job.id) === 'alive').length;
   const card = (figure: number, what: string, link: string) => html`<a class="card" href="${link}"><b>${figure.toLocaleString('en')}</b>${what}</a>`;
@@ -142,7 +146,32 @@ ${card(alive, 'live triggerers', '/triggerers')}
 ${card(counts.dagRuns.running + counts.dagRuns.queued, 'unfinished DAG runs', '/dags')}
 ${card(dags.length, 'DAGs', '/dags')}
 ${card(importErrors.length, 'import errors', '/dags')}
-</div>`;
+</div>
+${
+  unserved.length === 0
+    ? ''
+    : html`<div class="warning" id="unserved-queues"><b>Work that no live daemon serves</b> (<a href="/queues">queues</a>)<ul>
+${unserved.map((work) => html`<li>${describeUnserved(work)}</li>`)}</ul></div>`
+}`;
+}
+
+async function queuesPage(storage: Stores, options: StatusPageOptions, locks: LivenessLocks): Promise<Html> {
+  const coverage = await readQueueCoverage(storage, locks, options.liveness, Date.now());
+  const unserved = unservedWork(coverage);
+  const daemons = (ids: readonly number[]) => (ids.length === 0 ? html`<span class="muted">none</span>` : ids.join(', '));
+  return html`<h1>Queues</h1>
+<p class="muted">Work claimable now, by queue, and the live workers and triggerers serving each (started with --queues naming it; none given: default).</p>
+${
+  coverage.length === 0
+    ? html`<p class="muted">No queue has work waiting or a live daemon serving it.</p>`
+    : html`<table id="queues"><tr><th>queue</th><th>scheduled task instances</th><th>live workers</th><th>unclaimed triggers</th><th>live triggerers</th><th>served</th></tr>
+${coverage.map((entry) => {
+  const missing = unserved.filter((work) => work.queue === entry.queue);
+  return html`<tr data-queue="${entry.queue}"><td><code>${entry.queue}</code></td><td class="num">${entry.scheduledTaskInstances}</td><td>${daemons(entry.liveWorkers)}</td>
+<td class="num">${entry.unownedTriggers}</td><td>${daemons(entry.liveTriggerers)}</td>
+<td>${missing.length === 0 ? html`<span class="state state-alive">yes</span>` : html`<span class="state state-dead">no ${missing.map((work) => (work.kind === 'task_instances' ? 'worker' : 'triggerer')).join(', no ')}</span>`}</td></tr>`;
+})}</table>`
+}`;
 }
 
 async function deferredPage(storage: Stores, after: number | undefined): Promise<Html> {

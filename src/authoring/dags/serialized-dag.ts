@@ -8,6 +8,7 @@ import { durationToMs } from '../../vocabulary/time/duration.ts';
 import { cronProblem, isTimeZone, scheduleToJson, type Schedule, type ScheduleWindow } from '../../model/schedule.ts';
 import type { Dag } from './dag.ts';
 import { taskSettings } from './task-settings.ts';
+import { checkQueue, DEFAULT_QUEUE } from '../../model/queues.ts';
 
 /** The version of the JSON below; a reader refuses any other. */
 export const SERIALIZED_DAG_VERSION = 1;
@@ -26,7 +27,8 @@ export const SERIALIZED_DAG_VERSION = 1;
  *                           "params", "start_trigger": null | { "classpath", "kwargs",
  *                           "method", "next_kwargs", "timeout_ms" },
  *                           "signals" (absent when none): [ { "key", "action",
- *                           "condition" (start), "end_state" (stop) } ] } ] } }
+ *                           "condition" (start), "end_state" (stop) } ],
+ *                           "queue" (absent for `default`) } ] } }
  *
  * A function among params is stored as { "__callable": "<its name>" }; other non-JSON values
  * are refused, naming the DAG, task and field.
@@ -72,6 +74,8 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
         start_trigger: startTrigger,
         // Absent when none, so DAGs without signal actions keep their hash.
         ...(settings.signalActions.length === 0 ? {} : { signals: settings.signalActions.map(signalActionJson) }),
+        // Absent for `default`, so DAGs that name no queue keep their hash.
+        ...(settings.queue === DEFAULT_QUEUE ? {} : { queue: settings.queue }),
       };
     });
   const data: JsonObject = {
@@ -203,10 +207,21 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
               timeoutMs: start.timeout_ms ?? null,
             }),
       signalActions: readSignalActions(task.signals, at, bad),
+      queue: readQueue(task.queue, at, bad),
     });
   });
   const signalSchedule = readSignalSchedule(dag, bad);
   return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks), schedule: signalSchedule ? null : readScheduleWindow(dag, bad), signalSchedule });
+}
+
+/** A stored task's `queue`, checked; absent: `default`. */
+function readQueue(queue: unknown, at: string, bad: (field: string, why: string) => Error): string {
+  if (queue === undefined) return DEFAULT_QUEUE;
+  try {
+    return checkQueue(queue);
+  } catch (error) {
+    throw bad(`${at}.queue`, (error as Error).message);
+  }
 }
 
 /** A signal schedule of a stored DAG, checked; null for any other schedule. */

@@ -6,6 +6,7 @@ import type { RetryPolicy } from '../../model/retry-policy.ts';
 import type { Dag } from './dag.ts';
 import { SIGNAL_ACTIONS, START_CONDITIONS, STOP_END_STATES, type SignalAction } from '../../model/signal-actions.ts';
 import { checkSignalKey } from '../../model/signal.ts';
+import { checkQueue } from '../../model/queues.ts';
 
 /** A task's settings with its DAG's default args and the built-in defaults filled in, in ms. */
 export interface TaskSettings {
@@ -15,6 +16,8 @@ export interface TaskSettings {
   readonly triggerRule: TriggerRule;
   /** The signals that start, restart or stop it, checked; empty for none. */
   readonly signalActions: readonly SignalAction[];
+  /** Its queue (`default` when it names none). */
+  readonly queue: string;
 }
 
 /** The task's own option, else the DAG's default arg, else the built-in default; checked. */
@@ -44,6 +47,7 @@ export function taskSettings(dag: Dag, task: AnyOperator): TaskSettings {
       priorityWeight,
       triggerRule,
       signalActions: signalActionsOf(task.taskOptions.signals, where),
+      queue: checkQueue(pick('queue')),
     };
   } catch (error) {
     throw new InvalidDagError(`${where}: ${(error as Error).message}`);

@@ -171,6 +171,12 @@ export interface TaskDefaults {
   readonly priorityWeight?: number;
   /** When the task may run, given its upstreams. Default all_success. */
   readonly triggerRule?: TriggerRule;
+  /**
+   * The queue it runs in: only workers started with `--queues` naming it run it, and the
+   * triggers it defers on go to triggerers serving it. Default `default` (workers and triggerers
+   * given no `--queues`).
+   */
+  readonly queue?: string;
 }
 
 /**

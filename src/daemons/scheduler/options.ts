@@ -6,6 +6,7 @@ import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '.
 import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
 import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { SchedulerOptions } from './scheduler.ts';
+import { ZOMBIE_THRESHOLD_OPTION } from '../liveness-options.ts';
 
 /** Every scheduler option, keyed by its typed config field: environment variable, default and unit (see vocabulary/options/option-table.ts). */
 export const SCHEDULER_OPTIONS = {
@@ -18,13 +19,7 @@ export const SCHEDULER_OPTIONS = {
     unit: 'seconds',
     describe: 'How often the scheduler records that it is alive',
   },
-  zombieThreshold: {
-    env: 'DEFERFLOW_SCHEDULER_ZOMBIE_THRESHOLD',
-    default: 10,
-    unit: 'seconds',
-    describe:
-      'A worker whose heartbeat is this old is dead (frozen, or cut off while its session lingers): its task instances are retried or failed. One whose process is gone is known at once by its liveness lock',
-  },
+  zombieThreshold: ZOMBIE_THRESHOLD_OPTION,
   runsPerPass: { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,

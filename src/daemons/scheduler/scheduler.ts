@@ -1,4 +1,6 @@
 import type { Logger } from 'pino';
+import { livenessThresholds } from '../liveness-options.ts';
+import { readDatabaseFigures } from '../../services/observability/database-figures.ts';
 import type { Database } from '../../database/connect.ts';
 import { SCHEDULER_JOB_TYPE, type TaskInstanceState } from '../../database/schema.ts';
 import { describeThrown, errorFields, TaskInstanceStateError } from '../../vocabulary/errors.ts';
@@ -109,7 +111,8 @@ export class Scheduler extends Daemon<SchedulerStores> {
       runtime,
     );
     this.metrics.scheduler();
-    this.metrics.databaseGauges(() => this.storage.maintenance.countWaitingWork());
+    const thresholds = { ...livenessThresholds(), workerMs: options.zombieThresholdMs };
+    this.metrics.databaseGauges(() => readDatabaseFigures(this.storage, this.liveness, thresholds));
   }
 
   /** A worker whose process is gone may hold tries: the next pass retries them. */
@@ -292,7 +295,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
   #planToApply(plan: Exclude<SignalActionPlan, { kind: 'decide' }>, pending: PendingSignalAction, task: SchedulerTask | undefined, now: number): PlanToApply {
     if (plan.kind !== 'restart-from-trigger') return plan;
     try {
-      return { ...plan, startDeferral: startDeferral(pending.dagId, task!.startTrigger!, now) };
+      return { ...plan, startDeferral: startDeferral(pending.dagId, task!.startTrigger!, task!.queue, now) };
     } catch (error) {
       this.log.error(
         { dag_id: pending.dagId, run_id: pending.runId, task_id: pending.taskId, ...errorFields(error, 'DF_TRIGGER_FAILED') },
@@ -443,7 +446,7 @@ export class Scheduler extends Daemon<SchedulerStores> {
       }
       if (decision === 'schedule') {
         try {
-          if (task.startTrigger) startDeferrals.set(ti.id, startDeferral(run.dagId, task.startTrigger, now));
+          if (task.startTrigger) startDeferrals.set(ti.id, startDeferral(run.dagId, task.startTrigger, task.queue, now));
           else decided.scheduled.push(ti.id);
         } catch (error) {
           // Its start trigger cannot be built: it fails alone; the run and other DAGs go on.
@@ -501,8 +504,8 @@ export class Scheduler extends Daemon<SchedulerStores> {
   }
 }
 
-/** The deferral a start trigger makes, its kwargs rendered for a task starting at `now`. */
-function startDeferral(dagId: string, start: StartTrigger, now: number): Deferral {
+/** The deferral a start trigger makes, its kwargs rendered for a task starting at `now`, in the task's queue. */
+function startDeferral(dagId: string, start: StartTrigger, queue: string, now: number): Deferral {
   const serializedTrigger = { classpath: start.classpath, kwargs: renderStartTriggerKwargs(start.kwargs, now, dagId) };
   return {
     serializedTrigger,
@@ -511,6 +514,7 @@ function startDeferral(dagId: string, start: StartTrigger, now: number): Deferra
     kwargs: start.nextKwargs,
     timeoutMs: start.timeoutMs,
     startFromTrigger: true,
+    queue,
   };
 }
 

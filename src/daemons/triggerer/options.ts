@@ -6,6 +6,9 @@ import { InvalidOptionError } from '../../vocabulary/errors.ts';
 import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../../vocabulary/options/option-table.ts';
 import { tokenOption } from '../../vocabulary/options/tokens.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
+import { DEFAULT_QUEUE, type QueueSet } from '../../model/queues.ts';
+import { queuesOption } from '../common-options.ts';
+import { HEALTH_CHECK_THRESHOLD_OPTION } from '../liveness-options.ts';
 
 /** The triggerer's HTTP port when a signal token is set and --http-port is not given (off otherwise). */
 export const TRIGGERER_SIGNAL_HTTP_PORT = 8795;
@@ -27,19 +30,20 @@ export const TRIGGERER_OPTIONS = {
     unit: 'triggers',
     describe: 'Most triggers this triggerer runs at once; it claims no more',
   },
+  queues: {
+    env: 'DEFERFLOW_TRIGGERER_QUEUES',
+    default: DEFAULT_QUEUE,
+    unit: 'queue names (comma-separated)',
+    describe:
+      'Queues whose triggers this triggerer runs (a trigger is in the queue of the task that deferred on it); default is the queue of tasks that name none, and may be listed with others',
+  },
   heartbeatInterval: {
     env: 'DEFERFLOW_TRIGGERER_HEARTBEAT_INTERVAL',
     default: 5,
     unit: 'seconds',
     describe: 'How often the triggerer records that it is alive',
   },
-  healthCheckThreshold: {
-    env: 'DEFERFLOW_TRIGGERER_HEALTH_CHECK_THRESHOLD',
-    default: 10,
-    unit: 'seconds',
-    describe:
-      'A triggerer whose heartbeat is this old is dead (frozen, or cut off while its session lingers); peers take its triggers. One whose process is gone is known at once by its liveness lock',
-  },
+  healthCheckThreshold: HEALTH_CHECK_THRESHOLD_OPTION,
   // As many as one claim statement takes (the pass claims in statements of at most 1,000 rows,
   // letting due triggers fire in between): a peer's triggers, released on its stop or its death,
   // are claimed in one pass. bench:failover on PostgreSQL, 1,000 triggers: release to all running
@@ -108,6 +112,8 @@ export type RawTriggererOptions = Partial<Record<TriggererOptionName, string | n
 export interface TriggererOptions extends ResolvedCommonOptions {
   /** Most triggers it runs at once. */
   readonly capacity: number;
+  /** The queues whose triggers it claims (see src/model/queues.ts). */
+  readonly queues: QueueSet;
   /** How often it heartbeats its job row, in ms. */
   readonly heartbeatIntervalMs: number;
   /** A triggerer silent this long is dead (its triggers are released), in ms. */
@@ -158,6 +164,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     databaseUrl: String(pick('databaseUrl')),
     keyring: keyring ?? keyringOf(pick('encryptionKeysFile'), env),
     capacity: positiveInteger(pick('capacity'), 'capacity'),
+    queues: queuesOption(pick('queues')),
     heartbeatIntervalMs,
     healthCheckThresholdMs,
     claimsPerLoop: positiveInteger(pick('claimsPerLoop'), 'claimsPerLoop'),

@@ -1,4 +1,7 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import { livenessThresholds } from '../liveness-options.ts';
+import { readDatabaseFigures } from '../../services/observability/database-figures.ts';
+import { queueListText } from '../../model/queues.ts';
 import type { Logger } from 'pino';
 import type { Database } from '../../database/connect.ts';
 import { redactDatabaseUrl } from '../../database/database-url.ts';
@@ -88,6 +91,7 @@ export class Triggerer extends Daemon<TriggererStores> {
         jobType: TRIGGERER_JOB_TYPE,
         hostname: options.hostname,
         capacity: options.capacity,
+        queues: queueListText(options.queues),
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: options.healthCheckThresholdMs,
       },
@@ -95,7 +99,8 @@ export class Triggerer extends Daemon<TriggererStores> {
     );
     const triggererMetrics = this.metrics.triggerer();
     triggererMetrics.observe({ running: () => this.#runner.runningCount, held: () => this.#runner.size, capacity: options.capacity });
-    this.metrics.databaseGauges(() => this.storage.maintenance.countWaitingWork());
+    const thresholds = { ...livenessThresholds(), triggererMs: options.healthCheckThresholdMs };
+    this.metrics.databaseGauges(() => readDatabaseFigures(this.storage, this.liveness, thresholds));
     this.#triggerLogs = new TriggerLogWriter(this.storage, log);
     this.#watchdog =
       options.watchdogLimitMs > 0
@@ -300,7 +305,7 @@ export class Triggerer extends Daemon<TriggererStores> {
       // be a safety net (20 s) away; this one frozen right after the claim would then be taken
       // over that late instead of at the threshold. One wake-up per idle-to-busy change.
       const wakePeers = ownedCount === 0 && claimedTotal === 0;
-      const { claimed, rows, examined, orphansDeleted } = await storage.triggers.claimTriggers(jobId, want, { wakePeers });
+      const { claimed, rows, examined, orphansDeleted } = await storage.triggers.claimTriggers(jobId, want, { wakePeers, queues: options.queues });
       this.#runner.markLoopEdge();
       starting.push(rows.then((opened) => this.#startClaimed(opened)));
       claimedTotal += claimed;

@@ -7,6 +7,8 @@ import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
+import { DEFAULT_QUEUE, type QueueSet } from '../../model/queues.ts';
+import { queuesOption } from '../common-options.ts';
 
 /** Where the status page is served by default (standalone's HTTP port on this machine). */
 export const DEFAULT_PUBLIC_URL = 'http://127.0.0.1:8794';
@@ -75,6 +77,12 @@ export const WORKER_OPTIONS = {
     describe:
       "Where people reach the status page (deferflow web, or standalone's): the start of the signed links a task asking for human input sends (…/input/<token>)",
   },
+  queues: {
+    env: 'DEFERFLOW_WORKER_QUEUES',
+    default: DEFAULT_QUEUE,
+    unit: 'queue names (comma-separated)',
+    describe: 'Queues whose task instances this worker runs; default is the queue of tasks that name none, and may be listed with others (default,gpu)',
+  },
   ...HTTP_OPTIONS,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
@@ -83,6 +91,8 @@ export const WORKER_OPTIONS = {
 
 /** The worker's options with every default applied, as resolveWorkerOptions returns them. */
 export interface ResolvedWorkerOptions extends WorkerOptions, ResolvedCommonOptions {
+  /** The queues whose task instances it claims. */
+  readonly queues: QueueSet;
   /** The folder of DAG files it processes. */
   readonly dagsFolder: string;
   /** How often it processes the DAG folder again, in ms. */
@@ -111,6 +121,7 @@ export function resolveWorkerOptions(
     keyring: keyring ?? keyringOf(pick('encryptionKeysFile'), env),
     dagsFolder: String(pick('dagsFolder')),
     concurrency: positiveInteger(pick('concurrency'), 'concurrency'),
+    queues: queuesOption(pick('queues')),
     pollIntervalMs: seconds(pick('pollInterval'), 'pollInterval'),
     heartbeatIntervalMs: seconds(pick('heartbeatInterval'), 'heartbeatInterval'),
     shutdownGraceMs: nonNegativeSeconds(pick('shutdownGrace'), 'shutdownGrace'),

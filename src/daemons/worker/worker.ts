@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { DEFAULT_QUEUES, queueListText, type QueueSet } from '../../model/queues.ts';
 import type { Database } from '../../database/connect.ts';
 import { WORKER_JOB_TYPE } from '../../database/schema.ts';
 import {
@@ -55,6 +56,8 @@ export interface WorkerOptions {
   readonly hostname: string;
   /** Wake on pushed work (PostgreSQL LISTEN/NOTIFY) as well as every poll. @default true */
   readonly push?: boolean;
+  /** The queues whose task instances it claims (see src/model/queues.ts). @default `default` only */
+  readonly queues?: QueueSet;
 }
 
 /** The stores a worker uses: its job row, the task instances it runs, DAG run states and signals (tasks' context), task logs. */
@@ -111,6 +114,7 @@ export class Worker extends Daemon<WorkerStores> {
         jobType: WORKER_JOB_TYPE,
         hostname: options.hostname,
         capacity: options.concurrency,
+        queues: queueListText(options.queues ?? DEFAULT_QUEUES),
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
       },
@@ -277,7 +281,12 @@ export class Worker extends Daemon<WorkerStores> {
           // threshold. One wake-up per busy spell, not one per claim.
           const wakeScheduler = this.#running.size === 0 && claimed.length === 0;
           if (claimed.length < free)
-            claimed.push(...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length, this.clock.now(), { wakeScheduler })));
+            claimed.push(
+              ...(await this.storage.taskInstances.claimTaskInstances(worker, free - claimed.length, this.clock.now(), {
+                wakeScheduler,
+                queues: this.options.queues,
+              })),
+            );
         } catch (error) {
           claimFailed = true;
           this.log.error(errorFields(error, 'DF_DATABASE'), 'claiming task instances failed; retrying');
@@ -406,7 +415,7 @@ export class Worker extends Daemon<WorkerStores> {
       // The moment it deferred stays the start of its timeout however long the write waits.
       const deferredAt = this.clock.now();
       const wait = await this.#recordWait(taskInstance, held, label, tryLog, 'its deferral', "deferred, but it is no longer this worker's to defer", () =>
-        this.storage.taskInstances.deferTaskInstance(taskInstance.id, deferral, deferredAt, held),
+        this.storage.taskInstances.deferTaskInstance(taskInstance.id, { ...deferral, queue: taskInstance.queue }, deferredAt, held),
       );
       if (wait.kind === 'written') {
         this.#countOutcome(taskInstance, 'deferred');

@@ -42,6 +42,8 @@ export interface DaemonJob {
   readonly hostname: string;
   /** job.capacity: triggers or slots; null when the kind has none. */
   readonly capacity: number | null;
+  /** job.queues: the queues it claims work from, as --queues takes them; null when the kind claims none. */
+  readonly queues?: string | null;
   readonly heartbeatIntervalMs: number;
   /**
    * How stale its heartbeat may grow before /health calls this daemon failing: the triggerer's
@@ -144,7 +146,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
     if (this.#state !== 'new') throw new LifecycleError(this.description.kind, this.#state);
     this.#state = 'starting';
     this.#starting = (async () => {
-      const { jobType, hostname, capacity, heartbeatIntervalMs } = this.description;
+      const { jobType, hostname, capacity, queues, heartbeatIntervalMs } = this.description;
       try {
         await this.beforeStart();
       } catch (error) {
@@ -154,7 +156,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
       try {
         this.#job = await JobRow.register(
           this.storage,
-          { jobType, hostname, pid: process.pid, capacity },
+          { jobType, hostname, pid: process.pid, capacity, queues },
           heartbeatIntervalMs,
           this.log,
           () => {

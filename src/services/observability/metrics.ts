@@ -1,7 +1,7 @@
 import type * as PromClient from 'prom-client';
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { lazyPackage } from '../../vocabulary/lazy-package.ts';
-import type { WaitingWorkCounts } from '../../storage/count-waiting-work.ts';
+import type { DatabaseFigures } from './database-figures.ts';
 
 const prom = lazyPackage<typeof PromClient>('prom-client');
 
@@ -50,7 +50,7 @@ export class Metrics {
    * state): `read` runs at most once per `minIntervalMs`, and a read that fails or hangs keeps
    * the last figures, so a scrape during an outage still answers.
    */
-  databaseGauges(read: () => Promise<WaitingWorkCounts>, minIntervalMs = 1_000): void {
+  databaseGauges(read: () => Promise<DatabaseFigures>, minIntervalMs = 1_000): void {
     this.#database ??= new DatabaseGauges(this.registry, read, minIntervalMs);
   }
 
@@ -291,13 +291,13 @@ export class JobMetrics {
 const DATABASE_READ_WAIT_MS = 2_000;
 
 class DatabaseGauges {
-  #last: WaitingWorkCounts | null = null;
+  #last: DatabaseFigures | null = null;
   #readAt = 0;
   #reading: Promise<void> | null = null;
 
   constructor(
     registry: Registry,
-    private readonly read: () => Promise<WaitingWorkCounts>,
+    private readonly read: () => Promise<DatabaseFigures>,
     private readonly minIntervalMs: number,
   ) {
     const counts = () => this.#current();
@@ -331,9 +331,21 @@ class DatabaseGauges {
         this.set({ state: 'running' }, last.dagRuns.running);
       },
     });
+    new (prom().Gauge)({
+      name: 'deferflow_queue_unserved_work',
+      help: 'Work waiting in a queue that no live daemon serves, by queue and kind (task_instances: no live worker; triggers: no live triggerer); a series per such queue, none when all are served',
+      labelNames: ['queue', 'kind'],
+      registers: [registry],
+      async collect() {
+        const last = await counts();
+        if (!last) return;
+        this.reset();
+        for (const work of last.unservedWork) this.set({ queue: work.queue, kind: work.kind }, work.count);
+      },
+    });
   }
 
-  async #current(): Promise<WaitingWorkCounts | null> {
+  async #current(): Promise<DatabaseFigures | null> {
     if (this.#reading === null && Date.now() - this.#readAt >= this.minIntervalMs) {
       this.#readAt = Date.now();
       this.#reading = this.read()

@@ -99,6 +99,7 @@ describe('DAGs', () => {
       startTrigger: null,
       retry: { retries: 2, retryDelayMs: 60_000, exponentialBackoff: false, maxRetryDelayMs: null },
       signalActions: [],
+      queue: 'default',
     });
     expect(forScheduler.tasks.find((task) => task.taskId === 'wait')!.startTrigger).toEqual({
       classpath: 'test.DelayTrigger',
@@ -107,6 +108,21 @@ describe('DAGs', () => {
       nextKwargs: { why: 'x' },
       timeoutMs: 30_000,
     });
+  });
+
+  it("stores a task's queue (its own, else the DAG's default), absent for default so other DAGs keep their hash; refuses a bad name", () => {
+    const build = (defaultArgs: Record<string, unknown>, own: Record<string, unknown>) =>
+      serializeDag(new Dag({ dagId: 'q', defaultArgs }).add(op('a', own), op('b')), '/q.ts');
+    const none = build({}, {});
+    expect(build({ queue: 'default' }, {}).hash).toBe(none.hash);
+    const routed = build({ queue: 'gpu' }, { queue: 'io' });
+    expect((routed.data as any).dag.tasks.map((task: any) => task.queue)).toEqual(['io', 'gpu']);
+    expect((none.data as any).dag.tasks.map((task: any) => 'queue' in task)).toEqual([false, false]);
+    expect(toSchedulerDag('q', JSON.stringify(routed.data), routed.hash).tasks.map((task) => task.queue)).toEqual(['io', 'gpu']);
+    expect(() => build({}, { queue: 'g p u' })).toThrow(/DAG q, task a: queue must be a name of letters, digits/);
+    const tampered = JSON.parse(JSON.stringify(routed.data));
+    tampered.dag.tasks[0].queue = 'no way';
+    expect(() => toSchedulerDag('q', JSON.stringify(tampered), routed.hash)).toThrow(/tasks\[0\]\.queue/);
   });
 
   it('refuses a non-JSON param, naming DAG, task and field', () => {

@@ -57,6 +57,7 @@ const task = (taskId: string, upstreamTaskIds: string[] = [], more: Partial<Sche
   priorityWeight: 1,
   startTrigger: null,
   signalActions: [],
+  queue: 'default',
   ...more,
 });
 
