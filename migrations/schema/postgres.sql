@@ -16,7 +16,7 @@ table dag_run
   constraint dag_run_logical_date_key UNIQUE (dag_id, logical_date)
   constraint dag_run_pkey PRIMARY KEY (id)
   constraint dag_run_run_id_key UNIQUE (dag_id, run_id)
-  constraint dag_run_run_type_check CHECK ((run_type = ANY (ARRAY['manual'::text, 'scheduled'::text])))
+  constraint dag_run_run_type_check CHECK ((run_type = ANY (ARRAY['manual'::text, 'scheduled'::text, 'event'::text])))
   constraint dag_run_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'success'::text, 'failed'::text])))
   index CREATE UNIQUE INDEX dag_run_logical_date_key ON dag_run USING btree (dag_id, logical_date)
   index CREATE UNIQUE INDEX dag_run_pkey ON dag_run USING btree (id)
@@ -29,6 +29,12 @@ table dag_signal_start
   constraint dag_signal_start_after_version_check CHECK ((after_version >= 0))
   constraint dag_signal_start_pkey PRIMARY KEY (dag_id)
   index CREATE UNIQUE INDEX dag_signal_start_pkey ON dag_signal_start USING btree (dag_id)
+table dag_watcher
+  column dag_id text not null
+  column trigger_id bigint not null
+  constraint dag_watcher_pkey PRIMARY KEY (dag_id, trigger_id)
+  index CREATE UNIQUE INDEX dag_watcher_pkey ON dag_watcher USING btree (dag_id, trigger_id)
+  index CREATE INDEX dag_watcher_trigger_idx ON dag_watcher USING btree (trigger_id)
 table deferflow_secret
   column name text not null
   column value text not null
@@ -74,6 +80,7 @@ table serialized_dag
   column schema_version integer not null
   column last_updated timestamp with time zone not null
   column deleted_at timestamp with time zone
+  column paused integer not null default 0
   constraint serialized_dag_pkey PRIMARY KEY (dag_id)
   index CREATE UNIQUE INDEX serialized_dag_pkey ON serialized_dag USING btree (dag_id)
 table signal
@@ -204,6 +211,9 @@ table trigger
   column culprit_count integer not null default 0
   column quarantined_at timestamp with time zone
   column queue text not null default 'default'::text
+  column watcher integer not null default 0
+  column cursor jsonb
+  column last_event_at timestamp with time zone
   constraint trigger_pkey PRIMARY KEY (id)
   index CREATE UNIQUE INDEX trigger_hash_idx ON trigger USING btree (hash)
   index CREATE UNIQUE INDEX trigger_pkey ON trigger USING btree (id)

@@ -1,12 +1,14 @@
-CREATE TABLE dag_run (id integer primary key autoincrement, dag_id text not null, run_id text not null, run_type text not null check (run_type in ('manual', 'scheduled')), logical_date text not null, data_interval_start text, data_interval_end text, state text not null check (state in ('queued', 'running', 'success', 'failed')), conf text not null, dag_hash text, created_at text not null, start_date text, end_date text, updated_at text not null, constraint dag_run_run_id_key unique (dag_id, run_id), constraint dag_run_logical_date_key unique (dag_id, logical_date));
+CREATE TABLE dag_run (id integer primary key autoincrement, dag_id text not null, run_id text not null, run_type text not null check (run_type in ('manual', 'scheduled', 'event')), logical_date text not null, data_interval_start text, data_interval_end text, state text not null check (state in ('queued', 'running', 'success', 'failed')), conf text not null, dag_hash text, created_at text not null, start_date text, end_date text, updated_at text not null, constraint dag_run_run_id_key unique (dag_id, run_id), constraint dag_run_logical_date_key unique (dag_id, logical_date));
 CREATE INDEX dag_run_unfinished_idx on dag_run (state, dag_id) where state in ('queued', 'running');
 CREATE TABLE dag_signal_start (dag_id text primary key, signal_key text not null, after_version integer not null check (after_version >= 0));
+CREATE TABLE dag_watcher (dag_id text not null, trigger_id integer not null, constraint dag_watcher_pkey primary key (dag_id, trigger_id));
+CREATE INDEX dag_watcher_trigger_idx on dag_watcher (trigger_id);
 CREATE TABLE deferflow_secret (name text primary key, value text not null, created_at text not null);
 CREATE TABLE encryption_key (key_id text primary key, check_value text not null, recorded_at text not null);
 CREATE TABLE import_error (id integer primary key autoincrement, fileloc text not null unique, message text not null, created_at text not null);
 CREATE TABLE job (id integer primary key autoincrement, job_type text not null, state text not null check (state in ('running', 'success', 'failed')), hostname text not null, pid integer not null, capacity integer, start_date text not null, end_date text, latest_heartbeat text not null , liveness_lock text, queues text);
 CREATE INDEX job_type_heartbeat_idx on job (job_type, latest_heartbeat);
-CREATE TABLE serialized_dag (dag_id text primary key, fileloc text not null, data text not null, hash text not null, schema_version integer not null, last_updated text not null, deleted_at text);
+CREATE TABLE serialized_dag (dag_id text primary key, fileloc text not null, data text not null, hash text not null, schema_version integer not null, last_updated text not null, deleted_at text , paused integer not null default 0);
 CREATE TABLE signal (key text not null, version integer not null check (version >= 1), value text not null, sent_at text not null, constraint signal_pkey primary key (key, version));
 CREATE INDEX signal_sent_at_idx on signal (sent_at);
 CREATE TABLE signal_key (key text primary key, version integer not null check (version >= 1), updated_at text not null);
@@ -26,7 +28,7 @@ CREATE TABLE task_reschedule (id integer primary key autoincrement, task_instanc
 CREATE INDEX task_reschedule_try_idx on task_reschedule (task_instance_id, try_number, id);
 CREATE TABLE task_state (id integer primary key autoincrement, task_instance_id integer not null references task_instance (id) on delete cascade, key text not null, value text not null, try_number integer not null, updated_at text not null);
 CREATE UNIQUE INDEX task_state_key_idx on task_state (task_instance_id, key);
-CREATE TABLE trigger (id integer primary key autoincrement, classpath text not null, kwargs text not null, created_at text not null, triggerer_id integer, hash text, priority_weight integer not null default 1 , culprit_count integer not null default 0, quarantined_at text, queue text not null default 'default');
+CREATE TABLE trigger (id integer primary key autoincrement, classpath text not null, kwargs text not null, created_at text not null, triggerer_id integer, hash text, priority_weight integer not null default 1 , culprit_count integer not null default 0, quarantined_at text, queue text not null default 'default', watcher integer not null default 0, cursor text, last_event_at text);
 CREATE UNIQUE INDEX trigger_hash_idx on trigger (hash);
 CREATE INDEX trigger_quarantined_idx on trigger (id) where quarantined_at is not null;
 CREATE INDEX trigger_signal_idx on trigger (id) where classpath = 'deferflow.triggers.SignalTrigger';

@@ -6,7 +6,16 @@
  * fraction of the time and memory.
  */
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
-export { TaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent, type TaskEndState } from './triggers/trigger-event.ts';
+export {
+  TaskEndEvent,
+  TaskFailedEvent,
+  TaskSkippedEvent,
+  TaskSuccessEvent,
+  TriggerEvent,
+  WatchEvents,
+  type TaskEndState,
+  type WatchedEvent,
+} from './triggers/trigger-event.ts';
 export { nowPlusPlaceholder } from './triggers/start-trigger-kwargs.ts';
 export { AllOfTrigger, AnyOfTrigger, CompositeTrigger, MAX_COMPOSITE_LEAVES, allOf, anyOf } from './triggers/composite-trigger.ts';
 export {

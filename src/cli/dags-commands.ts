@@ -10,16 +10,30 @@ import { positiveInteger } from '../vocabulary/options/option-table.ts';
 import { DAG_RUN_STATES, type DagRunState } from '../database/schema.ts';
 
 /** A stored schedule as people write it: the cron (with its zone), the interval or the signal; null for none. */
-function describeSchedule(schedule: { cron?: string; timezone?: string; interval_ms?: number; signal?: string } | null | undefined): string | null {
+function describeSchedule(
+  schedule: { cron?: string; timezone?: string; interval_ms?: number; signal?: string; watch?: { classpath: string }[] } | null | undefined,
+): string | null {
   if (!schedule) return null;
   if (typeof schedule.signal === 'string') return `on signal ${schedule.signal}`;
+  if (Array.isArray(schedule.watch)) return `watch ${schedule.watch.map((watcher) => watcher.classpath).join(', ')}`;
   if (typeof schedule.cron === 'string') return `${schedule.cron} (${schedule.timezone})`;
   return typeof schedule.interval_ms === 'number' ? `every ${schedule.interval_ms / 1000} s` : null;
 }
 
-/** `deferflow dags list | runs | trigger | reserialize`: DAGs as the database knows them. */
+/** `dags pause` / `dags unpause`: one line saying what changed; DF_INVALID_OPTION naming a DAG the database does not have. */
+async function setPaused(dbUrl: string | undefined, dagId: string, paused: boolean): Promise<void> {
+  await withStorage(dbUrl, async (storage, database) => {
+    if (!(await storage.serializedDags.setDagPaused(dagId, paused))) {
+      const { unknownDagError } = await import('../services/dags/unknown-dag.ts');
+      throw await unknownDagError(database, dagId, 'dag-id');
+    }
+    process.stdout.write(`DAG ${dagId} ${paused ? 'paused' : 'unpaused'}\n`);
+  });
+}
+
+/** `deferflow dags list | runs | trigger | reserialize | pause | unpause`: DAGs as the database knows them. */
 export function registerDagsCommands(cli: Argv): void {
-  cli.command('dags', 'DAG commands: list, runs, trigger, reserialize', (dags) =>
+  cli.command('dags', 'DAG commands: list, runs, trigger, reserialize, pause, unpause', (dags) =>
     dags
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
@@ -32,20 +46,45 @@ export function registerDagsCommands(cli: Argv): void {
               dag_id: row.dagId,
               fileloc: row.fileloc,
               schedule: describeSchedule(JSON.parse(row.dataJson)?.dag?.schedule),
+              paused: row.paused,
             }));
             const errors = await storage.serializedDags.listImportErrors();
+            const watchers = (await storage.serializedDags.listDagWatchers()).map((watcher) => ({
+              dag_id: watcher.dagId,
+              trigger_id: watcher.triggerId,
+              classpath: watcher.classpath,
+              queue: watcher.queue,
+              triggerer_id: watcher.triggererId,
+              cursor: watcher.cursor === null ? null : (JSON.parse(watcher.cursor) as unknown),
+              last_event_at: watcher.lastEventAt === null ? null : new Date(watcher.lastEventAt).toISOString(),
+            }));
             if (args.json) {
-              process.stdout.write(`${JSON.stringify({ dags: dagRows, import_errors: errors })}\n`);
+              process.stdout.write(`${JSON.stringify({ dags: dagRows, watchers, import_errors: errors })}\n`);
               return;
             }
             process.stdout.write(
               dagRows.length === 0
                 ? 'no DAGs\n'
                 : formatTable(
-                    ['DAG ID', 'SCHEDULE', 'FILE'],
-                    dagRows.map((row) => [row.dag_id, row.schedule ?? 'manual', row.fileloc]),
+                    ['DAG ID', 'SCHEDULE', 'PAUSED', 'FILE'],
+                    dagRows.map((row) => [row.dag_id, row.schedule ?? 'manual', row.paused ? 'yes' : 'no', row.fileloc]),
                   ),
             );
+            if (watchers.length > 0)
+              process.stdout.write(
+                `\n${formatTable(
+                  ['WATCHED BY', 'TRIGGER', 'CLASSPATH', 'QUEUE', 'TRIGGERER', 'CURSOR', 'LAST EVENT'],
+                  watchers.map((watcher) => [
+                    watcher.dag_id,
+                    String(watcher.trigger_id),
+                    watcher.classpath,
+                    watcher.queue,
+                    watcher.triggerer_id === null ? 'unclaimed' : String(watcher.triggerer_id),
+                    watcher.cursor === null ? '-' : JSON.stringify(watcher.cursor),
+                    watcher.last_event_at ?? '-',
+                  ]),
+                )}`,
+              );
             if (errors.length > 0)
               process.stdout.write(
                 `\n${formatTable(
@@ -81,6 +120,18 @@ export function registerDagsCommands(cli: Argv): void {
             process.stdout.write(`${runId}\n`);
           });
         },
+      )
+      .command(
+        'pause <dag-id>',
+        'Pause a DAG: no scheduled, signal or event runs (manual runs still run); its watchers stop, keeping their cursors',
+        (command) => command.positional('dag-id', { type: 'string', demandOption: true }),
+        (args) => setPaused(args.db, args.dagId!, true),
+      )
+      .command(
+        'unpause <dag-id>',
+        'Unpause a DAG: its schedule and its watchers run again (watchers from their cursors)',
+        (command) => command.positional('dag-id', { type: 'string', demandOption: true }),
+        (args) => setPaused(args.db, args.dagId!, false),
       )
       .command(
         'runs [dag-id]',

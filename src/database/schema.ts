@@ -60,6 +60,18 @@ export interface TriggerTable {
   quarantined_at: DbTime | null;
   /** The queue of the task instances waiting on it (migration 0017): only triggerers serving it claim it. */
   queue: Generated<string>;
+  /** 1: a watcher (migration 0018), run while a DAG watches it (dag_watcher), each event making DAG runs; 0: a wait, done at its first event. */
+  watcher: Generated<number>;
+  /** A watcher's durable position (JSON), written with the runs its events made; null before its first. */
+  cursor: JsonText | null;
+  /** When a watcher's events last made runs. */
+  last_event_at: NullableDbTime;
+}
+
+/** dag_watcher: which DAG is scheduled on which watcher trigger row (migration 0018). */
+export interface DagWatcherTable {
+  dag_id: string;
+  trigger_id: number;
 }
 
 /** The task_instance table: one row per task of each DAG run, its state and its deferral. */
@@ -136,7 +148,7 @@ export interface TaskInstanceSignalTable {
 export const DAG_RUN_STATES = ['queued', 'running', 'success', 'failed'] as const;
 /** A DAG run's state. */
 export type DagRunState = (typeof DAG_RUN_STATES)[number];
-export type DagRunType = 'manual' | 'scheduled';
+export type DagRunType = 'manual' | 'scheduled' | 'event';
 
 /** The dag_run table: one row per DAG run. */
 export interface DagRunTable {
@@ -186,6 +198,8 @@ export interface SerializedDagTable {
   last_updated: DbTime;
   /** Set while the DAG's file (or the DAG in it) is gone. */
   deleted_at: NullableDbTime;
+  /** 1: paused (migration 0018): no scheduled, signal or event runs, its watchers stopped. */
+  paused: Generated<number>;
 }
 
 /** The import_error table: DAG files that failed to load, with why. */
@@ -405,6 +419,8 @@ export interface DatabaseSchema {
   task_state: TaskStateTable;
   /** The members of composite waits. */
   trigger_member: TriggerMemberTable;
+  /** The watchers DAGs are scheduled on. */
+  dag_watcher: DagWatcherTable;
   /** Questions task instances ask people (human input). */
   task_input: TaskInputTable;
   /** Secrets deferflow made for itself. */

@@ -20,6 +20,20 @@ export interface SchedulerDag {
   readonly schedule: ScheduleWindow | null;
   /** The signal each new version of which creates a run; null when not scheduled on a signal. */
   readonly signalSchedule: SignalSchedule | null;
+  /** The watchers each event of which creates a run; null when not scheduled on watchers. */
+  readonly watchSchedule: WatchSchedule | null;
+}
+
+/**
+ * A DAG scheduled on watchers (issue 45): triggers the triggerer runs for as long as a DAG
+ * (not deleted) is scheduled on them, each event they yield making one run of every DAG
+ * watching (run id `event__<the event's key>`, conf `{ event: { key, payload, trigger } }`).
+ */
+export interface WatchSchedule {
+  /** The watcher triggers, as stored: classpath and constructor kwargs. */
+  readonly watchers: readonly { readonly classpath: string; readonly kwargs: JsonObject }[];
+  /** The queue the watchers run in (triggerers serving it run them). */
+  readonly queue: string;
 }
 
 /**

@@ -6,6 +6,7 @@ import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
 import { DEFAULT_QUEUES, type QueueSet } from '../model/queues.ts';
 import { inQueue, inQueues } from './queue-filter.ts';
 import { fromDbTime } from '../database/schema.ts';
+import { activelyWatched } from './active-watcher.ts';
 
 export interface TriggerRow {
   readonly id: number;
@@ -14,6 +15,10 @@ export interface TriggerRow {
   readonly kwargs: string;
   /** Its kwargs could not be decrypted: the trigger cannot run, and its task instances fail with this. */
   readonly unreadable?: EncryptionKeyError;
+  /** 1: a watcher (DAGs are scheduled on it: it runs on, each event making runs); 0 or absent: a wait. */
+  readonly watcher?: number;
+  /** A watcher's durable cursor (JSON text), null before its first event. */
+  readonly cursor?: string | null;
 }
 
 export interface ClaimResult {
@@ -124,9 +129,11 @@ export async function claimTriggers(
               .whereRef('trigger_member.member_id', '=', 'trigger.id')
               .where('trigger_member.outcome', 'is', null),
           ),
+          // A watcher a DAG is scheduled on, not paused nor deleted (see sync-dag-watchers.ts).
+          activelyWatched(eb),
         ]),
       )
-      .returning(['id', 'classpath', 'kwargs'])
+      .returning(['id', 'classpath', 'kwargs', 'watcher', 'cursor'])
       .execute();
     // With its commit (PostgreSQL): the peers read the new owner at once (see the triggerer's pass).
     if (wakePeers && claimed.length > 0) await wake(trx, adapter, 'triggerer');

@@ -18,51 +18,54 @@ export interface NewDagRun {
  * the DAG's tasks. A run whose run id or logical date the DAG already has is not created again
  * (two schedulers, or a repeated trigger, meet at the unique keys): null then.
  */
-export async function createDagRun({ db, adapter, keyring }: StorageContext, dag: SchedulerDag, run: NewDagRun, now: number): Promise<number | null> {
-  return db.transaction().execute(async (trx) => {
-    const inserted = await trx
-      .insertInto('dag_run')
-      .values({
-        dag_id: dag.dagId,
-        run_id: run.runId,
-        run_type: run.runType,
-        logical_date: toDbTime(run.logicalDate),
-        data_interval_start: run.dataInterval ? toDbTime(run.dataInterval.start) : null,
-        data_interval_end: run.dataInterval ? toDbTime(run.dataInterval.end) : null,
-        state: 'queued',
-        conf: adapter.jsonParam(JSON.stringify(run.conf)),
-        dag_hash: dag.hash,
-        created_at: toDbTime(now),
-        updated_at: toDbTime(now),
-      })
-      .onConflict((conflict) => conflict.doNothing())
-      .returning('id')
-      .executeTakeFirst();
-    if (!inserted) return null;
-    if (dag.tasks.length > 0) {
-      const created = await trx
-        // transition: create-run
-        .insertInto('task_instance')
-        .values(
-          dag.tasks.map((task) => ({
-            dag_id: dag.dagId,
-            task_id: task.taskId,
-            run_id: run.runId,
-            state: null,
-            operator: task.operator,
-            max_tries: task.retry.retries,
-            priority_weight: task.priorityWeight,
-            queue: task.queue,
-            updated_at: toDbTime(now),
-          })),
-        )
-        .returning(['id', 'task_id'])
-        .execute();
-      await recordSignalBaselines({ db: trx, adapter, keyring }, dag, created);
-    }
-    await wake(trx, adapter, 'scheduler');
-    return inserted.id;
-  });
+export async function createDagRun(context: StorageContext, dag: SchedulerDag, run: NewDagRun, now: number): Promise<number | null> {
+  return context.db.transaction().execute((trx) => insertDagRun({ ...context, db: trx }, dag, run, now));
+}
+
+/** createDagRun's statements, in the caller's transaction (`db` is one). */
+export async function insertDagRun({ db: trx, adapter, keyring }: StorageContext, dag: SchedulerDag, run: NewDagRun, now: number): Promise<number | null> {
+  const inserted = await trx
+    .insertInto('dag_run')
+    .values({
+      dag_id: dag.dagId,
+      run_id: run.runId,
+      run_type: run.runType,
+      logical_date: toDbTime(run.logicalDate),
+      data_interval_start: run.dataInterval ? toDbTime(run.dataInterval.start) : null,
+      data_interval_end: run.dataInterval ? toDbTime(run.dataInterval.end) : null,
+      state: 'queued',
+      conf: adapter.jsonParam(JSON.stringify(run.conf)),
+      dag_hash: dag.hash,
+      created_at: toDbTime(now),
+      updated_at: toDbTime(now),
+    })
+    .onConflict((conflict) => conflict.doNothing())
+    .returning('id')
+    .executeTakeFirst();
+  if (!inserted) return null;
+  if (dag.tasks.length > 0) {
+    const created = await trx
+      // transition: create-run
+      .insertInto('task_instance')
+      .values(
+        dag.tasks.map((task) => ({
+          dag_id: dag.dagId,
+          task_id: task.taskId,
+          run_id: run.runId,
+          state: null,
+          operator: task.operator,
+          max_tries: task.retry.retries,
+          priority_weight: task.priorityWeight,
+          queue: task.queue,
+          updated_at: toDbTime(now),
+        })),
+      )
+      .returning(['id', 'task_id'])
+      .execute();
+    await recordSignalBaselines({ db: trx, adapter, keyring }, dag, created);
+  }
+  await wake(trx, adapter, 'scheduler');
+  return inserted.id;
 }
 
 /**

@@ -2,7 +2,7 @@ import { wake } from './wake.ts';
 import type { StorageContext } from './context.ts';
 
 /**
- * Deletes triggers no task instance points at: fired ones (pass their ids: the outcome writer
+ * Deletes triggers no task instance points at (nor a composite wait, nor a DAG watching): fired ones (pass their ids: the outcome writer
  * does, right after moving their task instances) and ones whose task instances were cleared or
  * moved elsewhere (no ids: every trigger, the periodic sweep). Rows a deferral holds locked
  * while linking to them are skipped, not waited for.
@@ -26,6 +26,10 @@ export async function deleteUnusedTriggers(context: StorageContext, triggerIds?:
             .where('trigger_member.outcome', 'is', null),
         ),
       ),
+    )
+    // A watcher a DAG is scheduled on is in use for as long as the link is there.
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom('dag_watcher').select('dag_watcher.dag_id').whereRef('dag_watcher.trigger_id', '=', 'trigger.id'))),
     );
   if (triggerIds) candidates = candidates.where(adapter.idIn('trigger.id', triggerIds));
   const deleted = await db.deleteFrom('trigger').where('id', 'in', adapter.lockSkippingLocked(candidates)).returning('id').execute();

@@ -31,6 +31,8 @@ export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
 export type { JobListing } from './list-jobs.ts';
 export type { QueueServer, QueueWork } from './queue-work.ts';
+export type { WatchBatch, WatchBatchResult } from './record-watch-events.ts';
+export type { DagWatcherListing } from './list-dag-watchers.ts';
 export type { TaskLogLine, TriggerLogLine } from './append-task-log-lines.ts';
 export type { StoredLogLine } from './read-task-log.ts';
 export type { QuarantinedTrigger } from './quarantine-triggers.ts';

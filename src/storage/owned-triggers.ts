@@ -28,7 +28,12 @@ export interface OwnedDigest {
 /** The rows of the given triggers that triggerer `jobId` owns (for triggers it owns but does not run). */
 export async function loadOwnedTriggers({ db, adapter, keyring }: StorageContext, jobId: number, ids: readonly number[]): Promise<TriggerRow[]> {
   if (ids.length === 0) return [];
-  const rows = await db.selectFrom('trigger').select(['id', 'classpath', 'kwargs']).where('triggerer_id', '=', jobId).where(adapter.idIn('id', ids)).execute();
+  const rows = await db
+    .selectFrom('trigger')
+    .select(['id', 'classpath', 'kwargs', 'watcher', 'cursor'])
+    .where('triggerer_id', '=', jobId)
+    .where(adapter.idIn('id', ids))
+    .execute();
   return openTriggerRows(keyring, rows);
 }
 

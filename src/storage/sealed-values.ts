@@ -21,9 +21,10 @@ export async function openTriggerRows(keyring: Keyring, rows: readonly StoredTri
   );
   return rows.map((row, index) => {
     const kwargs = opened[index]!;
-    if (kwargs instanceof EncryptionKeyError) return { id: row.id, classpath: row.classpath, kwargs: '{}', unreadable: kwargs };
+    const watching = row.watcher ? { watcher: row.watcher, cursor: row.cursor ?? null } : {};
+    if (kwargs instanceof EncryptionKeyError) return { id: row.id, classpath: row.classpath, kwargs: '{}', unreadable: kwargs, ...watching };
     // A plain row (kwargs read as they are) is passed on as it is: no copy per claimed trigger.
-    return kwargs === row.kwargs ? (row as TriggerRow) : { id: row.id, classpath: row.classpath, kwargs };
+    return kwargs === row.kwargs ? (row as TriggerRow) : { id: row.id, classpath: row.classpath, kwargs, ...watching };
   });
 }
 
@@ -54,6 +55,8 @@ export interface StoredTriggerRow {
   readonly id: number;
   readonly classpath: string;
   readonly kwargs: StoredValue;
+  readonly watcher?: number;
+  readonly cursor?: string | null;
 }
 
 /** A resuming task instance's kwargs: next_kwargs with the event (kept in next_event) as `event`. */

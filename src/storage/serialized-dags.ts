@@ -59,9 +59,14 @@ export async function activeDagFilelocs({ db }: StorageContext): Promise<string[
 }
 
 /** Every DAG that is not deleted, with where it was found and its serialized JSON (text), by dag id. */
-export async function listSerializedDags({ db }: StorageContext): Promise<{ dagId: string; fileloc: string; dataJson: string }[]> {
-  const rows = await db.selectFrom('serialized_dag').select(['dag_id', 'fileloc', 'data']).where('deleted_at', 'is', null).orderBy('dag_id').execute();
-  return rows.map((row) => ({ dagId: row.dag_id, fileloc: row.fileloc, dataJson: row.data }));
+export async function listSerializedDags({ db }: StorageContext): Promise<{ dagId: string; fileloc: string; dataJson: string; paused: boolean }[]> {
+  const rows = await db
+    .selectFrom('serialized_dag')
+    .select(['dag_id', 'fileloc', 'data', 'paused'])
+    .where('deleted_at', 'is', null)
+    .orderBy('dag_id')
+    .execute();
+  return rows.map((row) => ({ dagId: row.dag_id, fileloc: row.fileloc, dataJson: row.data, paused: row.paused === 1 }));
 }
 
 /** The DAG files that failed to load at the last processing, and why. */
@@ -81,9 +86,9 @@ export async function readSerializedDag({ db }: StorageContext, dagId: string): 
 }
 
 /** Every DAG that is not deleted, with the hash of its serialized JSON. */
-export async function listActiveDags({ db }: StorageContext): Promise<{ dagId: string; hash: string }[]> {
-  const rows = await db.selectFrom('serialized_dag').select(['dag_id', 'hash']).where('deleted_at', 'is', null).orderBy('dag_id').execute();
-  return rows.map((row) => ({ dagId: row.dag_id, hash: row.hash }));
+export async function listActiveDags({ db }: StorageContext): Promise<{ dagId: string; hash: string; paused: boolean }[]> {
+  const rows = await db.selectFrom('serialized_dag').select(['dag_id', 'hash', 'paused']).where('deleted_at', 'is', null).orderBy('dag_id').execute();
+  return rows.map((row) => ({ dagId: row.dag_id, hash: row.hash, paused: row.paused === 1 }));
 }
 
 /** The hash of a DAG's current serialized JSON; null when deleted or unknown. */

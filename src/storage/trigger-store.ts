@@ -1,3 +1,4 @@
+import { recordWatchEvents, type WatchBatch, type WatchBatchResult } from './record-watch-events.ts';
 import type { TaskEndState } from '../authoring/triggers/trigger-event.ts';
 import { claimTriggers, type ClaimResult, type TriggerRow } from './claim-triggers.ts';
 import type { FailureKwargs, StorageContext } from './context.ts';
@@ -78,7 +79,7 @@ export interface TriggerFailureOutcome {
  * its next reconcile (the digest of readTriggerOwnership, listOwnedTriggerIds).
  */
 
-/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, sweepUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits. */
+/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, sweepUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits, recordWatchEvents. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -144,6 +145,10 @@ export class TriggerStore {
 
   sweepUnusedTriggers(afterId: number, limit: number): Promise<{ deleted: number; lastId: number | null }> {
     return sweepUnusedTriggers(this.#context, afterId, limit);
+  }
+
+  recordWatchEvents(batch: WatchBatch, ownerJobId: number, now = Date.now()): Promise<WatchBatchResult> {
+    return recordWatchEvents(this.#context, batch, ownerJobId, now);
   }
 
   failTimedOutDeferrals(now = Date.now()): Promise<number> {

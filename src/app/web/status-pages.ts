@@ -275,7 +275,7 @@ function dagOf(dagId: string, dataJson: string) {
   const data = JSON.parse(dataJson) as {
     dag: {
       description?: string | null;
-      schedule: null | { cron?: string; timezone?: string; interval_ms?: number; signal?: string };
+      schedule: null | { cron?: string; timezone?: string; interval_ms?: number; signal?: string; watch?: { classpath: string }[] };
       tasks: {
         task_id: string;
         operator: string;
@@ -295,7 +295,9 @@ function dagOf(dagId: string, dataJson: string) {
         ? `cron ${schedule.cron} (${schedule.timezone})`
         : schedule.interval_ms !== undefined
           ? `every ${ago(schedule.interval_ms)}`
-          : `on signal ${schedule.signal}`;
+          : schedule.watch !== undefined
+            ? `watch ${schedule.watch.map((watcher) => watcher.classpath).join(', ')}`
+            : `on signal ${schedule.signal}`;
   return { dagId, description: data.dag.description ?? null, scheduleText, tasks: data.dag.tasks };
 }
 
@@ -311,7 +313,7 @@ ${
 ${dags.map((row, i) => {
   const dag = dagOf(row.dagId, row.dataJson);
   const run = latest[i]![0];
-  return html`<tr><td>${dagLink(dag.dagId)}</td><td>${dag.scheduleText}</td><td class="num">${dag.tasks.length}</td>
+  return html`<tr data-dag="${dag.dagId}"><td>${dagLink(dag.dagId)}</td><td>${dag.scheduleText}${row.paused ? html` <span class="state state-skipped">paused</span>` : ''}</td><td class="num">${dag.tasks.length}</td>
 <td>${run ? html`${runLink(dag.dagId, run.runId)} ${stateBadge(run.state)}` : html`<span class="muted">none</span>`}</td><td class="muted">${row.fileloc}</td></tr>`;
 })}</table>`
 }
@@ -325,7 +327,7 @@ async function dagPage(storage: Stores, dagId: string): Promise<Html | null> {
   const dag = dagOf(dagId, stored.data);
   const scheduler = toSchedulerDag(dagId, stored.data, stored.hash);
   const nextAt = scheduler.schedule ? nextDueAt(scheduler.schedule, await storage.dagRuns.latestScheduledLogicalDate(dagId)) : null;
-  const runs = await storage.dagRuns.listDagRuns({ dagId, limit: 25 });
+  const [runs, watchers] = await Promise.all([storage.dagRuns.listDagRuns({ dagId, limit: 25 }), storage.serializedDags.listDagWatchers(dagId)]);
   const downstream = (taskId: string) => dag.tasks.filter((task) => task.upstream_task_ids.includes(taskId)).map((task) => task.task_id);
   return html`<h1>DAG ${dagId}</h1>
 ${dag.description ? html`<p>${dag.description}</p>` : ''}
@@ -337,6 +339,19 @@ ${dag.tasks.map(
 <td>${downstream(task.task_id).join(', ')}</td><td>${task.trigger_rule}</td><td class="num">${task.retries}</td><td>${task.start_trigger ? html`<code>${task.start_trigger.classpath}</code>` : ''}</td>
 <td>${(task.signals ?? []).map((signal, i) => html`${i > 0 ? ', ' : ''}${signal.action} on <code>${signal.key}</code>`)}</td></tr>`,
 )}</table>
+${
+  watchers.length === 0
+    ? ''
+    : html`<h2>Watchers</h2>
+<table id="watchers"><tr><th>trigger</th><th>classpath</th><th>queue</th><th>triggerer</th><th>cursor</th><th>last event</th></tr>
+${watchers.map(
+  (
+    watcher,
+  ) => html`<tr data-trigger="${watcher.triggerId}"><td class="num">${watcher.triggerId}</td><td><code>${watcher.classpath}</code></td><td>${watcher.queue}</td>
+<td>${watcher.triggererId === null ? html`<span class="muted">unclaimed</span>` : watcher.triggererId}</td><td><code>${watcher.cursor ?? ''}</code></td>
+<td title="${isoMoment(watcher.lastEventAt)}">${watcher.lastEventAt === null ? html`<span class="muted">none yet</span>` : ago(Date.now() - watcher.lastEventAt)}</td></tr>`,
+)}</table>`
+}
 <h2>Runs</h2>
 ${
   runs.length === 0

@@ -4,7 +4,9 @@ import { DateTime, Duration } from 'luxon';
 import type { JsonObject } from '../../vocabulary/serialization/json.ts';
 import type { DurationInput } from '../../vocabulary/time/duration.ts';
 import { cronProblem, fixedIntervalMs, isTimeZone, momentMs, type Schedule, type ScheduleWindow } from '../../model/schedule.ts';
-import type { SignalSchedule } from '../../model/scheduler-dag.ts';
+import type { SignalSchedule, WatchSchedule } from '../../model/scheduler-dag.ts';
+import { checkQueue } from '../../model/queues.ts';
+import { isTriggerClass, type BaseTrigger } from '../triggers/base-trigger.ts';
 import { checkSignalKey } from '../../model/signal.ts';
 
 /** What a DAG is made with: its id and, optionally, its schedule, defaults for its tasks and its description. */
@@ -23,10 +25,11 @@ export interface DagOptions {
    * When it runs by itself: a five-field cron expression or preset (`@hourly`, `@daily`,
    * `@weekly`, `@monthly`, `@yearly`), a fixed interval (a luxon Duration or seconds), or a
    * signal key, `{ signal: 'orders.loaded' }`: one run per new version of the key (see
-   * SignalSchedule). Default none: runs only when triggered. See src/model/schedule.ts for data
-   * intervals.
+   * SignalSchedule), or watchers, `{ watch: [trigger, …], queue? }`: triggers the triggerer runs
+   * for as long as the DAG is there, each event one run (see docs/events.md). Default none: runs
+   * only when triggered. See src/model/schedule.ts for data intervals.
    */
-  readonly schedule?: string | DurationInput | { readonly signal: string } | null;
+  readonly schedule?: string | DurationInput | { readonly signal: string } | WatchScheduleOptions | null;
   /**
    * Needed with a cron or interval schedule: no interval starts before it (Date, ISO string with
    * offset, or luxon DateTime). With a signal schedule, optional: versions sent since then run.
@@ -38,6 +41,14 @@ export interface DagOptions {
   readonly catchup?: boolean;
   /** The IANA zone cron expressions are read in. Default: the startDate's zone if it is a luxon DateTime, else UTC. */
   readonly timezone?: string;
+}
+
+/** A DAG scheduled on watchers: each event one of them yields starts a run. */
+export interface WatchScheduleOptions {
+  /** The watcher triggers (one, or several: an event of any starts a run). */
+  readonly watch: BaseTrigger | readonly BaseTrigger[];
+  /** The queue the watchers run in: triggerers started with --queues naming it run them. @default 'default' */
+  readonly queue?: string;
 }
 
 const DAG_ID = /^[A-Za-z0-9_.-]+$/;
@@ -71,8 +82,12 @@ export class Dag {
     this.dagId = options.dagId;
     this.options = Object.freeze({ ...options });
     this.signalSchedule = signalScheduleOf(options);
-    this.scheduleWindow = this.signalSchedule ? null : scheduleWindowOf(options);
+    this.watchSchedule = watchScheduleOf(options);
+    this.scheduleWindow = this.signalSchedule || this.watchSchedule ? null : scheduleWindowOf(options);
   }
+
+  /** The watchers it is scheduled on, serialized and checked; null when it is not. */
+  readonly watchSchedule: WatchSchedule | null;
 
   /** The schedule with its start and end, validated; null for a DAG that runs only when triggered (or on a signal). */
   readonly scheduleWindow: ScheduleWindow | null;
@@ -151,6 +166,32 @@ function signalScheduleOf(options: DagOptions): SignalSchedule | null {
     if (options[field] !== undefined && options[field] !== null) throw bad(field, 'has no meaning with a signal schedule: every new version of the key runs');
   }
   return Object.freeze({ key, startDate });
+}
+
+function watchScheduleOf(options: DagOptions): WatchSchedule | null {
+  const schedule = options.schedule;
+  if (schedule === null || typeof schedule !== 'object' || Duration.isDuration(schedule) || !('watch' in schedule)) return null;
+  const bad = (field: string, why: string) => new InvalidDagError(`DAG ${options.dagId}: ${field} ${why}`);
+  const extra = Object.keys(schedule).filter((key) => key !== 'watch' && key !== 'queue');
+  if (extra.length > 0) throw bad('schedule', `has ${extra.map((key) => JSON.stringify(key)).join(', ')}; a watch schedule is { watch, queue? }`);
+  const given: readonly unknown[] = Array.isArray(schedule.watch) ? schedule.watch : [schedule.watch];
+  if (given.length === 0) throw bad('schedule.watch', 'names no trigger; give one or more');
+  const watchers = given.map((trigger, index) => {
+    if (typeof trigger !== 'object' || trigger === null || !isTriggerClass(trigger.constructor))
+      throw bad(`schedule.watch[${index}]`, 'is not a trigger (an instance of a BaseTrigger class)');
+    const serialized = (trigger as BaseTrigger).serialize();
+    return Object.freeze({ classpath: serialized.classpath, kwargs: serialized.kwargs });
+  });
+  for (const field of ['startDate', 'endDate', 'catchup', 'timezone'] as const) {
+    if (options[field] !== undefined && options[field] !== null) throw bad(field, 'has no meaning with a watch schedule: every event runs');
+  }
+  let queue: string;
+  try {
+    queue = checkQueue(schedule.queue);
+  } catch (error) {
+    throw bad('schedule.queue', (error as Error).message.replace(/^queue /, ''));
+  }
+  return Object.freeze({ watchers: Object.freeze(watchers), queue });
 }
 
 function scheduleWindowOf(options: DagOptions): ScheduleWindow | null {

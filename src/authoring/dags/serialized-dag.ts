@@ -1,6 +1,6 @@
 // biome-ignore-all lint/suspicious/noExplicitAny: toSchedulerDag reads stored JSON of unknown shape field by field, checking each as it goes
 import { InvalidDagError, InvalidSerializedDagError } from '../../vocabulary/errors.ts';
-import type { SchedulerDag, SchedulerTask, SignalSchedule } from '../../model/scheduler-dag.ts';
+import type { SchedulerDag, SchedulerTask, SignalSchedule, WatchSchedule } from '../../model/scheduler-dag.ts';
 import { TRIGGER_RULES } from '../../model/trigger-rules.ts';
 import { START_CONDITIONS, STOP_END_STATES, type SignalAction } from '../../model/signal-actions.ts';
 import { assertJsonObject, canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../../vocabulary/serialization/json.ts';
@@ -19,7 +19,8 @@ export const SERIALIZED_DAG_VERSION = 1;
  *
  *   { "__version": 1,
  *     "dag": { "dag_id", "fileloc", "description", "tags", "params",
- *              "schedule": null | { "cron", "timezone" } | { "interval_ms" } | { "signal" },
+ *              "schedule": null | { "cron", "timezone" } | { "interval_ms" } | { "signal" }
+ *                          | { "watch": [ { "classpath", "kwargs" } ], "queue" (absent for default) },
  *              "start_date", "end_date" (ISO-8601 or null), "catchup",
  *              "tasks": [ { "task_id", "operator", "upstream_task_ids" (sorted), "trigger_rule",
  *                           "retries", "retry_delay_ms", "retry_exponential_backoff",
@@ -86,7 +87,19 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
       description: dag.options.description ?? null,
       tags: [...(dag.options.tags ?? [])],
       params: jsonOf(dag.options.params ?? {}, `DAG ${dag.dagId}: params`),
-      schedule: dag.signalSchedule ? { signal: dag.signalSchedule.key } : window ? scheduleToJson(window.schedule) : null,
+      schedule: dag.signalSchedule
+        ? { signal: dag.signalSchedule.key }
+        : dag.watchSchedule
+          ? {
+              watch: dag.watchSchedule.watchers.map((watcher) => ({
+                classpath: watcher.classpath,
+                kwargs: jsonOf(watcher.kwargs, `DAG ${dag.dagId}: schedule.watch kwargs`),
+              })),
+              ...(dag.watchSchedule.queue === DEFAULT_QUEUE ? {} : { queue: dag.watchSchedule.queue }),
+            }
+          : window
+            ? scheduleToJson(window.schedule)
+            : null,
       start_date: window
         ? new Date(window.startDate).toISOString()
         : dag.signalSchedule?.startDate != null
@@ -211,7 +224,15 @@ export function toSchedulerDag(dagId: string, dataText: string, hash: string): S
     });
   });
   const signalSchedule = readSignalSchedule(dag, bad);
-  return Object.freeze({ dagId, hash, tasks: Object.freeze(tasks), schedule: signalSchedule ? null : readScheduleWindow(dag, bad), signalSchedule });
+  const watchSchedule = readWatchSchedule(dag, bad);
+  return Object.freeze({
+    dagId,
+    hash,
+    tasks: Object.freeze(tasks),
+    schedule: signalSchedule || watchSchedule ? null : readScheduleWindow(dag, bad),
+    signalSchedule,
+    watchSchedule,
+  });
 }
 
 /** A stored task's `queue`, checked; absent: `default`. */
@@ -222,6 +243,25 @@ function readQueue(queue: unknown, at: string, bad: (field: string, why: string)
   } catch (error) {
     throw bad(`${at}.queue`, (error as Error).message);
   }
+}
+
+/** A watch schedule of a stored DAG, checked; null for any other schedule. */
+function readWatchSchedule(dag: any, bad: (field: string, why: string) => Error): WatchSchedule | null {
+  const schedule = dag.schedule;
+  if (schedule === null || typeof schedule !== 'object' || !('watch' in schedule)) return null;
+  if (!Array.isArray(schedule.watch) || schedule.watch.length === 0) throw bad('dag.schedule.watch', 'is not a list of triggers');
+  const watchers = schedule.watch.map((watcher: any, index: number) => {
+    if (typeof watcher?.classpath !== 'string' || typeof watcher.kwargs !== 'object' || watcher.kwargs === null || Array.isArray(watcher.kwargs))
+      throw bad(`dag.schedule.watch[${index}]`, 'is not { classpath, kwargs }');
+    return Object.freeze({ classpath: watcher.classpath as string, kwargs: watcher.kwargs as JsonObject });
+  });
+  let queue: string;
+  try {
+    queue = checkQueue(schedule.queue);
+  } catch (error) {
+    throw bad('dag.schedule.queue', (error as Error).message);
+  }
+  return Object.freeze({ watchers: Object.freeze(watchers), queue });
 }
 
 /** A signal schedule of a stored DAG, checked; null for any other schedule. */

@@ -1,8 +1,8 @@
 import { TriggerRuntimeError } from '../../vocabulary/errors.ts';
 import type { Logger } from 'pino';
-import { canonicalJson, sha256Hex, type JsonObject } from '../../vocabulary/serialization/json.ts';
+import { canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../../vocabulary/serialization/json.ts';
 import { sleepUntil as standaloneSleepUntil } from './standalone-sleep.ts';
-import type { TriggerEvent } from './trigger-event.ts';
+import type { TriggerEvent, WatchEvents } from './trigger-event.ts';
 import type { SensorClass } from '../sensors/sensor-class.ts';
 import type { DagRunStates, DagRunStatesQuery } from '../../model/dag-run-states.ts';
 import type { Signal } from '../../model/signal.ts';
@@ -31,6 +31,10 @@ export interface TriggerRuntime {
   dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
   /** The first signal on `key` after `afterVersion` that `accept` takes (default: any). */
   nextSignal(key: string, afterVersion: number, accept?: (signal: Signal) => boolean): Promise<Signal>;
+  /** Whether it runs as a watcher (a DAG is scheduled on it): it yields WatchEvents, and runs on. */
+  readonly watching: boolean;
+  /** A watcher's cursor as last written (null before its first events, and for a wait). */
+  readonly cursor: JsonValue | null;
 }
 
 const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
@@ -87,8 +91,26 @@ export abstract class BaseTrigger {
     return this.serialize();
   }
 
-  /** Waits for what the trigger is about and yields a TriggerEvent when it happens (the first ends the wait). Declare `signal` only when you use it: the triggerer then makes an AbortSignal for the trigger. */
-  abstract run(signal: AbortSignal): AsyncGenerator<TriggerEvent, void, void>;
+  /**
+   * Waits for what the trigger is about and yields a TriggerEvent when it happens (the first ends
+   * the wait); running as a watcher (`this.watching`), yields WatchEvents for as long as it runs.
+   * Declare `signal` only when you use it: the triggerer then makes an AbortSignal for the trigger.
+   */
+  abstract run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents, void, void>;
+
+  /**
+   * True when it runs as a watcher: a DAG is scheduled on it (`schedule: { watch: [...] }`), so it
+   * yields WatchEvents, each batch's runs written before the yield returns, and never ends.
+   * False for a wait (a task's defer), which yields one TriggerEvent.
+   */
+  protected get watching(): boolean {
+    return this[RUNTIME]?.watching ?? false;
+  }
+
+  /** A watcher's position as last written with its runs (null before its first events): where to read its source from. */
+  protected get cursor(): JsonValue | null {
+    return this[RUNTIME]?.cursor ?? null;
+  }
 
   /**
    * Aborted when the trigger is cancelled (the same signal run(signal) receives), made on first

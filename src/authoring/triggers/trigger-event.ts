@@ -53,3 +53,28 @@ export class TaskSkippedEvent extends TaskEndEvent<{ reason: string } | null> {
     super('skipped', reason === undefined ? null : { reason });
   }
 }
+
+/** One event a watcher hands over: its own key (a message id: the run id is made from it) and its payload. */
+export interface WatchedEvent<Payload extends JsonValue = JsonValue> {
+  /** Unique within the watcher's source (1 to 200 characters): a redelivered event has the same key and makes no second run. */
+  readonly key: string;
+  /** What the run gets, in its conf as `event.payload`. */
+  readonly payload: Payload;
+}
+
+/**
+ * What a watcher yields (a trigger a DAG is scheduled on: see docs/events.md): events, each
+ * making one run of every DAG watching, and the cursor after them, its position in its source
+ * (JSON). The runs and the cursor are written in one transaction, and the yield returns only once
+ * that has committed: acknowledge the events to their source after it (a crash before leaves
+ * them to be delivered again, and their keys make no second run). A watcher taken over by
+ * another triggerer starts again from the cursor written last (`this.cursor`).
+ */
+export class WatchEvents<Payload extends JsonValue = JsonValue> {
+  constructor(
+    /** The events, in their source's order (may be empty, to move the cursor only). */
+    readonly events: readonly WatchedEvent<Payload>[],
+    /** The position after them in the source (JSON), kept durably with their runs. */
+    readonly cursor: JsonValue,
+  ) {}
+}

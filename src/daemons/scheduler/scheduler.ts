@@ -312,7 +312,9 @@ export class Scheduler extends Daemon<SchedulerStores> {
    */
   async #createScheduledRuns(now: number): Promise<void> {
     const actionKeys = new Set<string>();
-    for (const { dagId, hash } of await this.storage.serializedDags.listActiveDags()) {
+    for (const { dagId, hash, paused } of await this.storage.serializedDags.listActiveDags()) {
+      // Paused: no run of its own (manual runs still run; see docs/events.md).
+      if (paused) continue;
       const known = this.#nextScheduleCheck.get(dagId);
       if (known?.hash === hash && (known.at === null || now < known.at) && !this.#signalSent.has(dagId)) continue;
       // Cleared before the look: a send heard during it marks the DAG again, for the next pass.

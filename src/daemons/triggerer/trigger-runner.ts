@@ -1,12 +1,12 @@
 import type { Logger } from 'pino';
 import { codeOf, describeThrown, TriggerFailedError, TriggerRuntimeError, withoutDeferflowFrames } from '../../vocabulary/errors.ts';
-import { toJsonText, type JsonObject } from '../../vocabulary/serialization/json.ts';
+import { toJsonText, type JsonObject, type JsonValue } from '../../vocabulary/serialization/json.ts';
 import { attachRuntime, constructTrigger, type BaseTrigger, type TriggerRuntime } from '../../authoring/triggers/base-trigger.ts';
 import { CompositeTrigger } from '../../authoring/triggers/composite-trigger.ts';
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
 import type { SensorClass } from '../../authoring/sensors/sensor-class.ts';
-import { TASK_END_STATES, type TaskEndState, type TriggerEvent } from '../../authoring/triggers/trigger-event.ts';
-import type { OwnedDigest, TriggerOutcome, TriggerRow } from '../../storage/index.ts';
+import { TASK_END_STATES, type TaskEndState, type TriggerEvent, type WatchEvents } from '../../authoring/triggers/trigger-event.ts';
+import type { OwnedDigest, TriggerOutcome, TriggerRow, WatchBatch, WatchBatchResult } from '../../storage/index.ts';
 import { DeadlineQueue, type DeadlineWaiter } from './deadline-queue.ts';
 import { LoopWatch } from './loop-watch.ts';
 import type { TriggererMetrics } from '../../services/observability/metrics.ts';
@@ -21,6 +21,17 @@ export interface OutcomeSink {
   add(outcome: TriggerOutcome): void;
 }
 
+/** Where a runner hands a watcher's batch: written (runs and cursor, one transaction) before the promise settles. */
+export interface WatchSink {
+  write(batch: WatchBatch): Promise<WatchBatchResult>;
+}
+
+/** The longest a key of a watched event may be (it becomes a run id). */
+export const WATCH_KEY_MAX = 200;
+/** A failed watcher is run again after this, doubling with each failure in a row, up to WATCH_RETRY_MAX_MS. */
+const WATCH_RETRY_FIRST_MS = 2_000;
+const WATCH_RETRY_MAX_MS = 120_000;
+
 export interface TriggerRunnerOptions {
   /** A trigger step that keeps the event loop longer than this is logged by name. */
   readonly blockThresholdMs: number;
@@ -34,6 +45,8 @@ export interface TriggerRunnerOptions {
   readonly triggerLogs?: TriggerLogWriter;
   /** Told the id of the trigger whose step starts, and 0 when it ends (the watchdog's culprit). */
   readonly stepping?: (triggerId: number) => void;
+  /** Where watchers' batches are written (the triggerer's); none: a watcher fails at its first batch. */
+  readonly watchSink?: WatchSink;
 }
 
 /*
@@ -46,7 +59,22 @@ export interface TriggerRunnerOptions {
  * Every path out of running stops the generator and runs cleanup() exactly once.
  */
 type RunState = 'running' | 'fired' | 'failed' | 'stopped';
-type TriggerGenerator = AsyncGenerator<TriggerEvent, void, void>;
+type TriggerGenerator = AsyncGenerator<TriggerEvent | WatchEvents, void, void>;
+
+/*
+ * A watcher's run (a trigger DAGs are scheduled on) stays running across its batches:
+ *
+ *   running ──yields WatchEvents──▶ batch written (runs + cursor, one transaction) ──▶ running (the yield returns)
+ *      │                                  └──the watcher is no longer ours──▶ stopped
+ *      └──throws / ends──▶ failed ──after a backoff──▶ (forgotten: the next pass runs it again, from its cursor)
+ */
+
+/** What the runner keeps for a watcher only (most triggers are waits and keep none). */
+interface WatcherState {
+  cursor: JsonValue | null;
+  /** Failures in a row (reset by a batch written): the backoff before it runs again. */
+  failures: number;
+}
 
 class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   wakeAt = 0;
@@ -54,7 +82,7 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   resolveWait: (() => void) | null = null;
   rejectWait: ((reason: unknown) => void) | null = null;
   state: RunState = 'running';
-  generator: AsyncGenerator<TriggerEvent, void, void> | null = null;
+  generator: TriggerGenerator | null = null;
   cleanupStarted = false;
   // Made on first use: an AbortSignal is an EventTarget with its own maps and shapes, several
   // hundred bytes a trigger that most triggers (a sleep in the shared timer queue) never need.
@@ -84,6 +112,14 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
 
   sleepUntil(epochMs: number): Promise<void> {
     return this.runner.sleepUntil(this, epochMs);
+  }
+
+  get watching(): boolean {
+    return this.runner.watcherState(this.id) !== undefined;
+  }
+
+  get cursor(): JsonValue | null {
+    return this.runner.watcherState(this.id)?.cursor ?? null;
   }
 
   logger(): Logger {
@@ -183,6 +219,11 @@ export class TriggerRunner {
    * its id here (a generator that only slept cost ~1.4 KB a wait). Running until cancelled.
    */
   readonly #composites = new Set<number>();
+  /** Watchers held, with their cursors (see WatcherState). */
+  readonly #watchers = new Map<number, WatcherState>();
+  readonly #watchSink: WatchSink | undefined;
+  /** Watchers let go after failing, with their failures in a row: the backoff when they fail again. */
+  readonly #retryFailures = new Map<number, number>();
   #heldCount = 0;
   #heldIdSum = 0;
   #runningCount = 0;
@@ -211,6 +252,7 @@ export class TriggerRunner {
     const metrics = options.metrics;
     this.#metrics = metrics;
     this.#triggerLogs = options.triggerLogs;
+    this.#watchSink = options.watchSink;
     const stepping = options.stepping ?? (() => {});
     this.#stepping = stepping;
     this.#watch = new LoopWatch<TriggerRun>(
@@ -294,6 +336,7 @@ export class TriggerRunner {
 
   #released(triggerId: number): void {
     this.#triggerLogs?.forget(triggerId);
+    this.#watchers.delete(triggerId);
     this.#heldCount--;
     this.#heldIdSum -= triggerId;
   }
@@ -309,7 +352,10 @@ export class TriggerRunner {
     } catch (error) {
       this.#unbuildable.add(row.id);
       this.#held(row.id);
-      this.#reportFailure(row.id, row.classpath, error, 'could not be built from its row');
+      // A watcher has no task instances to fail: it is tried again later (a class deployed since).
+      if (row.watcher)
+        this.#retryWatcherLater(row.id, row.classpath, this.#retryFailures.get(row.id) ?? 0, error, undefined, () => this.#unbuildable.has(row.id));
+      else this.#reportFailure(row.id, row.classpath, error, 'could not be built from its row');
       return;
     }
     if (trigger instanceof CompositeTrigger) {
@@ -319,6 +365,8 @@ export class TriggerRunner {
       return;
     }
     const run = new TriggerRun(row.id, this.#interned(row.classpath), trigger, this);
+    if (row.watcher)
+      this.#watchers.set(row.id, { cursor: row.cursor == null ? null : (JSON.parse(row.cursor) as JsonValue), failures: this.#retryFailures.get(row.id) ?? 0 });
     attachRuntime(trigger, run);
     this.#runs.set(row.id, run);
     this.#runningCount++;
@@ -377,6 +425,11 @@ export class TriggerRunner {
     this.#timers.close();
   }
 
+  /** A watcher's state; undefined for a wait. */
+  watcherState(triggerId: number): WatcherState | undefined {
+    return this.#watchers.get(triggerId);
+  }
+
   resolveSensor(classpath: string): SensorClass {
     return this.registry.resolveSensor(classpath);
   }
@@ -417,9 +470,14 @@ export class TriggerRunner {
     );
   }
 
-  #onStep(run: TriggerRun, result: IteratorResult<TriggerEvent, void>): void {
+  #onStep(run: TriggerRun, result: IteratorResult<TriggerEvent | WatchEvents, void>): void {
     if (run.state !== 'running') return;
     this.#watch.checkpoint(run);
+    const watcher = this.#watchers.get(run.id);
+    if (watcher) {
+      this.#onWatchStep(run, watcher, result);
+      return;
+    }
     if (result.done) {
       this.#fail(run, new TriggerFailedError('the trigger ended without yielding an event'));
       return;
@@ -428,6 +486,8 @@ export class TriggerRunner {
     let endState: TaskEndState | null = null;
     try {
       const event: unknown = result.value;
+      if (event !== null && typeof event === 'object' && 'events' in event && 'cursor' in event)
+        throw new TriggerFailedError('the trigger yielded WatchEvents, but it runs as a wait (a task deferred on it), not as a watcher: yield a TriggerEvent');
       if (event === null || typeof event !== 'object' || !('payload' in event)) {
         throw new TriggerFailedError(`the trigger yielded ${describe(event)} instead of a TriggerEvent`);
       }
@@ -451,6 +511,37 @@ export class TriggerRunner {
     void this.#stopRun(run);
   }
 
+  /** A watcher's step: its batch is written before it steps again (see the watcher's life above). */
+  #onWatchStep(run: TriggerRun, watcher: WatcherState, result: IteratorResult<TriggerEvent | WatchEvents, void>): void {
+    let batch: WatchBatch;
+    try {
+      if (result.done) throw new TriggerFailedError('the watcher ended; a watcher runs for as long as a DAG is scheduled on it');
+      batch = watchBatchOf(run, result.value);
+      if (!this.#watchSink) throw new TriggerRuntimeError('this trigger runner writes no database: watchers cannot run here');
+    } catch (error) {
+      this.#fail(run, error);
+      return;
+    }
+    this.#watchSink.write(batch).then(
+      (written) => {
+        if (run.state !== 'running') return;
+        if (written.kind === 'lost') {
+          this.log.warn({ trigger_id: run.id, classpath: run.classpath }, `watcher ${run.id} (${run.classpath}) is no longer this triggerer's; stopping it`);
+          void this.cancel(run.id);
+          return;
+        }
+        watcher.cursor = JSON.parse(batch.cursorJson) as JsonValue;
+        watcher.failures = 0;
+        this.#retryFailures.delete(run.id);
+        if (batch.events.length > 0) this.#metrics?.succeeded.inc({ classpath: run.classpath }, batch.events.length);
+        this.#step(run);
+      },
+      (error: unknown) => {
+        if (run.state === 'running') this.#fail(run, error);
+      },
+    );
+  }
+
   #interned(classpath: string): string {
     const known = this.#classpaths.get(classpath);
     if (known !== undefined) return known;
@@ -467,8 +558,42 @@ export class TriggerRunner {
 
   #fail(run: TriggerRun, error: unknown): void {
     this.#leaveRunning(run, 'failed');
-    this.#reportFailure(run.id, run.classpath, error, 'failed', run.trigger);
+    const watcher = this.#watchers.get(run.id);
+    if (watcher) this.#failWatcher(run, watcher, error);
+    else this.#reportFailure(run.id, run.classpath, error, 'failed', run.trigger);
     void this.#stopRun(run);
+  }
+
+  /**
+   * A watcher that failed has no task instances to fail: it is logged, and held (not run) for a
+   * backoff, then let go, so that the next pass runs it again from its cursor.
+   */
+  #failWatcher(run: TriggerRun, watcher: WatcherState, error: unknown): void {
+    this.#retryWatcherLater(run.id, run.classpath, watcher.failures, error, run.trigger, () => this.#runs.get(run.id) === run);
+  }
+
+  /**
+   * Logs a watcher's failure and, after a backoff that doubles with each failure in a row, lets it
+   * go (if `stillHeld`: it was not cancelled meanwhile), so that the next pass runs it again.
+   */
+  #retryWatcherLater(id: number, classpath: string, failuresBefore: number, error: unknown, trigger: BaseTrigger | undefined, stillHeld: () => boolean): void {
+    this.#metrics?.failed.inc({ classpath });
+    const masker = this.#triggerLogs?.masker.with(trigger ? secretsOf(trigger) : []);
+    const described = describeThrown(error);
+    const message = masker ? masker.mask(described.error) : described.error;
+    const retryMs = Math.min(WATCH_RETRY_FIRST_MS * 2 ** failuresBefore, WATCH_RETRY_MAX_MS);
+    this.log.error(
+      { code: codeOf(error, 'DF_TRIGGER_FAILED'), trigger_id: id, classpath, error: message, retry_in_ms: retryMs },
+      `watcher ${id} (${classpath}) failed: ${message}; it runs again in ${Math.round(retryMs / 1000)} s from its cursor`,
+    );
+    setTimeout(() => {
+      if (!stillHeld()) return;
+      this.#runs.delete(id);
+      this.#unbuildable.delete(id);
+      this.#released(id);
+      // Kept across the restart: the next failure waits longer.
+      this.#retryFailures.set(id, failuresBefore + 1);
+    }, retryMs).unref();
   }
 
   #reportFailure(triggerId: number, classpath: string, error: unknown, what: string, trigger?: BaseTrigger): void {
@@ -514,6 +639,21 @@ export class TriggerRunner {
       );
     }
   }
+}
+
+/** A watcher's yield checked and made ready to write: WatchEvents with keys and JSON payloads, and a JSON cursor. */
+function watchBatchOf(run: TriggerRun, value: unknown): WatchBatch {
+  if (value === null || typeof value !== 'object' || !('events' in value) || !('cursor' in value) || !Array.isArray(value.events))
+    throw new TriggerFailedError(`the watcher yielded ${describe(value)} instead of WatchEvents (events with keys, and the cursor after them)`);
+  const events = value.events.map((event: unknown, index: number) => {
+    const key = (event as { key?: unknown } | null)?.key;
+    if (typeof key !== 'string' || key === '' || key.length > WATCH_KEY_MAX)
+      throw new TriggerFailedError(
+        `the watcher's event ${index} has key ${JSON.stringify(key) ?? describe(key)}; give each event a key of 1 to ${WATCH_KEY_MAX} characters, unique in its source (a message id)`,
+      );
+    return { key, payloadJson: toJsonText((event as { payload: JsonValue }).payload, `events[${index}].payload`) };
+  });
+  return { triggerId: run.id, classpath: run.classpath, events, cursorJson: toJsonText(value.cursor as JsonValue, 'cursor') };
 }
 
 function describe(value: unknown): string {

@@ -15,6 +15,7 @@ import type { JobRow } from '../../services/jobs/job-row.ts';
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
+import { WatchWriter } from './watch-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
 import { TriggerLogWriter } from './trigger-log-writer.ts';
 import { Watchdog } from './watchdog.ts';
@@ -54,6 +55,7 @@ export type TriggererStores = Pick<Stores, 'jobs' | 'triggers' | 'signals' | 'lo
 export class Triggerer extends Daemon<TriggererStores> {
   readonly #runner: TriggerRunner;
   readonly #writer: OutcomeWriter;
+  readonly #watchWriter: WatchWriter;
   readonly #triggerLogs: TriggerLogWriter;
   readonly #watchdog: Watchdog | null;
   /** Every trigger's this.dagRunStates() reads, gathered into at most one round of queries a second. */
@@ -119,6 +121,12 @@ export class Triggerer extends Daemon<TriggererStores> {
       unavailable: database.adapter.unavailable,
       metrics: triggererMetrics,
     });
+    this.#watchWriter = new WatchWriter(
+      this.storage,
+      log,
+      () => this.jobId,
+      () => this.onWork?.(),
+    );
     this.#runner = new TriggerRunner(registry, log, this.#writer, {
       blockThresholdMs: options.blockThresholdMs,
       dagRunStates: (query) => this.#dagRunStates.read(query),
@@ -126,6 +134,7 @@ export class Triggerer extends Daemon<TriggererStores> {
       metrics: triggererMetrics,
       triggerLogs: this.#triggerLogs,
       stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
+      watchSink: this.#watchWriter,
     });
     this.#writer.events.on('written', (triggerIds) => {
       for (const id of triggerIds) this.#runner.forget(id);
@@ -205,6 +214,7 @@ export class Triggerer extends Daemon<TriggererStores> {
     // (and re-run what was not written), which is what the process exit deadline protects.
     const graceEndsAt = Date.now() + this.options.cleanupGraceMs;
     await this.#runner.cancelAll(this.options.cleanupGraceMs);
+    this.#watchWriter.stop();
     await this.#writer.drain(Math.max(0, graceEndsAt - Date.now()));
     this.#writer.close();
     await this.#triggerLogs.close();
@@ -397,7 +407,8 @@ export class Triggerer extends Daemon<TriggererStores> {
       }
       for (const id of lost) {
         const killed = !elsewhere.has(id);
-        if (!killed) this.log.info({ trigger_id: id, killed }, `trigger ${id} is no longer ours (taken over); stopping it`);
+        if (!killed)
+          this.log.info({ trigger_id: id, killed }, `trigger ${id} is no longer ours (taken over, or a watcher whose DAGs were paused); stopping it`);
         void this.#runner.cancel(id, killed);
       }
     }

@@ -13,6 +13,7 @@ import {
   type SerializedDagWrite,
 } from '../../storage/serialized-dags.ts';
 import type { DagSource, SchedulerDag } from '../../model/scheduler-dag.ts';
+import { syncDagWatchers, type DagWatchers } from '../../storage/sync-dag-watchers.ts';
 
 import { loadDagFolder, type DagFileError } from '../../authoring/dags/loader.ts';
 import { SERIALIZED_DAG_VERSION, serializeDag, toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
@@ -59,6 +60,7 @@ export async function processDagFolder(database: Database, folder: string, optio
   }
   const errors: DagFileError[] = [...loaded.errors];
   const written: Record<string, SerializedDagWrite> = {};
+  const watchers: DagWatchers[] = [];
   for (const { dag, fileloc } of loaded.dags) {
     let serialized: ReturnType<typeof serializeDag>;
     try {
@@ -72,9 +74,12 @@ export async function processDagFolder(database: Database, folder: string, optio
       { dagId: dag.dagId, fileloc, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION },
       now,
     );
+    watchers.push({ dagId: dag.dagId, schedule: dag.watchSchedule });
   }
   const brokenFiles = [...new Set(errors.map((error) => error.fileloc))];
   const deleted = await markMissingDagsDeleted(context, Object.keys(written), brokenFiles, now);
+  // Every pass, not only when a DAG changed: a pass that failed half-way is made good by the next.
+  await syncDagWatchers(context, watchers, deleted, now);
   await replaceImportErrors(context, errors, now);
   return { written, deleted, errors, unreloadable: loaded.unreloadable };
 }

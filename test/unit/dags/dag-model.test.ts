@@ -125,6 +125,22 @@ describe('DAGs', () => {
     expect(() => toSchedulerDag('q', JSON.stringify(tampered), routed.hash)).toThrow(/tasks\[0\]\.queue/);
   });
 
+  it('stores a watch schedule (its triggers serialized, its queue), read back for the processing; refuses what a watch schedule cannot be', () => {
+    const watcher = new t.DelayTrigger({ ms: 5 });
+    const dag = new Dag({ dagId: 'w', schedule: { watch: [watcher], queue: 'io' } }).add(op('a'));
+    const { data, hash } = serializeDag(dag, '/w.ts');
+    expect((data as any).dag.schedule).toEqual({ watch: [{ classpath: 'test.DelayTrigger', kwargs: { ms: 5 } }], queue: 'io' });
+    expect(toSchedulerDag('w', JSON.stringify(data), hash).watchSchedule).toEqual({
+      watchers: [{ classpath: 'test.DelayTrigger', kwargs: { ms: 5 } }],
+      queue: 'io',
+    });
+    expect(toSchedulerDag('w', JSON.stringify(data), hash).schedule).toBeNull();
+    expect(() => new Dag({ dagId: 'w', schedule: { watch: [] } })).toThrow(/DAG w: schedule.watch names no trigger/);
+    expect(() => new Dag({ dagId: 'w', schedule: { watch: [{} as never] } })).toThrow(/schedule.watch\[0\] is not a trigger/);
+    expect(() => new Dag({ dagId: 'w', schedule: { watch: watcher }, startDate: new Date() })).toThrow(/startDate has no meaning with a watch schedule/);
+    expect(() => new Dag({ dagId: 'w', schedule: { watch: watcher, queue: 'a b' } })).toThrow(/schedule.queue must be a name/);
+  });
+
   it('refuses a non-JSON param, naming DAG, task and field', () => {
     const dag = new Dag({ dagId: 'd' }).add(op('t', { params: { when: new Date() } as never }));
     expect(() => serializeDag(dag, '/x.ts')).toThrow(/DAG d, task t: params\.when: a Date/);

@@ -9,6 +9,7 @@ import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt, type ScheduleWindow } 
 import { serializeDag, SERIALIZED_DAG_VERSION } from '../../../src/authoring/dags/serialized-dag.ts';
 import { Scheduler } from '../../../src/daemons/scheduler/scheduler.ts';
 import { writeSerializedDag } from '../../../src/storage/serialized-dags.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { LogCapture, migratedDatabase, type TestDatabase } from '../../support/fixtures.ts';
 
@@ -183,6 +184,18 @@ describe.each(testDialects)('scheduled runs on %s', (dialect) => {
       'scheduled__2026-01-02T06:00:00.000Z',
       'scheduled__2026-01-03T06:00:00.000Z',
     ]);
+  });
+
+  it('a paused DAG gets no scheduled run; unpaused, its latest interval is created (catchup off)', async () => {
+    const { db, scheduler, runs } = await withDags(new Dag({ dagId: 'hourly', schedule: '@hourly', startDate: '2026-01-01T00:00:00Z' }).add(task()));
+    const storage = openStores(db);
+    expect(await storage.serializedDags.setDagPaused('hourly', true)).toBe(true);
+    const one = scheduler();
+    await one.pass(at('2026-01-01T05:30:00Z'));
+    expect(await runs()).toEqual([]);
+    expect(await storage.serializedDags.setDagPaused('hourly', false)).toBe(true);
+    await one.pass(at('2026-01-01T05:31:00Z'));
+    expect((await runs()).map((run) => run.runId)).toEqual(['scheduled__2026-01-01T04:00:00.000Z']);
   });
 
   it("one DAG's broken schedule JSON is logged and skipped; the others' runs are still created", async () => {

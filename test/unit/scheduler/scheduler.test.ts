@@ -163,6 +163,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [task('extract'), task('wait', ['extract']), task('load', ['wait'])],
     };
     const rt = await runtime(dag, { extract: new Returns(1), wait: new WaitsThenReturns(), load: new Returns('loaded') });
@@ -183,6 +184,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [task('extract'), task('load', ['extract']), task('report', ['load']), task('cleanup', ['extract'], { triggerRule: 'all_done' })],
     };
     const rt = await runtime(dag, { extract: new Fails(), load: new Returns(1), report: new Returns(2), cleanup: new Returns('cleaned') });
@@ -198,6 +200,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [
         task('await_file', [], {
           startTrigger: { classpath: 'test.DelayTrigger', kwargs: { ms: 200 }, method: 'fired', nextKwargs: { why: 'start' }, timeoutMs: null },
@@ -225,6 +228,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [
         task('first'),
         task('wait_a_minute', ['first'], {
@@ -266,6 +270,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [task('was_running', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 300 } }), task('was_queued'), task('no_tries_left')],
     };
     const rt = await runtime(dag, { was_running: new Returns('again'), was_queued: new Returns('late') }, { zombieThresholdMs: 1000 });
@@ -301,6 +306,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [
         task('retried', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 0 } }),
         task('out_of_tries', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 0 } }),
@@ -338,6 +344,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
       hash: 'h1',
       schedule: null,
       signalSchedule: null,
+      watchSchedule: null,
       tasks: [task('slow', [], { retry: { retries: 3, retryDelayMs: 1000, exponentialBackoff: true, maxRetryDelayMs: null } })],
     };
     const rt = await runtime(dag, {}, { zombieThresholdMs: 1000 });
@@ -365,6 +372,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
         hash: 'h1',
         schedule: null,
         signalSchedule: null,
+        watchSchedule: null,
         tasks: [task('held', [], { retry: { ...NO_RETRIES, retries: 1, retryDelayMs: 0 } })],
       };
       const db = await migratedDatabase(dialect);
@@ -394,7 +402,7 @@ describe.each(testDialects)('scheduler on %s', (dialect) => {
   );
 
   it('the same run id or logical date is never created twice', async () => {
-    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, signalSchedule: null, tasks: [task('only')] };
+    const dag: SchedulerDag = { dagId: 'once', hash: 'h1', schedule: null, signalSchedule: null, watchSchedule: null, tasks: [task('only')] };
     const rt = await runtime(dag, {});
     const at = Date.now();
     expect(await rt.scheduler.storage.dagRuns.createDagRun(dag, { runId: 'scheduled__a', runType: 'scheduled', logicalDate: at, conf: {} })).toEqual(

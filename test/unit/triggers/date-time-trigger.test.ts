@@ -9,7 +9,7 @@ import { BUILTIN_TRIGGERS, DateTimeTrigger, FileTrigger, TimeDeltaTrigger } from
 
 /** Runs a trigger outside a triggerer and returns its first event. */
 async function firstEvent(trigger: BaseTrigger): Promise<TriggerEvent> {
-  for await (const event of trigger.run(new AbortController().signal)) return event;
+  for await (const event of trigger.run(new AbortController().signal)) return event as TriggerEvent;
   throw new Error('the trigger ended without an event');
 }
 

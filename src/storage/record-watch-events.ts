@@ -1,0 +1,86 @@
+import { fromDbTime, toDbTime } from '../database/schema.ts';
+import { toSchedulerDag } from '../authoring/dags/serialized-dag.ts';
+import { DatabaseError } from '../vocabulary/errors.ts';
+import type { JsonValue } from '../vocabulary/serialization/json.ts';
+import type { StorageContext } from './context.ts';
+import { insertDagRun } from './create-dag-run.ts';
+
+/** A watcher's batch as the triggerer hands it over: its events (payloads as JSON text) and the cursor after them. */
+export interface WatchBatch {
+  readonly triggerId: number;
+  readonly classpath: string;
+  readonly events: readonly { readonly key: string; readonly payloadJson: string }[];
+  readonly cursorJson: string;
+}
+
+/** What recording a batch did: runs made, or nothing because the watcher is no longer this triggerer's. */
+export type WatchBatchResult = { readonly kind: 'written'; readonly runs: number } | { readonly kind: 'lost' };
+
+/** The run id an event's key makes: the same key never makes a second run of a DAG. */
+export function eventRunId(key: string): string {
+  return `event__${key}`;
+}
+
+/**
+ * In one transaction, for a watcher that triggerer `ownerJobId` owns: its cursor (and when it last
+ * made runs), and one run of every DAG watching it (not deleted) per event, with run id
+ * `event__<key>` (an event already made into a run, delivered again, makes none; a paused DAG
+ * gets none), run type
+ * `event`, conf `{ event: { key, payload, trigger: { id, classpath } } }`. Ownership is checked
+ * first, by the cursor's update, which row-locks the watcher on PostgreSQL: a watcher taken over
+ * meanwhile (this triggerer was thought dead) writes nothing, so its events are the new owner's,
+ * from the cursor written last. Logical dates follow the DAG's latest, a millisecond apart.
+ */
+export async function recordWatchEvents(context: StorageContext, batch: WatchBatch, ownerJobId: number, now: number): Promise<WatchBatchResult> {
+  const { db, adapter } = context;
+  return db.transaction().execute(async (trx): Promise<WatchBatchResult> => {
+    const owned = await trx
+      .updateTable('trigger')
+      .set({ cursor: adapter.jsonParam(batch.cursorJson), ...(batch.events.length > 0 ? { last_event_at: toDbTime(now) } : {}) })
+      .where('id', '=', batch.triggerId)
+      .where('triggerer_id', '=', ownerJobId)
+      .where('watcher', '=', 1)
+      .executeTakeFirst();
+    if (Number(owned.numUpdatedRows) !== 1) return { kind: 'lost' };
+    if (batch.events.length === 0) return { kind: 'written', runs: 0 };
+    const dags = await trx
+      .selectFrom('dag_watcher')
+      .innerJoin('serialized_dag', 'serialized_dag.dag_id', 'dag_watcher.dag_id')
+      .select(['serialized_dag.dag_id', 'serialized_dag.data', 'serialized_dag.hash'])
+      .where('dag_watcher.trigger_id', '=', batch.triggerId)
+      .where('serialized_dag.deleted_at', 'is', null)
+      // A paused DAG misses the events that come while it is paused (as Airflow's paused DAGs do).
+      .where('serialized_dag.paused', '=', 0)
+      .orderBy('serialized_dag.dag_id')
+      .execute();
+    let runs = 0;
+    for (const row of dags) {
+      const dag = toSchedulerDag(row.dag_id, row.data, row.hash);
+      const latest = await trx
+        .selectFrom('dag_run')
+        .select((eb) => eb.fn.max('logical_date').as('at'))
+        .where('dag_id', '=', dag.dagId)
+        .executeTakeFirst();
+      let logicalDate = Math.max(now, latest?.at == null ? 0 : fromDbTime(latest.at) + 1);
+      for (const event of batch.events) {
+        const runId = eventRunId(event.key);
+        const conf = {
+          event: { key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue, trigger: { id: batch.triggerId, classpath: batch.classpath } },
+        };
+        const created = await insertDagRun({ ...context, db: trx }, dag, { runId, runType: 'event', logicalDate, conf }, now);
+        logicalDate++;
+        if (created !== null) {
+          runs++;
+          continue;
+        }
+        // Not made: the event's run is there already (delivered again), or a peer's write took the logical date.
+        const existing = await trx.selectFrom('dag_run').select('id').where('dag_id', '=', dag.dagId).where('run_id', '=', runId).executeTakeFirst();
+        if (!existing)
+          throw new DatabaseError(
+            `DAG ${dag.dagId}: logical date ${new Date(logicalDate - 1).toISOString()} was taken while run ${runId} was made; written again`,
+          );
+      }
+    }
+    return { kind: 'written', runs };
+  });
+}
