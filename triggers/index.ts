@@ -10,6 +10,7 @@ import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
+import { RedisStreamTrigger } from './redis-stream-trigger.ts';
 import { TaskStateTrigger } from './task-state-trigger.ts';
 import { SensorPokeTrigger } from '../src/authoring/sensors/sensor-poke-trigger.ts';
 import { SignalTrigger } from '../src/authoring/triggers/signal-trigger.ts';
@@ -24,6 +25,7 @@ export { HttpTrigger, type HttpAnswer, type HttpCheck, type HttpTriggerKwargs } 
 export { HttpSensor } from './http-sensor.ts';
 export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
 export { SqlSensor } from './sql-sensor.ts';
+export { RedisStreamTrigger, type RedisStreamMessage, type RedisStreamTriggerKwargs } from './redis-stream-trigger.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from '../src/authoring/triggers/signal-trigger.ts';
 export { AllOfTrigger, AnyOfTrigger, allOf, anyOf } from '../src/authoring/triggers/composite-trigger.ts';
@@ -45,6 +47,7 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(FileTrigger),
   asTriggerClass(HttpTrigger),
   asTriggerClass(SqlTrigger),
+  asTriggerClass(RedisStreamTrigger),
   asTriggerClass(TaskStateTrigger),
   asTriggerClass(SensorPokeTrigger),
   asTriggerClass(SignalTrigger),

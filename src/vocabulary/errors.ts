@@ -59,6 +59,7 @@ export const ERROR_CODES = [
   'DF_INPUT_ALREADY_GIVEN',
   'DF_NOT_AWAITING_INPUT',
   'DF_INPUT_TIMEOUT',
+  'DF_MISSING_PACKAGE',
 ] as const;
 
 /** Every stable error code deferflow has (DF_…), each documented in docs/error-codes.md. */
@@ -561,5 +562,17 @@ export class NotAwaitingInputError extends DeferflowError {
 export class InputTimeoutError extends DeferflowError {
   constructor(message: string) {
     super('DF_INPUT_TIMEOUT', message);
+  }
+}
+
+/** A feature needs a package only some users install (a message broker's client), and it is not installed. */
+export class MissingPackageError extends DeferflowError {
+  constructor(
+    /** The package to install. */
+    readonly packageName: string,
+    /** What needs it (a trigger class). */
+    readonly neededBy: string,
+  ) {
+    super('DF_MISSING_PACKAGE', `${neededBy} needs the package ${packageName}, which is not installed: run \`npm install ${packageName}\` in your project`);
   }
 }

@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { MissingPackageError } from './errors.ts';
 import type BetterSqlite3 from 'better-sqlite3';
 import type pg from 'pg';
 
@@ -16,6 +17,23 @@ export function lazyPackage<T>(name: string): () => T {
   return () => {
     loaded ??= require(name) as T;
     return loaded;
+  };
+}
+
+/**
+ * An optional peer dependency (a broker's client), loaded when first used: MissingPackageError
+ * naming it and `neededBy` when it is not installed, so only users of the feature install it.
+ */
+export function optionalPackage<T>(name: string, neededBy: string): () => T {
+  const load = lazyPackage<T>(name);
+  return () => {
+    try {
+      return load();
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND' && String((error as Error).message).includes(`'${name}'`))
+        throw new MissingPackageError(name, neededBy);
+      throw error;
+    }
   };
 }
 

@@ -32,10 +32,17 @@ describe.each(testDialects)('deferflow dags on %s', (dialect) => {
     expect(listed.exit.code).toBe(0);
     // A table with a header row, columns aligned.
     expect(listed.out).toEqual([
-      'DAG ID   SCHEDULE                      FILE',
-      `adhoc    manual                        ${path.join(dir, 'dags.mts')}`,
-      `nightly  0 2 * * * (Europe/Amsterdam)  ${path.join(dir, 'dags.mts')}`,
+      'DAG ID   SCHEDULE                      PAUSED  FILE',
+      `adhoc    manual                        no      ${path.join(dir, 'dags.mts')}`,
+      `nightly  0 2 * * * (Europe/Amsterdam)  no      ${path.join(dir, 'dags.mts')}`,
     ]);
+    // Paused, it says so; a DAG it does not have is refused, naming the closest it has.
+    expect((await run(spawnDeferflow(['dags', 'pause', 'nightly', '--db', db.url]))).out).toEqual(['DAG nightly paused']);
+    expect((await run(spawnDeferflow(['dags', 'list', '--db', db.url]))).out[2]).toMatch(/^nightly .* yes +\//);
+    const unknown = await run(spawnDeferflow(['dags', 'unpause', 'nighty', '--db', db.url]));
+    expect(unknown.exit.code).toBe(2);
+    expect(unknown.err).toContain('nightly');
+    expect((await run(spawnDeferflow(['dags', 'unpause', 'nightly', '--db', db.url]))).out).toEqual(['DAG nightly unpaused']);
 
     expect((await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--run-id', 'first']))).out).toEqual(['first']);
     expect((await run(spawnDeferflow(['dags', 'trigger', 'adhoc', '--db', db.url, '--run-id', 'second', '--conf', '{"n": 2}']))).out).toEqual(['second']);

@@ -199,7 +199,7 @@ describe('triggerer option validation', () => {
     const connections = spawnDeferflow(['connections', 'list', '--db', UNOPENABLE_DB]);
     expect(await connections.exitWithin(), connections.describe()).toEqual({ code: 2, signal: null });
     expect(connections.stderr[1]).toMatch(
-      /^db: not an option of deferflow connections list; --db is one of \d+ others \(deferflow dags list, deferflow dags reserialize, deferflow dags runs, …\)$/,
+      /^db: not an option of deferflow connections list; --db is one of \d+ others \(deferflow dags list, deferflow dags pause, deferflow dags reserialize, …\)$/,
     );
     for (const { proc, stderr } of cases) {
       expect(await proc.exitWithin(), proc.describe()).toEqual({ code: 2, signal: null });

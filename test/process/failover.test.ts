@@ -155,7 +155,9 @@ describe.each(testDialects)('failover on %s', (dialect) => {
         });
         // Its lock told, not the 60 s threshold: the watcher watches a process that came back.
         expect(Date.now() - killedAt).toBeLessThan(6000);
-        expect(watcher.proc.matching((line) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`)).toHaveLength(2);
+        // Every trigger of both deaths released (a busy machine may split one death's release over two passes).
+        const released = watcher.proc.matching((line) => /^released \d+ trigger\(s\) of dead triggerers$/.test(String(line.msg)));
+        expect(released.reduce((sum, line) => sum + Number(/\d+/.exec(String(line.msg))![0]), 0)).toBe(2 * TRIGGERS);
       } finally {
         proxy.close();
       }

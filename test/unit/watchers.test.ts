@@ -4,47 +4,14 @@
 // an event delivered again making no second run, a failing watcher run again after a growing
 // backoff without failing anything else, and a wait that yields WatchEvents failing its task.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { Dag } from '../../src/authoring/dags/dag.ts';
-import { SERIALIZED_DAG_VERSION, serializeDag } from '../../src/authoring/dags/serialized-dag.ts';
-import { BaseOperator } from '../../src/authoring/operators/base-operator.ts';
 import { TaskDeferred } from '../../src/authoring/operators/task-deferred.ts';
-import type { BaseTrigger } from '../../src/authoring/triggers/base-trigger.ts';
 import { openStores } from '../../src/storage/index.ts';
-import { writeSerializedDag } from '../../src/storage/serialized-dags.ts';
-import { syncDagWatchers } from '../../src/storage/sync-dag-watchers.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { processWatchingDags } from '../support/watching-dags.ts';
+import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor } from '../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
-
-class Noop extends BaseOperator {
-  execute() {
-    return null;
-  }
-}
-
-/** Processes DAGs scheduled on `watch` as DAG processing does: serialized rows, then the watchers. */
-async function processDags(db: TestDatabase, dags: { dagId: string; watch: BaseTrigger | null; queue?: string }[], gone: string[] = []) {
-  const context = { db: db.db, adapter: db.adapter, keyring: db.keyring };
-  const built = dags.map(({ dagId, watch, queue }) =>
-    new Dag({ dagId, ...(watch ? { schedule: { watch, ...(queue ? { queue } : {}) } } : {}) }).add(new Noop({ taskId: 'handle' })),
-  );
-  for (const dag of built) {
-    const serialized = serializeDag(dag, `/dags/${dag.dagId}.ts`);
-    await writeSerializedDag(
-      context,
-      { dagId: dag.dagId, fileloc: `/dags/${dag.dagId}.ts`, data: serialized.data, hash: serialized.hash, schemaVersion: SERIALIZED_DAG_VERSION },
-      Date.now(),
-    );
-  }
-  await syncDagWatchers(
-    context,
-    built.map((dag) => ({ dagId: dag.dagId, schedule: dag.watchSchedule })),
-    gone,
-    Date.now(),
-  );
-}
 
 describe.each(testDialects)('watchers on %s', (dialect) => {
   const open: { close(): Promise<void> }[] = [];
@@ -62,7 +29,7 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
   it('identical watchers of two DAGs are one row, a queue of their own another; a batch is written by its owner only, an event delivered again makes no second run', async () => {
     const db = await database();
     const storage = openStores(db);
-    await processDags(db, [
+    await processWatchingDags(db, [
       { dagId: 'a', watch: source('orders') },
       { dagId: 'b', watch: source('orders') },
       { dagId: 'c', watch: source('orders'), queue: 'io' },
@@ -111,7 +78,7 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
     // b stops watching: its link goes. c is deleted: its link and row stay (it may come back), released.
     await db.db.updateTable('trigger').set({ triggerer_id: peer }).execute();
     await db.db.updateTable('serialized_dag').set({ deleted_at: new Date().toISOString() }).where('dag_id', '=', 'c').execute();
-    await processDags(db, [{ dagId: 'b', watch: null }], ['c']);
+    await processWatchingDags(db, [{ dagId: 'b', watch: null }], ['c']);
     expect(await db.db.selectFrom('dag_watcher').select('dag_id').orderBy('dag_id').execute()).toEqual([{ dag_id: 'a' }, { dag_id: 'c' }]);
     expect(await db.db.selectFrom('trigger').select(['id', 'triggerer_id']).orderBy('id').execute()).toEqual([
       { id: rows[0]!.id, triggerer_id: peer },
@@ -128,7 +95,7 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
 
   it('a failing watcher is logged and run again after a growing backoff, failing nothing; a wait that yields WatchEvents fails its task instance', async () => {
     const db = await database();
-    await processDags(db, [
+    await processWatchingDags(db, [
       { dagId: 'broken', watch: new t.ThrowingTrigger({ tag: 'the source is down' }) },
       // A class this triggerer does not allow: it cannot even be built.
       { dagId: 'unknown', watch: new t.UnregisteredTrigger({}) },

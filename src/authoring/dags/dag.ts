@@ -179,7 +179,7 @@ function watchScheduleOf(options: DagOptions): WatchSchedule | null {
   const watchers = given.map((trigger, index) => {
     if (typeof trigger !== 'object' || trigger === null || !isTriggerClass(trigger.constructor))
       throw bad(`schedule.watch[${index}]`, 'is not a trigger (an instance of a BaseTrigger class)');
-    const serialized = (trigger as BaseTrigger).serialize();
+    const serialized = (trigger as BaseTrigger).serializeAsWatcher();
     return Object.freeze({ classpath: serialized.classpath, kwargs: serialized.kwargs });
   });
   for (const field of ['startDate', 'endDate', 'catchup', 'timezone'] as const) {

@@ -92,6 +92,16 @@ export abstract class BaseTrigger {
   }
 
   /**
+   * How the trigger is stored as a watcher a DAG is scheduled on (`schedule: { watch }`): by
+   * default as serialize() gives it. Kwargs that only a wait needs and that differ each time the
+   * trigger is made (a wait's starting point) are left out, so that the DAG's watcher stays one
+   * row from one DAG processing to the next.
+   */
+  serializeAsWatcher(): SerializedTrigger {
+    return this.serialize();
+  }
+
+  /**
    * Waits for what the trigger is about and yields a TriggerEvent when it happens (the first ends
    * the wait); running as a watcher (`this.watching`), yields WatchEvents for as long as it runs.
    * Declare `signal` only when you use it: the triggerer then makes an AbortSignal for the trigger.

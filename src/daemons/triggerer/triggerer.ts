@@ -408,7 +408,12 @@ export class Triggerer extends Daemon<TriggererStores> {
       for (const id of lost) {
         const killed = !elsewhere.has(id);
         if (!killed)
-          this.log.info({ trigger_id: id, killed }, `trigger ${id} is no longer ours (taken over, or a watcher whose DAGs were paused); stopping it`);
+          this.log.info(
+            { trigger_id: id, killed },
+            this.#runner.watcherState(id)
+              ? `watcher ${id} is no longer ours (taken over, or released: no DAG that is neither paused nor deleted watches it); stopping it`
+              : `trigger ${id} is no longer ours (taken over); stopping it`,
+          );
         void this.#runner.cancel(id, killed);
       }
     }

@@ -1,0 +1,142 @@
+// RedisStreamTrigger against real Redis servers (the shared one on REDIS_URL, default
+// redis://127.0.0.1:6379, and one of the test's own that it kills and starts again), on an
+// in-process triggerer, both dialects, judged by database rows and the stream's own state: a
+// task waiting for its own message, and a DAG scheduled on a stream, one run per matching
+// message, acknowledged once committed, nothing lost across a broker restart.
+import { createClient } from '@redis/client';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { TaskDeferred } from '../../src/authoring/operators/task-deferred.ts';
+import { openStores } from '../../src/storage/index.ts';
+import { RedisStreamTrigger } from '../../triggers/index.ts';
+import { dropTestDatabases, testDialects } from '../support/databases.ts';
+import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { startRedisServer, type RedisServer } from '../support/redis-server.ts';
+import { processWatchingDags } from '../support/watching-dags.ts';
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+afterAll(dropTestDatabases);
+
+const streamName = (what: string) => `deferflow-test-${what}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+
+describe('RedisStreamTrigger kwargs', () => {
+  it('refuses what it cannot read, naming the field; stores a watcher without the wait-only start', () => {
+    const refused = (kwargs: unknown) => {
+      try {
+        new RedisStreamTrigger(kwargs as never);
+      } catch (error) {
+        expect((error as { code: string }).code).toBe('DF_INVALID_TRIGGER_ARGUMENT');
+        return (error as Error).message;
+      }
+      throw new Error('accepted');
+    };
+    expect(refused({ connection: 'redis', stream: '' })).toMatch(/stream "" is not a stream key/);
+    expect(refused({ connection: 'a b', stream: 's' })).toMatch(/connection "a b" is not a connection name/);
+    expect(refused({ connection: 'redis', stream: 's', batch: 0 })).toMatch(/batch number 0 is not a whole number from 1 to 10000/);
+    expect(refused({ connection: 'redis', stream: 's', after: 'soon' })).toMatch(/after "soon" is not a stream id/);
+    expect(refused({ connection: 'redis', stream: 's', stream_name: 'x' })).toMatch(/unknown field "stream_name"/);
+    const trigger = new RedisStreamTrigger({ connection: 'redis', stream: 's', match: { kind: 'order' } });
+    expect(trigger.serialize().kwargs.after).toMatch(/^\d+-0$/);
+    expect(trigger.serializeAsWatcher().kwargs).not.toHaveProperty('after');
+  });
+});
+
+describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
+  const open: { close(): Promise<void> }[] = [];
+  const redis = createClient({ url: REDIS_URL });
+  beforeAll(async () => {
+    await redis.connect();
+  });
+  afterAll(async () => {
+    await redis.quit();
+  });
+  afterEach(async () => {
+    for (const item of open.splice(0).reverse()) await item.close();
+    delete process.env.DEFERFLOW_CONN_TEST_REDIS;
+  });
+  const database = async (redisUrl = REDIS_URL) => {
+    process.env.DEFERFLOW_CONN_TEST_REDIS = redisUrl;
+    const db = await migratedDatabase(dialect);
+    open.push(db);
+    return db;
+  };
+  const triggerer = async (db: TestDatabase) => {
+    const tr = await startTriggerer(db);
+    open.push({ close: () => tr.stop() });
+    return tr;
+  };
+
+  it('a task waits for its own message: one added after it deferred, matching its filter', async () => {
+    const db = await database();
+    const stream = streamName('wait');
+    // Before the task deferred: not its message, though it matches.
+    await redis.xAdd(stream, '*', { data: JSON.stringify({ order: 42, when: 'before' }) });
+    const id = await createTaskInstance(db);
+    await openStores(db).taskInstances.deferTaskInstance(
+      id,
+      new TaskDeferred({
+        trigger: new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { order: 42 }, block: 0.2 }),
+        method: 'resume',
+      }),
+    );
+    await triggerer(db);
+    await redis.xAdd(stream, '*', { data: JSON.stringify({ order: 41, when: 'after' }) });
+    const mine = await redis.xAdd(stream, '*', { data: JSON.stringify({ order: 42, when: 'after' }) });
+    await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the task to resume', timeoutMs: 15_000 });
+    expect((await taskInstance(db, id)).next_event).toEqual({ stream, id: mine, message: { order: 42, when: 'after' } });
+    await redis.del(stream);
+  });
+
+  it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed, nothing lost across a broker restart', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-redis-'));
+    const server: RedisServer = await startRedisServer(dir);
+    open.push({
+      close: async () => {
+        await server.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    });
+    const db = await database(server.url);
+    const stream = streamName('watch');
+    await processWatchingDags(db, [
+      {
+        dagId: 'orders',
+        watch: new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind: 'order' }, batch: 50, block: 0.2 }),
+      },
+    ]);
+    await triggerer(db);
+    const own = createClient({ url: server.url });
+    own.on('error', () => {});
+    await own.connect();
+    open.push({ close: () => own.destroy() as unknown as Promise<void> });
+    // The watcher made its consumer group: messages from now on are its.
+    await waitFor(async () => (await own.exists(stream)) === 1, { what: 'the consumer group', timeoutMs: 15_000 });
+    const add = async (from: number, to: number) => {
+      for (let i = from; i < to; i++) await own.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'order' : 'refund', n: i }) });
+    };
+    const runs = async () =>
+      Number(
+        (
+          await db.db
+            .selectFrom('dag_run')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    await add(0, 200);
+    await waitFor(async () => (await runs()) >= 40, { what: 'runs being made', timeoutMs: 15_000 });
+    // The broker dies (SIGKILL) and comes back with its data; the watcher reads on.
+    await server.restart();
+    await waitFor(async () => (await own.ping().catch(() => null)) === 'PONG', { what: 'the client reconnected', timeoutMs: 15_000 });
+    await add(200, 400);
+    await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 30_000 });
+    const pending = async () => (await own.xPending(stream, 'deferflow')).pending;
+    await waitFor(async () => (await pending()) === 0, { what: 'every message acknowledged' });
+    const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
+    expect(new Set(runIds).size).toBe(200);
+    const first = await db.db.selectFrom('dag_run').select('conf').orderBy('logical_date').limit(1).executeTakeFirstOrThrow();
+    expect(JSON.parse(first.conf).event.payload).toMatchObject({ stream, message: { kind: 'order', n: 0 } });
+  });
+});

@@ -1,0 +1,255 @@
+import os from 'node:os';
+import type * as RedisModule from '@redis/client';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
+import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
+import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { describeValue } from './date-time-trigger.ts';
+
+// An optional peer dependency: only users of this trigger install it (see docs/events.md).
+const redis = optionalPackage<typeof RedisModule>('@redis/client', 'RedisStreamTrigger');
+/** A client of the connection's URL; connection errors are the reads' to wait out (see #read), since unheard they would end the process. */
+function redisClient(url: string) {
+  const client = redis().createClient({ url });
+  client.on('error', () => {});
+  return client;
+}
+type RedisClient = ReturnType<typeof redisClient>;
+
+export interface RedisStreamTriggerKwargs {
+  /** A named connection (DEFERFLOW_CONN_<NAME>) whose URL is redis:// or rediss://. Its URL is never stored. */
+  readonly connection: string;
+  /** The stream's key. */
+  readonly stream: string;
+  /** Only a message whose body matches fires (a subset match, as SignalTrigger's `match`); absent: any. */
+  readonly match?: JsonValue;
+  /** The field holding the message body as JSON (e.g. `data`); absent: the body is the message's fields as an object. */
+  readonly jsonField?: string;
+  /**
+   * A wait reads the messages after this stream id. @default the moment the trigger is made
+   * (`<ms>-0`): no message added after the task deferred is missed, whichever triggerer runs it.
+   */
+  readonly after?: string;
+  /** A watcher's consumer group, made (MKSTREAM) if missing. @default 'deferflow' */
+  readonly group?: string;
+  /** Where a watcher's new consumer group starts: `$`, messages added from then on; `0`, the whole stream. @default '$' */
+  readonly start?: '$' | '0';
+  /** Messages read at once, and handed over in one batch by a watcher. @default 100 */
+  readonly batch?: number;
+  /** Longest one read blocks waiting for messages, in seconds. @default 5 */
+  readonly block?: number;
+}
+
+/** What a message event carries: its stream, its id and its body. */
+export interface RedisStreamMessage extends JsonObject {
+  readonly stream: string;
+  readonly id: string;
+  readonly message: JsonValue;
+}
+
+/** Pause before reading again after a lost connection (the client reconnects meanwhile). */
+const RECONNECT_PAUSE_MS = 500;
+
+/**
+ * Messages of a Redis stream (uses `@redis/client`, an optional peer dependency).
+ *
+ * As a wait (a task defers on it): reads the stream after `after` (by default the moment the
+ * trigger was made) and fires with the first message whose body matches `match`:
+ * `{ stream, id, message }`. As a watcher (a DAG scheduled on it): reads through consumer group
+ * `group`, hands over each batch of matching messages (key `<stream>:<id>`, payload
+ * `{ stream, id, message }`) and acknowledges the batch (XACK) only once its runs are committed;
+ * taking over from a triggerer that died, it first claims the group's pending messages (XAUTOCLAIM),
+ * which their keys keep from making second runs. A connection lost (the server restarted) is
+ * waited out: reads resume once the client has reconnected, and nothing unacknowledged is lost.
+ */
+export class RedisStreamTrigger extends BaseTrigger {
+  static readonly classpath = 'deferflow.triggers.RedisStreamTrigger';
+  readonly connection: string;
+  readonly stream: string;
+  readonly match: JsonValue | undefined;
+  readonly jsonField: string | undefined;
+  readonly after: string;
+  readonly group: string;
+  readonly start: '$' | '0';
+  readonly batch: number;
+  readonly block: number;
+  #client: RedisClient | null = null;
+
+  constructor(kwargs: RedisStreamTriggerKwargs) {
+    super();
+    const invalid = (why: string) => new InvalidTriggerArgumentError('RedisStreamTrigger', why);
+    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
+    const known = ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block'];
+    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    const { connection, stream, match, jsonField, after = `${Date.now()}-0`, group = 'deferflow', start = '$', batch = 100, block = 5 } = kwargs;
+    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
+      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    if (typeof stream !== 'string' || stream === '') throw invalid(`stream ${describeValue(stream)} is not a stream key`);
+    if (jsonField !== undefined && (typeof jsonField !== 'string' || jsonField === ''))
+      throw invalid(`jsonField ${describeValue(jsonField)} is not a field name`);
+    if (typeof after !== 'string' || !/^(\d+(-\d+)?|\$)$/.test(after)) throw invalid(`after ${describeValue(after)} is not a stream id (<ms>-<seq>)`);
+    if (typeof group !== 'string' || group === '') throw invalid(`group ${describeValue(group)} is not a consumer group name`);
+    if (start !== '$' && start !== '0') throw invalid(`start ${describeValue(start)} must be "$" (new messages) or "0" (the whole stream)`);
+    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    if (typeof block !== 'number' || !(block > 0) || block > 60) throw invalid(`block ${describeValue(block)} is not a number of seconds above 0, at most 60`);
+    this.connection = connection;
+    this.stream = stream;
+    this.match = match;
+    this.jsonField = jsonField;
+    this.after = after;
+    this.group = group;
+    this.start = start;
+    this.batch = batch;
+    this.block = block;
+  }
+
+  override serialize(): SerializedTrigger {
+    return { classpath: RedisStreamTrigger.classpath, kwargs: this.#kwargs(true) };
+  }
+
+  /** A watcher reads through its consumer group: the wait's starting id is no part of it (and would make a new row each time the DAG is processed). */
+  override serializeAsWatcher(): SerializedTrigger {
+    return { classpath: RedisStreamTrigger.classpath, kwargs: this.#kwargs(false) };
+  }
+
+  #kwargs(withAfter: boolean): JsonObject {
+    return {
+      connection: this.connection,
+      stream: this.stream,
+      ...(this.match === undefined ? {} : { match: this.match }),
+      ...(this.jsonField === undefined ? {} : { jsonField: this.jsonField }),
+      ...(withAfter ? { after: this.after } : {}),
+      group: this.group,
+      start: this.start,
+      batch: this.batch,
+      block: this.block,
+    };
+  }
+
+  override describeWait(): string {
+    return `stream ${this.stream}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
+  }
+
+  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
+    const client = redisClient(connectionFromEnv(this.connection).url);
+    this.#client = client;
+    await client.connect();
+    if (this.watching) yield* this.#watch(client, signal);
+    else yield* this.#wait(client, signal);
+  }
+
+  override async cleanup(): Promise<void> {
+    // Ends a read blocked on the server at once, rather than at its `block` timeout.
+    this.#client?.destroy();
+    this.#client = null;
+  }
+
+  async *#wait(client: RedisClient, signal: AbortSignal): AsyncGenerator<TriggerEvent> {
+    let after = this.after;
+    while (!signal.aborted) {
+      const reply = await this.#read(signal, () => client.xRead([{ key: this.stream, id: after }], { COUNT: this.batch, BLOCK: this.block * 1000 }));
+      for (const entry of messagesOf(reply)) {
+        after = entry.id;
+        const event = this.#event(entry);
+        if (this.#matches(event)) {
+          yield new TriggerEvent(event);
+          return;
+        }
+      }
+    }
+  }
+
+  async *#watch(client: RedisClient, signal: AbortSignal): AsyncGenerator<WatchEvents> {
+    try {
+      await client.xGroupCreate(this.stream, this.group, this.start, { MKSTREAM: true });
+    } catch (error) {
+      if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
+    }
+    const consumer = `deferflow-${os.hostname()}-${process.pid}`;
+    // First what the group holds unacknowledged: a dead triggerer's last batch, or this one's.
+    for (let from = '0-0'; !signal.aborted; ) {
+      const claimed = await this.#read(signal, () => client.xAutoClaim(this.stream, this.group, consumer, 0, from, { COUNT: this.batch }));
+      const entries = (claimed?.messages ?? []).filter((entry): entry is RedisEntry => entry !== null);
+      if (entries.length > 0) yield* this.#handOver(client, entries);
+      if (!claimed || claimed.nextId === '0-0') break;
+      from = claimed.nextId;
+    }
+    while (!signal.aborted) {
+      const reply = await this.#read(signal, () =>
+        client.xReadGroup(this.group, consumer, [{ key: this.stream, id: '>' }], { COUNT: this.batch, BLOCK: this.block * 1000 }),
+      );
+      const entries = messagesOf(reply);
+      if (entries.length > 0) yield* this.#handOver(client, entries);
+    }
+  }
+
+  /** One batch: its matching messages handed over (runs committed when the yield returns), then all of it acknowledged. */
+  async *#handOver(client: RedisClient, entries: readonly RedisEntry[]): AsyncGenerator<WatchEvents> {
+    const events = entries.map((entry) => this.#event(entry)).filter((event) => this.#matches(event));
+    yield new WatchEvents(
+      events.map((event) => ({ key: `${this.stream}:${event.id}`, payload: event })),
+      { stream: this.stream, id: entries.at(-1)!.id },
+    );
+    await client.xAck(
+      this.stream,
+      this.group,
+      entries.map((entry) => entry.id),
+    );
+  }
+
+  #event(entry: RedisEntry): RedisStreamMessage {
+    const fields = entry.message as Record<string, string>;
+    let message: JsonValue = { ...fields };
+    if (this.jsonField !== undefined) {
+      const text = fields[this.jsonField];
+      try {
+        message = text === undefined ? null : (JSON.parse(text) as JsonValue);
+      } catch {
+        message = text ?? null;
+      }
+    }
+    return { stream: this.stream, id: entry.id, message };
+  }
+
+  #matches(event: RedisStreamMessage): boolean {
+    return this.match === undefined || matches(event.message, this.match);
+  }
+
+  /** A read, waited out across a lost connection (the client reconnects by itself); null when cancelled meanwhile. */
+  async #read<T>(signal: AbortSignal, read: () => Promise<T>): Promise<T | null> {
+    for (;;) {
+      try {
+        return await read();
+      } catch (error) {
+        if (signal.aborted || this.#client === null) return null;
+        // A server error on the command itself (a wrong type, a missing group) is the trigger's failure.
+        if (!isConnectionError(error)) throw error;
+        this.log.warn({ stream: this.stream, error: (error as Error).message }, `redis stream ${this.stream}: connection lost; reading again once reconnected`);
+        await this.sleep(RECONNECT_PAUSE_MS);
+      }
+    }
+  }
+}
+
+interface RedisEntry {
+  readonly id: string;
+  readonly message: Record<string, string>;
+}
+
+function messagesOf(reply: unknown): RedisEntry[] {
+  if (!Array.isArray(reply)) return [];
+  return reply.flatMap((stream: { messages?: (RedisEntry | null)[] }) => (stream?.messages ?? []).filter((entry): entry is RedisEntry => entry !== null));
+}
+
+/** Whether a command failed for want of a connection (closed, reset, refused), not for what it asked. */
+function isConnectionError(error: unknown): boolean {
+  const name = (error as Error)?.name ?? '';
+  const message = String((error as Error)?.message ?? '');
+  return (
+    /SocketClosedUnexpectedly|ConnectionTimeout|ClientClosed|ClientOffline|Reconnect/i.test(name) ||
+    /ECONNRESET|ECONNREFUSED|EPIPE|closed|offline|socket/i.test(message)
+  );
+}
