@@ -3,7 +3,7 @@ import { toSchedulerDag } from '../authoring/dags/serialized-dag.ts';
 import { DatabaseError } from '../vocabulary/errors.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
-import { insertDagRun } from './create-dag-run.ts';
+import { insertDagRuns } from './create-dag-run.ts';
 
 /** A watcher's batch as the triggerer hands it over: its events (payloads as JSON text) and the cursor after them. */
 export interface WatchBatch {
@@ -61,25 +61,25 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
         .select((eb) => eb.fn.max('logical_date').as('at'))
         .where('dag_id', '=', dag.dagId)
         .executeTakeFirst();
-      let logicalDate = Math.max(now, latest?.at == null ? 0 : fromDbTime(latest.at) + 1);
-      for (const event of batch.events) {
-        const runId = eventRunId(event.key);
-        const conf = {
-          event: { key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue, trigger: { id: batch.triggerId, classpath: batch.classpath } },
-        };
-        const created = await insertDagRun({ ...context, db: trx }, dag, { runId, runType: 'event', logicalDate, conf }, now);
-        logicalDate++;
-        if (created !== null) {
-          runs++;
-          continue;
-        }
-        // Not made: the event's run is there already (delivered again), or a peer's write took the logical date.
-        const existing = await trx.selectFrom('dag_run').select('id').where('dag_id', '=', dag.dagId).where('run_id', '=', runId).executeTakeFirst();
-        if (!existing)
-          throw new DatabaseError(
-            `DAG ${dag.dagId}: logical date ${new Date(logicalDate - 1).toISOString()} was taken while run ${runId} was made; written again`,
-          );
-      }
+      const firstDate = Math.max(now, latest?.at == null ? 0 : fromDbTime(latest.at) + 1);
+      const wanted = batch.events.map((event, index) => ({
+        runId: eventRunId(event.key),
+        runType: 'event' as const,
+        logicalDate: firstDate + index,
+        conf: { event: { key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue, trigger: { id: batch.triggerId, classpath: batch.classpath } } },
+      }));
+      const made = await insertDagRuns({ ...context, db: trx }, dag, wanted, now);
+      runs += made.size;
+      if (made.size === wanted.length) continue;
+      // Not made: an event's run is there already (delivered again), or a peer's write took its logical date.
+      const notMade = wanted.filter((run) => !made.has(run.runId)).map((run) => run.runId);
+      const existing = new Set(
+        (await trx.selectFrom('dag_run').select('run_id').where('dag_id', '=', dag.dagId).where('run_id', 'in', notMade).execute()).map(
+          (found) => found.run_id,
+        ),
+      );
+      const lost = notMade.find((runId) => !existing.has(runId));
+      if (lost !== undefined) throw new DatabaseError(`DAG ${dag.dagId}: a logical date was taken while run ${lost} was made; written again`);
     }
     return { kind: 'written', runs };
   });
