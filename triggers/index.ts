@@ -11,6 +11,7 @@ import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
 import { RedisStreamTrigger } from './redis-stream-trigger.ts';
+import { TableRowsTrigger } from './table-rows-trigger.ts';
 import { TaskStateTrigger } from './task-state-trigger.ts';
 import { SensorPokeTrigger } from '../src/authoring/sensors/sensor-poke-trigger.ts';
 import { SignalTrigger } from '../src/authoring/triggers/signal-trigger.ts';
@@ -26,6 +27,7 @@ export { HttpSensor } from './http-sensor.ts';
 export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
 export { SqlSensor } from './sql-sensor.ts';
 export { RedisStreamTrigger, type RedisStreamMessage, type RedisStreamTriggerKwargs } from './redis-stream-trigger.ts';
+export { TableRowsTrigger, type TableRowEvent, type TableRowsTriggerKwargs } from './table-rows-trigger.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
 export { SignalTrigger, type SignalEvent, type SignalTriggerKwargs } from '../src/authoring/triggers/signal-trigger.ts';
 export { AllOfTrigger, AnyOfTrigger, allOf, anyOf } from '../src/authoring/triggers/composite-trigger.ts';
@@ -48,6 +50,7 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(HttpTrigger),
   asTriggerClass(SqlTrigger),
   asTriggerClass(RedisStreamTrigger),
+  asTriggerClass(TableRowsTrigger),
   asTriggerClass(TaskStateTrigger),
   asTriggerClass(SensorPokeTrigger),
   asTriggerClass(SignalTrigger),

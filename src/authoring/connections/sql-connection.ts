@@ -14,13 +14,36 @@ import { connectionFromEnv } from './connections.ts';
  * (SQLite), not one each.
  */
 export async function queryFirstCell(connectionName: string, query: string, parameters: readonly JsonValue[] = []): Promise<unknown> {
+  return (await runQuery(connectionName, query, parameters, 'array'))[0]?.[0];
+}
+
+/**
+ * The rows a query on a named connection returns, each an object by column name (same clients as
+ * queryFirstCell). Placeholders are the connection's: `?` on SQLite, `$1` on PostgreSQL (see
+ * connectionDialect).
+ */
+export async function queryRows(connectionName: string, query: string, parameters: readonly JsonValue[] = []): Promise<Record<string, unknown>[]> {
+  return runQuery(connectionName, query, parameters, 'object');
+}
+
+/** Which database a named connection is: how its queries write placeholders and quote names. */
+export function connectionDialect(connectionName: string): 'sqlite' | 'postgres' {
+  return sqlTarget(connectionName).dialect;
+}
+
+function sqlTarget(connectionName: string): ReturnType<typeof parseDatabaseUrl> {
   const { url } = connectionFromEnv(connectionName);
-  let target: ReturnType<typeof parseDatabaseUrl>;
   try {
-    target = parseDatabaseUrl(url);
+    return parseDatabaseUrl(url);
   } catch {
     throw new InvalidOptionError('connection', `connection ${JSON.stringify(connectionName)} is not a sqlite: or postgres:// URL; a SQL query needs one`);
   }
+}
+
+async function runQuery(connectionName: string, query: string, parameters: readonly JsonValue[], mode: 'array'): Promise<unknown[][]>;
+async function runQuery(connectionName: string, query: string, parameters: readonly JsonValue[], mode: 'object'): Promise<Record<string, unknown>[]>;
+async function runQuery(connectionName: string, query: string, parameters: readonly JsonValue[], mode: 'array' | 'object'): Promise<unknown[]> {
+  const target = sqlTarget(connectionName);
   if (target.dialect === 'sqlite') {
     let handle = sqliteHandles.get(target.file);
     if (!handle) {
@@ -28,11 +51,10 @@ export async function queryFirstCell(connectionName: string, query: string, para
       handle.pragma('busy_timeout = 5000');
       sqliteHandles.set(target.file, handle);
     }
-    const row = handle
+    return handle
       .prepare(query)
-      .raw(true)
-      .get(...(parameters as unknown[])) as unknown[] | undefined;
-    return row?.[0];
+      .raw(mode === 'array')
+      .all(...(parameters as unknown[]));
   }
   let pool = pgPools.get(target.url);
   if (!pool) {
@@ -41,8 +63,8 @@ export async function queryFirstCell(connectionName: string, query: string, para
     pool.on('error', () => {});
     pgPools.set(target.url, pool);
   }
-  const result = await pool.query({ text: query, values: parameters as unknown[], rowMode: 'array' });
-  return (result.rows[0] as unknown[] | undefined)?.[0];
+  if (mode === 'array') return (await pool.query({ text: query, values: parameters as unknown[], rowMode: 'array' })).rows;
+  return (await pool.query({ text: query, values: parameters as unknown[] })).rows;
 }
 
 /** Airflow's SqlSensor rule: a first cell that is there and not null, false, 0, "0" or "". */

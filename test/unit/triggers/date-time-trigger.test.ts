@@ -166,6 +166,8 @@ describe('DateTimeTrigger construction', () => {
         FileTrigger.classpath,
         'deferflow.triggers.HttpTrigger',
         'deferflow.triggers.SqlTrigger',
+        'deferflow.triggers.RedisStreamTrigger',
+        'deferflow.triggers.TableRowsTrigger',
         'deferflow.triggers.TaskStateTrigger',
         'deferflow.triggers.SignalTrigger',
         'deferflow.SensorPokeTrigger',

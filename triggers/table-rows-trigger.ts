@@ -1,0 +1,155 @@
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
+import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { connectionDialect, queryRows } from '../src/authoring/connections/sql-connection.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { describeValue } from './date-time-trigger.ts';
+import { jsonCell } from './sql-trigger.ts';
+
+export interface TableRowsTriggerKwargs {
+  /** A named connection (DEFERFLOW_CONN_<NAME>): a sqlite: or postgres:// URL. Its URL is never stored. */
+  readonly connection: string;
+  /** The table (or `schema.table`). */
+  readonly table: string;
+  /** A column whose values only grow as rows are added (a serial id, say): rows are read past the last one seen. */
+  readonly cursorColumn: string;
+  /** The columns an event carries. @default every column */
+  readonly columns?: readonly string[];
+  /** Only rows holding every field given here fire (a subset match on the row, as SignalTrigger's `match`). */
+  readonly match?: JsonValue;
+  /** Rows with a cursor value above this one are read (a watcher: until it has a cursor of its own). @default null: the whole table */
+  readonly after?: JsonValue;
+  /** Rows read at once, and handed over in one batch by a watcher. @default 100 */
+  readonly batch?: number;
+  /** Seconds between reads when there is no new row. @default 5 */
+  readonly pollInterval?: number;
+}
+
+/** What a row event carries: its table and the row (JSON: bigints and dates as text). */
+export interface TableRowEvent extends JsonObject {
+  readonly table: string;
+  readonly row: JsonObject;
+}
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
+
+/**
+ * New rows of a table of yours, on a named SQL connection (SQLite or PostgreSQL), read in the
+ * order of `cursorColumn` past the last value seen. As a wait it fires with the first row
+ * (past `after`) that matches `match`: `{ table, row }`. As a watcher (a DAG scheduled on it) it
+ * hands over each batch of matching rows (key `<table>:<cursor value>`), its cursor the last value
+ * read, so that after a crash a triggerer reads on exactly after the rows whose runs were committed.
+ * `cursorColumn` must only grow: a row added later with a value not above one already read is
+ * never seen (a serial or identity column is).
+ */
+export class TableRowsTrigger extends BaseTrigger {
+  static readonly classpath = 'deferflow.triggers.TableRowsTrigger';
+  readonly connection: string;
+  readonly table: string;
+  readonly cursorColumn: string;
+  readonly columns: readonly string[] | null;
+  readonly match: JsonValue | undefined;
+  readonly after: JsonValue;
+  readonly batch: number;
+  readonly pollInterval: number;
+
+  constructor(kwargs: TableRowsTriggerKwargs) {
+    super();
+    const invalid = (why: string) => new InvalidTriggerArgumentError('TableRowsTrigger', why);
+    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, table, cursorColumn, … }, got ${describeValue(kwargs)}`);
+    const known = ['connection', 'table', 'cursorColumn', 'columns', 'match', 'after', 'batch', 'pollInterval'];
+    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    const { connection, table, cursorColumn, columns, match, after = null, batch = 100, pollInterval = 5 } = kwargs;
+    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
+      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    if (typeof table !== 'string' || !IDENTIFIER.test(table))
+      throw invalid(`table ${describeValue(table)} is not a table name (letters, digits, "_", or schema.table)`);
+    if (typeof cursorColumn !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(cursorColumn))
+      throw invalid(`cursorColumn ${describeValue(cursorColumn)} is not a column name`);
+    if (
+      columns !== undefined &&
+      (!Array.isArray(columns) || columns.length === 0 || !columns.every((column) => typeof column === 'string' && /^[A-Za-z_][A-Za-z0-9_]*$/.test(column)))
+    )
+      throw invalid(`columns ${describeValue(columns)} is not a list of column names`);
+    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    if (typeof pollInterval !== 'number' || !(pollInterval > 0))
+      throw invalid(`pollInterval ${describeValue(pollInterval)} is not a number of seconds above 0`);
+    this.connection = connection;
+    this.table = table;
+    this.cursorColumn = cursorColumn;
+    this.columns = columns === undefined ? null : [...columns];
+    this.match = match;
+    this.after = after;
+    this.batch = batch;
+    this.pollInterval = pollInterval;
+  }
+
+  override serialize(): SerializedTrigger {
+    return {
+      classpath: TableRowsTrigger.classpath,
+      kwargs: {
+        connection: this.connection,
+        table: this.table,
+        cursorColumn: this.cursorColumn,
+        ...(this.columns === null ? {} : { columns: [...this.columns] }),
+        ...(this.match === undefined ? {} : { match: this.match }),
+        after: this.after,
+        batch: this.batch,
+        pollInterval: this.pollInterval,
+      },
+    };
+  }
+
+  override describeWait(): string {
+    return `rows of ${this.table}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
+  }
+
+  async *run(): AsyncGenerator<TriggerEvent | WatchEvents> {
+    let after: JsonValue = this.watching && this.cursor !== null ? this.cursor : this.after;
+    for (;;) {
+      const rows = await this.#read(after);
+      if (rows.length === 0) {
+        await this.sleep(this.pollInterval * 1000);
+        continue;
+      }
+      const events = rows.map((row) => ({ table: this.table, row }));
+      const last = rows.at(-1)![this.cursorColumn] ?? null;
+      if (!this.watching) {
+        const found = events.find((event) => this.#matches(event));
+        if (found) {
+          yield new TriggerEvent(found);
+          return;
+        }
+        after = last;
+        continue;
+      }
+      yield new WatchEvents(
+        events.filter((event) => this.#matches(event)).map((event) => ({ key: `${this.table}:${String(event.row[this.cursorColumn])}`, payload: event })),
+        last,
+      );
+      after = last;
+    }
+  }
+
+  #matches(event: TableRowEvent): boolean {
+    return this.match === undefined || matches(event.row, this.match);
+  }
+
+  /** The next `batch` rows past `after`, in cursor order, as JSON. */
+  async #read(after: JsonValue): Promise<JsonObject[]> {
+    const dialect = connectionDialect(this.connection);
+    const quote = (name: string) =>
+      name
+        .split('.')
+        .map((part) => `"${part}"`)
+        .join('.');
+    const placeholder = (n: number) => (dialect === 'postgres' ? `$${n}` : '?');
+    const columns = this.columns === null ? '*' : this.columns.map(quote).join(', ');
+    const cursor = quote(this.cursorColumn);
+    const where = after === null ? '' : ` where ${cursor} > ${placeholder(1)}`;
+    const sql = `select ${columns} from ${quote(this.table)}${where} order by ${cursor} limit ${placeholder(after === null ? 1 : 2)}`;
+    const rows = await queryRows(this.connection, sql, after === null ? [this.batch] : [after, this.batch]);
+    return rows.map((row) => Object.fromEntries(Object.entries(row).map(([column, value]) => [column, jsonCell(value)])));
+  }
+}
