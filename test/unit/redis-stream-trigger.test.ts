@@ -87,7 +87,7 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the task to resume', timeoutMs: 15_000 });
     expect((await taskInstance(db, id)).next_event).toEqual({ stream, id: mine, message: { order: 42, when: 'after' } });
     await redis.del(stream);
-  });
+  }, 60_000);
 
   it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed, nothing lost across a broker restart', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-redis-'));
@@ -138,5 +138,5 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     expect(new Set(runIds).size).toBe(200);
     const first = await db.db.selectFrom('dag_run').select('conf').orderBy('logical_date').limit(1).executeTakeFirstOrThrow();
     expect(JSON.parse(first.conf).event.payload).toMatchObject({ stream, message: { kind: 'order', n: 0 } });
-  });
+  }, 120_000);
 });

@@ -88,5 +88,5 @@ describe.each(testDialects)('TableRowsTrigger on %s', (dialect) => {
       what: 'the cursor at the last row',
     });
     expect((await runs()).slice(0, 3).map((run) => run.run_id)).toEqual(['event__shop_orders:1', 'event__shop_orders:3', 'event__shop_orders:5']);
-  });
+  }, 60_000);
 });
