@@ -112,7 +112,7 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     await own.connect();
     open.push({ close: () => own.destroy() as unknown as Promise<void> });
     // The watcher made its consumer group: messages from now on are its.
-    await waitFor(async () => (await own.exists(stream)) === 1, { what: 'the consumer group', timeoutMs: 15_000 });
+    await waitFor(async () => (await own.exists(stream)) === 1, { what: 'the consumer group', timeoutMs: 60_000 });
     const add = async (from: number, to: number) => {
       for (let i = from; i < to; i++) await own.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'order' : 'refund', n: i }) });
     };
@@ -126,17 +126,17 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
         ).n,
       );
     await add(0, 200);
-    await waitFor(async () => (await runs()) >= 40, { what: 'runs being made', timeoutMs: 15_000 });
+    await waitFor(async () => (await runs()) >= 40, { what: 'runs being made', timeoutMs: 60_000 });
     // The broker dies (SIGKILL) and comes back with its data; the watcher reads on.
     await server.restart();
-    await waitFor(async () => (await own.ping().catch(() => null)) === 'PONG', { what: 'the client reconnected', timeoutMs: 15_000 });
+    await waitFor(async () => (await own.ping().catch(() => null)) === 'PONG', { what: 'the client reconnected', timeoutMs: 60_000 });
     await add(200, 400);
-    await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 30_000 });
+    await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 90_000 });
     const pending = async () => (await own.xPending(stream, 'deferflow')).pending;
-    await waitFor(async () => (await pending()) === 0, { what: 'every message acknowledged' });
+    await waitFor(async () => (await pending()) === 0, { what: 'every message acknowledged', timeoutMs: 30_000 });
     const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
     expect(new Set(runIds).size).toBe(200);
     const first = await db.db.selectFrom('dag_run').select('conf').orderBy('logical_date').limit(1).executeTakeFirstOrThrow();
     expect(JSON.parse(first.conf).event.payload).toMatchObject({ stream, message: { kind: 'order', n: 0 } });
-  }, 120_000);
+  }, 300_000);
 });
