@@ -77,6 +77,8 @@ export class RedisStreamTrigger extends BaseTrigger {
   readonly batch: number;
   readonly block: number;
   #client: RedisClient | null = null;
+  /** Set when a read waited out a lost connection: a watcher then reads its own pending messages again. */
+  #reconnected = false;
 
   constructor(kwargs: RedisStreamTriggerKwargs) {
     super();
@@ -169,35 +171,38 @@ export class RedisStreamTrigger extends BaseTrigger {
       if (!String((error as Error).message).includes('BUSYGROUP')) throw error;
     }
     const consumer = `deferflow-${os.hostname()}-${process.pid}`;
-    // First what the group holds unacknowledged: a dead triggerer's last batch, or this one's.
-    for (let from = '0-0'; !signal.aborted; ) {
-      const claimed = await this.#read(signal, () => client.xAutoClaim(this.stream, this.group, consumer, 0, from, { COUNT: this.batch }));
-      const entries = (claimed?.messages ?? []).filter((entry): entry is RedisEntry => entry !== null);
-      if (entries.length > 0) yield* this.#handOver(client, entries);
-      if (!claimed || claimed.nextId === '0-0') break;
-      from = claimed.nextId;
-    }
     while (!signal.aborted) {
-      const reply = await this.#read(signal, () =>
-        client.xReadGroup(this.group, consumer, [{ key: this.stream, id: '>' }], { COUNT: this.batch, BLOCK: this.block * 1000 }),
-      );
-      const entries = messagesOf(reply);
-      if (entries.length > 0) yield* this.#handOver(client, entries);
+      // First what the group holds unacknowledged: a dead triggerer's last batch, or this one's. Again
+      // after every lost connection: a read whose reply the connection lost left its messages
+      // delivered to this consumer, which `>` never returns again.
+      this.#reconnected = false;
+      for (let from = '0-0'; !signal.aborted && !this.#reconnected; ) {
+        const claimed = await this.#read(signal, () => client.xAutoClaim(this.stream, this.group, consumer, 0, from, { COUNT: this.batch }));
+        const entries = (claimed?.messages ?? []).filter((entry): entry is RedisEntry => entry !== null);
+        if (entries.length > 0) yield* this.#handOver(client, signal, entries);
+        if (!claimed || claimed.nextId === '0-0') break;
+        from = claimed.nextId;
+      }
+      while (!signal.aborted && !this.#reconnected) {
+        const reply = await this.#read(signal, () =>
+          client.xReadGroup(this.group, consumer, [{ key: this.stream, id: '>' }], { COUNT: this.batch, BLOCK: this.block * 1000 }),
+        );
+        const entries = messagesOf(reply);
+        if (entries.length > 0) yield* this.#handOver(client, signal, entries);
+      }
     }
   }
 
   /** One batch: its matching messages handed over (runs committed when the yield returns), then all of it acknowledged. */
-  async *#handOver(client: RedisClient, entries: readonly RedisEntry[]): AsyncGenerator<WatchEvents> {
+  async *#handOver(client: RedisClient, signal: AbortSignal, entries: readonly RedisEntry[]): AsyncGenerator<WatchEvents> {
     const events = entries.map((entry) => this.#event(entry)).filter((event) => this.#matches(event));
     yield new WatchEvents(
       events.map((event) => ({ key: `${this.stream}:${event.id}`, payload: event })),
       { stream: this.stream, id: entries.at(-1)!.id },
     );
-    await client.xAck(
-      this.stream,
-      this.group,
-      entries.map((entry) => entry.id),
-    );
+    // An acknowledgement lost with the connection is sent again: XACK of an id already acknowledged does nothing.
+    const ids = entries.map((entry) => entry.id);
+    await this.#read(signal, () => client.xAck(this.stream, this.group, ids));
   }
 
   #event(entry: RedisEntry): RedisStreamMessage {
@@ -228,6 +233,7 @@ export class RedisStreamTrigger extends BaseTrigger {
         // A server error on the command itself (a wrong type, a missing group) is the trigger's failure.
         if (!isConnectionError(error)) throw error;
         this.log.warn({ stream: this.stream, error: (error as Error).message }, `redis stream ${this.stream}: connection lost; reading again once reconnected`);
+        this.#reconnected = true;
         await this.sleep(RECONNECT_PAUSE_MS);
       }
     }

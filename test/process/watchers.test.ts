@@ -7,7 +7,7 @@ import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { waitFor } from '../support/fixtures.ts';
+import { countRows, waitFor } from '../support/fixtures.ts';
 import { processScratch } from '../support/process-scratch.ts';
 import { PACKAGE_ENTRY, REPO_ROOT, spawnDeferflow, spawnTriggerer, stopCleanly, type TriggererProcess } from '../support/processes.ts';
 import { sharedBrowser } from '../support/shared-browser.ts';
@@ -156,15 +156,7 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
     writeFileSync(source, '');
     writeFileSync(path.join(dags, 'orders.mts'), watchingDag('orders', source, acks));
     expect(await spawnDeferflow(['dags', 'reserialize', '--db', db.url, '--dags', dags]).exitWithin()).toEqual({ code: 0, signal: null });
-    const count = async () =>
-      Number(
-        (
-          await db.db
-            .selectFrom('dag_run')
-            .select((eb) => eb.fn.countAll().as('n'))
-            .executeTakeFirstOrThrow()
-        ).n,
-      );
+    const count = () => countRows(db, 'dag_run');
     const start = () =>
       spawnTriggerer(['--db', db.url, '--trigger-module', 'test/fixtures/test-triggers.ts', '--poll-interval', '0.2', '--heartbeat-interval', '0.5']);
     let triggerer: TriggererProcess = start();

@@ -2,7 +2,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { openDatabase, type Database } from '../../src/database/connect.ts';
 import { migrateToLatest } from '../../src/database/migrate.ts';
-import { toDbTime, type SealableJson, type TaskInstanceState } from '../../src/database/schema.ts';
+import { toDbTime, type DatabaseSchema, type SealableJson, type TaskInstanceState } from '../../src/database/schema.ts';
 import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
 import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
 import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/daemons/triggerer/options.ts';
@@ -26,6 +26,15 @@ export async function migratedDatabase(dialect: TestDialect): Promise<TestDataba
   const database = openDatabase(url);
   if (dialect === 'sqlite') await migrateToLatest(database);
   return Object.assign(database, { url });
+}
+
+/** How many rows `table` holds: what a test counts to see that something was written once each. */
+export async function countRows(database: Database, table: keyof DatabaseSchema): Promise<number> {
+  const row = await database.db
+    .selectFrom(table)
+    .select((eb) => eb.fn.countAll().as('n'))
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
 }
 
 let taskCounter = 0;

@@ -2,7 +2,8 @@
 // redis://127.0.0.1:6379, and one of the test's own that it kills and starts again), on an
 // in-process triggerer, both dialects, judged by database rows and the stream's own state: a
 // task waiting for its own message, and a DAG scheduled on a stream, one run per matching
-// message, acknowledged once committed (a broker restart mid-stream is not covered yet: see the note on issue 45).
+// message, acknowledged once committed, across broker restarts mid-stream and a connection lost
+// between a read and its reply (through a proxy that drops the reply).
 import { createClient } from '@redis/client';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -12,8 +13,9 @@ import { TaskDeferred } from '../../src/authoring/operators/task-deferred.ts';
 import { openStores } from '../../src/storage/index.ts';
 import { RedisStreamTrigger } from '../../triggers/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { countRows, createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
 import { startRedisServer, type RedisServer } from '../support/redis-server.ts';
+import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -116,19 +118,14 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     const add = async (from: number, to: number) => {
       for (let i = from; i < to; i++) await own.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'order' : 'refund', n: i }) });
     };
-    const runs = async () =>
-      Number(
-        (
-          await db.db
-            .selectFrom('dag_run')
-            .select((eb) => eb.fn.countAll().as('n'))
-            .executeTakeFirstOrThrow()
-        ).n,
-      );
+    const runs = () => countRows(db, 'dag_run');
     await add(0, 200);
     await waitFor(async () => (await runs()) >= 40, { what: 'runs being made', timeoutMs: 60_000 });
-    // A broker restarted mid-stream (server.restart()) left the watcher stuck once under load: not yet covered here (see issue 45's note).
-    await add(200, 400);
+    // The broker killed (SIGKILL) and started again mid-stream, twice: what it had, it keeps (AOF).
+    await server.restart();
+    await add(200, 300);
+    await server.restart();
+    await add(300, 400);
     await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 90_000 });
     const pending = async () => (await own.xPending(stream, 'deferflow')).pending;
     await waitFor(async () => (await pending()) === 0, { what: 'every message acknowledged', timeoutMs: 30_000 });
@@ -137,4 +134,28 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     const first = await db.db.selectFrom('dag_run').select('conf').orderBy('logical_date').limit(1).executeTakeFirstOrThrow();
     expect(JSON.parse(first.conf).event.payload).toMatchObject({ stream, message: { kind: 'order', n: 0 } });
   }, 300_000);
+
+  it('a connection lost between a read and its reply: the messages the broker delivered unseen are handed over once reconnected', async () => {
+    const proxy = await startTcpProxy(Number(new URL(REDIS_URL).port || 6379), new URL(REDIS_URL).hostname);
+    open.push({ close: () => proxy.close() });
+    const db = await database(`redis://127.0.0.1:${proxy.port}`);
+    const stream = streamName('cut');
+    await processWatchingDags(db, [{ dagId: 'orders', watch: new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', block: 5 }) }]);
+    const tr = await triggerer(db);
+    await waitFor(async () => (await redis.exists(stream)) === 1, { what: 'the consumer group', timeoutMs: 60_000 });
+    // The watcher blocks in a read; the broker hands it the messages, whose reply the proxy drops.
+    proxy.dropReplies();
+    for (let i = 0; i < 5; i++) await redis.xAdd(stream, '*', { data: JSON.stringify({ n: i }) });
+    // Its blocked read returns with what came first: those are delivered (pending), unseen.
+    await waitFor(async () => (await redis.xPending(stream, 'deferflow')).pending > 0, { what: 'messages delivered (pending)', timeoutMs: 30_000 });
+    expect(await countRows(db, 'dag_run')).toBe(0);
+    proxy.cut();
+    await waitFor(async () => (await countRows(db, 'dag_run')) === 5, {
+      what: 'a run for each message, those delivered before the cut too (5)',
+      timeoutMs: 60_000,
+    });
+    await waitFor(async () => (await redis.xPending(stream, 'deferflow')).pending === 0, { what: 'the 5 acknowledged', timeoutMs: 30_000 });
+    expect(tr.logs.matching((line) => /connection lost/.test(String(line.msg))).length).toBeGreaterThan(0);
+    await redis.del(stream);
+  }, 120_000);
 });
