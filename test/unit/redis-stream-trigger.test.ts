@@ -14,7 +14,7 @@ import { openStores } from '../../src/storage/index.ts';
 import { RedisStreamTrigger } from '../../triggers/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
-import { startRedisServer, type RedisServer } from '../support/redis-server.ts';
+import { startRedisServer, type RedisServer } from '../support/broker-servers.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
 
