@@ -1,30 +1,62 @@
 /**
- * A Redis server of the test's own (redis-server on PATH, as on the development machine and in
- * CI), for what must not touch the shared one on 6379: a broker killed (SIGKILL) and started
- * again on the same port, its data kept (append-only file, fsync on every write), mid-test.
+ * Brokers of the test's own (redis-server, nats-server on PATH, as on the development machine and
+ * in CI), for what must not touch the shared ones: a broker killed (SIGKILL) and started again on
+ * the same port, its data kept (Redis: append-only file, fsync on every write; NATS: JetStream's
+ * file store), mid-test.
  *
  *   const server = await startRedisServer(dir);   // server.url: redis://127.0.0.1:<port>
+ *   const nats = await startNatsServer(dir);      // nats.url: nats://127.0.0.1:<port>
  *   await server.restart();
  *   await server.stop();
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 
-export interface RedisServer {
+export interface BrokerServer {
   readonly url: string;
   /** SIGKILL, then the same server again on the same port and data. */
   restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function startRedisServer(dir: string): Promise<RedisServer> {
+export function startRedisServer(dir: string): Promise<BrokerServer> {
+  return startBroker({
+    command: 'redis-server',
+    args: (port) => ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', ''],
+    ready: /Ready to accept connections/,
+    url: (port) => `redis://127.0.0.1:${port}`,
+    install: 'apt install redis-server',
+  });
+}
+
+export function startNatsServer(dir: string): Promise<BrokerServer> {
+  return startBroker({
+    command: 'nats-server',
+    // JetStream's file store fsyncs on its own interval; -sync always would be slower than a test needs to see a restart keep what it acknowledged.
+    args: (port) => ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir],
+    ready: /Server is ready/,
+    url: (port) => `nats://127.0.0.1:${port}`,
+    install: 'apt install nats-server',
+  });
+}
+
+interface BrokerCommand {
+  readonly command: string;
+  readonly args: (port: number) => string[];
+  /** What the server prints once it accepts connections. */
+  readonly ready: RegExp;
+  readonly url: (port: number) => string;
+  readonly install: string;
+}
+
+async function startBroker(broker: BrokerCommand): Promise<BrokerServer> {
   const port = await freePort();
-  let child: ChildProcess = await launch(dir, port);
+  let child: ChildProcess = await launch(broker, port);
   return {
-    url: `redis://127.0.0.1:${port}`,
+    url: broker.url(port),
     async restart() {
       await kill(child, 'SIGKILL');
-      child = await launch(dir, port);
+      child = await launch(broker, port);
     },
     async stop() {
       await kill(child, 'SIGTERM');
@@ -32,29 +64,24 @@ export async function startRedisServer(dir: string): Promise<RedisServer> {
   };
 }
 
-async function launch(dir: string, port: number): Promise<ChildProcess> {
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', ''],
-    {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
+async function launch(broker: BrokerCommand, port: number): Promise<ChildProcess> {
+  const child = spawn(broker.command, broker.args(port), { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout!.on('data', (chunk) => (output += chunk));
-  child.stderr!.on('data', (chunk) => (output += chunk));
   const ready = new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`redis-server on ${port} not ready in 10 s:\n${output}`)), 10_000);
+    const timer = setTimeout(() => reject(new Error(`${broker.command} on ${port} not ready in 10 s:\n${output}`)), 10_000);
     child.on('error', (error) => {
       clearTimeout(timer);
-      reject(new Error(`redis-server could not be started (${error.message}): install it (Debian: apt install redis-server)`));
+      reject(new Error(`${broker.command} could not be started (${error.message}): install it (Debian: ${broker.install})`));
     });
-    child.stdout!.on('data', () => {
-      if (/Ready to accept connections/.test(output)) {
+    const read = (chunk: Buffer) => {
+      output += chunk;
+      if (broker.ready.test(output)) {
         clearTimeout(timer);
         resolve();
       }
-    });
+    };
+    child.stdout!.on('data', read);
+    child.stderr!.on('data', read);
   });
   await ready;
   return child;

@@ -14,7 +14,7 @@ import { openStores } from '../../src/storage/index.ts';
 import { RedisStreamTrigger } from '../../triggers/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
-import { startRedisServer, type RedisServer } from '../support/broker-servers.ts';
+import { startRedisServer, type BrokerServer } from '../support/broker-servers.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
 
@@ -93,7 +93,7 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
 
   it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-redis-'));
-    const server: RedisServer = await startRedisServer(dir);
+    const server: BrokerServer = await startRedisServer(dir);
     open.push({
       close: async () => {
         await server.stop();

@@ -1,0 +1,160 @@
+// NatsJetStreamTrigger against real NATS servers with JetStream (the shared one on NATS_URL,
+// default nats://127.0.0.1:4222, and one of the test's own that it kills and starts again), on an
+// in-process triggerer, both dialects, judged by database rows and the consumer's own state: a
+// task waiting for its own message, and a DAG scheduled on a stream, one run per matching
+// message, acknowledged once committed, across broker restarts (SIGKILL) mid-stream.
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { TaskDeferred } from '../../src/authoring/operators/task-deferred.ts';
+import { openStores } from '../../src/storage/index.ts';
+import { NatsJetStreamTrigger } from '../../triggers/index.ts';
+import { startNatsServer } from '../support/broker-servers.ts';
+import { dropTestDatabases, testDialects } from '../support/databases.ts';
+import { countRows, createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor } from '../support/fixtures.ts';
+import { processWatchingDags } from '../support/watching-dags.ts';
+
+const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+afterAll(dropTestDatabases);
+
+const unique = (what: string) => `deferflow_test_${what}_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+
+/** A client of the test's own (a broker restarted under it reconnects), and a stream made on it. */
+async function natsClient(url: string): Promise<NatsConnection> {
+  return connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+}
+async function makeStream(client: NatsConnection, name: string): Promise<string> {
+  const manager = await jetstreamManager(client);
+  await manager.streams.add({ name, subjects: [`${name}.>`] });
+  return `${name}.orders`;
+}
+
+describe('NatsJetStreamTrigger kwargs', () => {
+  it('refuses what it cannot read, naming the field; stores a watcher without the wait-only start', () => {
+    const refused = (kwargs: unknown) => {
+      try {
+        new NatsJetStreamTrigger(kwargs as never);
+      } catch (error) {
+        expect((error as { code: string }).code).toBe('DF_INVALID_TRIGGER_ARGUMENT');
+        return (error as Error).message;
+      }
+      throw new Error('accepted');
+    };
+    expect(refused({ connection: 'nats', stream: 'a.b' })).toMatch(/stream "a.b" is not a stream name/);
+    expect(refused({ connection: 'nats', stream: 's', block: 0.5 })).toMatch(/block number 0.5 is not a number of seconds from 1 to 60/);
+    expect(refused({ connection: 'nats', stream: 's', after: 'soon' })).toMatch(/after "soon" is not an ISO 8601 moment/);
+    expect(refused({ connection: 'nats', stream: 's', start: 'first' })).toMatch(/start "first" must be "new"/);
+    expect(refused({ connection: 'nats', stream: 's', durable: 'x' })).toMatch(/unknown field "durable"/);
+    const trigger = new NatsJetStreamTrigger({ connection: 'nats', stream: 's', subject: 's.orders', match: { kind: 'order' } });
+    expect(Date.parse(trigger.serialize().kwargs.after as string)).toBeLessThanOrEqual(Date.now());
+    expect(trigger.serializeAsWatcher().kwargs).not.toHaveProperty('after');
+  });
+});
+
+describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
+  const open: { close(): Promise<unknown> }[] = [];
+  let shared: NatsConnection;
+  beforeAll(async () => {
+    shared = await natsClient(NATS_URL);
+  });
+  afterAll(async () => {
+    await shared.close();
+  });
+  afterEach(async () => {
+    for (const item of open.splice(0).reverse()) await item.close();
+    delete process.env.DEFERFLOW_CONN_TEST_NATS;
+  });
+  const database = async (natsUrl = NATS_URL) => {
+    process.env.DEFERFLOW_CONN_TEST_NATS = natsUrl;
+    const db = await migratedDatabase(dialect);
+    open.push(db);
+    return db;
+  };
+  const triggerer = async (db: Awaited<ReturnType<typeof database>>) => {
+    const tr = await startTriggerer(db);
+    open.push({ close: () => tr.stop() });
+    return tr;
+  };
+
+  it('a task waits for its own message: one stored after it deferred, matching its filter', async () => {
+    const db = await database();
+    const name = unique('wait');
+    const subject = await makeStream(shared, name);
+    open.push({ close: () => jetstreamManager(shared).then((manager) => manager.streams.delete(name)) });
+    const js = jetstream(shared);
+    // Before the task deferred: not its message, though it matches.
+    await js.publish(subject, JSON.stringify({ order: 42, when: 'before' }));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const id = await createTaskInstance(db);
+    await openStores(db).taskInstances.deferTaskInstance(
+      id,
+      new TaskDeferred({
+        trigger: new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, subject, match: { order: 42 }, block: 1 }),
+        method: 'resume',
+      }),
+    );
+    await triggerer(db);
+    await js.publish(subject, JSON.stringify({ order: 41, when: 'after' }));
+    const mine = await js.publish(subject, JSON.stringify({ order: 42, when: 'after' }));
+    await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the task to resume', timeoutMs: 15_000 });
+    expect((await taskInstance(db, id)).next_event).toEqual({ stream: name, subject, seq: mine.seq, message: { order: 42, when: 'after' } });
+  }, 60_000);
+
+  it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed, across broker restarts', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-nats-'));
+    const server = await startNatsServer(dir);
+    open.push({
+      close: async () => {
+        await server.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    });
+    const own = await natsClient(server.url);
+    open.push({ close: () => own.close() });
+    const name = unique('watch');
+    const subject = await makeStream(own, name);
+    const db = await database(server.url);
+    await processWatchingDags(db, [
+      {
+        dagId: 'orders',
+        watch: new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, match: { kind: 'order' }, batch: 50, block: 1, ackWait: 2 }),
+      },
+    ]);
+    await triggerer(db);
+    const manager = await jetstreamManager(own);
+    // The watcher made its durable consumer: messages from now on are its.
+    await waitFor(
+      () =>
+        manager.consumers.info(name, 'deferflow').then(
+          () => true,
+          () => false,
+        ),
+      { what: 'the durable consumer', timeoutMs: 60_000 },
+    );
+    const js = jetstream(own);
+    const add = async (from: number, to: number) => {
+      for (let i = from; i < to; i++) await js.publish(subject, JSON.stringify({ kind: i % 2 === 0 ? 'order' : 'refund', n: i }), { retries: 20 });
+    };
+    const runs = () => countRows(db, 'dag_run');
+    await add(0, 200);
+    await waitFor(async () => (await runs()) >= 40, { what: 'runs being made', timeoutMs: 60_000 });
+    // The broker killed (SIGKILL) and started again mid-stream, twice: what it stored, it keeps.
+    await server.restart();
+    await add(200, 300);
+    await server.restart();
+    await add(300, 400);
+    await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 90_000 });
+    const unacknowledged = async () => {
+      const info = await manager.consumers.info(name, 'deferflow');
+      return info.num_ack_pending + info.num_pending;
+    };
+    await waitFor(async () => (await unacknowledged()) === 0, { what: 'every message acknowledged', timeoutMs: 30_000 });
+    const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
+    expect(new Set(runIds).size).toBe(200);
+    const first = await db.db.selectFrom('dag_run').select('conf').orderBy('logical_date').limit(1).executeTakeFirstOrThrow();
+    expect(JSON.parse(first.conf).event.payload).toMatchObject({ stream: name, subject, message: { kind: 'order', n: 0 } });
+  }, 300_000);
+});

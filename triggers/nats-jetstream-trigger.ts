@@ -1,0 +1,263 @@
+import type * as JetStreamModule from '@nats-io/jetstream';
+import type * as NatsTransport from '@nats-io/transport-node';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
+import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
+import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { describeValue } from './date-time-trigger.ts';
+
+// Optional peer dependencies: only users of this trigger install them (see docs/events.md).
+const transport = optionalPackage<typeof NatsTransport>('@nats-io/transport-node', 'NatsJetStreamTrigger');
+const jetStream = optionalPackage<typeof JetStreamModule>('@nats-io/jetstream', 'NatsJetStreamTrigger');
+type NatsConnection = Awaited<ReturnType<typeof NatsTransport.connect>>;
+type JsMsg = JetStreamModule.JsMsg;
+
+export interface NatsJetStreamTriggerKwargs {
+  /** A named connection (DEFERFLOW_CONN_<NAME>) whose URL is nats:// or tls:// (user and password, or a token, in it). Its URL is never stored. */
+  readonly connection: string;
+  /** The JetStream stream's name. */
+  readonly stream: string;
+  /** Only messages on this subject (wildcards `*` and `>` allowed). @default every subject of the stream */
+  readonly subject?: string;
+  /** Only a message whose body matches fires (a subset match, as SignalTrigger's `match`); absent: any. */
+  readonly match?: JsonValue;
+  /**
+   * A wait reads the messages stored from this moment on (ISO 8601). @default the moment the
+   * trigger is made: no message stored after the task deferred is missed, whichever triggerer runs it.
+   */
+  readonly after?: string;
+  /** A watcher's durable consumer, made if missing. @default 'deferflow' */
+  readonly consumer?: string;
+  /** Where a watcher's new durable consumer starts: `new`, messages stored from then on; `all`, the whole stream. @default 'new' */
+  readonly start?: 'new' | 'all';
+  /** Messages fetched at once, and handed over in one batch by a watcher. @default 100 */
+  readonly batch?: number;
+  /** Longest one fetch waits for messages, in seconds (at least 1). @default 5 */
+  readonly block?: number;
+  /** Seconds before the server delivers again a message a watcher has not acknowledged (its triggerer died). @default 30 */
+  readonly ackWait?: number;
+}
+
+/** What a message event carries: its stream, subject, stream sequence and body (JSON if it parses, else text). */
+export interface NatsJetStreamMessage extends JsonObject {
+  readonly stream: string;
+  readonly subject: string;
+  readonly seq: number;
+  readonly message: JsonValue;
+}
+
+/** Pause before fetching again after a failed fetch (the client reconnects meanwhile). */
+const RETRY_PAUSE_MS = 500;
+
+/**
+ * Messages of a NATS JetStream stream (uses `@nats-io/transport-node` and `@nats-io/jetstream`,
+ * optional peer dependencies).
+ *
+ * As a wait (a task defers on it): an ordered consumer reads the messages stored from `after` on
+ * (by default the moment the trigger was made) and fires with the first whose body matches
+ * `match`: `{ stream, subject, seq, message }`. As a watcher (a DAG scheduled on it): fetches
+ * through durable consumer `consumer`, hands over each batch of matching messages (key
+ * `<stream>:<seq>`) and acknowledges them only once their runs are committed; a batch a dead
+ * triggerer (or a lost connection) left unacknowledged is delivered again by the server after
+ * `ackWait`, and its keys keep it from making second runs.
+ */
+export class NatsJetStreamTrigger extends BaseTrigger {
+  static readonly classpath = 'deferflow.triggers.NatsJetStreamTrigger';
+  readonly connection: string;
+  readonly stream: string;
+  readonly subject: string | undefined;
+  readonly match: JsonValue | undefined;
+  readonly after: string;
+  readonly consumer: string;
+  readonly start: 'new' | 'all';
+  readonly batch: number;
+  readonly block: number;
+  readonly ackWait: number;
+  #connection: NatsConnection | null = null;
+
+  constructor(kwargs: NatsJetStreamTriggerKwargs) {
+    super();
+    const invalid = (why: string) => new InvalidTriggerArgumentError('NatsJetStreamTrigger', why);
+    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
+    const known = ['connection', 'stream', 'subject', 'match', 'after', 'consumer', 'start', 'batch', 'block', 'ackWait'];
+    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    const {
+      connection,
+      stream,
+      subject,
+      match,
+      after = new Date().toISOString(),
+      consumer = 'deferflow',
+      start = 'new',
+      batch = 100,
+      block = 5,
+      ackWait = 30,
+    } = kwargs;
+    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
+      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    // Stream and consumer names: no whitespace, dots, wildcards or path separators (the server's rule).
+    const NAME = /^[^\s.*>/\\]+$/;
+    if (typeof stream !== 'string' || !NAME.test(stream)) throw invalid(`stream ${describeValue(stream)} is not a stream name (no spaces, ".", "*", ">")`);
+    if (subject !== undefined && (typeof subject !== 'string' || subject === '' || /\s/.test(subject)))
+      throw invalid(`subject ${describeValue(subject)} is not a subject`);
+    if (typeof after !== 'string' || Number.isNaN(Date.parse(after))) throw invalid(`after ${describeValue(after)} is not an ISO 8601 moment`);
+    if (typeof consumer !== 'string' || !NAME.test(consumer))
+      throw invalid(`consumer ${describeValue(consumer)} is not a consumer name (no spaces, ".", "*", ">")`);
+    if (start !== 'new' && start !== 'all') throw invalid(`start ${describeValue(start)} must be "new" (messages from then on) or "all" (the whole stream)`);
+    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    if (typeof block !== 'number' || !(block >= 1) || block > 60) throw invalid(`block ${describeValue(block)} is not a number of seconds from 1 to 60`);
+    if (typeof ackWait !== 'number' || !(ackWait >= 1) || ackWait > 3600)
+      throw invalid(`ackWait ${describeValue(ackWait)} is not a number of seconds from 1 to 3600`);
+    this.connection = connection;
+    this.stream = stream;
+    this.subject = subject;
+    this.match = match;
+    this.after = new Date(after).toISOString();
+    this.consumer = consumer;
+    this.start = start;
+    this.batch = batch;
+    this.block = block;
+    this.ackWait = ackWait;
+  }
+
+  override serialize(): SerializedTrigger {
+    return { classpath: NatsJetStreamTrigger.classpath, kwargs: this.#kwargs(true) };
+  }
+
+  /** A watcher reads through its durable consumer: the wait's starting moment is no part of it (and would make a new row each time the DAG is processed). */
+  override serializeAsWatcher(): SerializedTrigger {
+    return { classpath: NatsJetStreamTrigger.classpath, kwargs: this.#kwargs(false) };
+  }
+
+  #kwargs(withAfter: boolean): JsonObject {
+    return {
+      connection: this.connection,
+      stream: this.stream,
+      ...(this.subject === undefined ? {} : { subject: this.subject }),
+      ...(this.match === undefined ? {} : { match: this.match }),
+      ...(withAfter ? { after: this.after } : {}),
+      consumer: this.consumer,
+      start: this.start,
+      batch: this.batch,
+      block: this.block,
+      ackWait: this.ackWait,
+    };
+  }
+
+  override describeWait(): string {
+    return `stream ${this.stream}${this.subject === undefined ? '' : ` subject ${this.subject}`}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
+  }
+
+  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
+    const connection = await transport().connect({
+      ...connectOptions(connectionFromEnv(this.connection).url),
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      name: 'deferflow',
+    });
+    this.#connection = connection;
+    if (this.watching) yield* this.#watch(connection, signal);
+    else yield* this.#wait(connection, signal);
+  }
+
+  override async cleanup(): Promise<void> {
+    // Ends a fetch waiting on the server at once, rather than when it expires.
+    const connection = this.#connection;
+    this.#connection = null;
+    await connection?.close();
+  }
+
+  async *#wait(connection: NatsConnection, signal: AbortSignal): AsyncGenerator<TriggerEvent> {
+    const { jetstream, DeliverPolicy } = jetStream();
+    // An ordered consumer: made by the client, made again at the right sequence after a lost connection.
+    const consumer = await jetstream(connection).consumers.get(this.stream, {
+      ...(this.subject === undefined ? {} : { filter_subjects: this.subject }),
+      deliver_policy: DeliverPolicy.StartTime,
+      opt_start_time: this.after,
+    });
+    const messages = await consumer.consume({ max_messages: this.batch, expires: this.block * 1000 });
+    const stop = () => void messages.close();
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      for await (const entry of messages) {
+        const event = this.#event(entry);
+        if (this.#matches(event)) {
+          yield new TriggerEvent(event);
+          return;
+        }
+      }
+    } finally {
+      // Not awaited: closing waits for the pull in flight to end, which the event need not.
+      signal.removeEventListener('abort', stop);
+      stop();
+    }
+  }
+
+  async *#watch(connection: NatsConnection, signal: AbortSignal): AsyncGenerator<WatchEvents> {
+    const { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } = jetStream();
+    const manager = await jetstreamManager(connection);
+    try {
+      await manager.consumers.info(this.stream, this.consumer);
+    } catch (error) {
+      if (!/consumer not found/i.test(String((error as Error).message))) throw error;
+      await manager.consumers.add(this.stream, {
+        durable_name: this.consumer,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: this.start === 'all' ? DeliverPolicy.All : DeliverPolicy.New,
+        ...(this.subject === undefined ? {} : { filter_subject: this.subject }),
+        ack_wait: this.ackWait * 1_000_000_000,
+      });
+    }
+    const consumer = await jetstream(connection).consumers.get(this.stream, this.consumer);
+    while (!signal.aborted && this.#connection !== null) {
+      const entries: JsMsg[] = [];
+      try {
+        const fetched = await consumer.fetch({ max_messages: this.batch, expires: this.block * 1000 });
+        for await (const entry of fetched) entries.push(entry);
+      } catch (error) {
+        if (signal.aborted || this.#connection === null) return;
+        // What was fetched and not acknowledged comes again after ackWait: nothing is lost.
+        this.log.warn({ stream: this.stream, error: (error as Error).message }, `nats stream ${this.stream}: fetch failed; fetching again`);
+        await this.sleep(RETRY_PAUSE_MS);
+        continue;
+      }
+      if (entries.length === 0) continue;
+      const events = entries.map((entry) => this.#event(entry)).filter((event) => this.#matches(event));
+      yield new WatchEvents(
+        events.map((event) => ({ key: `${this.stream}:${event.seq}`, payload: event })),
+        { stream: this.stream, seq: entries.at(-1)!.seq },
+      );
+      // Committed: acknowledged. One lost with the connection is delivered again and makes no second run.
+      await Promise.all(entries.map((entry) => entry.ackAck().catch(() => false)));
+    }
+  }
+
+  #event(entry: JsMsg): NatsJetStreamMessage {
+    const text = entry.string();
+    let message: JsonValue;
+    try {
+      message = JSON.parse(text) as JsonValue;
+    } catch {
+      message = text;
+    }
+    return { stream: this.stream, subject: entry.subject, seq: entry.seq, message };
+  }
+
+  #matches(event: NatsJetStreamMessage): boolean {
+    return this.match === undefined || matches(event.message, this.match);
+  }
+}
+
+/** The client's options from a connection URL: its server, and the user and password (or token) in it. */
+function connectOptions(url: string): { servers: string; user?: string; pass?: string; token?: string } {
+  const parsed = new URL(url);
+  const servers = `${parsed.protocol}//${parsed.host}`;
+  const user = decodeURIComponent(parsed.username);
+  const pass = decodeURIComponent(parsed.password);
+  if (user !== '' && pass !== '') return { servers, user, pass };
+  if (user !== '') return { servers, token: user };
+  return { servers };
+}
