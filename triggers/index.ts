@@ -10,6 +10,7 @@ import { DateTimeTrigger } from './date-time-trigger.ts';
 import { FileTrigger } from './file-trigger.ts';
 import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
+import { MqttTrigger } from './mqtt-trigger.ts';
 import { NatsJetStreamTrigger } from './nats-jetstream-trigger.ts';
 import { RedisStreamTrigger } from './redis-stream-trigger.ts';
 import { TableRowsTrigger } from './table-rows-trigger.ts';
@@ -27,6 +28,7 @@ export { HttpTrigger, type HttpAnswer, type HttpCheck, type HttpTriggerKwargs } 
 export { HttpSensor } from './http-sensor.ts';
 export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.ts';
 export { SqlSensor } from './sql-sensor.ts';
+export { MqttTrigger, type MqttMessage, type MqttTriggerKwargs } from './mqtt-trigger.ts';
 export { NatsJetStreamTrigger, type NatsJetStreamMessage, type NatsJetStreamTriggerKwargs } from './nats-jetstream-trigger.ts';
 export { RedisStreamTrigger, type RedisStreamMessage, type RedisStreamTriggerKwargs } from './redis-stream-trigger.ts';
 export { TableRowsTrigger, type TableRowEvent, type TableRowsTriggerKwargs } from './table-rows-trigger.ts';
@@ -51,6 +53,7 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(FileTrigger),
   asTriggerClass(HttpTrigger),
   asTriggerClass(SqlTrigger),
+  asTriggerClass(MqttTrigger),
   asTriggerClass(NatsJetStreamTrigger),
   asTriggerClass(RedisStreamTrigger),
   asTriggerClass(TableRowsTrigger),

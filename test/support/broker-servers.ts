@@ -6,16 +6,20 @@
  *
  *   const server = await startRedisServer(dir);   // server.url: redis://127.0.0.1:<port>
  *   const nats = await startNatsServer(dir);      // nats.url: nats://127.0.0.1:<port>
+ *   const mqtt = await startMosquitto(dir);       // mqtt.url: mqtt://127.0.0.1:<port>
  *   await server.restart();
  *   await server.stop();
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 
 export interface BrokerServer {
   readonly url: string;
-  /** SIGKILL, then the same server again on the same port and data. */
-  restart(): Promise<void>;
+  /** Stopped (by default killed: SIGKILL), then the same server again on the same port and data. */
+  restart(signal?: NodeJS.Signals): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -40,6 +44,33 @@ export function startNatsServer(dir: string): Promise<BrokerServer> {
   });
 }
 
+/**
+ * Mosquitto keeps sessions and their queued messages on disk only when it stops (or at an autosave):
+ * killed, it loses what came since. Its tests restart it with SIGTERM.
+ */
+export function startMosquitto(dir: string): Promise<BrokerServer> {
+  return startBroker({
+    command: 'mosquitto',
+    args: (port) => {
+      const config = path.join(dir, 'mosquitto.conf');
+      // As the user running the tests (run as root, mosquitto would switch to its own user, who cannot write `dir`); logs to stderr, unbuffered.
+      const lines = [
+        `listener ${port} 127.0.0.1`,
+        'allow_anonymous true',
+        'persistence true',
+        `persistence_location ${dir}/`,
+        'log_dest stderr',
+        `user ${os.userInfo().username}`,
+      ];
+      writeFileSync(config, `${lines.join('\n')}\n`);
+      return ['-c', config];
+    },
+    ready: /mosquitto version .* running/,
+    url: (port) => `mqtt://127.0.0.1:${port}`,
+    install: 'apt install mosquitto',
+  });
+}
+
 interface BrokerCommand {
   readonly command: string;
   readonly args: (port: number) => string[];
@@ -54,8 +85,8 @@ async function startBroker(broker: BrokerCommand): Promise<BrokerServer> {
   let child: ChildProcess = await launch(broker, port);
   return {
     url: broker.url(port),
-    async restart() {
-      await kill(child, 'SIGKILL');
+    async restart(signal: NodeJS.Signals = 'SIGKILL') {
+      await kill(child, signal);
       child = await launch(broker, port);
     },
     async stop() {
@@ -68,7 +99,11 @@ async function launch(broker: BrokerCommand, port: number): Promise<ChildProcess
   const child = spawn(broker.command, broker.args(port), { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const ready = new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${broker.command} on ${port} not ready in 10 s:\n${output}`)), 10_000);
+    const timer = setTimeout(() => {
+      // Not left running behind a failed test.
+      child.kill('SIGKILL');
+      reject(new Error(`${broker.command} on ${port} not ready in 10 s:\n${output}`));
+    }, 10_000);
     child.on('error', (error) => {
       clearTimeout(timer);
       reject(new Error(`${broker.command} could not be started (${error.message}): install it (Debian: ${broker.install})`));

@@ -166,6 +166,7 @@ describe('DateTimeTrigger construction', () => {
         FileTrigger.classpath,
         'deferflow.triggers.HttpTrigger',
         'deferflow.triggers.SqlTrigger',
+        'deferflow.triggers.MqttTrigger',
         'deferflow.triggers.NatsJetStreamTrigger',
         'deferflow.triggers.RedisStreamTrigger',
         'deferflow.triggers.TableRowsTrigger',

@@ -1,0 +1,195 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type * as MqttModule from 'mqtt';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
+import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
+import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { describeValue } from './date-time-trigger.ts';
+
+// An optional peer dependency: only users of this trigger install it (see docs/events.md).
+const mqtt = optionalPackage<typeof MqttModule>('mqtt', 'MqttTrigger');
+type MqttClient = MqttModule.MqttClient;
+type PublishPacket = Parameters<MqttClient['handleMessage']>[0];
+
+export interface MqttTriggerKwargs {
+  /** A named connection (DEFERFLOW_CONN_<NAME>) whose URL is mqtt:// or mqtts:// (user and password in it). Its URL is never stored. */
+  readonly connection: string;
+  /** The topic filter subscribed to, at QoS 1 (wildcards `+` and `#` allowed). */
+  readonly topic: string;
+  /** Only a message whose body matches fires (a subset match, as SignalTrigger's `match`); absent: any. */
+  readonly match?: JsonValue;
+  /**
+   * A watcher's event key: this field of the (JSON) body, an id its publisher gives each message.
+   * @default a hash of the topic and body: identical bodies on one topic are one event
+   */
+  readonly keyField?: string;
+  /** A watcher's persistent session (its client id is made from this and the topic): messages published while no triggerer is connected wait in it. @default 'deferflow' */
+  readonly session?: string;
+}
+
+/** What a message event carries: its topic and body (JSON if it parses, else text). */
+export interface MqttMessage extends JsonObject {
+  readonly topic: string;
+  readonly message: JsonValue;
+}
+
+/** A message received and not yet acknowledged: `ack` sends the PUBACK, after which the client reads the next. */
+interface Delivery {
+  readonly packet: PublishPacket;
+  readonly ack: () => void;
+}
+
+/**
+ * Messages of an MQTT topic (uses `mqtt`, an optional peer dependency), subscribed at QoS 1.
+ *
+ * As a wait (a task defers on it): a clean session fires with the first message published after
+ * it subscribed whose body matches `match`: `{ topic, message }` (MQTT keeps no history: a
+ * message published before the triggerer subscribed is not seen; retained messages are skipped).
+ * As a watcher (a DAG scheduled on it): a persistent session (`session`), each message handed
+ * over and acknowledged (PUBACK) only once its run is committed; the broker delivers again what
+ * was not acknowledged, and the message's key (`keyField`, or a hash of topic and body) keeps it
+ * from making a second run. MQTT delivers the next message of a session only after the previous
+ * one is acknowledged: a watcher commits one message at a time.
+ */
+export class MqttTrigger extends BaseTrigger {
+  static readonly classpath = 'deferflow.triggers.MqttTrigger';
+  readonly connection: string;
+  readonly topic: string;
+  readonly match: JsonValue | undefined;
+  readonly keyField: string | undefined;
+  readonly session: string;
+  #client: MqttClient | null = null;
+  #wake: (() => void) | null = null;
+
+  constructor(kwargs: MqttTriggerKwargs) {
+    super();
+    const invalid = (why: string) => new InvalidTriggerArgumentError('MqttTrigger', why);
+    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, topic, … }, got ${describeValue(kwargs)}`);
+    const known = ['connection', 'topic', 'match', 'keyField', 'session'];
+    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    const { connection, topic, match, keyField, session = 'deferflow' } = kwargs;
+    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
+      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    if (typeof topic !== 'string' || topic === '' || !validTopicFilter(topic))
+      throw invalid(`topic ${describeValue(topic)} is not a topic filter ("+" and "#" stand for whole levels, "#" last)`);
+    if (keyField !== undefined && (typeof keyField !== 'string' || keyField === '')) throw invalid(`keyField ${describeValue(keyField)} is not a field name`);
+    if (typeof session !== 'string' || !/^[A-Za-z0-9_-]{1,40}$/.test(session))
+      throw invalid(`session ${describeValue(session)} is not a session name (letters, digits, "_", "-"; at most 40)`);
+    this.connection = connection;
+    this.topic = topic;
+    this.match = match;
+    this.keyField = keyField;
+    this.session = session;
+  }
+
+  override serialize(): SerializedTrigger {
+    const kwargs: JsonObject = {
+      connection: this.connection,
+      topic: this.topic,
+      ...(this.match === undefined ? {} : { match: this.match }),
+      ...(this.keyField === undefined ? {} : { keyField: this.keyField }),
+      session: this.session,
+    };
+    return { classpath: MqttTrigger.classpath, kwargs };
+  }
+
+  override describeWait(): string {
+    return `topic ${this.topic}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
+  }
+
+  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
+    const inbox: Delivery[] = [];
+    const client = mqtt().connect(connectionFromEnv(this.connection).url, {
+      // A watcher's session outlives its connection (and its triggerer): the broker keeps what it has not acknowledged.
+      clean: !this.watching,
+      clientId: this.watching ? this.#sessionClientId() : `deferflow_${randomBytes(8).toString('hex')}`,
+      reconnectPeriod: 500,
+      connectTimeout: 10_000,
+    });
+    this.#client = client;
+    // Connection errors are waited out: the client reconnects (and subscribes again) by itself.
+    client.on('error', () => {});
+    client.handleMessage = (packet, done) => {
+      inbox.push({ packet, ack: () => done() });
+      this.#wake?.();
+    };
+    await client.subscribeAsync(this.topic, { qos: 1 });
+    while (!signal.aborted && this.#client !== null) {
+      const delivery = inbox.shift();
+      if (delivery === undefined) {
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+        this.#wake = null;
+        continue;
+      }
+      // A retained message is the topic's last one, from before this subscription: no event.
+      if (delivery.packet.retain) {
+        delivery.ack();
+        continue;
+      }
+      const event: MqttMessage = { topic: delivery.packet.topic, message: bodyOf(delivery.packet.payload) };
+      if (!this.#matches(event)) {
+        delivery.ack();
+        continue;
+      }
+      if (!this.watching) {
+        delivery.ack();
+        yield new TriggerEvent(event);
+        return;
+      }
+      const key = this.#keyOf(event, delivery.packet.payload);
+      yield new WatchEvents([{ key, payload: event }], { topic: event.topic, key });
+      // Committed: acknowledged (PUBACK), and the broker sends the next one.
+      delivery.ack();
+    }
+  }
+
+  override async cleanup(): Promise<void> {
+    const client = this.#client;
+    this.#client = null;
+    this.#wake?.();
+    // Forced: nothing is waiting to be sent that matters (an acknowledgement not sent is a message delivered again).
+    await client?.endAsync(true);
+  }
+
+  /** A client id every triggerer running this watcher shares, so that each resumes the same session. */
+  #sessionClientId(): string {
+    return `deferflow_${this.session}_${createHash('sha256').update(this.topic).digest('hex').slice(0, 16)}`;
+  }
+
+  #keyOf(event: MqttMessage, payload: Buffer | string): string {
+    if (this.keyField !== undefined) {
+      const value = event.message !== null && typeof event.message === 'object' && !Array.isArray(event.message) ? event.message[this.keyField] : undefined;
+      if (value !== undefined && value !== null) {
+        const key = `${event.topic}:${typeof value === 'string' ? value : JSON.stringify(value)}`;
+        if (key.length <= 200) return key;
+      }
+    }
+    return `${event.topic.slice(0, 120)}:${createHash('sha256').update(event.topic).update('\0').update(payload).digest('hex').slice(0, 32)}`;
+  }
+
+  #matches(event: MqttMessage): boolean {
+    return this.match === undefined || matches(event.message, this.match);
+  }
+}
+
+function bodyOf(payload: Buffer | string): JsonValue {
+  const text = payload.toString();
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch {
+    return text;
+  }
+}
+
+/** MQTT's rule for a topic filter: `+` alone in a level, `#` alone in the last level. */
+function validTopicFilter(topic: string): boolean {
+  const levels = topic.split('/');
+  return levels.every(
+    (level, index) => (level.includes('+') ? level === '+' : true) && (level.includes('#') ? level === '#' && index === levels.length - 1 : true),
+  );
+}
