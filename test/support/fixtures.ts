@@ -1,16 +1,9 @@
 import { Writable } from 'node:stream';
-import pino from 'pino';
 import { openDatabase, type Database } from '../../src/database/connect.ts';
 import { migrateToLatest } from '../../src/database/migrate.ts';
 import { toDbTime, type DatabaseSchema, type SealableJson, type TaskInstanceState } from '../../src/database/schema.ts';
-import { BUILTIN_TRIGGERS } from '../../triggers/index.ts';
-import { TriggerRegistry } from '../../src/authoring/triggers/registry.ts';
-import { resolveTriggererOptions, type RawTriggererOptions, type TriggererOptions } from '../../src/daemons/triggerer/options.ts';
-import { Triggerer } from '../../src/daemons/triggerer/triggerer.ts';
-import type { DaemonRuntime } from '../../src/services/jobs/daemon.ts';
 import type { FailureKwargs, MoveResult, Stores } from '../../src/storage/index.ts';
 import type { TaskEndState } from '../../src/authoring/triggers/trigger-event.ts';
-import * as testTriggers from '../fixtures/test-triggers.ts';
 import { freshDatabaseUrl, freshPostgresDatabaseUrl, type TestDialect } from './databases.ts';
 
 export interface TestDatabase extends Database {
@@ -100,38 +93,6 @@ export class LogCapture extends Writable {
       { what },
     );
   }
-}
-
-export interface TestTriggerer {
-  readonly triggerer: Triggerer;
-  readonly logs: LogCapture;
-  stop(): Promise<void>;
-}
-
-/**
- * An in-process triggerer on `database`, allowing the built-ins, test/fixtures/test-triggers.ts
- * and the modules named in `raw['trigger-module']` (loaded as --trigger-module loads them).
- */
-export async function startTriggerer(
-  database: TestDatabase,
-  raw: RawTriggererOptions = {},
-  internal: Partial<TriggererOptions> = {},
-  runtime: DaemonRuntime = {},
-): Promise<TestTriggerer> {
-  const options = {
-    ...resolveTriggererOptions({ pollInterval: 0.1, heartbeatInterval: 0.5, healthCheckThreshold: 3, ...raw, databaseUrl: database.url }, {}),
-    ...internal,
-  };
-  const logs = new LogCapture();
-  const log = pino({ level: 'debug' }, logs);
-  const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
-  for (const cls of Object.values(testTriggers)) {
-    if (cls !== testTriggers.UnregisteredTrigger) registry.register(cls as never, 'test');
-  }
-  for (const module of options.triggerModules) await registry.loadModule(module);
-  const triggerer = new Triggerer(database, options, registry, log, runtime);
-  await triggerer.start();
-  return { triggerer, logs, stop: () => triggerer.stop() };
 }
 
 export async function waitFor<T>(

@@ -16,17 +16,8 @@ import { openStores } from '../../src/storage/index.ts';
 import { DateTimeTrigger, TimeDeltaTrigger } from '../../triggers/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import {
-  createTaskInstance,
-  migratedDatabase,
-  parsePlain,
-  startTriggerer,
-  taskInstance,
-  type TestDatabase,
-  type TestTriggerer,
-  waitFor,
-  submitEvents,
-} from '../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, parsePlain, taskInstance, type TestDatabase, waitFor, submitEvents } from '../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

@@ -11,7 +11,8 @@ import { openStores } from '../../src/storage/index.ts';
 import { WaitForReport } from '../../examples/operators/wait-for-report.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { REPO_ROOT } from '../support/processes.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from '../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

@@ -13,7 +13,8 @@ import { openStores } from '../../src/storage/index.ts';
 import { MqttTrigger } from '../../triggers/index.ts';
 import { startMosquitto } from '../support/broker-servers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { countRows, createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor } from '../support/fixtures.ts';
+import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
+import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
 
 const MQTT_URL = process.env.MQTT_URL ?? 'mqtt://127.0.0.1:1883';

@@ -14,7 +14,8 @@ import { openStores } from '../../src/storage/index.ts';
 import { NatsJetStreamTrigger } from '../../triggers/index.ts';
 import { startNatsServer } from '../support/broker-servers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { countRows, createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor } from '../support/fixtures.ts';
+import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
+import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';

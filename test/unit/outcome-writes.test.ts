@@ -11,17 +11,8 @@ import type { MoveResult, TriggerEventOutcome, TriggerStore } from '../../src/st
 import { OutcomeWriter } from '../../src/daemons/triggerer/outcome-writer.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import {
-  createTaskInstance,
-  LogCapture,
-  migratedDatabase,
-  startTriggerer,
-  taskInstance,
-  waitFor,
-  type TestDatabase,
-  type TestTriggerer,
-  submitEvents,
-} from '../support/fixtures.ts';
+import { createTaskInstance, LogCapture, migratedDatabase, taskInstance, waitFor, type TestDatabase, submitEvents } from '../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

@@ -7,7 +7,8 @@ import { TaskDeferred } from '../../src/authoring/operators/task-deferred.ts';
 import { openStores } from '../../src/storage/index.ts';
 import { TableRowsTrigger } from '../../triggers/index.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
 
 afterAll(dropTestDatabases);

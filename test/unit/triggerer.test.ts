@@ -10,17 +10,8 @@ import { NotificationHub } from '../../src/database/notification-hub.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { SteppedClock } from '../support/clock.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import {
-  createTaskInstance,
-  migratedDatabase,
-  startTriggerer,
-  taskInstance,
-  waitFor,
-  type TestDatabase,
-  type TestTriggerer,
-  submitEvents,
-  submitFailures,
-} from '../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase, submitEvents, submitFailures } from '../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

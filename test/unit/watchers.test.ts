@@ -9,7 +9,8 @@ import { openStores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor } from '../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
+import { startTriggerer } from '../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

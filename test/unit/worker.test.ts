@@ -11,16 +11,8 @@ import { TASK_LOG_LINE_CAP } from '../../src/daemons/worker/task-log-writer.ts';
 import { MAX_RETURN_VALUE_BYTES, Worker, type ResolvedTask, type TaskResolver } from '../../src/daemons/worker/worker.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
-import {
-  createTaskInstance,
-  LogCapture,
-  migratedDatabase,
-  startTriggerer,
-  taskInstance,
-  waitFor,
-  type TestDatabase,
-  type TestTriggerer,
-} from '../support/fixtures.ts';
+import { createTaskInstance, LogCapture, migratedDatabase, taskInstance, waitFor, type TestDatabase } from '../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

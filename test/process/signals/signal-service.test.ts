@@ -9,7 +9,8 @@ import { SignalService } from '../../../src/internals.ts';
 import { migrateToLatest } from '../../../src/database/migrate.ts';
 import { openStores } from '../../../src/storage/index.ts';
 import { dropTestDatabases, freshDatabaseUrl, testDialects, type TestDialect } from '../../support/databases.ts';
-import { LogCapture, migratedDatabase, startTriggerer, waitFor } from '../../support/fixtures.ts';
+import { LogCapture, migratedDatabase, waitFor } from '../../support/fixtures.ts';
+import { startTriggerer } from '../../support/in-process-triggerer.ts';
 import { spawnDeferflow } from '../../support/processes.ts';
 
 afterAll(dropTestDatabases);

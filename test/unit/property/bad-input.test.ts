@@ -14,7 +14,8 @@ import { resolveTriggererOptions } from '../../../src/daemons/triggerer/options.
 import { flagOf } from '../../../src/vocabulary/options/option-table.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
-import { createTaskInstance, migratedDatabase, startTriggerer, taskInstance, waitFor, type TestDatabase, type TestTriggerer } from '../../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, taskInstance, waitFor, type TestDatabase } from '../../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

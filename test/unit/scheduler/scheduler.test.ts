@@ -13,7 +13,8 @@ import { NO_RETRIES } from '../../../src/model/retry-policy.ts';
 import { Worker, type TaskResolver } from '../../../src/daemons/worker/worker.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
-import { LogCapture, migratedDatabase, parsePlain, startTriggerer, type TestDatabase, type TestTriggerer, waitFor } from '../../support/fixtures.ts';
+import { LogCapture, migratedDatabase, parsePlain, type TestDatabase, waitFor } from '../../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../../support/in-process-triggerer.ts';
 
 afterAll(dropTestDatabases);
 

@@ -24,16 +24,8 @@ import { TRIGGER_FAILURE_METHOD } from '../../../src/internals.ts';
 import { openStores } from '../../../src/storage/index.ts';
 import * as t from '../../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
-import {
-  createTaskInstance,
-  migratedDatabase,
-  startTriggerer,
-  submitEvents,
-  taskInstance,
-  waitFor,
-  type TestDatabase,
-  type TestTriggerer,
-} from '../../support/fixtures.ts';
+import { createTaskInstance, migratedDatabase, submitEvents, taskInstance, waitFor, type TestDatabase } from '../../support/fixtures.ts';
+import { startTriggerer, type TestTriggerer } from '../../support/in-process-triggerer.ts';
 import { Keyring } from '../../../src/database/encryption/keyring.ts';
 
 afterAll(dropTestDatabases);
