@@ -1,5 +1,5 @@
 /**
- * Human input as a user runs it, with real processes on both dialects: a `deferflow standalone`
+ * Human input as a user runs it, with real processes on one dialect (its storage is tested on both in test/unit/human-input.test.ts): a `deferflow standalone`
  * (task code in runner processes) runs a DAG whose tasks ask people. Each question is answered
  * the way a person or a system would: a signed link sent by the task's onAwaitingInput hook
  * (posted as a browser's form would, refused when tampered, answered once), the status page's
@@ -13,7 +13,7 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { dropTestDatabases, testDialects } from '../support/databases.ts';
+import { dropTestDatabases, oneDialect } from '../support/databases.ts';
 import { waitFor } from '../support/fixtures.ts';
 import { PACKAGE_ENTRY, REPO_ROOT, RUNNER_PROCESSES, spawnDeferflow } from '../support/processes.ts';
 import { processScratch } from '../support/process-scratch.ts';
@@ -75,7 +75,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-describe.each(testDialects)('human input on %s', (dialect) => {
+describe.each(oneDialect)('human input on %s', (dialect) => {
   it('questions answered by signed link, the status page in Chromium, the HTTP API and the CLI; timeouts; branches; no slot and no trigger while waiting', async () => {
     const db = await scratch.database(dialect);
     const dags = scratch.dir('human-input');

@@ -174,6 +174,9 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
     await waitFor(async () => JSON.parse((await db.db.selectFrom('trigger').select('cursor').executeTakeFirstOrThrow()).cursor ?? '0') === total, {
       what: 'the cursor at the end of the source',
     });
+    // The last one may have had nothing left to do: SIGTERM before it has started (its handler not
+    // yet installed) would end it by the signal, not by a clean stop.
+    await triggerer.waitForJob(30_000);
     await stopCleanly([triggerer]);
     const runIds = await db.db.selectFrom('dag_run').select('run_id').execute();
     expect(runIds.length).toBe(total);

@@ -26,6 +26,12 @@ const ALL_DIALECTS: readonly TestDialect[] = ['sqlite', 'postgres'];
  * know fails the run rather than running nothing.
  */
 export const testDialects: TestDialect[] = dialectsFrom(process.env.DEFERFLOW_TEST_DIALECTS);
+/**
+ * The one dialect (the first of testDialects: sqlite unless narrowed) for an end-to-end run of
+ * what a user sees whose database operations are tested on both dialects by tests of their own
+ * (an example DAG run, a page in a browser): spawned processes cost most of the suite's CPU.
+ */
+export const oneDialect: TestDialect[] = testDialects.slice(0, 1);
 
 function dialectsFrom(given: string | undefined): TestDialect[] {
   if (given === undefined || given.trim() === '') return [...ALL_DIALECTS];
