@@ -12,6 +12,7 @@ import { HttpTrigger } from './http-trigger.ts';
 import { SqlTrigger } from './sql-trigger.ts';
 import { MqttTrigger } from './mqtt-trigger.ts';
 import { NatsJetStreamTrigger } from './nats-jetstream-trigger.ts';
+import { RabbitMqTrigger } from './rabbitmq-trigger.ts';
 import { RedisStreamTrigger } from './redis-stream-trigger.ts';
 import { TableRowsTrigger } from './table-rows-trigger.ts';
 import { TaskStateTrigger } from './task-state-trigger.ts';
@@ -30,6 +31,7 @@ export { SqlTrigger, type SqlCheck, type SqlTriggerKwargs } from './sql-trigger.
 export { SqlSensor } from './sql-sensor.ts';
 export { MqttTrigger, type MqttMessage, type MqttTriggerKwargs } from './mqtt-trigger.ts';
 export { NatsJetStreamTrigger, type NatsJetStreamMessage, type NatsJetStreamTriggerKwargs } from './nats-jetstream-trigger.ts';
+export { RabbitMqTrigger, type RabbitMqMessage, type RabbitMqTriggerKwargs } from './rabbitmq-trigger.ts';
 export { RedisStreamTrigger, type RedisStreamMessage, type RedisStreamTriggerKwargs } from './redis-stream-trigger.ts';
 export { TableRowsTrigger, type TableRowEvent, type TableRowsTriggerKwargs } from './table-rows-trigger.ts';
 export { TimeDeltaTrigger } from './time-delta-trigger.ts';
@@ -55,6 +57,7 @@ export const BUILTIN_TRIGGERS = [
   asTriggerClass(SqlTrigger),
   asTriggerClass(MqttTrigger),
   asTriggerClass(NatsJetStreamTrigger),
+  asTriggerClass(RabbitMqTrigger),
   asTriggerClass(RedisStreamTrigger),
   asTriggerClass(TableRowsTrigger),
   asTriggerClass(TaskStateTrigger),

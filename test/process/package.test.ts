@@ -194,13 +194,14 @@ describe('the packed package in a project of its own', () => {
     writeFileSync(
       path.join(project, 'app.mjs'),
       `import { BaseTrigger, Dag, ERROR_CODES } from 'deferflow';
-import { DateTimeTrigger, MqttTrigger, NatsJetStreamTrigger, RedisStreamTrigger } from 'deferflow/triggers';
+import { DateTimeTrigger, MqttTrigger, NatsJetStreamTrigger, RabbitMqTrigger, RedisStreamTrigger } from 'deferflow/triggers';
 console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'), new DateTimeTrigger({ moment: '2030-01-01T01:00:00+01:00' }).moment);
 // A broker's client is an optional peer dependency this project did not install.
 process.env.DEFERFLOW_CONN_EVENTS = 'redis://127.0.0.1:1';
 process.env.DEFERFLOW_CONN_BUS = 'nats://127.0.0.1:1';
 process.env.DEFERFLOW_CONN_PLANT = 'mqtt://127.0.0.1:1';
-for (const trigger of [new RedisStreamTrigger({ connection: 'events', stream: 'orders' }), new NatsJetStreamTrigger({ connection: 'bus', stream: 'ORDERS' }), new MqttTrigger({ connection: 'plant', topic: 'orders/#' })]) {
+process.env.DEFERFLOW_CONN_AMQP = 'amqp://127.0.0.1:1';
+for (const trigger of [new RedisStreamTrigger({ connection: 'events', stream: 'orders' }), new NatsJetStreamTrigger({ connection: 'bus', stream: 'ORDERS' }), new MqttTrigger({ connection: 'plant', topic: 'orders/#' }), new RabbitMqTrigger({ connection: 'amqp', exchange: 'orders' })]) {
   try {
     await trigger.run(new AbortController().signal).next();
   } catch (error) {
@@ -216,6 +217,7 @@ for (const trigger of [new RedisStreamTrigger({ connection: 'events', stream: 'o
       'DF_MISSING_PACKAGE RedisStreamTrigger needs the package @redis/client, which is not installed: run `npm install @redis/client` in your project',
       'DF_MISSING_PACKAGE NatsJetStreamTrigger needs the package @nats-io/transport-node, which is not installed: run `npm install @nats-io/transport-node` in your project',
       'DF_MISSING_PACKAGE MqttTrigger needs the package mqtt, which is not installed: run `npm install mqtt` in your project',
+      'DF_MISSING_PACKAGE RabbitMqTrigger needs the package amqplib, which is not installed: run `npm install amqplib` in your project',
     ]);
 
     // (b) a consumer's type check: strict, nodenext, the package's own .d.ts checked too.

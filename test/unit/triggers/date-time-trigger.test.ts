@@ -168,6 +168,7 @@ describe('DateTimeTrigger construction', () => {
         'deferflow.triggers.SqlTrigger',
         'deferflow.triggers.MqttTrigger',
         'deferflow.triggers.NatsJetStreamTrigger',
+        'deferflow.triggers.RabbitMqTrigger',
         'deferflow.triggers.RedisStreamTrigger',
         'deferflow.triggers.TableRowsTrigger',
         'deferflow.triggers.TaskStateTrigger',

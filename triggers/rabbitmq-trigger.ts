@@ -1,0 +1,263 @@
+import { createHash } from 'node:crypto';
+import type * as AmqpModule from 'amqplib';
+import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
+import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
+import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
+import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
+import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { describeValue } from './date-time-trigger.ts';
+
+// An optional peer dependency: only users of this trigger install it (see docs/events.md).
+const amqplib = optionalPackage<typeof AmqpModule>('amqplib', 'RabbitMqTrigger');
+type AmqpConnection = Awaited<ReturnType<typeof AmqpModule.connect>>;
+type AmqpChannel = Awaited<ReturnType<AmqpConnection['createChannel']>>;
+type AmqpMessage = AmqpModule.ConsumeMessage;
+
+export interface RabbitMqTriggerKwargs {
+  /** A named connection (DEFERFLOW_CONN_<NAME>) whose URL is amqp:// or amqps:// (user and password in it). Its URL is never stored. */
+  readonly connection: string;
+  /** An exchange of yours: a wait binds a queue of its own to it; a watcher binds its queue to it. */
+  readonly exchange?: string;
+  /** The binding key (on a topic exchange, `*` and `#` stand for words). @default '#' */
+  readonly routingKey?: string;
+  /**
+   * A watcher's durable queue, declared if missing (and bound to `exchange` if given).
+   * @default `deferflow.<exchange>.<routingKey>`
+   */
+  readonly queue?: string;
+  /** Only a message whose body matches fires (a subset match, as SignalTrigger's `match`); absent: any. */
+  readonly match?: JsonValue;
+  /**
+   * A watcher's event key: this field of the (JSON) body. @default the message's `messageId`
+   * property, or else a hash of routing key and body (identical bodies are then one event)
+   */
+  readonly keyField?: string;
+  /** Messages a watcher holds unacknowledged at once (the channel's prefetch), handed over in one batch. @default 100 */
+  readonly batch?: number;
+}
+
+/** What a message event carries: its exchange, routing key, message id (null if none) and body (JSON if it parses, else text). */
+export interface RabbitMqMessage extends JsonObject {
+  readonly exchange: string;
+  readonly routingKey: string;
+  readonly messageId: string | null;
+  readonly message: JsonValue;
+}
+
+/** Pause before connecting again after a lost connection. */
+const RECONNECT_PAUSE_MS = 500;
+
+/**
+ * Messages of RabbitMQ (AMQP 0-9-1; uses `amqplib`, an optional peer dependency).
+ *
+ * As a wait (a task defers on it): binds an exclusive queue of its own to `exchange` with
+ * `routingKey` and fires with the first message whose body matches `match` (AMQP keeps no
+ * history: a message routed before the queue was bound is not seen). As a watcher (a DAG
+ * scheduled on it): consumes durable queue `queue` with manual acknowledgement, hands over what
+ * arrived in one batch (at most `batch`) and acknowledges it only once its runs are committed;
+ * what a dead triggerer or a lost connection left unacknowledged the broker delivers again, and
+ * its key keeps it from making a second run. A lost connection is connected again.
+ */
+export class RabbitMqTrigger extends BaseTrigger {
+  static readonly classpath = 'deferflow.triggers.RabbitMqTrigger';
+  readonly connection: string;
+  readonly exchange: string | undefined;
+  readonly routingKey: string;
+  readonly queue: string | undefined;
+  readonly match: JsonValue | undefined;
+  readonly keyField: string | undefined;
+  readonly batch: number;
+  #connection: AmqpConnection | null = null;
+  #stopped = false;
+  #wake: (() => void) | null = null;
+
+  constructor(kwargs: RabbitMqTriggerKwargs) {
+    super();
+    const invalid = (why: string) => new InvalidTriggerArgumentError('RabbitMqTrigger', why);
+    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, exchange or queue, … }, got ${describeValue(kwargs)}`);
+    const known = ['connection', 'exchange', 'routingKey', 'queue', 'match', 'keyField', 'batch'];
+    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    const { connection, exchange, routingKey = '#', queue, match, keyField, batch = 100 } = kwargs;
+    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
+      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
+    if (exchange !== undefined && (typeof exchange !== 'string' || !NAME.test(exchange)))
+      throw invalid(`exchange ${describeValue(exchange)} is not an exchange name (letters, digits, "_", ".", ":", "-")`);
+    if (queue !== undefined && (typeof queue !== 'string' || !NAME.test(queue) || queue.startsWith('amq.')))
+      throw invalid(`queue ${describeValue(queue)} is not a queue name (letters, digits, "_", ".", ":", "-"; not "amq.")`);
+    if (exchange === undefined && queue === undefined) throw invalid('give an exchange (a wait binds to it) or a queue (a watcher consumes it)');
+    if (typeof routingKey !== 'string' || routingKey.length > 255) throw invalid(`routingKey ${describeValue(routingKey)} is not a routing key`);
+    if (keyField !== undefined && (typeof keyField !== 'string' || keyField === '')) throw invalid(`keyField ${describeValue(keyField)} is not a field name`);
+    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    this.connection = connection;
+    this.exchange = exchange;
+    this.routingKey = routingKey;
+    this.queue = queue;
+    this.match = match;
+    this.keyField = keyField;
+    this.batch = batch;
+  }
+
+  override serialize(): SerializedTrigger {
+    const kwargs: JsonObject = {
+      connection: this.connection,
+      ...(this.exchange === undefined ? {} : { exchange: this.exchange }),
+      routingKey: this.routingKey,
+      ...(this.queue === undefined ? {} : { queue: this.queue }),
+      ...(this.match === undefined ? {} : { match: this.match }),
+      ...(this.keyField === undefined ? {} : { keyField: this.keyField }),
+      batch: this.batch,
+    };
+    return { classpath: RabbitMqTrigger.classpath, kwargs };
+  }
+
+  override describeWait(): string {
+    const source = this.exchange === undefined ? `queue ${this.queue}` : `exchange ${this.exchange} (${this.routingKey})`;
+    return `${source}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
+  }
+
+  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
+    if (!this.watching && this.exchange === undefined) {
+      throw new InvalidTriggerArgumentError(
+        'RabbitMqTrigger',
+        'a wait reads from an exchange (give exchange): taking messages off a shared queue would take them from its other consumers',
+      );
+    }
+    const client = amqplib();
+    const url = connectionFromEnv(this.connection).url;
+    while (!signal.aborted && !this.#stopped) {
+      const inbox: AmqpMessage[] = [];
+      let lost: { message: string } | null = null;
+      let connection: AmqpConnection;
+      try {
+        connection = await client.connect(url);
+      } catch (error) {
+        if (!isConnectionError(error)) throw error;
+        this.log.warn({ error: (error as Error).message }, `rabbitmq: cannot connect (${(error as Error).message}); trying again`);
+        await this.sleep(RECONNECT_PAUSE_MS * 2);
+        continue;
+      }
+      this.#connection = connection;
+      const wake = () => this.#wake?.();
+      connection.on('error', () => {});
+      connection.on('close', (error?: Error) => {
+        lost = error ?? { message: 'connection closed' };
+        wake();
+      });
+      try {
+        const channel = await connection.createChannel();
+        channel.on('error', () => {});
+        const queue = await this.#subscribe(channel);
+        await channel.consume(
+          queue,
+          (message) => {
+            if (message !== null) inbox.push(message);
+            wake();
+          },
+          { noAck: !this.watching },
+        );
+        while (!signal.aborted && !this.#stopped && lost === null) {
+          if (inbox.length === 0) {
+            await new Promise<void>((resolve) => {
+              this.#wake = resolve;
+            });
+            this.#wake = null;
+            continue;
+          }
+          // A burst arrives frame by frame: what else is already here joins the batch.
+          await new Promise((resolve) => setImmediate(resolve));
+          const taken = inbox.splice(0, this.batch);
+          const events = taken.map((message) => eventOf(message)).filter((event) => this.#matches(event.event));
+          if (!this.watching) {
+            const first = events[0];
+            if (first !== undefined) {
+              yield new TriggerEvent(first.event);
+              return;
+            }
+            continue;
+          }
+          yield new WatchEvents(
+            events.map(({ event, content }) => ({ key: this.#keyOf(event, content), payload: event })),
+            { queue, deliveryTag: taken.at(-1)!.fields.deliveryTag },
+          );
+          // Committed: acknowledged, every message up to the batch's last. Lost with the
+          // connection, the broker delivers the batch again, and its keys make no second run.
+          if (lost === null) channel.ack(taken.at(-1)!, true);
+        }
+      } catch (error) {
+        if (signal.aborted || this.#stopped) return;
+        if (lost === null && !isConnectionError(error)) throw error;
+      } finally {
+        this.#connection = null;
+        void connection.close().catch(() => {});
+      }
+      if (signal.aborted || this.#stopped) return;
+      this.log.warn({ error: String((lost as { message: string } | null)?.message ?? '') }, 'rabbitmq: connection lost; connecting again');
+      await this.sleep(RECONNECT_PAUSE_MS);
+    }
+  }
+
+  override async cleanup(): Promise<void> {
+    this.#stopped = true;
+    this.#wake?.();
+    await this.#connection?.close().catch(() => {});
+    this.#connection = null;
+  }
+
+  /** The queue to consume: a wait's own exclusive one bound to the exchange, or a watcher's durable one. */
+  async #subscribe(channel: AmqpChannel): Promise<string> {
+    if (!this.watching) {
+      await channel.checkExchange(this.exchange!);
+      const { queue } = await channel.assertQueue('', { exclusive: true, autoDelete: true });
+      await channel.bindQueue(queue, this.exchange!, this.routingKey);
+      return queue;
+    }
+    const queue = this.queue ?? `deferflow.${this.exchange}.${this.routingKey}`;
+    await channel.assertQueue(queue, { durable: true });
+    if (this.exchange !== undefined) {
+      await channel.checkExchange(this.exchange);
+      await channel.bindQueue(queue, this.exchange, this.routingKey);
+    }
+    await channel.prefetch(this.batch);
+    return queue;
+  }
+
+  #keyOf(event: RabbitMqMessage, content: Buffer): string {
+    if (this.keyField !== undefined) {
+      const body = event.message;
+      const value = body !== null && typeof body === 'object' && !Array.isArray(body) ? body[this.keyField] : undefined;
+      if (value !== undefined && value !== null) {
+        const key = `${typeof value === 'string' ? value : JSON.stringify(value)}`;
+        if (key.length <= 200) return key;
+      }
+    } else if (event.messageId !== null && event.messageId.length <= 200) {
+      return event.messageId;
+    }
+    return createHash('sha256').update(event.routingKey).update('\0').update(content).digest('hex').slice(0, 40);
+  }
+
+  #matches(event: RabbitMqMessage): boolean {
+    return this.match === undefined || matches(event.message, this.match);
+  }
+}
+
+function eventOf(message: AmqpMessage): { event: RabbitMqMessage; content: Buffer } {
+  const text = message.content.toString();
+  let body: JsonValue;
+  try {
+    body = JSON.parse(text) as JsonValue;
+  } catch {
+    body = text;
+  }
+  const messageId = typeof message.properties.messageId === 'string' ? message.properties.messageId : null;
+  return { event: { exchange: message.fields.exchange, routingKey: message.fields.routingKey, messageId, message: body }, content: message.content };
+}
+
+/** Whether an operation failed for want of a connection (refused, reset, closed), not for what it asked. */
+function isConnectionError(error: unknown): boolean {
+  const message = String((error as Error)?.message ?? '');
+  const code = String((error as NodeJS.ErrnoException)?.code ?? '');
+  return /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH/.test(code) || /closed|ECONNRESET|ECONNREFUSED|socket|Connection/i.test(message);
+}
