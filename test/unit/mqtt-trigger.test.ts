@@ -16,6 +16,7 @@ import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
 import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
+import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const MQTT_URL = process.env.MQTT_URL ?? 'mqtt://127.0.0.1:1883';
 afterAll(dropTestDatabases);
@@ -24,15 +25,7 @@ const unique = (what: string) => `deferflow-test/${what}/${process.pid}-${Math.r
 
 describe('MqttTrigger kwargs', () => {
   it('refuses what it cannot read, naming the field', () => {
-    const refused = (kwargs: unknown) => {
-      try {
-        new MqttTrigger(kwargs as never);
-      } catch (error) {
-        expect((error as { code: string }).code).toBe('DF_INVALID_TRIGGER_ARGUMENT');
-        return (error as Error).message;
-      }
-      throw new Error('accepted');
-    };
+    const refused = (kwargs: unknown) => triggerRefusal(MqttTrigger, kwargs);
     expect(refused({ connection: 'mqtt', topic: 'a/#/b' })).toMatch(/topic "a\/#\/b" is not a topic filter/);
     expect(refused({ connection: 'mqtt', topic: 'a/b+' })).toMatch(/topic "a\/b\+" is not a topic filter/);
     expect(refused({ connection: 'mqtt', topic: 'a', session: 'x y' })).toMatch(/session "x y" is not a session name/);

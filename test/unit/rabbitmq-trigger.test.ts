@@ -13,6 +13,7 @@ import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor 
 import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
+import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 afterAll(dropTestDatabases);
@@ -21,15 +22,7 @@ const unique = (what: string) => `deferflow-test.${what}.${process.pid}-${Math.r
 
 describe('RabbitMqTrigger kwargs', () => {
   it('refuses what it cannot read, naming the field', () => {
-    const refused = (kwargs: unknown) => {
-      try {
-        new RabbitMqTrigger(kwargs as never);
-      } catch (error) {
-        expect((error as { code: string }).code).toBe('DF_INVALID_TRIGGER_ARGUMENT');
-        return (error as Error).message;
-      }
-      throw new Error('accepted');
-    };
+    const refused = (kwargs: unknown) => triggerRefusal(RabbitMqTrigger, kwargs);
     expect(refused({ connection: 'bus' })).toMatch(/give an exchange \(a wait binds to it\) or a queue/);
     expect(refused({ connection: 'bus', queue: 'amq.gen-1' })).toMatch(/queue "amq.gen-1" is not a queue name/);
     expect(refused({ connection: 'bus', exchange: 'a b' })).toMatch(/exchange "a b" is not an exchange name/);

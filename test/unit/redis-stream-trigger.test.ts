@@ -18,6 +18,7 @@ import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { startRedisServer, type BrokerServer } from '../support/broker-servers.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
+import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 afterAll(dropTestDatabases);
@@ -26,15 +27,7 @@ const streamName = (what: string) => `deferflow-test-${what}-${process.pid}-${Ma
 
 describe('RedisStreamTrigger kwargs', () => {
   it('refuses what it cannot read, naming the field; stores a watcher without the wait-only start', () => {
-    const refused = (kwargs: unknown) => {
-      try {
-        new RedisStreamTrigger(kwargs as never);
-      } catch (error) {
-        expect((error as { code: string }).code).toBe('DF_INVALID_TRIGGER_ARGUMENT');
-        return (error as Error).message;
-      }
-      throw new Error('accepted');
-    };
+    const refused = (kwargs: unknown) => triggerRefusal(RedisStreamTrigger, kwargs);
     expect(refused({ connection: 'redis', stream: '' })).toMatch(/stream "" is not a stream key/);
     expect(refused({ connection: 'a b', stream: 's' })).toMatch(/connection "a b" is not a connection name/);
     expect(refused({ connection: 'redis', stream: 's', batch: 0 })).toMatch(/batch number 0 is not a whole number from 1 to 10000/);
