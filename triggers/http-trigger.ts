@@ -3,6 +3,7 @@ import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabular
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidOptionError, InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 /** What an HTTP check asks of a response (HttpTrigger's kwargs, HttpSensor's options). */
@@ -60,7 +61,6 @@ const CHECK_FIELDS = [
   'requestTimeout',
   'connectAttempts',
 ];
-const CONNECTION_NAME = /^[A-Za-z][A-Za-z0-9_]*$/;
 // RFC 9110's token: what a header name may be.
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
@@ -84,9 +84,7 @@ export function resolveHttpCheck(given: HttpCheck, owner: string, extraFields: r
     requestTimeout = 10,
     connectAttempts = 3,
   } = given;
-  if (connection !== undefined && (typeof connection !== 'string' || !CONNECTION_NAME.test(connection))) {
-    throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
-  }
+  if (connection !== undefined) checkConnectionName(connection, invalid);
   let parsed: URL | null = null;
   try {
     // With a connection, a path stands for itself until the connection's URL is known (at request time).

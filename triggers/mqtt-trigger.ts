@@ -7,6 +7,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -71,8 +72,7 @@ export class MqttTrigger extends BaseTrigger {
     const known = ['connection', 'topic', 'match', 'keyField', 'session'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
     const { connection, topic, match, keyField, session = 'deferflow' } = kwargs;
-    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
-      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    checkConnectionName(connection, invalid);
     if (typeof topic !== 'string' || topic === '' || !validTopicFilter(topic))
       throw invalid(`topic ${describeValue(topic)} is not a topic filter ("+" and "#" stand for whole levels, "#" last)`);
     if (keyField !== undefined && (typeof keyField !== 'string' || keyField === '')) throw invalid(`keyField ${describeValue(keyField)} is not a field name`);

@@ -7,6 +7,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // Optional peer dependencies: only users of this trigger install them (see docs/events.md).
@@ -96,8 +97,7 @@ export class NatsJetStreamTrigger extends BaseTrigger {
       block = 5,
       ackWait = 30,
     } = kwargs;
-    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
-      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    checkConnectionName(connection, invalid);
     // Stream and consumer names: no whitespace, dots, wildcards or path separators (the server's rule).
     const NAME = /^[^\s.*>/\\]+$/;
     if (typeof stream !== 'string' || !NAME.test(stream)) throw invalid(`stream ${describeValue(stream)} is not a stream name (no spaces, ".", "*", ">")`);

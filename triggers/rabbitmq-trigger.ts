@@ -7,6 +7,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -80,8 +81,7 @@ export class RabbitMqTrigger extends BaseTrigger {
     const known = ['connection', 'exchange', 'routingKey', 'queue', 'match', 'keyField', 'batch'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
     const { connection, exchange, routingKey = '#', queue, match, keyField, batch = 100 } = kwargs;
-    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
-      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    checkConnectionName(connection, invalid);
     const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
     if (exchange !== undefined && (typeof exchange !== 'string' || !NAME.test(exchange)))
       throw invalid(`exchange ${describeValue(exchange)} is not an exchange name (letters, digits, "_", ".", ":", "-")`);

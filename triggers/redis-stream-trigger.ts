@@ -7,6 +7,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -87,8 +88,7 @@ export class RedisStreamTrigger extends BaseTrigger {
     const known = ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
     const { connection, stream, match, jsonField, after = `${Date.now()}-0`, group = 'deferflow', start = '$', batch = 100, block = 5 } = kwargs;
-    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
-      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    checkConnectionName(connection, invalid);
     if (typeof stream !== 'string' || stream === '') throw invalid(`stream ${describeValue(stream)} is not a stream key`);
     if (jsonField !== undefined && (typeof jsonField !== 'string' || jsonField === ''))
       throw invalid(`jsonField ${describeValue(jsonField)} is not a field name`);

@@ -3,6 +3,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { isTruthyCell, queryFirstCell } from '../src/authoring/connections/sql-connection.ts';
 import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
 import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 export interface SqlCheck {
@@ -24,9 +25,7 @@ export function resolveSqlCheck(given: SqlCheck, owner: string): Required<SqlChe
   const invalid = (why: string) => new InvalidTriggerArgumentError(owner, why);
   if (given === null || typeof given !== 'object') throw invalid(`expected { connection, sql }, got ${describeValue(given)}`);
   const { connection, sql, parameters = [] } = given;
-  if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection)) {
-    throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
-  }
+  checkConnectionName(connection, invalid);
   if (typeof sql !== 'string' || sql.trim() === '') throw invalid(`sql ${describeValue(sql)} is not a query`);
   if (!Array.isArray(parameters)) throw invalid(`parameters ${describeValue(parameters)} is not a list of values`);
   return { connection, sql, parameters };

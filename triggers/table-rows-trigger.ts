@@ -4,6 +4,7 @@ import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { connectionDialect, queryRows } from '../src/authoring/connections/sql-connection.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 import { jsonCell } from './sql-trigger.ts';
 
@@ -61,8 +62,7 @@ export class TableRowsTrigger extends BaseTrigger {
     const known = ['connection', 'table', 'cursorColumn', 'columns', 'match', 'after', 'batch', 'pollInterval'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
     const { connection, table, cursorColumn, columns, match, after = null, batch = 100, pollInterval = 5 } = kwargs;
-    if (typeof connection !== 'string' || !/^[A-Za-z][A-Za-z0-9_]*$/.test(connection))
-      throw invalid(`connection ${describeValue(connection)} is not a connection name (letters, digits, "_"; defined by DEFERFLOW_CONN_<NAME>)`);
+    checkConnectionName(connection, invalid);
     if (typeof table !== 'string' || !IDENTIFIER.test(table))
       throw invalid(`table ${describeValue(table)} is not a table name (letters, digits, "_", or schema.table)`);
     if (typeof cursorColumn !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(cursorColumn))

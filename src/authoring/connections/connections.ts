@@ -17,6 +17,11 @@ export interface Connection {
 
 const NAME = /^[A-Za-z][A-Za-z0-9_]*$/;
 
+/** Whether `value` is a name DEFERFLOW_CONN_<NAME> can define: letters, digits and "_", starting with a letter. */
+export function isConnectionName(value: unknown): value is string {
+  return typeof value === 'string' && NAME.test(value);
+}
+
 /** The connection `name` from the environment; DF_UNKNOWN_CONNECTION naming the variable to set. */
 export function connectionFromEnv(name: string, env: NodeJS.ProcessEnv = process.env): Connection {
   if (typeof name !== 'string' || !NAME.test(name)) {
