@@ -136,8 +136,12 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     const stream = streamName('cut');
     await processWatchingDags(db, [{ dagId: 'orders', watch: new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', block: 5 }) }]);
     const tr = await triggerer(db);
-    await waitFor(async () => (await redis.exists(stream)) === 1, { what: 'the consumer group', timeoutMs: 60_000 });
-    // The watcher blocks in a read; the broker hands it the messages, whose reply the proxy drops.
+    // The watcher blocked in its read (past its first claim of pending messages, whose reply the
+    // proxy would drop too): the broker hands it the messages, whose reply the proxy drops.
+    await waitFor(async () => /cmd=xreadgroup .*flags=b|flags=b.*cmd=xreadgroup/.test(String(await redis.sendCommand(['CLIENT', 'LIST']))), {
+      what: 'the watcher blocked in XREADGROUP',
+      timeoutMs: 60_000,
+    });
     proxy.dropReplies();
     for (let i = 0; i < 5; i++) await redis.xAdd(stream, '*', { data: JSON.stringify({ n: i }) });
     // Its blocked read returns with what came first: those are delivered (pending), unseen.
