@@ -112,15 +112,18 @@ describe.each(testDialects)('the triggerer watchdog on %s', (dialect) => {
         .select((eb) => eb.fn.max('updated_at').as('at'))
         .where('dag_id', '=', 'healthy')
         .executeTakeFirstOrThrow();
-      // On time: within 1.5 s of the moment, or, where a busy machine brought a triggerer up only
-      // after it, of the last claim before they fired (the 18 s ahead cover two kills and three
-      // starts; on a slow machine the second triggerer may fire them before its kill).
+      // Not held back by the poison: fired soon after the moment, or, where a busy machine brought a
+      // triggerer up only after it, after the last claim before they fired (the 18 s ahead cover
+      // two kills and three starts; on a slow machine the second triggerer may fire them before its
+      // kill). Soon is 10 s: in a CI run loaded by other work they fired 7.4 s after the last claim
+      // before them (the bound was 1.5 s); alone, well under a second. A trigger the poison held
+      // back for good would not fire at all.
       const last = started.at(-1)!;
       expect(last.exited).toBeNull();
       const firedAt = new Date(latest.at!).getTime();
       const claims = started.flatMap((triggerer) => triggerer.matching((line) => typeof line.claimed === 'number').map((line) => Number(line.time)));
       const claimedAt = Math.max(...claims.filter((time) => time <= firedAt));
-      expect(firedAt - Math.max(dueMs, claimedAt)).toBeLessThan(1500);
+      expect(firedAt - Math.max(dueMs, claimedAt)).toBeLessThan(10_000);
       // Never claimed again: the row goes once its task instance moved.
       await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('id', '=', poison).execute()).length === 0, {
         what: 'the quarantined trigger deleted',
