@@ -2,6 +2,7 @@ import os from 'node:os';
 import type * as RedisModule from '@redis/client';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
+import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
@@ -12,9 +13,12 @@ import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
 const redis = optionalPackage<typeof RedisModule>('@redis/client', 'RedisStreamTrigger');
-/** A client of the connection's URL; connection errors are the reads' to wait out (see #read), since unheard they would end the process. */
-function redisClient(url: string) {
-  const client = redis().createClient({ url });
+/**
+ * A client of the connection's URL, named for `CLIENT LIST` (`deferflow-<role>-<pid>`); connection
+ * errors are the reads' to wait out (see acrossLostConnections), since unheard they would end the process.
+ */
+function redisClient(url: string, role: 'watcher' | 'upstream') {
+  const client = redis().createClient({ url, name: `deferflow-${role}-${process.pid}` });
   client.on('error', () => {});
   return client;
 }
@@ -30,8 +34,9 @@ export interface RedisStreamTriggerKwargs {
   /** The field holding the message body as JSON (e.g. `data`); absent: the body is the message's fields as an object. */
   readonly jsonField?: string;
   /**
-   * A wait reads the messages after this stream id. @default the moment the trigger is made
-   * (`<ms>-0`): no message added after the task deferred is missed, whichever triggerer runs it.
+   * A wait reads the messages after this stream id. @default the moment the trigger is made: after
+   * every id of the millisecond before (`<ms - 1>-18446744073709551615`), so that no message added
+   * after the task deferred is missed, even in the same millisecond, whichever triggerer runs it.
    */
   readonly after?: string;
   /** A watcher's consumer group, made (MKSTREAM) if missing. @default 'deferflow' */
@@ -51,15 +56,19 @@ export interface RedisStreamMessage extends JsonObject {
   readonly message: JsonValue;
 }
 
+/** The largest sequence number of a stream id (64 bits): `<ms>-<LAST_SEQUENCE>` comes after every id of millisecond `ms`. */
+const LAST_SEQUENCE = '18446744073709551615';
+
 /** Pause before reading again after a lost connection (the client reconnects meanwhile). */
 const RECONNECT_PAUSE_MS = 500;
 
 /**
  * Messages of a Redis stream (uses `@redis/client`, an optional peer dependency).
  *
- * As a wait (a task defers on it): reads the stream after `after` (by default the moment the
- * trigger was made) and fires with the first message whose body matches `match`:
- * `{ stream, id, message }`. As a watcher (a DAG scheduled on it): reads through consumer group
+ * As a wait (a task defers on it): takes the messages after `after` (by default the moment the
+ * trigger was made) from the triggerer's one shared reader of the stream, and fires with the first
+ * whose body matches `match`: `{ stream, id, message }`. 5,000 tasks waiting on one stream cost
+ * one reader per triggerer, not 5,000 connections. As a watcher (a DAG scheduled on it): reads through consumer group
  * `group`, hands over each batch of matching messages (key `<stream>:<id>`, payload
  * `{ stream, id, message }`) and acknowledges the batch (XACK) only once its runs are committed;
  * taking over from a triggerer that died, it first claims the group's pending messages (XAUTOCLAIM),
@@ -87,7 +96,17 @@ export class RedisStreamTrigger extends BaseTrigger {
     if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
     const known = ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
-    const { connection, stream, match, jsonField, after = `${Date.now()}-0`, group = 'deferflow', start = '$', batch = 100, block = 5 } = kwargs;
+    const {
+      connection,
+      stream,
+      match,
+      jsonField,
+      after = `${Date.now() - 1}-${LAST_SEQUENCE}`,
+      group = 'deferflow',
+      start = '$',
+      batch = 100,
+      block = 5,
+    } = kwargs;
     checkConnectionName(connection, invalid);
     if (typeof stream !== 'string' || stream === '') throw invalid(`stream ${describeValue(stream)} is not a stream key`);
     if (jsonField !== undefined && (typeof jsonField !== 'string' || jsonField === ''))
@@ -135,12 +154,16 @@ export class RedisStreamTrigger extends BaseTrigger {
     return `stream ${this.stream}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
   }
 
-  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
-    const client = redisClient(connectionFromEnv(this.connection).url);
+  // No `signal` parameter: a wait needs none (the shared reader stops it), so the triggerer makes none per wait.
+  async *run(): AsyncGenerator<TriggerEvent | WatchEvents> {
+    if (!this.watching) {
+      yield* this.#wait();
+      return;
+    }
+    const client = redisClient(connectionFromEnv(this.connection).url, 'watcher');
     this.#client = client;
     await client.connect();
-    if (this.watching) yield* this.#watch(client, signal);
-    else yield* this.#wait(client, signal);
+    yield* this.#watch(client, this.signal);
   }
 
   override async cleanup(): Promise<void> {
@@ -149,18 +172,19 @@ export class RedisStreamTrigger extends BaseTrigger {
     this.#client = null;
   }
 
-  async *#wait(client: RedisClient, signal: AbortSignal): AsyncGenerator<TriggerEvent> {
-    let after = this.after;
-    while (!signal.aborted) {
-      const reply = await this.#read(signal, () => client.xRead([{ key: this.stream, id: after }], { COUNT: this.batch, BLOCK: this.block * 1000 }));
-      for (const entry of messagesOf(reply)) {
-        after = entry.id;
-        const event = this.#event(entry);
-        if (this.#matches(event)) {
-          yield new TriggerEvent(event);
-          return;
-        }
-      }
+  /** A wait: the first matching message after `after`, from the shared reader of the stream. */
+  async *#wait(): AsyncGenerator<TriggerEvent> {
+    const match = this.match;
+    const upstream = this.readUpstream(new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block), {
+      since: this.after === '$' ? null : this.after,
+      accept: (message) => match === undefined || matches(message.body, match),
+      probe: probeOf(match),
+    });
+    try {
+      const [first] = await upstream.next();
+      yield new TriggerEvent({ stream: this.stream, id: first!.position, message: first!.body } satisfies RedisStreamMessage);
+    } finally {
+      upstream.close();
     }
   }
 
@@ -206,17 +230,7 @@ export class RedisStreamTrigger extends BaseTrigger {
   }
 
   #event(entry: RedisEntry): RedisStreamMessage {
-    const fields = entry.message as Record<string, string>;
-    let message: JsonValue = { ...fields };
-    if (this.jsonField !== undefined) {
-      const text = fields[this.jsonField];
-      try {
-        message = text === undefined ? null : (JSON.parse(text) as JsonValue);
-      } catch {
-        message = text ?? null;
-      }
-    }
-    return { stream: this.stream, id: entry.id, message };
+    return { stream: this.stream, id: entry.id, message: bodyOf(entry, this.jsonField) };
   }
 
   #matches(event: RedisStreamMessage): boolean {
@@ -224,20 +238,147 @@ export class RedisStreamTrigger extends BaseTrigger {
   }
 
   /** A read, waited out across a lost connection (the client reconnects by itself); null when cancelled meanwhile. */
-  async #read<T>(signal: AbortSignal, read: () => Promise<T>): Promise<T | null> {
-    for (;;) {
-      try {
-        return await read();
-      } catch (error) {
-        if (signal.aborted || this.#client === null) return null;
-        // A server error on the command itself (a wrong type, a missing group) is the trigger's failure.
-        if (!isConnectionError(error)) throw error;
+  #read<T>(signal: AbortSignal, read: () => Promise<T>): Promise<T | null> {
+    return acrossLostConnections(
+      read,
+      () => signal.aborted || this.#client === null,
+      (error) => {
         this.log.warn({ stream: this.stream, error: (error as Error).message }, `redis stream ${this.stream}: connection lost; reading again once reconnected`);
         this.#reconnected = true;
-        await this.sleep(RECONNECT_PAUSE_MS);
-      }
+        return this.sleep(RECONNECT_PAUSE_MS);
+      },
+    );
+  }
+}
+
+/**
+ * One stream read for every wait on it in a triggerer (see UpstreamHub): one connection blocked in
+ * XREAD, and one for the history a late wait missed (XRANGE) and the stream's head.
+ */
+class RedisStreamUpstream implements UpstreamSource {
+  readonly key: string;
+  #reader: RedisClient | null = null;
+  #commands: Promise<RedisClient> | null = null;
+
+  constructor(
+    readonly connection: string,
+    readonly stream: string,
+    readonly jsonField: string | undefined,
+    readonly batch: number,
+    readonly block: number,
+  ) {
+    // What is read and how its bodies are parsed; batch and block only pace the one read.
+    this.key = `redis:${connection}:${stream}${jsonField === undefined ? '' : `#${jsonField}`}`;
+  }
+
+  compare(a: string, b: string): number {
+    return compareStreamIds(a, b);
+  }
+
+  async head(context: UpstreamContext): Promise<string> {
+    const client = await this.#commandClient();
+    const last = await this.#untilDone(context, () => client.xRevRange(this.stream, '+', '-', { COUNT: 1 }));
+    return last?.[0]?.id ?? '0-0';
+  }
+
+  async *read(from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
+    const client = redisClient(connectionFromEnv(this.connection).url, 'upstream');
+    this.#reader = client;
+    // Ends a read blocked on the server at once, rather than at its `block` timeout.
+    context.signal.addEventListener('abort', () => destroyClient(client), { once: true });
+    await client.connect();
+    let after = from;
+    while (!context.signal.aborted) {
+      const reply = await this.#untilDone(context, () => client.xRead([{ key: this.stream, id: after }], { COUNT: this.batch, BLOCK: this.block * 1000 }));
+      const entries = messagesOf(reply);
+      if (entries.length === 0) continue;
+      after = entries.at(-1)!.id;
+      yield entries.map((entry) => ({ position: entry.id, body: bodyOf(entry, this.jsonField) }));
     }
   }
+
+  async range(after: string, upTo: string, context: UpstreamContext): Promise<readonly UpstreamMessage[]> {
+    const client = await this.#commandClient();
+    const messages: UpstreamMessage[] = [];
+    const page = 1000;
+    for (let from = `(${after}`; ; ) {
+      const entries = (await this.#untilDone(context, () => client.xRange(this.stream, from, upTo, { COUNT: page }))) ?? [];
+      for (const entry of entries) messages.push({ position: entry.id, body: bodyOf(entry, this.jsonField) });
+      if (entries.length < page) return messages;
+      from = `(${entries.at(-1)!.id}`;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#reader) destroyClient(this.#reader);
+    this.#reader = null;
+    const commands = await this.#commands?.catch(() => null);
+    this.#commands = null;
+    if (commands) destroyClient(commands);
+  }
+
+  #commandClient(): Promise<RedisClient> {
+    this.#commands ??= (async () => {
+      const client = redisClient(connectionFromEnv(this.connection).url, 'upstream');
+      await client.connect();
+      return client;
+    })();
+    return this.#commands;
+  }
+
+  #untilDone<T>(context: UpstreamContext, read: () => Promise<T>): Promise<T | null> {
+    return acrossLostConnections(
+      read,
+      () => context.signal.aborted,
+      (error) => {
+        context.warn(`connection lost (${(error as Error).message}); reading again once reconnected`);
+        return new Promise((resolve) => setTimeout(resolve, RECONNECT_PAUSE_MS).unref());
+      },
+    );
+  }
+}
+
+/** A call, made again after each lost connection (the client reconnects by itself) once `pause` resolves; null when stopped meanwhile. */
+async function acrossLostConnections<T>(call: () => Promise<T>, stopped: () => boolean, pause: (error: unknown) => Promise<void>): Promise<T | null> {
+  for (;;) {
+    try {
+      return await call();
+    } catch (error) {
+      if (stopped()) return null;
+      // A server error on the command itself (a wrong type, a missing group) is the trigger's failure.
+      if (!isConnectionError(error)) throw error;
+      await pause(error);
+    }
+  }
+}
+
+/** Closes a client at once, whatever its state (destroying a closed client throws). */
+function destroyClient(client: RedisClient): void {
+  try {
+    client.destroy();
+  } catch {
+    // Closed already.
+  }
+}
+
+/** An entry's body: its fields as an object, or with `jsonField` that field read as JSON (its text when not JSON). */
+function bodyOf(entry: RedisEntry, jsonField: string | undefined): JsonValue {
+  const fields = entry.message;
+  if (jsonField === undefined) return { ...fields };
+  const text = fields[jsonField];
+  if (text === undefined) return null;
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch {
+    return text;
+  }
+}
+
+/** Orders two stream ids (`<ms>-<seq>`, the sequence 0 when absent); exact up to sequences of 2^53 in one millisecond. */
+export function compareStreamIds(a: string, b: string): number {
+  const [aMs = 0, aSeq = 0] = a.split('-').map(Number);
+  const [bMs = 0, bSeq = 0] = b.split('-').map(Number);
+  return aMs - bMs || aSeq - bSeq;
 }
 
 interface RedisEntry {

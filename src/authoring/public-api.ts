@@ -7,6 +7,14 @@
  */
 export { BaseTrigger, type SerializedTrigger, type TriggerClass } from './triggers/base-trigger.ts';
 export {
+  probeOf,
+  type UpstreamContext,
+  type UpstreamFilter,
+  type UpstreamMessage,
+  type UpstreamSource,
+  type UpstreamSubscription,
+} from './triggers/upstream-hub.ts';
+export {
   TaskEndEvent,
   TaskFailedEvent,
   TaskSkippedEvent,

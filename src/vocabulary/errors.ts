@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'DF_UNKNOWN_TRIGGER',
   'DF_TRIGGER_MODULE',
   'DF_TRIGGER_FAILED',
+  'DF_UPSTREAM_OVERFLOW',
   'DF_OUTCOME_REFUSED',
   'DF_DATABASE',
   'DF_TASK_DEFERRAL',
@@ -168,6 +169,20 @@ export class TriggerModuleError extends DeferflowError {
 export class TriggerFailedError extends DeferflowError {
   constructor(message: string, options?: ErrorOptions) {
     super('DF_TRIGGER_FAILED', message, options);
+  }
+}
+
+/**
+ * A trigger fell behind the shared upstream it reads (see UpstreamHub): more matching messages
+ * waited for it than its queue holds. It fails alone; the reader and the other triggers go on.
+ */
+export class UpstreamOverflowError extends DeferflowError {
+  constructor(upstream: string, capacity: number) {
+    super(
+      'DF_UPSTREAM_OVERFLOW',
+      `the trigger fell behind its shared upstream ${upstream}: more than ${capacity} matching messages waited for it; ` +
+        'take messages faster (hand them over in batches) or narrow its filter',
+    );
   }
 }
 

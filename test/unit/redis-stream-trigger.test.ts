@@ -34,7 +34,7 @@ describe('RedisStreamTrigger kwargs', () => {
     expect(refused({ connection: 'redis', stream: 's', after: 'soon' })).toMatch(/after "soon" is not a stream id/);
     expect(refused({ connection: 'redis', stream: 's', stream_name: 'x' })).toMatch(/unknown field "stream_name"/);
     const trigger = new RedisStreamTrigger({ connection: 'redis', stream: 's', match: { kind: 'order' } });
-    expect(trigger.serialize().kwargs.after).toMatch(/^\d+-0$/);
+    expect(trigger.serialize().kwargs.after).toMatch(/^\d+-18446744073709551615$/);
     expect(trigger.serializeAsWatcher().kwargs).not.toHaveProperty('after');
   });
 });
@@ -67,8 +67,9 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
   it('a task waits for its own message: one added after it deferred, matching its filter', async () => {
     const db = await database();
     const stream = streamName('wait');
-    // Before the task deferred: not its message, though it matches.
-    await redis.xAdd(stream, '*', { data: JSON.stringify({ order: 42, when: 'before' }) });
+    // Before the task deferred (in an earlier millisecond: a wait takes its own one's): not its message, though it matches.
+    const before = await redis.xAdd(stream, '*', { data: JSON.stringify({ order: 42, when: 'before' }) });
+    await waitFor(() => Date.now() > Number(before.split('-')[0]), { what: 'the next millisecond' });
     const id = await createTaskInstance(db);
     await openStores(db).taskInstances.deferTaskInstance(
       id,
@@ -84,6 +85,47 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     expect((await taskInstance(db, id)).next_event).toEqual({ stream, id: mine, message: { order: 42, when: 'after' } });
     await redis.del(stream);
   }, 60_000);
+
+  it('tasks waiting on one stream share one reader: each resumes with its own message, one deferred late with what the reader had passed', async () => {
+    const db = await database();
+    const stream = streamName('shared');
+    const stores = openStores(db);
+    const waitOn = async (
+      order: number | string,
+      trigger = new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { order }, block: 0.2 }),
+    ) => {
+      const id = await createTaskInstance(db);
+      await stores.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume' }));
+      return id;
+    };
+    const ids: number[] = [];
+    for (let order = 0; order < 120; order++) ids.push(await waitOn(order));
+    const add = (order: number | string) => redis.xAdd(stream, '*', { data: JSON.stringify({ order }) });
+    // Half the messages come before any triggerer runs: the reader starts at the earliest wait's start.
+    for (let order = 0; order < 60; order++) await add(order);
+    await triggerer(db);
+    const resumed = async (wanted: number[]) => (await Promise.all(wanted.map((id) => taskInstance(db, id)))).filter((ti) => ti.state === 'scheduled');
+    await waitFor(async () => (await resumed(ids.slice(0, 60))).length === 60, { what: 'the first 60 tasks to resume', timeoutMs: 30_000 });
+    const clients = async () =>
+      String(await redis.sendCommand(['CLIENT', 'LIST']))
+        .split('\n')
+        .filter((line) => line.includes(`name=deferflow-upstream-${process.pid} `));
+    expect((await clients()).filter((line) => / cmd=xread /.test(line)).length).toBeLessThanOrEqual(1);
+    expect((await clients()).length).toBeLessThanOrEqual(2);
+    // A wait made before its message but deferred only once the reader has read past it: its message comes from the history.
+    const late = new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { order: 'late' }, block: 0.2 });
+    const lateMessage = await add('late');
+    for (let order = 60; order < 120; order++) await add(order);
+    await waitFor(async () => (await resumed(ids)).length === 120, { what: 'all 120 tasks to resume', timeoutMs: 30_000 });
+    const lateId = await waitOn('late', late);
+    await waitFor(async () => (await taskInstance(db, lateId)).state === 'scheduled', { what: 'the late wait to resume', timeoutMs: 15_000 });
+    expect((await taskInstance(db, lateId)).next_event).toEqual({ stream, id: lateMessage, message: { order: 'late' } });
+    for (const [order, id] of ids.entries()) expect((await taskInstance(db, id)).next_event).toMatchObject({ stream, message: { order } });
+    expect(await clients()).toHaveLength(2);
+    for (const item of open.splice(1).reverse()) await item.close();
+    await waitFor(async () => (await clients()).length === 0, { what: "the triggerer's reader connections to close" });
+    await redis.del(stream);
+  }, 90_000);
 
   it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-redis-'));

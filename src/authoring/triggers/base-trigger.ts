@@ -6,6 +6,7 @@ import type { TriggerEvent, WatchEvents } from './trigger-event.ts';
 import type { SensorClass } from '../sensors/sensor-class.ts';
 import type { DagRunStates, DagRunStatesQuery } from '../../model/dag-run-states.ts';
 import type { Signal } from '../../model/signal.ts';
+import { UpstreamHub, type UpstreamFilter, type UpstreamSource, type UpstreamSubscription } from './upstream-hub.ts';
 
 /** A trigger as stored: its classpath and constructor kwargs (JSON), from which any triggerer rebuilds it. */
 export interface SerializedTrigger {
@@ -31,6 +32,8 @@ export interface TriggerRuntime {
   dagRunStates(query: DagRunStatesQuery): Promise<DagRunStates | null>;
   /** The first signal on `key` after `afterVersion` that `accept` takes (default: any). */
   nextSignal(key: string, afterVersion: number, accept?: (signal: Signal) => boolean): Promise<Signal>;
+  /** Joins the triggerer's one reader of `source` (see BaseTrigger.readUpstream). */
+  upstream<B extends JsonValue>(source: UpstreamSource<B>, filter: UpstreamFilter<B>): UpstreamSubscription<B>;
   /** Whether it runs as a watcher (a DAG is scheduled on it): it yields WatchEvents, and runs on. */
   readonly watching: boolean;
   /** A watcher's cursor as last written (null before its first events, and for a wait). */
@@ -38,6 +41,8 @@ export interface TriggerRuntime {
 }
 
 const TRIGGER_BRAND = Symbol.for('deferflow.BaseTrigger');
+/** Shared upstreams of triggers run outside a triggerer (a test calling run() itself). */
+let standaloneHub: UpstreamHub | undefined;
 const NEVER_ABORTED = new AbortController().signal;
 // Registered globally (Symbol.for), as the brand is: a trigger module may carry its own copy of
 // deferflow (another install, or the same file loaded twice through require and import), and
@@ -187,6 +192,20 @@ export abstract class BaseTrigger {
     if (!runtime)
       return Promise.reject(new TriggerRuntimeError('this.nextSignal() listens through the triggerer: it is available while the trigger runs on a triggerer'));
     return runtime.nextSignal(key, afterVersion, accept);
+  }
+
+  /**
+   * Reads `source` through the triggerer's one reader of its key, shared with every trigger on this
+   * triggerer that reads the same stream, taking the messages `filter` accepts (after
+   * `filter.since`), in stream order. 5,000 tasks waiting for their own message on one stream then
+   * cost one reader, not 5,000 connections. Cancelling the trigger rejects a `next()` in flight with
+   * an AbortError and leaves the upstream.
+   */
+  protected readUpstream<B extends JsonValue>(source: UpstreamSource<B>, filter: UpstreamFilter<B>): UpstreamSubscription<B> {
+    const runtime = this[RUNTIME];
+    if (runtime) return runtime.upstream(source, filter);
+    standaloneHub ??= new UpstreamHub();
+    return standaloneHub.subscribe(source, filter);
   }
 
   /**

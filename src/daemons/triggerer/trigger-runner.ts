@@ -15,6 +15,7 @@ import { secretKwargValues } from '../../services/logs/secret-masker.ts';
 import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../../model/dag-run-states.ts';
 import type { Signal } from '../../model/signal.ts';
 import type { SignalListener, SignalSubscription } from '../../services/signals/signal-service.ts';
+import { UpstreamHub, type UpstreamFilter, type UpstreamSource, type UpstreamSubscription } from '../../authoring/triggers/upstream-hub.ts';
 
 /** Where a runner hands what its triggers produced: the outcome writer, which batches them into the database. */
 export interface OutcomeSink {
@@ -90,6 +91,8 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   #log: Logger | undefined;
   // Rejecters of this trigger's reads in flight, so a cancel stops a trigger awaiting one at once.
   #reads: Set<(reason: unknown) => void> | undefined;
+  // The shared upstreams it reads, left when it stops.
+  #upstreams: Set<UpstreamSubscription> | undefined;
 
   constructor(
     readonly id: number,
@@ -161,6 +164,24 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
     });
   }
 
+  upstream<B extends JsonValue>(source: UpstreamSource<B>, filter: UpstreamFilter<B>): UpstreamSubscription<B> {
+    if (this.cleanupStarted) throw CANCELLED;
+    const subscription = this.runner.upstreams.subscribe(source, filter);
+    this.#upstreams ??= new Set();
+    this.#upstreams.add(subscription as unknown as UpstreamSubscription);
+    return {
+      next: () =>
+        this.#untilCancelled((resolve, reject) => {
+          subscription.next().then(resolve, reject);
+          return () => {};
+        }),
+      close: () => {
+        this.#upstreams?.delete(subscription as unknown as UpstreamSubscription);
+        subscription.close();
+      },
+    };
+  }
+
   /**
    * A wait that cancelling the trigger rejects at once (AbortError). `start` begins it and
    * returns what releases it; that runs once, however the wait ends.
@@ -189,8 +210,12 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
     });
   }
 
-  /** Rejects the reads in flight (the trigger is stopping). */
+  /** Rejects the reads in flight and leaves the shared upstreams (the trigger is stopping). */
   abortReads(): void {
+    if (this.#upstreams) {
+      for (const subscription of this.#upstreams) subscription.close();
+      this.#upstreams = undefined;
+    }
     if (!this.#reads) return;
     for (const reject of this.#reads) reject(CANCELLED);
     this.#reads.clear();
@@ -224,6 +249,7 @@ export class TriggerRunner {
   readonly #watchSink: WatchSink | undefined;
   /** Watchers let go after failing, with their failures in a row: the backoff when they fail again. */
   readonly #retryFailures = new Map<number, number>();
+  #upstreams: UpstreamHub | undefined;
   #heldCount = 0;
   #heldIdSum = 0;
   #runningCount = 0;
@@ -423,6 +449,25 @@ export class TriggerRunner {
   close(): void {
     this.#watch.stop();
     this.#timers.close();
+    void this.#upstreams?.close();
+  }
+
+  /** The shared upstream readers of this runner's triggers (one per stream), made on first use. */
+  get upstreams(): UpstreamHub {
+    this.#upstreams ??= new UpstreamHub({
+      onReaderError: (key, error) =>
+        this.log.warn(
+          { upstream: key, error: describeThrown(error).error },
+          `shared upstream ${key} failed: ${describeThrown(error).error}; its triggers fail with it`,
+        ),
+      warn: (key, message) => this.log.warn({ upstream: key }, `shared upstream ${key}: ${message}`),
+    });
+    return this.#upstreams;
+  }
+
+  /** Shared upstream readers open. */
+  get upstreamReaderCount(): number {
+    return this.#upstreams?.readerCount ?? 0;
   }
 
   /** A watcher's state; undefined for a wait. */
