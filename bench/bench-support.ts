@@ -45,7 +45,14 @@ export interface StoredTrigger {
  * as deferTaskInstance does: on PostgreSQL they are notified, not left to their safety-net poll.
  * One deferTaskInstance a row would take minutes for 100,000 and time the benchmark, not the daemon.
  */
-export async function insertDeferrals({ db, adapter }: Database, count: number, trigger: (index: number) => StoredTrigger, nextKwargs = '{}'): Promise<void> {
+export async function insertDeferrals(
+  { db, adapter }: Database,
+  count: number,
+  trigger: (index: number) => StoredTrigger,
+  nextKwargs = '{}',
+  /** The index of the first (a second call adds wait_<firstIndex>…). */
+  firstIndex = 0,
+): Promise<void> {
   const now = toDbTime(Date.now());
   const chunk = 1000;
   for (let start = 0; start < count; start += chunk) {
@@ -53,7 +60,7 @@ export async function insertDeferrals({ db, adapter }: Database, count: number, 
     await db.transaction().execute(async (trx) => {
       const triggers = await trx
         .insertInto('trigger')
-        .values(Array.from({ length: size }, (_, i) => ({ ...trigger(start + i), created_at: now, triggerer_id: null, hash: null })))
+        .values(Array.from({ length: size }, (_, i) => ({ ...trigger(firstIndex + start + i), created_at: now, triggerer_id: null, hash: null })))
         .returning('id')
         .execute();
       await trx
@@ -61,7 +68,7 @@ export async function insertDeferrals({ db, adapter }: Database, count: number, 
         .values(
           triggers.map((row, i) => ({
             dag_id: 'bench',
-            task_id: `wait_${start + i}`,
+            task_id: `wait_${firstIndex + start + i}`,
             run_id: 'bench__1',
             state: 'deferred' as const,
             next_method: 'resume',

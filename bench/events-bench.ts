@@ -9,8 +9,17 @@
 //   fields: events, runs (must equal events), duplicates (run ids made twice: must be 0),
 //           elapsed_ms, runs_per_s
 //
-//   npm run bench:events -- [--db postgres://…] [--events 10000] [--kills 5] [--batch 100] [--redis redis://127.0.0.1:6379]
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+//   trial 'waits'   --waits tasks deferred on one stream, each waiting for the message about its own
+//                   order (RedisStreamTrigger, distinct `match`), run by one triggerer process;
+//                   then --samples messages added one at a time, each for a random waiting task
+//
+//   fields: waits, readers (the triggerer's connections blocked reading the stream: must be 1),
+//           connections (all its Redis connections), rss_per_wait_bytes (RSS with every wait
+//           running, less RSS idle, per wait), message_to_scheduled_p50_ms / p99 / max (XADD →
+//           the task instance committed `scheduled`, seen from outside by polling it)
+//
+//   npm run bench:events -- [--trials steady,kills,waits] [--db postgres://…] [--events 10000] [--kills 5] [--batch 100] [--waits 10000] [--samples 500] [--redis redis://127.0.0.1:6379]
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createClient } from '@redis/client';
@@ -19,13 +28,17 @@ import { hideBin } from 'yargs/helpers';
 import { openDatabase } from '../src/database/connect.ts';
 import { migrateToLatest } from '../src/database/migrate.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, spawnTriggerer, type TriggererProcess } from '../test/support/processes.ts';
-import { benchDatabase, until } from './bench-support.ts';
+import { RedisStreamTrigger } from '../triggers/index.ts';
+import { benchDatabase, insertDeferrals, percentile, until } from './bench-support.ts';
 
 const args = yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'a postgres:// URL (a private schema in it) or sqlite: file; default a SQLite file in a scratch folder' })
   .option('events', { type: 'number', default: 10_000 })
   .option('kills', { type: 'number', default: 5 })
   .option('batch', { type: 'number', default: 100 })
+  .option('trials', { type: 'string', default: 'steady,kills,waits', describe: 'which trials to run, comma-separated' })
+  .option('waits', { type: 'number', default: 10_000, describe: "the 'waits' trial's tasks waiting on one stream" })
+  .option('samples', { type: 'number', default: 500, describe: "the 'waits' trial's messages timed" })
   .option('redis', { type: 'string', default: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' })
   .strict()
   .parseSync();
@@ -105,8 +118,96 @@ export const dag = new Dag({ dagId: 'orders', schedule: { watch: new RedisStream
   }
 }
 
+/** A process's resident set (VmRSS), in bytes. */
+function rssOf(pid: number): number {
+  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  return Number(kb) * 1024;
+}
+
+async function waitsTrial(): Promise<Record<string, unknown>> {
+  const { url, dispose } = await benchDatabase(args.db, scratch, 'events-waits');
+  const database = openDatabase(url);
+  const stream = `deferflow-bench-${process.pid}-waits`;
+  let triggerer: TriggererProcess | null = null;
+  try {
+    await migrateToLatest(database);
+    triggerer = spawnTriggerer(['--db', url, '--capacity', String(args.waits + 100)], { DEFERFLOW_CONN_EVENTS: args.redis });
+    await triggerer.waitForJob(60_000);
+    const pid = triggerer.child.pid!;
+    const waitFor = (i: number) => {
+      const { classpath, kwargs } = new RedisStreamTrigger({ connection: 'events', stream, jsonField: 'data', match: { order: i } }).serialize();
+      return { classpath, kwargs: JSON.stringify(kwargs) };
+    };
+    const owned = async () =>
+      Number(
+        (
+          await database.db
+            .selectFrom('trigger')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .where('triggerer_id', 'is not', null)
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    const clients = async () =>
+      String(await redis.sendCommand(['CLIENT', 'LIST']))
+        .split('\n')
+        .filter((line) => line.includes(`name=deferflow-upstream-${pid} `));
+    // A first hundred loads the client library and opens the reader: the RSS per wait is what the rest add.
+    const first = Math.min(100, args.waits - 1);
+    await insertDeferrals(database, first, waitFor);
+    await until(async () => (await owned()) === first, { timeoutMs: 60_000, what: `${first} waits claimed`, intervalMs: 50 });
+    await until(async () => (await clients()).some((line) => / cmd=xread /.test(line)), { timeoutMs: 60_000, what: 'the shared reader', intervalMs: 50 });
+    const startedRss = rssOf(pid);
+    await insertDeferrals(database, args.waits - first, waitFor, '{}', first);
+    await until(async () => (await owned()) === args.waits, { timeoutMs: 300_000, what: `${args.waits} waits claimed`, intervalMs: 100 });
+    const loadedRss = rssOf(pid);
+    const connections = await clients();
+    const latencies: number[] = [];
+    const order = Array.from({ length: args.waits }, (_, i) => i).sort(() => Math.random() - 0.5);
+    for (const i of order.slice(0, Math.min(args.samples, args.waits))) {
+      const state = async () =>
+        (
+          await database.db
+            .selectFrom('task_instance')
+            .select('state')
+            .where('dag_id', '=', 'bench')
+            .where('task_id', '=', `wait_${i}`)
+            .executeTakeFirstOrThrow()
+        ).state;
+      const sent = performance.now();
+      await redis.xAdd(stream, '*', { data: JSON.stringify({ order: i }) });
+      await until(async () => (await state()) === 'scheduled', { timeoutMs: 30_000, what: `wait_${i} scheduled`, intervalMs: 1 });
+      latencies.push(performance.now() - sent);
+    }
+    latencies.sort((a, b) => a - b);
+    return {
+      trial: 'waits',
+      dialect: url.startsWith('postgres') ? 'postgres' : 'sqlite',
+      waits: args.waits,
+      readers: connections.filter((line) => / cmd=xread /.test(line)).length,
+      connections: connections.length,
+      rss_per_wait_bytes: Math.round((loadedRss - startedRss) / (args.waits - first)),
+      rss_mb: Math.round(loadedRss / 2 ** 20),
+      samples: latencies.length,
+      message_to_scheduled_p50_ms: Number(percentile(latencies, 0.5).toFixed(1)),
+      message_to_scheduled_p99_ms: Number(percentile(latencies, 0.99).toFixed(1)),
+      message_to_scheduled_max_ms: Number(latencies.at(-1)!.toFixed(1)),
+    };
+  } finally {
+    if (triggerer) {
+      triggerer.kill('SIGTERM');
+      await triggerer.exit;
+    }
+    await redis.del(stream);
+    await database.close();
+    await dispose();
+  }
+}
+
 try {
-  for (const name of ['steady', 'kills'] as const) console.log(JSON.stringify(await trial(name)));
+  const trials = args.trials.split(',').map((name) => name.trim());
+  for (const name of ['steady', 'kills'] as const) if (trials.includes(name)) console.log(JSON.stringify(await trial(name)));
+  if (trials.includes('waits')) console.log(JSON.stringify(await waitsTrial()));
 } finally {
   await redis.quit();
   rmSync(scratch, { recursive: true, force: true });

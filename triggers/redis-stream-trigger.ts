@@ -154,12 +154,14 @@ export class RedisStreamTrigger extends BaseTrigger {
     return `stream ${this.stream}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
   }
 
-  // No `signal` parameter: a wait needs none (the shared reader stops it), so the triggerer makes none per wait.
-  async *run(): AsyncGenerator<TriggerEvent | WatchEvents> {
-    if (!this.watching) {
-      yield* this.#wait();
-      return;
-    }
+  // No `signal` parameter: a wait needs none (the shared reader stops it), so the triggerer makes
+  // none per wait; and the wait's generator is returned as it is, not delegated to (one generator a
+  // wait, not two: thousands of waits share a stream).
+  run(): AsyncGenerator<TriggerEvent | WatchEvents> {
+    return this.watching ? this.#watchOwnConnection() : this.#wait();
+  }
+
+  async *#watchOwnConnection(): AsyncGenerator<WatchEvents> {
     const client = redisClient(connectionFromEnv(this.connection).url, 'watcher');
     this.#client = client;
     await client.connect();

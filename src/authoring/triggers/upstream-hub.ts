@@ -139,8 +139,8 @@ class UpstreamReader {
   readonly #context: UpstreamContext;
   /** Subscribers without a probe: asked about every message. */
   readonly #unindexed = new Set<Subscriber>();
-  /** Subscribers with a probe, by field, then by the value's canonical JSON. */
-  readonly #indexed = new Map<string, Map<string, Set<Subscriber>>>();
+  /** Subscribers with a probe, by field, then by the value's canonical JSON: the one subscriber, or a Set of several. */
+  readonly #indexed = new Map<string, Map<string, Subscriber | Set<Subscriber>>>();
   #count = 0;
   #linger: NodeJS.Timeout | undefined;
 
@@ -166,12 +166,11 @@ class UpstreamReader {
         this.#indexed.set(filter.probe.field, byValue);
       }
       const value = canonicalJson(filter.probe.value);
-      let subscribers = byValue.get(value);
-      if (!subscribers) {
-        subscribers = new Set();
-        byValue.set(value, subscribers);
-      }
-      subscribers.add(subscriber);
+      const held = byValue.get(value);
+      // One subscriber a value is the common case (each waits for its own message): no Set for it.
+      if (held === undefined) byValue.set(value, subscriber);
+      else if (held instanceof Set) held.add(subscriber);
+      else byValue.set(value, new Set([held, subscriber]));
     } else this.#unindexed.add(subscriber);
     if (this.state === 'reading') this.#placeJoiner(subscriber);
     return subscriber;
@@ -183,9 +182,14 @@ class UpstreamReader {
     if (probe) {
       const byValue = this.#indexed.get(probe.field);
       const value = canonicalJson(probe.value);
-      const subscribers = byValue?.get(value);
-      removed = subscribers?.delete(subscriber) ?? false;
-      if (subscribers?.size === 0) byValue!.delete(value);
+      const held = byValue?.get(value);
+      if (held instanceof Set) {
+        removed = held.delete(subscriber);
+        if (held.size === 0) byValue!.delete(value);
+      } else {
+        removed = held === subscriber;
+        if (removed) byValue!.delete(value);
+      }
       if (byValue?.size === 0) this.#indexed.delete(probe.field);
     } else removed = this.#unindexed.delete(subscriber);
     if (!removed) return;
@@ -217,7 +221,11 @@ class UpstreamReader {
 
   *#all(): Iterable<Subscriber> {
     yield* this.#unindexed;
-    for (const byValue of this.#indexed.values()) for (const subscribers of byValue.values()) yield* subscribers;
+    for (const byValue of this.#indexed.values())
+      for (const held of byValue.values()) {
+        if (held instanceof Set) yield* held;
+        else yield held;
+      }
   }
 
   async #run(): Promise<void> {
@@ -268,8 +276,9 @@ class UpstreamReader {
       for (const [field, byValue] of this.#indexed) {
         const value = body[field];
         if (value === undefined) continue;
-        const subscribers = byValue.get(canonicalJson(value));
-        if (subscribers) for (const subscriber of subscribers) this.#offer(subscriber, message);
+        const held = byValue.get(canonicalJson(value));
+        if (held instanceof Set) for (const subscriber of held) this.#offer(subscriber, message);
+        else if (held) this.#offer(held, message);
       }
     }
     for (const subscriber of this.#unindexed) this.#offer(subscriber, message);
@@ -287,7 +296,8 @@ class Subscriber implements UpstreamSubscription {
   since: string | null;
   /** While it catches up from the history: the live messages that came meanwhile, delivered after. */
   missed: UpstreamMessage[] | null = null;
-  #queue: UpstreamMessage[] = [];
+  // Made with the first message: most subscribers (waits) hold none until the one that ends them.
+  #queue: UpstreamMessage[] | null = null;
   #waiter: { resolve(messages: UpstreamMessage[]): void; reject(error: unknown): void } | null = null;
   #error: unknown = undefined;
   #closed = false;
@@ -301,6 +311,7 @@ class Subscriber implements UpstreamSubscription {
 
   deliver(message: UpstreamMessage): void {
     if (this.#closed || this.#error !== undefined) return;
+    this.#queue ??= [];
     if (this.#queue.length >= (this.filter.capacity ?? DEFAULT_CAPACITY)) {
       this.fail(new UpstreamOverflowError(this.reader.source.key, this.filter.capacity ?? DEFAULT_CAPACITY));
       this.close();
@@ -324,13 +335,13 @@ class Subscriber implements UpstreamSubscription {
   }
 
   #take(): UpstreamMessage[] {
-    const messages = this.#queue;
-    this.#queue = [];
+    const messages = this.#queue ?? [];
+    this.#queue = null;
     return messages;
   }
 
   next(): Promise<readonly UpstreamMessage[]> {
-    if (this.#queue.length > 0) return Promise.resolve(this.#take());
+    if (this.#queue !== null && this.#queue.length > 0) return Promise.resolve(this.#take());
     if (this.#error !== undefined) return Promise.reject(this.#error);
     return new Promise((resolve, reject) => {
       this.#waiter = { resolve, reject };
