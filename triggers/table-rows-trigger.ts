@@ -1,7 +1,7 @@
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
-import { connectionDialect, queryRows } from '../src/authoring/connections/sql-connection.ts';
+import { connectionDialect, nextNotification, queryRows } from '../src/authoring/connections/sql-connection.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
@@ -25,6 +25,13 @@ export interface TableRowsTriggerKwargs {
   readonly batch?: number;
   /** Seconds between reads when there is no new row. @default 5 */
   readonly pollInterval?: number;
+  /**
+   * A PostgreSQL channel whose NOTIFY wakes the trigger to read at once, rather than at its next
+   * poll (a trigger on your table runs `pg_notify`: see docs/events.md). One listening connection
+   * per connection and channel serves every trigger in a triggerer; the poll goes on as a safety
+   * net. Ignored on SQLite, which has no NOTIFY. @default none: polls only
+   */
+  readonly notify?: string;
 }
 
 /** What a row event carries: its table and the row (JSON: bigints and dates as text). */
@@ -54,14 +61,15 @@ export class TableRowsTrigger extends BaseTrigger {
   readonly after: JsonValue;
   readonly batch: number;
   readonly pollInterval: number;
+  readonly notify: string | undefined;
 
   constructor(kwargs: TableRowsTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('TableRowsTrigger', why);
     if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, table, cursorColumn, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'table', 'cursorColumn', 'columns', 'match', 'after', 'batch', 'pollInterval'];
+    const known = ['connection', 'table', 'cursorColumn', 'columns', 'match', 'after', 'batch', 'pollInterval', 'notify'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
-    const { connection, table, cursorColumn, columns, match, after = null, batch = 100, pollInterval = 5 } = kwargs;
+    const { connection, table, cursorColumn, columns, match, after = null, batch = 100, pollInterval = 5, notify } = kwargs;
     checkConnectionName(connection, invalid);
     if (typeof table !== 'string' || !IDENTIFIER.test(table))
       throw invalid(`table ${describeValue(table)} is not a table name (letters, digits, "_", or schema.table)`);
@@ -75,6 +83,8 @@ export class TableRowsTrigger extends BaseTrigger {
     if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
     if (typeof pollInterval !== 'number' || !(pollInterval > 0))
       throw invalid(`pollInterval ${describeValue(pollInterval)} is not a number of seconds above 0`);
+    if (notify !== undefined && (typeof notify !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(notify)))
+      throw invalid(`notify ${describeValue(notify)} is not a channel name (letters, digits and "_", at most 63)`);
     this.connection = connection;
     this.table = table;
     this.cursorColumn = cursorColumn;
@@ -83,6 +93,7 @@ export class TableRowsTrigger extends BaseTrigger {
     this.after = after;
     this.batch = batch;
     this.pollInterval = pollInterval;
+    this.notify = notify;
   }
 
   override serialize(): SerializedTrigger {
@@ -97,6 +108,7 @@ export class TableRowsTrigger extends BaseTrigger {
         after: this.after,
         batch: this.batch,
         pollInterval: this.pollInterval,
+        ...(this.notify === undefined ? {} : { notify: this.notify }),
       },
     };
   }
@@ -107,10 +119,20 @@ export class TableRowsTrigger extends BaseTrigger {
 
   async *run(): AsyncGenerator<TriggerEvent | WatchEvents> {
     let after: JsonValue = this.watching && this.cursor !== null ? this.cursor : this.after;
+    // The next NOTIFY, listened for before a read (a row added while it runs wakes the pause after
+    // it at once) and kept across reads until it comes.
+    let notice: { readonly came: Promise<void>; arrived: boolean } | null = null;
     for (;;) {
+      if (this.notify !== undefined && (notice === null || notice.arrived)) {
+        const next: { came: Promise<void>; arrived: boolean } = { came: nextNotification(this.connection, this.notify, this.signal), arrived: false };
+        void next.came.then(() => {
+          next.arrived = true;
+        });
+        notice = next;
+      }
       const rows = await this.#read(after);
       if (rows.length === 0) {
-        await this.sleep(this.pollInterval * 1000);
+        await this.#pause(notice?.came ?? null);
         continue;
       }
       const events = rows.map((row) => ({ table: this.table, row }));
@@ -130,6 +152,15 @@ export class TableRowsTrigger extends BaseTrigger {
       );
       after = last;
     }
+  }
+
+  /** Until the next poll, or sooner a NOTIFY on `notify`. */
+  async #pause(notified: Promise<void> | null): Promise<void> {
+    const poll = this.sleep(this.pollInterval * 1000);
+    if (notified === null) return poll;
+    // The sleep left running when a notification wins is cancelled with the trigger: its rejection is nobody's.
+    poll.catch(() => {});
+    await Promise.race([poll, notified]);
   }
 
   #matches(event: TableRowEvent): boolean {

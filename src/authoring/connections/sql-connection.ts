@@ -67,6 +67,84 @@ async function runQuery(connectionName: string, query: string, parameters: reado
   return (await pool.query({ text: query, values: parameters as unknown[] })).rows;
 }
 
+/** A PostgreSQL connection LISTENing on one channel for every trigger waiting on it (see nextNotification). */
+interface ChannelListener {
+  readonly waiters: Set<() => void>;
+  client: pg.Client | null;
+  linger: NodeJS.Timeout | undefined;
+}
+const channelListeners = new Map<string, ChannelListener>();
+/** How long a listener with no waiter keeps its connection, for the next wait on the channel. */
+const LISTENER_LINGER_MS = 10_000;
+
+/**
+ * Resolves at the next NOTIFY on `channel` of a named PostgreSQL connection (one listening
+ * connection per URL and channel in the process, shared by every caller); never on SQLite, which
+ * has none. A caller races it with its poll: a lost listening connection is not reported (the
+ * poll reads meanwhile) and is made again at the next call. `signal` withdraws the call.
+ */
+export function nextNotification(connectionName: string, channel: string, signal?: AbortSignal): Promise<void> {
+  const target = sqlTarget(connectionName);
+  if (target.dialect !== 'postgres' || signal?.aborted) return new Promise<void>(() => {});
+  const key = `${target.url}\n${channel}`;
+  let listener = channelListeners.get(key);
+  if (!listener) {
+    listener = { waiters: new Set(), client: null, linger: undefined };
+    channelListeners.set(key, listener);
+    listen(target.url, channel, key, listener);
+  }
+  const held = listener;
+  clearTimeout(held.linger);
+  return new Promise<void>((resolve) => {
+    const wake = () => resolve();
+    held.waiters.add(wake);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        held.waiters.delete(wake);
+        lingerIfIdle(key, held);
+      },
+      { once: true },
+    );
+  });
+}
+
+function listen(url: string, channel: string, key: string, listener: ChannelListener): void {
+  const client = new (pgPackage().Client)({ connectionString: url });
+  listener.client = client;
+  const drop = () => {
+    if (channelListeners.get(key) === listener) channelListeners.delete(key);
+    clearTimeout(listener.linger);
+    listener.client = null;
+    void client.end().catch(() => {});
+  };
+  // A lost connection (the server restarted) must not crash the process: the next call listens again.
+  client.on('error', drop);
+  client.on('end', drop);
+  client.on('notification', (message) => {
+    if (message.channel !== channel) return;
+    const waiters = [...listener.waiters];
+    listener.waiters.clear();
+    for (const wake of waiters) wake();
+    lingerIfIdle(key, listener);
+  });
+  client
+    .connect()
+    .then(() => client.query(`LISTEN "${channel.replaceAll('"', '""')}"`))
+    .catch(drop);
+}
+
+function lingerIfIdle(key: string, listener: ChannelListener): void {
+  if (listener.waiters.size > 0 || channelListeners.get(key) !== listener) return;
+  clearTimeout(listener.linger);
+  listener.linger = setTimeout(() => {
+    if (listener.waiters.size > 0 || channelListeners.get(key) !== listener) return;
+    channelListeners.delete(key);
+    void listener.client?.end().catch(() => {});
+  }, LISTENER_LINGER_MS);
+  listener.linger.unref();
+}
+
 /** Airflow's SqlSensor rule: a first cell that is there and not null, false, 0, "0" or "". */
 export function isTruthyCell(cell: unknown): boolean {
   return !(cell === undefined || cell === null || cell === false || cell === 0 || cell === 0n || cell === '0' || cell === '');
