@@ -5,6 +5,8 @@ import path from 'node:path';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { processDagFolder, serializedDagSource } from '../../../src/services/dags/dag-processor.ts';
+import { triggerDagRun } from '../../../src/services/dags/manual-run.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import { Scheduler } from '../../../src/daemons/scheduler/scheduler.ts';
 import { dagFileResolver } from '../../../src/daemons/worker/dag-file-resolver.ts';
 import { Worker } from '../../../src/daemons/worker/worker.ts';
@@ -83,6 +85,29 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
     expect(later.deleted).toEqual(['reports']);
     expect(await rows()).toEqual({ etl: 'live', reports: 'deleted', broken: 'live' });
     expect(Object.keys(await importErrors()).sort()).toEqual(['loop.ts', 'zz-copycat.ts']);
+  });
+
+  it('manual runs: a logical date or run id the DAG already has is refused naming it; runs asked for in one millisecond each get the next free one', async () => {
+    const { db, dir, write } = await setup();
+    write('etl.mts', dagFile('etl'));
+    await processDagFolder(db, dir);
+    expect(await triggerDagRun(db, 'etl', { logicalDate: '2026-03-01T11:00:00+01:00' })).toBe('manual__2026-03-01T10:00:00.000Z');
+    await expect(triggerDagRun(db, 'etl', { logicalDate: '2026-03-01T10:00:00Z' })).rejects.toMatchObject({
+      code: 'DF_INVALID_OPTION',
+      message: expect.stringContaining('logical-date: DAG etl already has a run manual__2026-03-01T10:00:00.000Z or a run at 2026-03-01T10:00:00.000Z'),
+    });
+    expect(await triggerDagRun(db, 'etl', { runId: 'mine', conf: { n: 2 } })).toBe('mine');
+    await expect(triggerDagRun(db, 'etl', { runId: 'mine' })).rejects.toMatchObject({
+      code: 'DF_INVALID_OPTION',
+      message: expect.stringContaining('run-id: DAG etl already has a run mine'),
+    });
+    const together = await Promise.all([1, 2, 3].map(() => triggerDagRun(db, 'etl', {}, Date.parse('2026-04-01T00:00:00Z'))));
+    expect(together.sort()).toEqual(['000', '001', '002'].map((ms) => `manual__2026-04-01T00:00:00.${ms}Z`));
+    await expect(triggerDagRun(db, 'etl', { logicalDate: '2026-03-01 10:00' })).rejects.toMatchObject({ code: 'DF_INVALID_OPTION' });
+    await expect(triggerDagRun(db, 'elt')).rejects.toMatchObject({ code: 'DF_INVALID_OPTION', message: expect.stringContaining('did you mean etl?') });
+    const runs = await openStores(db).dagRuns.listDagRuns({ dagId: 'etl', limit: 10 });
+    expect(runs.map((run) => run.runId)).toContain('mine');
+    expect(runs).toHaveLength(5);
   });
 
   it('a wrong folder (empty, or missing) marks nothing deleted; a task of a DAG marked deleted waits instead of failing, and runs when the file is back', async () => {
