@@ -141,10 +141,25 @@ describe.each(testDialects)('RabbitMqTrigger on %s', (dialect) => {
     add(300, 400);
     await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 90_000 });
     expect(tr.triggerer).toBeDefined();
+    const cursor = async () => (await db.db.selectFrom('trigger').select('cursor').executeTakeFirstOrThrow()).cursor;
+    const cursorAtStop = await cursor();
     await tr.stop();
-    // Stopped, its connection closed: anything unacknowledged would be back in the queue.
-    expect((await queueState(queue))?.messageCount).toBe(0);
+    // Stopped, its connection closed: what it had not acknowledged is back in the queue. A stop
+    // between a batch's commit and its acknowledgement leaves at most that batch; consumed again,
+    // its keys make no second run.
+    const left = (await queueState(queue))?.messageCount ?? 0;
+    expect(left).toBeLessThanOrEqual(20);
+    if (left > 0) {
+      const again = await startTriggerer(db);
+      open.push({ close: () => again.stop() });
+      await waitFor(async () => (await cursor()) !== cursorAtStop && (await queueState(queue))?.messageCount === 0, {
+        what: 'the batch left at the stop read again',
+        timeoutMs: 30_000,
+      });
+      await again.stop();
+    }
     const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
+    expect(runIds).toHaveLength(200);
     expect(new Set(runIds).size).toBe(200);
     expect(tr.logs.matching((line) => /connection lost/.test(String(line.msg))).length).toBeGreaterThan(0);
   }, 300_000);
