@@ -3,6 +3,7 @@ import type * as MqttModule from 'mqtt';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
@@ -46,9 +47,10 @@ interface Delivery {
 /**
  * Messages of an MQTT topic (uses `mqtt`, an optional peer dependency), subscribed at QoS 1.
  *
- * As a wait (a task defers on it): a clean session fires with the first message published after
- * it subscribed whose body matches `match`: `{ topic, message }` (MQTT keeps no history: a
- * message published before the triggerer subscribed is not seen; retained messages are skipped).
+ * As a wait (a task defers on it): fires with the first message whose body matches `match`,
+ * published after the wait joined the triggerer's one clean-session subscription to the topic
+ * (shared by every wait on it): `{ topic, message }` (MQTT keeps no history: a message published
+ * before then is not seen; retained messages are skipped).
  * As a watcher (a DAG scheduled on it): a persistent session (`session`), each message handed
  * over and acknowledged (PUBACK) only once its run is committed; the broker delivers again what
  * was not acknowledged, and the message's key (`keyField`, or a hash of topic and body) keeps it
@@ -100,7 +102,28 @@ export class MqttTrigger extends BaseTrigger {
     return `topic ${this.topic}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
   }
 
-  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
+  // No `signal` parameter (a wait needs none), and a wait's generator returned as it is (see RedisStreamTrigger.run).
+  run(): AsyncGenerator<TriggerEvent | WatchEvents> {
+    return this.watching ? this.#watch(this.signal) : this.#wait();
+  }
+
+  /** A wait: the first matching message from the triggerer's shared subscription to the topic. */
+  async *#wait(): AsyncGenerator<TriggerEvent> {
+    const match = this.match;
+    const upstream = this.readUpstream(new MqttTopicUpstream(this.connection, this.topic), {
+      since: null,
+      accept: (message) => match === undefined || matches(message.body, match),
+      probe: probeOf(match),
+    });
+    try {
+      const [first] = await upstream.next();
+      yield new TriggerEvent({ topic: String(first!.meta?.topic ?? this.topic), message: first!.body } satisfies MqttMessage);
+    } finally {
+      upstream.close();
+    }
+  }
+
+  async *#watch(signal: AbortSignal): AsyncGenerator<WatchEvents> {
     const inbox: Delivery[] = [];
     const client = mqtt().connect(connectionFromEnv(this.connection).url, {
       // A watcher's session outlives its connection (and its triggerer): the broker keeps what it has not acknowledged.
@@ -136,11 +159,6 @@ export class MqttTrigger extends BaseTrigger {
         delivery.ack();
         continue;
       }
-      if (!this.watching) {
-        delivery.ack();
-        yield new TriggerEvent(event);
-        return;
-      }
       const key = this.#keyOf(event, delivery.packet.payload);
       yield new WatchEvents([{ key, payload: event }], { topic: event.topic, key });
       // Committed: acknowledged (PUBACK), and the broker sends the next one.
@@ -174,6 +192,81 @@ export class MqttTrigger extends BaseTrigger {
 
   #matches(event: MqttMessage): boolean {
     return this.match === undefined || matches(event.message, this.match);
+  }
+}
+
+/**
+ * One clean-session subscription to a topic filter for every wait on it in a triggerer (see
+ * UpstreamHub). MQTT keeps no history, so there is none to catch up on: positions count the
+ * messages this subscription received, and a wait takes those after it joined. A message is
+ * acknowledged on receipt: a clean session loses what it has not handed over when its connection
+ * goes, acknowledged or not.
+ */
+class MqttTopicUpstream implements UpstreamSource {
+  readonly key: string;
+  #received = 0;
+  #client: MqttClient | null = null;
+
+  constructor(
+    readonly connection: string,
+    readonly topic: string,
+  ) {
+    this.key = `mqtt:${connection}:${topic}`;
+  }
+
+  compare(a: string, b: string): number {
+    return Number(a) - Number(b);
+  }
+
+  async head(): Promise<string> {
+    return String(this.#received);
+  }
+
+  async *read(_from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
+    let inbox: UpstreamMessage[] = [];
+    let wake: (() => void) | null = null;
+    const client = mqtt().connect(connectionFromEnv(this.connection).url, {
+      clean: true,
+      clientId: `deferflow_${randomBytes(8).toString('hex')}`,
+      reconnectPeriod: 500,
+      connectTimeout: 10_000,
+    });
+    this.#client = client;
+    // Connection errors are waited out: the client reconnects (and subscribes again) by itself.
+    client.on('error', () => {});
+    client.on('offline', () => context.warn('connection lost; subscribing again once reconnected'));
+    client.handleMessage = (packet, done) => {
+      done();
+      // A retained message is the topic's last one, from before this subscription: no event.
+      if (packet.retain) return;
+      inbox.push({ position: String(++this.#received), body: bodyOf(packet.payload), meta: { topic: packet.topic } });
+      wake?.();
+    };
+    const stop = () => wake?.();
+    context.signal.addEventListener('abort', stop, { once: true });
+    await client.subscribeAsync(this.topic, { qos: 1 });
+    while (!context.signal.aborted) {
+      if (inbox.length === 0) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+        wake = null;
+        continue;
+      }
+      const batch = inbox;
+      inbox = [];
+      yield batch;
+    }
+  }
+
+  async range(): Promise<readonly UpstreamMessage[]> {
+    return [];
+  }
+
+  async close(): Promise<void> {
+    const client = this.#client;
+    this.#client = null;
+    await client?.endAsync(true);
   }
 }
 

@@ -6,12 +6,15 @@
  *   const proxy = await startTcpProxy(6379);   // clients connect to 127.0.0.1:<proxy.port>
  *   proxy.dropReplies();                       // the server's replies go nowhere from now on
  *   proxy.cut();                               // every connection closed; new ones pass as before
+ *   proxy.openConnections                      // how many clients are connected through it now
  *   await proxy.close();
  */
 import net from 'node:net';
 
 export interface TcpProxy {
   readonly port: number;
+  /** Clients connected through the proxy now. */
+  readonly openConnections: number;
   /** From now on, what the server sends is dropped (what clients send still reaches it). */
   dropReplies(): void;
   /** Closes every connection open now and lets replies through again. */
@@ -54,6 +57,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
   };
   return {
     port: (server.address() as net.AddressInfo).port,
+    get openConnections() {
+      return pairs.size;
+    },
     dropReplies() {
       dropping = true;
     },

@@ -16,6 +16,7 @@ import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
 import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
+import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const MQTT_URL = process.env.MQTT_URL ?? 'mqtt://127.0.0.1:1883';
@@ -81,6 +82,43 @@ describe.each(testDialects)('MqttTrigger on %s', (dialect) => {
     );
     expect((await taskInstance(db, id)).next_event).toEqual({ topic: `${topic}/b`, message: { order: 42, when: 'after' } });
     await own.publishAsync(`${topic}/old`, '', { qos: 1, retain: true });
+  }, 60_000);
+
+  it('waits on one topic share one subscription: each resumes with its own message', async () => {
+    const broker = new URL(MQTT_URL);
+    const proxy = await startTcpProxy(Number(broker.port || 1883), broker.hostname);
+    open.push({ close: () => proxy.close() });
+    const db = await database(`mqtt://127.0.0.1:${proxy.port}`);
+    const topic = unique('shared');
+    const own = await client(MQTT_URL);
+    const ids: number[] = [];
+    for (const order of [1, 2, 3, 4, 5]) {
+      const id = await createTaskInstance(db);
+      await openStores(db).taskInstances.deferTaskInstance(
+        id,
+        new TaskDeferred({ trigger: new MqttTrigger({ connection: 'test_mqtt', topic: `${topic}/#`, match: { order } }), method: 'resume' }),
+      );
+      ids.push(id);
+    }
+    const tr = await startTriggerer(db);
+    open.push({ close: () => tr.stop() });
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).execute()).length === 0, {
+      what: 'the waits running',
+    });
+    // Published until the shared subscription is made (MQTT keeps no history for a new subscriber).
+    let connections = 0;
+    await waitFor(
+      async () => {
+        connections = Math.max(connections, proxy.openConnections);
+        for (const order of [1, 2, 3, 4, 5]) await own.publishAsync(`${topic}/orders/${order}`, JSON.stringify({ order }), { qos: 1 });
+        return (await Promise.all(ids.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled');
+      },
+      { what: 'the five tasks to resume', timeoutMs: 15_000, intervalMs: 200 },
+    );
+    for (const [index, id] of ids.entries())
+      expect((await taskInstance(db, id)).next_event).toEqual({ topic: `${topic}/orders/${index + 1}`, message: { order: index + 1 } });
+    // Five waits, one connection through the proxy (the most seen while they waited): the triggerer's shared subscription.
+    expect(connections).toBe(1);
   }, 60_000);
 
   it('a DAG scheduled on a topic: one run per matching message, across a broker restart, none twice', async () => {

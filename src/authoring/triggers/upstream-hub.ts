@@ -1,5 +1,5 @@
 import { TriggerFailedError, UpstreamOverflowError } from '../../vocabulary/errors.ts';
-import { canonicalJson, type JsonValue } from '../../vocabulary/serialization/json.ts';
+import { canonicalJson, type JsonObject, type JsonValue } from '../../vocabulary/serialization/json.ts';
 
 /** One message of a shared upstream: where it stands in its stream, and its body, which filters read. */
 export interface UpstreamMessage<B extends JsonValue = JsonValue> {
@@ -7,6 +7,8 @@ export interface UpstreamMessage<B extends JsonValue = JsonValue> {
   readonly position: string;
   /** What the message says, as JSON (a broker's body parsed): what filters read. */
   readonly body: B;
+  /** What it carries besides its body (the topic it came on, its id): for the event, not for filters. */
+  readonly meta?: JsonObject;
 }
 
 /**
