@@ -3,6 +3,7 @@ import type * as AmqpModule from 'amqplib';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
@@ -53,9 +54,9 @@ const RECONNECT_PAUSE_MS = 500;
 /**
  * Messages of RabbitMQ (AMQP 0-9-1; uses `amqplib`, an optional peer dependency).
  *
- * As a wait (a task defers on it): binds an exclusive queue of its own to `exchange` with
- * `routingKey` and fires with the first message whose body matches `match` (AMQP keeps no
- * history: a message routed before the queue was bound is not seen). As a watcher (a DAG
+ * As a wait (a task defers on it): fires with the first message whose body matches `match` from
+ * the triggerer's one exclusive queue bound to `exchange` with `routingKey`, shared by every wait
+ * on them (AMQP keeps no history: a message routed before the wait joined is not seen). As a watcher (a DAG
  * scheduled on it): consumes durable queue `queue` with manual acknowledgement, hands over what
  * arrived in one batch (at most `batch`) and acknowledges it only once its runs are committed;
  * what a dead triggerer or a lost connection left unacknowledged the broker delivers again, and
@@ -118,13 +119,40 @@ export class RabbitMqTrigger extends BaseTrigger {
     return `${source}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
   }
 
-  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
-    if (!this.watching && this.exchange === undefined) {
+  // No `signal` parameter (a wait needs none), and a wait's generator returned as it is (see RedisStreamTrigger.run).
+  run(): AsyncGenerator<TriggerEvent | WatchEvents> {
+    return this.watching ? this.#watch(this.signal) : this.#wait();
+  }
+
+  /** A wait: the first matching message from the triggerer's one queue bound to the exchange with the routing key. */
+  async *#wait(): AsyncGenerator<TriggerEvent> {
+    if (this.exchange === undefined) {
       throw new InvalidTriggerArgumentError(
         'RabbitMqTrigger',
         'a wait reads from an exchange (give exchange): taking messages off a shared queue would take them from its other consumers',
       );
     }
+    const match = this.match;
+    const upstream = this.readUpstream(new RabbitMqExchangeUpstream(this.connection, this.exchange, this.routingKey), {
+      since: null,
+      accept: (message) => match === undefined || matches(message.body, match),
+      probe: probeOf(match),
+    });
+    try {
+      const [first] = await upstream.next();
+      const meta = first!.meta as { exchange: string; routingKey: string; messageId: string | null };
+      yield new TriggerEvent({
+        exchange: meta.exchange,
+        routingKey: meta.routingKey,
+        messageId: meta.messageId,
+        message: first!.body,
+      } satisfies RabbitMqMessage);
+    } finally {
+      upstream.close();
+    }
+  }
+
+  async *#watch(signal: AbortSignal): AsyncGenerator<WatchEvents> {
     const client = amqplib();
     const url = connectionFromEnv(this.connection).url;
     while (!signal.aborted && !this.#stopped) {
@@ -156,7 +184,7 @@ export class RabbitMqTrigger extends BaseTrigger {
             if (message !== null) inbox.push(message);
             wake();
           },
-          { noAck: !this.watching },
+          { noAck: false },
         );
         while (!signal.aborted && !this.#stopped && lost === null) {
           if (inbox.length === 0) {
@@ -170,14 +198,6 @@ export class RabbitMqTrigger extends BaseTrigger {
           await new Promise((resolve) => setImmediate(resolve));
           const taken = inbox.splice(0, this.batch);
           const events = taken.map((message) => eventOf(message)).filter((event) => this.#matches(event.event));
-          if (!this.watching) {
-            const first = events[0];
-            if (first !== undefined) {
-              yield new TriggerEvent(first.event);
-              return;
-            }
-            continue;
-          }
           yield new WatchEvents(
             events.map(({ event, content }) => ({ key: this.#keyOf(event, content), payload: event })),
             { queue, deliveryTag: taken.at(-1)!.fields.deliveryTag },
@@ -206,14 +226,8 @@ export class RabbitMqTrigger extends BaseTrigger {
     this.#connection = null;
   }
 
-  /** The queue to consume: a wait's own exclusive one bound to the exchange, or a watcher's durable one. */
+  /** The watcher's durable queue, declared (and bound to the exchange when one is given). */
   async #subscribe(channel: AmqpChannel): Promise<string> {
-    if (!this.watching) {
-      await channel.checkExchange(this.exchange!);
-      const { queue } = await channel.assertQueue('', { exclusive: true, autoDelete: true });
-      await channel.bindQueue(queue, this.exchange!, this.routingKey);
-      return queue;
-    }
     const queue = this.queue ?? `deferflow.${this.exchange}.${this.routingKey}`;
     await channel.assertQueue(queue, { durable: true });
     if (this.exchange !== undefined) {
@@ -240,6 +254,113 @@ export class RabbitMqTrigger extends BaseTrigger {
 
   #matches(event: RabbitMqMessage): boolean {
     return this.match === undefined || matches(event.message, this.match);
+  }
+}
+
+/**
+ * One exclusive queue bound to an exchange with a routing key, consumed for every wait on them in a
+ * triggerer (see UpstreamHub). A new queue holds no history, so there is none to catch up on:
+ * positions count the messages this queue received, and a wait takes those after it joined. A lost
+ * connection is connected again (a new queue: what was routed meanwhile is not seen, as for a
+ * wait's own queue before).
+ */
+class RabbitMqExchangeUpstream implements UpstreamSource {
+  readonly key: string;
+  #received = 0;
+  #connection: AmqpConnection | null = null;
+
+  constructor(
+    readonly connection: string,
+    readonly exchange: string,
+    readonly routingKey: string,
+  ) {
+    this.key = `amqp:${connection}:${exchange}:${routingKey}`;
+  }
+
+  compare(a: string, b: string): number {
+    return Number(a) - Number(b);
+  }
+
+  async head(): Promise<string> {
+    return String(this.#received);
+  }
+
+  async *read(_from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
+    const client = amqplib();
+    const url = connectionFromEnv(this.connection).url;
+    let wake: (() => void) | null = null;
+    context.signal.addEventListener('abort', () => wake?.(), { once: true });
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
+    while (!context.signal.aborted) {
+      let inbox: UpstreamMessage[] = [];
+      let lost: { message: string } | null = null;
+      let connection: AmqpConnection;
+      try {
+        connection = await client.connect(url);
+      } catch (error) {
+        if (!isConnectionError(error)) throw error;
+        context.warn(`cannot connect (${(error as Error).message}); trying again`);
+        await pause(RECONNECT_PAUSE_MS * 2);
+        continue;
+      }
+      this.#connection = connection;
+      connection.on('error', () => {});
+      connection.on('close', (error?: Error) => {
+        lost = error ?? { message: 'connection closed' };
+        wake?.();
+      });
+      try {
+        const channel = await connection.createChannel();
+        channel.on('error', () => {});
+        await channel.checkExchange(this.exchange);
+        const { queue } = await channel.assertQueue('', { exclusive: true, autoDelete: true });
+        await channel.bindQueue(queue, this.exchange, this.routingKey);
+        await channel.consume(
+          queue,
+          (message) => {
+            if (message === null) return;
+            const { event } = eventOf(message);
+            inbox.push({
+              position: String(++this.#received),
+              body: event.message,
+              meta: { exchange: event.exchange, routingKey: event.routingKey, messageId: event.messageId },
+            });
+            wake?.();
+          },
+          { noAck: true },
+        );
+        while (!context.signal.aborted && lost === null) {
+          if (inbox.length === 0) {
+            await new Promise<void>((resolve) => {
+              wake = resolve;
+            });
+            wake = null;
+            continue;
+          }
+          const batch = inbox;
+          inbox = [];
+          yield batch;
+        }
+      } catch (error) {
+        if (context.signal.aborted) return;
+        if (lost === null && !isConnectionError(error)) throw error;
+      } finally {
+        this.#connection = null;
+        void connection.close().catch(() => {});
+      }
+      if (context.signal.aborted) return;
+      context.warn(`connection lost (${String((lost as { message: string } | null)?.message ?? '')}); connecting again`);
+      await pause(RECONNECT_PAUSE_MS);
+    }
+  }
+
+  async range(): Promise<readonly UpstreamMessage[]> {
+    return [];
+  }
+
+  async close(): Promise<void> {
+    await this.#connection?.close().catch(() => {});
+    this.#connection = null;
   }
 }
 

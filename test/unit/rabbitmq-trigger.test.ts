@@ -107,6 +107,51 @@ describe.each(testDialects)('RabbitMqTrigger on %s', (dialect) => {
     });
   }, 60_000);
 
+  it('waits on one exchange and routing key share one queue: each resumes with its own message', async () => {
+    const url = new URL(RABBITMQ_URL);
+    const proxy = await startTcpProxy(Number(url.port || 5672), url.hostname);
+    open.push({ close: () => proxy.close() });
+    url.host = `127.0.0.1:${proxy.port}`;
+    const db = await database(url.toString());
+    const orders = await exchange('shared');
+    const ids: number[] = [];
+    for (const order of [1, 2, 3, 4]) {
+      const id = await createTaskInstance(db);
+      await openStores(db).taskInstances.deferTaskInstance(
+        id,
+        new TaskDeferred({
+          trigger: new RabbitMqTrigger({ connection: 'test_amqp', exchange: orders, routingKey: 'order.*', match: { order } }),
+          method: 'resume',
+        }),
+      );
+      ids.push(id);
+    }
+    const tr = await startTriggerer(db);
+    open.push({ close: () => tr.stop() });
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('id').where('triggerer_id', 'is', null).execute()).length === 0, {
+      what: 'the waits running',
+    });
+    // Published until the shared queue is bound (AMQP keeps no history for a new queue).
+    let connections = 0;
+    await waitFor(
+      async () => {
+        connections = Math.max(connections, proxy.openConnections);
+        for (const order of [1, 2, 3, 4]) channel.publish(orders, 'order.paid', Buffer.from(JSON.stringify({ order })), { messageId: `m-${order}` });
+        return (await Promise.all(ids.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled');
+      },
+      { what: 'the four tasks to resume', timeoutMs: 15_000, intervalMs: 200 },
+    );
+    for (const [index, id] of ids.entries())
+      expect((await taskInstance(db, id)).next_event).toEqual({
+        exchange: orders,
+        routingKey: 'order.paid',
+        messageId: `m-${index + 1}`,
+        message: { order: index + 1 },
+      });
+    // Four waits, one connection through the proxy (the most seen while they waited): the triggerer's shared queue.
+    expect(connections).toBe(1);
+  }, 60_000);
+
   it('a DAG scheduled on a queue: one run per matching message, acknowledged once committed, across connections cut mid-stream', async () => {
     const url = new URL(RABBITMQ_URL);
     const proxy = await startTcpProxy(Number(url.port || 5672), url.hostname);
