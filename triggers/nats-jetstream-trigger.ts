@@ -3,6 +3,7 @@ import type * as NatsTransport from '@nats-io/transport-node';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
+import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
@@ -151,16 +152,15 @@ export class NatsJetStreamTrigger extends BaseTrigger {
     return `stream ${this.stream}${this.subject === undefined ? '' : ` subject ${this.subject}`}${this.match === undefined ? '' : ` matching ${JSON.stringify(this.match)}`}`;
   }
 
-  async *run(signal: AbortSignal): AsyncGenerator<TriggerEvent | WatchEvents> {
-    const connection = await transport().connect({
-      ...connectOptions(connectionFromEnv(this.connection).url),
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 500,
-      name: 'deferflow',
-    });
+  // No `signal` parameter (a wait needs none), and a wait's generator returned as it is (see RedisStreamTrigger.run).
+  run(): AsyncGenerator<TriggerEvent | WatchEvents> {
+    return this.watching ? this.#watchOwnConnection() : this.#wait();
+  }
+
+  async *#watchOwnConnection(): AsyncGenerator<WatchEvents> {
+    const connection = await connectNats(this.connection);
     this.#connection = connection;
-    if (this.watching) yield* this.#watch(connection, signal);
-    else yield* this.#wait(connection, signal);
+    yield* this.#watch(connection, this.signal);
   }
 
   override async cleanup(): Promise<void> {
@@ -170,29 +170,21 @@ export class NatsJetStreamTrigger extends BaseTrigger {
     await connection?.close();
   }
 
-  async *#wait(connection: NatsConnection, signal: AbortSignal): AsyncGenerator<TriggerEvent> {
-    const { jetstream, DeliverPolicy } = jetStream();
-    // An ordered consumer: made by the client, made again at the right sequence after a lost connection.
-    const consumer = await jetstream(connection).consumers.get(this.stream, {
-      ...(this.subject === undefined ? {} : { filter_subjects: this.subject }),
-      deliver_policy: DeliverPolicy.StartTime,
-      opt_start_time: this.after,
+  /** A wait: the first matching message stored from `after` on, from the triggerer's one reader of the stream (and subject). */
+  async *#wait(): AsyncGenerator<TriggerEvent> {
+    const match = this.match;
+    const upstream = this.readUpstream(new NatsStreamUpstream(this.connection, this.stream, this.subject, this.batch, this.block), {
+      // Stored from `after` on: after every message of the millisecond before.
+      since: `${Date.parse(this.after) - 1}:${Number.MAX_SAFE_INTEGER}`,
+      accept: (message) => match === undefined || matches(message.body, match),
+      probe: probeOf(match),
     });
-    const messages = await consumer.consume({ max_messages: this.batch, expires: this.block * 1000 });
-    const stop = () => void messages.close();
-    signal.addEventListener('abort', stop, { once: true });
     try {
-      for await (const entry of messages) {
-        const event = this.#event(entry);
-        if (this.#matches(event)) {
-          yield new TriggerEvent(event);
-          return;
-        }
-      }
+      const [first] = await upstream.next();
+      const meta = first!.meta as { subject: string; seq: number };
+      yield new TriggerEvent({ stream: this.stream, subject: meta.subject, seq: meta.seq, message: first!.body } satisfies NatsJetStreamMessage);
     } finally {
-      // Not awaited: closing waits for the pull in flight to end, which the event need not.
-      signal.removeEventListener('abort', stop);
-      stop();
+      upstream.close();
     }
   }
 
@@ -236,18 +228,118 @@ export class NatsJetStreamTrigger extends BaseTrigger {
   }
 
   #event(entry: JsMsg): NatsJetStreamMessage {
-    const text = entry.string();
-    let message: JsonValue;
-    try {
-      message = JSON.parse(text) as JsonValue;
-    } catch {
-      message = text;
-    }
-    return { stream: this.stream, subject: entry.subject, seq: entry.seq, message };
+    return { stream: this.stream, subject: entry.subject, seq: entry.seq, message: bodyOf(entry) };
   }
 
   #matches(event: NatsJetStreamMessage): boolean {
     return this.match === undefined || matches(event.message, this.match);
+  }
+}
+
+/** A connection to the named connection's server, reconnecting by itself for as long as it is open. */
+function connectNats(connectionName: string): Promise<NatsConnection> {
+  return transport().connect({ ...connectOptions(connectionFromEnv(connectionName).url), maxReconnectAttempts: -1, reconnectTimeWait: 500, name: 'deferflow' });
+}
+
+/** A message's body: JSON if it parses, else its text. */
+function bodyOf(entry: JsMsg): JsonValue {
+  const text = entry.string();
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * One ordered consumer of a stream (and subject) for every wait on it in a triggerer (see
+ * UpstreamHub). Positions are `<ms>:<seq>`, the time the server stored a message and its sequence,
+ * so that a wait's start (a moment) and the messages read order alike; a wait that joins behind the
+ * reader reads what it missed with an ordered consumer of its own, up to the reader's position.
+ */
+class NatsStreamUpstream implements UpstreamSource {
+  readonly key: string;
+  #connection: Promise<NatsConnection> | null = null;
+
+  constructor(
+    readonly connection: string,
+    readonly stream: string,
+    readonly subject: string | undefined,
+    readonly batch: number,
+    readonly block: number,
+  ) {
+    this.key = `nats:${connection}:${stream}:${subject ?? '>'}`;
+  }
+
+  compare(a: string, b: string): number {
+    const [aMs = 0, aSeq = 0] = a.split(':').map(Number);
+    const [bMs = 0, bSeq = 0] = b.split(':').map(Number);
+    return aMs - bMs || aSeq - bSeq;
+  }
+
+  async head(): Promise<string> {
+    const { jetstreamManager } = jetStream();
+    const info = await (await jetstreamManager(await this.#connect())).streams.info(this.stream);
+    return info.state.last_seq === 0 ? '0:0' : `${Date.parse(info.state.last_ts)}:${info.state.last_seq}`;
+  }
+
+  async *read(from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
+    const messages = await (await this.#consumerFrom(from)).consume({ max_messages: this.batch, expires: this.block * 1000 });
+    const stop = () => void messages.close();
+    context.signal.addEventListener('abort', stop, { once: true });
+    try {
+      for await (const entry of messages) yield [this.#message(entry)];
+    } finally {
+      stop();
+    }
+  }
+
+  async range(after: string, upTo: string): Promise<readonly UpstreamMessage[]> {
+    const found: UpstreamMessage[] = [];
+    const consumer = await this.#consumerFrom(after);
+    // Nothing stored since: none to read (a consume would wait for the next message).
+    if ((await consumer.info()).num_pending === 0) return found;
+    const messages = await consumer.consume({ max_messages: this.batch, expires: this.block * 1000 });
+    try {
+      for await (const entry of messages) {
+        const message = this.#message(entry);
+        if (this.compare(message.position, upTo) > 0) break;
+        found.push(message);
+        // The last stored on this subject, or the reader's position reached: the rest is the reader's.
+        if (entry.info.pending === 0 || this.compare(message.position, upTo) === 0) break;
+      }
+    } finally {
+      void messages.close();
+    }
+    return found;
+  }
+
+  async close(): Promise<void> {
+    const connection = await this.#connection?.catch(() => null);
+    this.#connection = null;
+    await connection?.close();
+  }
+
+  #connect(): Promise<NatsConnection> {
+    this.#connection ??= connectNats(this.connection);
+    return this.#connection;
+  }
+
+  /** An ordered consumer (made by the client, made again at the right sequence after a lost connection) from after `position`. */
+  async #consumerFrom(position: string) {
+    const { jetstream, DeliverPolicy } = jetStream();
+    const [ms = 0, seq = 0] = position.split(':').map(Number);
+    return jetstream(await this.#connect()).consumers.get(this.stream, {
+      ...(this.subject === undefined ? {} : { filter_subjects: this.subject }),
+      // After a message read: the next sequence; after a moment: what was stored from the next millisecond on.
+      ...(seq > 0 && seq < Number.MAX_SAFE_INTEGER
+        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: seq + 1 }
+        : { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(ms + 1).toISOString() }),
+    });
+  }
+
+  #message(entry: JsMsg): UpstreamMessage {
+    return { position: `${entry.time.getTime()}:${entry.seq}`, body: bodyOf(entry), meta: { subject: entry.subject, seq: entry.seq } };
   }
 }
 

@@ -17,6 +17,7 @@ import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
 import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { processWatchingDags } from '../support/watching-dags.ts';
+import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -81,7 +82,9 @@ describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
     const js = jetstream(shared);
     // Before the task deferred: not its message, though it matches.
     await js.publish(subject, JSON.stringify({ order: 42, when: 'before' }));
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    // Stored: the wait made from the next millisecond but one on takes only what comes after it.
+    const stored = Date.now();
+    await waitFor(() => Date.now() > stored + 1, { what: 'the clock to move on' });
     const id = await createTaskInstance(db);
     await openStores(db).taskInstances.deferTaskInstance(
       id,
@@ -95,6 +98,48 @@ describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
     const mine = await js.publish(subject, JSON.stringify({ order: 42, when: 'after' }));
     await waitFor(async () => (await taskInstance(db, id)).state === 'scheduled', { what: 'the task to resume', timeoutMs: 15_000 });
     expect((await taskInstance(db, id)).next_event).toEqual({ stream: name, subject, seq: mine.seq, message: { order: 42, when: 'after' } });
+  }, 60_000);
+
+  it('waits on one stream share one reader: each resumes with its own message, one deferred late with what the reader had passed', async () => {
+    const broker = new URL(NATS_URL);
+    const proxy = await startTcpProxy(Number(broker.port || 4222), broker.hostname);
+    open.push({ close: () => proxy.close() });
+    const db = await database(`nats://127.0.0.1:${proxy.port}`);
+    const name = unique('shared');
+    const subject = await makeStream(shared, name);
+    open.push({ close: () => jetstreamManager(shared).then((manager) => manager.streams.delete(name)) });
+    const js = jetstream(shared);
+    const waitOn = async (
+      order: number | string,
+      trigger = new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, subject, match: { order }, block: 1 }),
+    ) => {
+      const id = await createTaskInstance(db);
+      await openStores(db).taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger, method: 'resume' }));
+      return id;
+    };
+    const ids = [await waitOn(1), await waitOn(2), await waitOn(3), await waitOn(4)];
+    // Two stored before any triggerer runs: the reader starts at the earliest wait's start.
+    await js.publish(subject, JSON.stringify({ order: 1 }));
+    await js.publish(subject, JSON.stringify({ order: 2 }));
+    await triggerer(db);
+    let connections = 0;
+    const resumed = async (wanted: number[]) => {
+      connections = Math.max(connections, proxy.openConnections);
+      return (await Promise.all(wanted.map((id) => taskInstance(db, id)))).every((ti) => ti.state === 'scheduled');
+    };
+    await waitFor(() => resumed(ids.slice(0, 2)), { what: 'the first two tasks to resume', timeoutMs: 15_000 });
+    // A wait made before its message but deferred once the reader has read past it: its message comes from the history.
+    const late = new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, subject, match: { order: 'late' }, block: 1 });
+    const lateMessage = await js.publish(subject, JSON.stringify({ order: 'late' }));
+    await js.publish(subject, JSON.stringify({ order: 3 }));
+    await js.publish(subject, JSON.stringify({ order: 4 }));
+    await waitFor(() => resumed(ids), { what: 'all four tasks to resume', timeoutMs: 15_000 });
+    const lateId = await waitOn('late', late);
+    await waitFor(() => resumed([lateId]), { what: 'the late wait to resume', timeoutMs: 15_000 });
+    expect((await taskInstance(db, lateId)).next_event).toEqual({ stream: name, subject, seq: lateMessage.seq, message: { order: 'late' } });
+    for (const [index, id] of ids.entries()) expect((await taskInstance(db, id)).next_event).toMatchObject({ stream: name, message: { order: index + 1 } });
+    // Five waits, one connection through the proxy (the most seen while they waited).
+    expect(connections).toBe(1);
   }, 60_000);
 
   it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed, across a broker restart', async () => {
