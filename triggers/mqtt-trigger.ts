@@ -7,7 +7,7 @@ import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSourc
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
-import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
+import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -28,7 +28,7 @@ export interface MqttTriggerKwargs {
    * @default a hash of the topic and body: identical bodies on one topic are one event
    */
   readonly keyField?: string;
-  /** A watcher's persistent session (its client id is made from this and the topic): messages published while no triggerer is connected wait in it. @default 'deferflow' */
+  /** A watcher's persistent session (its client id is made from this, the topic and `match`): messages published while no triggerer is connected wait in it. @default 'deferflow' */
   readonly session?: string;
 }
 
@@ -176,7 +176,10 @@ export class MqttTrigger extends BaseTrigger {
 
   /** A client id every triggerer running this watcher shares, so that each resumes the same session. */
   #sessionClientId(): string {
-    return `deferflow_${this.session}_${createHash('sha256').update(this.topic).digest('hex').slice(0, 16)}`;
+    // The filter is part of it: two watchers of one topic with different filters are two sessions
+    // (one client id is one connection: the broker would drop either for the other).
+    const filter = this.match === undefined ? '' : `\0${canonicalJson(this.match)}`;
+    return `deferflow_${this.session}_${createHash('sha256').update(this.topic).update(filter).digest('hex').slice(0, 16)}`;
   }
 
   #keyOf(event: MqttMessage, payload: Buffer | string): string {

@@ -9,6 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // Optional peer dependencies: only users of this trigger install them (see docs/events.md).
@@ -31,7 +32,10 @@ export interface NatsJetStreamTriggerKwargs {
    * trigger is made: no message stored after the task deferred is missed, whichever triggerer runs it.
    */
   readonly after?: string;
-  /** A watcher's durable consumer, made if missing. @default 'deferflow' */
+  /**
+   * A watcher's durable consumer, made if missing. @default `deferflow`, or with `subject` or
+   * `match` `deferflow-<hash of them>`: watchers with different filters each see every message
+   */
   readonly consumer?: string;
   /** Where a watcher's new durable consumer starts: `new`, messages stored from then on; `all`, the whole stream. @default 'new' */
   readonly start?: 'new' | 'all';
@@ -92,7 +96,7 @@ export class NatsJetStreamTrigger extends BaseTrigger {
       subject,
       match,
       after = new Date().toISOString(),
-      consumer = 'deferflow',
+      consumer = defaultConsumerName('deferflow', [kwargs.subject, kwargs.match]),
       start = 'new',
       batch = 100,
       block = 5,

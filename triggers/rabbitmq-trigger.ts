@@ -9,6 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -26,7 +27,8 @@ export interface RabbitMqTriggerKwargs {
   readonly routingKey?: string;
   /**
    * A watcher's durable queue, declared if missing (and bound to `exchange` if given).
-   * @default `deferflow.<exchange>.<routingKey>`
+   * @default `deferflow.<exchange>.<routingKey>`, with `match` `.<hash of match>` after it: watchers
+   * with different filters each see every message
    */
   readonly queue?: string;
   /** Only a message whose body matches fires (a subset match, as SignalTrigger's `match`); absent: any. */
@@ -228,7 +230,7 @@ export class RabbitMqTrigger extends BaseTrigger {
 
   /** The watcher's durable queue, declared (and bound to the exchange when one is given). */
   async #subscribe(channel: AmqpChannel): Promise<string> {
-    const queue = this.queue ?? `deferflow.${this.exchange}.${this.routingKey}`;
+    const queue = this.queue ?? defaultConsumerName(`deferflow.${this.exchange}.${this.routingKey}`, [this.match], '.');
     await channel.assertQueue(queue, { durable: true });
     if (this.exchange !== undefined) {
       await channel.checkExchange(this.exchange);

@@ -9,6 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -39,7 +40,10 @@ export interface RedisStreamTriggerKwargs {
    * after the task deferred is missed, even in the same millisecond, whichever triggerer runs it.
    */
   readonly after?: string;
-  /** A watcher's consumer group, made (MKSTREAM) if missing. @default 'deferflow' */
+  /**
+   * A watcher's consumer group, made (MKSTREAM) if missing. @default `deferflow`, or with `match`
+   * `deferflow-<hash of match and jsonField>`: watchers with different filters each see every message
+   */
   readonly group?: string;
   /** Where a watcher's new consumer group starts: `$`, messages added from then on; `0`, the whole stream. @default '$' */
   readonly start?: '$' | '0';
@@ -102,7 +106,7 @@ export class RedisStreamTrigger extends BaseTrigger {
       match,
       jsonField,
       after = `${Date.now() - 1}-${LAST_SEQUENCE}`,
-      group = 'deferflow',
+      group = defaultConsumerName('deferflow', kwargs.match === undefined ? [] : [kwargs.match, kwargs.jsonField]),
       start = '$',
       batch = 100,
       block = 5,

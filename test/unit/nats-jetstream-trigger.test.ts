@@ -156,18 +156,16 @@ describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
     const name = unique('watch');
     const subject = await makeStream(own, name);
     const db = await database(server.url);
-    await processWatchingDags(db, [
-      {
-        dagId: 'orders',
-        watch: new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, match: { kind: 'order' }, batch: 50, block: 1, ackWait: 2 }),
-      },
-    ]);
+    const watch = new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, match: { kind: 'order' }, batch: 50, block: 1, ackWait: 2 });
+    // Its own durable consumer (a watcher of the stream with another filter gets another).
+    expect(watch.consumer).toMatch(/^deferflow-[0-9a-f]{12}$/);
+    await processWatchingDags(db, [{ dagId: 'orders', watch }]);
     await triggerer(db);
     const manager = await jetstreamManager(own);
     // The watcher made its durable consumer: messages from now on are its.
     await waitFor(
       () =>
-        manager.consumers.info(name, 'deferflow').then(
+        manager.consumers.info(name, watch.consumer).then(
           () => true,
           () => false,
         ),
@@ -185,7 +183,7 @@ describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
     await add(200, 400);
     await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 90_000 });
     const unacknowledged = async () => {
-      const info = await manager.consumers.info(name, 'deferflow');
+      const info = await manager.consumers.info(name, watch.consumer);
       return info.num_ack_pending + info.num_pending;
     };
     await waitFor(async () => (await unacknowledged()) === 0, { what: 'every message acknowledged', timeoutMs: 30_000 });

@@ -138,12 +138,8 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     });
     const db = await database(server.url);
     const stream = streamName('watch');
-    await processWatchingDags(db, [
-      {
-        dagId: 'orders',
-        watch: new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind: 'order' }, batch: 50, block: 0.2 }),
-      },
-    ]);
+    const watch = new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind: 'order' }, batch: 50, block: 0.2 });
+    await processWatchingDags(db, [{ dagId: 'orders', watch }]);
     await triggerer(db);
     const own = createClient({ url: server.url });
     own.on('error', () => {});
@@ -163,13 +159,34 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     await server.restart();
     await add(300, 400);
     await waitFor(async () => (await runs()) === 200, { what: 'one run per order message (200)', timeoutMs: 90_000 });
-    const pending = async () => (await own.xPending(stream, 'deferflow')).pending;
+    const pending = async () => (await own.xPending(stream, watch.group)).pending;
     await waitFor(async () => (await pending()) === 0, { what: 'every message acknowledged', timeoutMs: 30_000 });
     const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
     expect(new Set(runIds).size).toBe(200);
     const first = await db.db.selectFrom('dag_run').select('conf').orderBy('logical_date').limit(1).executeTakeFirstOrThrow();
     expect(JSON.parse(first.conf).event.payload).toMatchObject({ stream, message: { kind: 'order', n: 0 } });
   }, 300_000);
+
+  it('two DAGs watching one stream with different filters each get a run for every message of theirs (a consumer group each)', async () => {
+    const db = await database();
+    const stream = streamName('filters');
+    const watcher = (kind: string) => new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind }, block: 0.2 });
+    expect(watcher('paid').group).not.toBe(watcher('refund').group);
+    expect(new RedisStreamTrigger({ connection: 'test_redis', stream }).group).toBe('deferflow');
+    await processWatchingDags(db, [
+      { dagId: 'paid', watch: watcher('paid') },
+      { dagId: 'refunds', watch: watcher('refund') },
+    ]);
+    await triggerer(db);
+    await waitFor(async () => (await redis.exists(stream)) === 1 && (await redis.xInfoGroups(stream)).length === 2, {
+      what: 'both consumer groups',
+      timeoutMs: 30_000,
+    });
+    for (let i = 0; i < 40; i++) await redis.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }) });
+    const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
+    await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
+    await redis.del(stream);
+  }, 60_000);
 
   it('a connection lost between a read and its reply: the messages the broker delivered unseen are handed over once reconnected', async () => {
     const proxy = await startTcpProxy(Number(new URL(REDIS_URL).port || 6379), new URL(REDIS_URL).hostname);
