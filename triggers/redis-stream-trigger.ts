@@ -51,6 +51,12 @@ export interface RedisStreamTriggerKwargs {
   readonly batch?: number;
   /** Longest one read blocks waiting for messages, in seconds. @default 5 */
   readonly block?: number;
+  /**
+   * A watcher reads through the triggerer's one shared reader of the stream (with the waits and
+   * other shared watchers on it), from its cursor, instead of through a consumer group: its position
+   * is the cursor deferflow commits with its runs, so nothing is acknowledged in Redis. @default false
+   */
+  readonly shared?: boolean;
 }
 
 /** What a message event carries: its stream, its id and its body. */
@@ -90,6 +96,7 @@ export class RedisStreamTrigger extends BaseTrigger {
   readonly start: '$' | '0';
   readonly batch: number;
   readonly block: number;
+  readonly shared: boolean;
   #client: RedisClient | null = null;
   /** Set when a read waited out a lost connection: a watcher then reads its own pending messages again. */
   #reconnected = false;
@@ -98,7 +105,7 @@ export class RedisStreamTrigger extends BaseTrigger {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('RedisStreamTrigger', why);
     if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block'];
+    const known = ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block', 'shared'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
     const {
       connection,
@@ -129,6 +136,8 @@ export class RedisStreamTrigger extends BaseTrigger {
     this.start = start;
     this.batch = batch;
     this.block = block;
+    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
+    this.shared = kwargs.shared ?? false;
   }
 
   override serialize(): SerializedTrigger {
@@ -151,6 +160,7 @@ export class RedisStreamTrigger extends BaseTrigger {
       start: this.start,
       batch: this.batch,
       block: this.block,
+      ...(this.shared ? { shared: true } : {}),
     };
   }
 
@@ -162,7 +172,46 @@ export class RedisStreamTrigger extends BaseTrigger {
   // none per wait; and the wait's generator is returned as it is, not delegated to (one generator a
   // wait, not two: thousands of waits share a stream).
   run(): AsyncGenerator<TriggerEvent | WatchEvents> {
-    return this.watching ? this.#watchOwnConnection() : this.#wait();
+    if (!this.watching) return this.#wait();
+    return this.shared ? this.#watchShared() : this.#watchOwnConnection();
+  }
+
+  /**
+   * A shared watcher: the matching messages after its cursor from the triggerer's shared reader,
+   * handed over `batch` at a time, each batch's last id its cursor. With no cursor yet it starts at
+   * `start` and writes that position first, so that a restart before its first event misses nothing.
+   */
+  async *#watchShared(): AsyncGenerator<WatchEvents> {
+    let since = (this.cursor as { id?: string } | null)?.id;
+    if (since === undefined) {
+      since = this.start === '0' ? '0-0' : `${Date.now() - 1}-${LAST_SEQUENCE}`;
+      yield new WatchEvents([], { stream: this.stream, id: since });
+    }
+    const match = this.match;
+    const upstream = this.readUpstream(new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block), {
+      since,
+      accept: (message) => match === undefined || matches(message.body, match),
+      probe: probeOf(match),
+      // A watcher behind by more than this (its database slow) fails, and runs again from its cursor.
+      capacity: Math.max(1000, this.batch * 10),
+    });
+    try {
+      for (;;) {
+        const messages = await upstream.next();
+        for (let from = 0; from < messages.length; from += this.batch) {
+          const batch = messages.slice(from, from + this.batch);
+          yield new WatchEvents(
+            batch.map((message) => ({
+              key: `${this.stream}:${message.position}`,
+              payload: { stream: this.stream, id: message.position, message: message.body } satisfies RedisStreamMessage,
+            })),
+            { stream: this.stream, id: batch.at(-1)!.position },
+          );
+        }
+      }
+    } finally {
+      upstream.close();
+    }
   }
 
   async *#watchOwnConnection(): AsyncGenerator<WatchEvents> {

@@ -188,6 +188,47 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
     await redis.del(stream);
   }, 60_000);
 
+  it('shared watchers: two DAGs with different filters read through one reader from their cursors, no consumer group; a new triggerer reads on from the cursors', async () => {
+    const db = await database();
+    const stream = streamName('shared-watch');
+    const watcher = (kind: string) =>
+      new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind }, shared: true, batch: 10, block: 0.2 });
+    await processWatchingDags(db, [
+      { dagId: 'paid', watch: watcher('paid') },
+      { dagId: 'refunds', watch: watcher('refund') },
+    ]);
+    const first = await startTriggerer(db);
+    let firstStopped = false;
+    open.push({ close: async () => (firstStopped ? undefined : first.stop()) });
+    // Each wrote where it starts before any event: a restart before its first event misses nothing.
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2, {
+      what: 'both starting cursors',
+      timeoutMs: 30_000,
+    });
+    const add = async (from: number, to: number) => {
+      for (let i = from; i < to; i++) await redis.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }) });
+    };
+    const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
+    await add(0, 40);
+    await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
+    const clients = async (role: string) =>
+      String(await redis.sendCommand(['CLIENT', 'LIST']))
+        .split('\n')
+        .filter((line) => line.includes(`name=deferflow-${role}-${process.pid} `));
+    expect((await clients('upstream')).filter((line) => / cmd=xread /.test(line)).length).toBe(1);
+    expect(await clients('watcher')).toEqual([]);
+    expect(await redis.xInfoGroups(stream)).toEqual([]);
+    await first.stop();
+    firstStopped = true;
+    // Added while no triggerer runs: read by the next from the committed cursors, none twice.
+    await add(40, 80);
+    await triggerer(db);
+    await waitFor(async () => (await runsOf('paid')) === 40 && (await runsOf('refunds')) === 40, { what: '40 runs of each DAG', timeoutMs: 30_000 });
+    const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
+    expect(new Set(runIds).size).toBe(80);
+    await redis.del(stream);
+  }, 60_000);
+
   it('a connection lost between a read and its reply: the messages the broker delivered unseen are handed over once reconnected', async () => {
     const proxy = await startTcpProxy(Number(new URL(REDIS_URL).port || 6379), new URL(REDIS_URL).hostname);
     open.push({ close: () => proxy.close() });
