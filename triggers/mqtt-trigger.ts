@@ -3,7 +3,7 @@ import type * as MqttModule from 'mqtt';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
-import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
+import { PushedMessages, probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
@@ -226,8 +226,7 @@ class MqttTopicUpstream implements UpstreamSource {
   }
 
   async *read(_from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
-    let inbox: UpstreamMessage[] = [];
-    let wake: (() => void) | null = null;
+    const inbox = new PushedMessages();
     const client = mqtt().connect(connectionFromEnv(this.connection).url, {
       clean: true,
       clientId: `deferflow_${randomBytes(8).toString('hex')}`,
@@ -243,22 +242,12 @@ class MqttTopicUpstream implements UpstreamSource {
       // A retained message is the topic's last one, from before this subscription: no event.
       if (packet.retain) return;
       inbox.push({ position: String(++this.#received), body: bodyOf(packet.payload), meta: { topic: packet.topic } });
-      wake?.();
     };
-    const stop = () => wake?.();
-    context.signal.addEventListener('abort', stop, { once: true });
+    context.signal.addEventListener('abort', () => inbox.interrupt(), { once: true });
     await client.subscribeAsync(this.topic, { qos: 1 });
     while (!context.signal.aborted) {
-      if (inbox.length === 0) {
-        await new Promise<void>((resolve) => {
-          wake = resolve;
-        });
-        wake = null;
-        continue;
-      }
-      const batch = inbox;
-      inbox = [];
-      yield batch;
+      const batch = await inbox.take();
+      if (batch.length > 0) yield batch;
     }
   }
 

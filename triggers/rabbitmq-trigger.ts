@@ -3,7 +3,7 @@ import type * as AmqpModule from 'amqplib';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
-import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
+import { PushedMessages, probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
@@ -290,11 +290,10 @@ class RabbitMqExchangeUpstream implements UpstreamSource {
   async *read(_from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
     const client = amqplib();
     const url = connectionFromEnv(this.connection).url;
-    let wake: (() => void) | null = null;
-    context.signal.addEventListener('abort', () => wake?.(), { once: true });
+    const inbox = new PushedMessages();
+    context.signal.addEventListener('abort', () => inbox.interrupt(), { once: true });
     const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
     while (!context.signal.aborted) {
-      let inbox: UpstreamMessage[] = [];
       let lost: { message: string } | null = null;
       let connection: AmqpConnection;
       try {
@@ -309,7 +308,7 @@ class RabbitMqExchangeUpstream implements UpstreamSource {
       connection.on('error', () => {});
       connection.on('close', (error?: Error) => {
         lost = error ?? { message: 'connection closed' };
-        wake?.();
+        inbox.interrupt();
       });
       try {
         const channel = await connection.createChannel();
@@ -327,21 +326,12 @@ class RabbitMqExchangeUpstream implements UpstreamSource {
               body: event.message,
               meta: { exchange: event.exchange, routingKey: event.routingKey, messageId: event.messageId },
             });
-            wake?.();
           },
           { noAck: true },
         );
         while (!context.signal.aborted && lost === null) {
-          if (inbox.length === 0) {
-            await new Promise<void>((resolve) => {
-              wake = resolve;
-            });
-            wake = null;
-            continue;
-          }
-          const batch = inbox;
-          inbox = [];
-          yield batch;
+          const batch = await inbox.take();
+          if (batch.length > 0) yield batch;
         }
       } catch (error) {
         if (context.signal.aborted) return;

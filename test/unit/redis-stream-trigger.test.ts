@@ -33,6 +33,7 @@ describe('RedisStreamTrigger kwargs', () => {
     expect(refused({ connection: 'redis', stream: 's', batch: 0 })).toMatch(/batch number 0 is not a whole number from 1 to 10000/);
     expect(refused({ connection: 'redis', stream: 's', after: 'soon' })).toMatch(/after "soon" is not a stream id/);
     expect(refused({ connection: 'redis', stream: 's', stream_name: 'x' })).toMatch(/unknown field "stream_name"/);
+    expect(refused({ connection: 'redis', stream: 's', shared: 'yes' })).toMatch(/shared "yes" is not true or false/);
     const trigger = new RedisStreamTrigger({ connection: 'redis', stream: 's', match: { kind: 'order' } });
     expect(trigger.serialize().kwargs.after).toMatch(/^\d+-18446744073709551615$/);
     expect(trigger.serializeAsWatcher().kwargs).not.toHaveProperty('after');

@@ -371,3 +371,34 @@ export function probeOf(match: JsonValue | undefined): UpstreamFilter['probe'] {
   }
   return undefined;
 }
+
+/**
+ * The messages a client's callback hands a source (an MQTT or AMQP subscription), taken by its
+ * read() as batches: everything that came since the last take.
+ */
+export class PushedMessages {
+  #messages: UpstreamMessage[] = [];
+  #wake: (() => void) | null = null;
+
+  push(message: UpstreamMessage): void {
+    this.#messages.push(message);
+    this.#wake?.();
+  }
+
+  /** Ends a take() waiting, with what is there (perhaps nothing): the connection was lost, or the reader stops. */
+  interrupt(): void {
+    this.#wake?.();
+  }
+
+  /** Everything pushed since the last take, waiting for the first message (or an interrupt). */
+  async take(): Promise<UpstreamMessage[]> {
+    if (this.#messages.length === 0)
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+    this.#wake = null;
+    const taken = this.#messages;
+    this.#messages = [];
+    return taken;
+  }
+}
