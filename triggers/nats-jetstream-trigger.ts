@@ -45,6 +45,12 @@ export interface NatsJetStreamTriggerKwargs {
   readonly block?: number;
   /** Seconds before the server delivers again a message a watcher has not acknowledged (its triggerer died). @default 30 */
   readonly ackWait?: number;
+  /**
+   * A watcher reads through the triggerer's one shared reader of the stream and subject (with the
+   * waits and other shared watchers on it), from its cursor, instead of through a durable consumer:
+   * its position is the cursor deferflow commits with its runs, so nothing is acknowledged. @default false
+   */
+  readonly shared?: boolean;
 }
 
 /** What a message event carries: its stream, subject, stream sequence and body (JSON if it parses, else text). */
@@ -82,13 +88,14 @@ export class NatsJetStreamTrigger extends BaseTrigger {
   readonly batch: number;
   readonly block: number;
   readonly ackWait: number;
+  readonly shared: boolean;
   #connection: NatsConnection | null = null;
 
   constructor(kwargs: NatsJetStreamTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('NatsJetStreamTrigger', why);
     if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'stream', 'subject', 'match', 'after', 'consumer', 'start', 'batch', 'block', 'ackWait'];
+    const known = ['connection', 'stream', 'subject', 'match', 'after', 'consumer', 'start', 'batch', 'block', 'ackWait', 'shared'];
     for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
     const {
       connection,
@@ -126,6 +133,8 @@ export class NatsJetStreamTrigger extends BaseTrigger {
     this.batch = batch;
     this.block = block;
     this.ackWait = ackWait;
+    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
+    this.shared = kwargs.shared ?? false;
   }
 
   override serialize(): SerializedTrigger {
@@ -149,6 +158,7 @@ export class NatsJetStreamTrigger extends BaseTrigger {
       batch: this.batch,
       block: this.block,
       ackWait: this.ackWait,
+      ...(this.shared ? { shared: true } : {}),
     };
   }
 
@@ -158,7 +168,46 @@ export class NatsJetStreamTrigger extends BaseTrigger {
 
   // No `signal` parameter (a wait needs none), and a wait's generator returned as it is (see RedisStreamTrigger.run).
   run(): AsyncGenerator<TriggerEvent | WatchEvents> {
-    return this.watching ? this.#watchOwnConnection() : this.#wait();
+    if (!this.watching) return this.#wait();
+    return this.shared ? this.#watchShared() : this.#watchOwnConnection();
+  }
+
+  /**
+   * A shared watcher: the matching messages after its cursor from the triggerer's shared reader,
+   * handed over `batch` at a time, each batch's last position its cursor. With no cursor yet it
+   * starts at `start` and writes that position first, so that a restart before its first event
+   * misses nothing.
+   */
+  async *#watchShared(): AsyncGenerator<WatchEvents> {
+    let since = (this.cursor as { position?: string } | null)?.position;
+    if (since === undefined) {
+      since = this.start === 'all' ? '0:0' : `${Date.now() - 1}:${Number.MAX_SAFE_INTEGER}`;
+      yield new WatchEvents([], { stream: this.stream, position: since });
+    }
+    const match = this.match;
+    const upstream = this.readUpstream(new NatsStreamUpstream(this.connection, this.stream, this.subject, this.batch, this.block), {
+      since,
+      accept: (message) => match === undefined || matches(message.body, match),
+      probe: probeOf(match),
+      // A watcher behind by more than this (its database slow) fails, and runs again from its cursor.
+      capacity: Math.max(1000, this.batch * 10),
+    });
+    try {
+      for (;;) {
+        const messages = await upstream.next();
+        for (let from = 0; from < messages.length; from += this.batch) {
+          const batch = messages.slice(from, from + this.batch);
+          const events = batch.map((message) => {
+            const meta = message.meta as { subject: string; seq: number };
+            return { key: `${this.stream}:${meta.seq}`, payload: { stream: this.stream, subject: meta.subject, seq: meta.seq, message: message.body } };
+          });
+          const last = batch.at(-1)!;
+          yield new WatchEvents(events, { stream: this.stream, seq: (last.meta as { seq: number }).seq, position: last.position });
+        }
+      }
+    } finally {
+      upstream.close();
+    }
   }
 
   async *#watchOwnConnection(): AsyncGenerator<WatchEvents> {

@@ -43,6 +43,7 @@ describe('NatsJetStreamTrigger kwargs', () => {
     expect(refused({ connection: 'nats', stream: 's', after: 'soon' })).toMatch(/after "soon" is not an ISO 8601 moment/);
     expect(refused({ connection: 'nats', stream: 's', start: 'first' })).toMatch(/start "first" must be "new"/);
     expect(refused({ connection: 'nats', stream: 's', durable: 'x' })).toMatch(/unknown field "durable"/);
+    expect(refused({ connection: 'nats', stream: 's', shared: 1 })).toMatch(/shared number 1 is not true or false/);
     const trigger = new NatsJetStreamTrigger({ connection: 'nats', stream: 's', subject: 's.orders', match: { kind: 'order' } });
     expect(Date.parse(trigger.serialize().kwargs.after as string)).toBeLessThanOrEqual(Date.now());
     expect(trigger.serializeAsWatcher().kwargs).not.toHaveProperty('after');
@@ -140,6 +141,45 @@ describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
     for (const [index, id] of ids.entries()) expect((await taskInstance(db, id)).next_event).toMatchObject({ stream: name, message: { order: index + 1 } });
     // Five waits, one connection through the proxy (the most seen while they waited).
     expect(connections).toBe(1);
+  }, 60_000);
+
+  it('shared watchers: two DAGs with different filters read through one reader from their cursors, no durable consumer; a new triggerer reads on from the cursors', async () => {
+    const db = await database();
+    const name = unique('shared_watch');
+    const subject = await makeStream(shared, name);
+    open.push({ close: () => jetstreamManager(shared).then((manager) => manager.streams.delete(name)) });
+    const watcher = (kind: string) =>
+      new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, subject, match: { kind }, shared: true, batch: 10, block: 1 });
+    await processWatchingDags(db, [
+      { dagId: 'paid', watch: watcher('paid') },
+      { dagId: 'refunds', watch: watcher('refund') },
+    ]);
+    const first = await startTriggerer(db);
+    let firstStopped = false;
+    open.push({ close: async () => (firstStopped ? undefined : first.stop()) });
+    // Each wrote where it starts before any event: a restart before its first event misses nothing.
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2, {
+      what: 'both starting cursors',
+      timeoutMs: 30_000,
+    });
+    const js = jetstream(shared);
+    const add = async (from: number, to: number) => {
+      for (let i = from; i < to; i++) await js.publish(subject, JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }));
+    };
+    const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
+    await add(0, 40);
+    await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
+    const manager = await jetstreamManager(shared);
+    const durables = (await manager.consumers.list(name).next()).filter((consumer) => consumer.config.durable_name !== undefined);
+    expect(durables).toEqual([]);
+    await first.stop();
+    firstStopped = true;
+    // Stored while no triggerer runs: read by the next from the committed cursors, none twice.
+    await add(40, 80);
+    await triggerer(db);
+    await waitFor(async () => (await runsOf('paid')) === 40 && (await runsOf('refunds')) === 40, { what: '40 runs of each DAG', timeoutMs: 30_000 });
+    const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
+    expect(new Set(runIds).size).toBe(80);
   }, 60_000);
 
   it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed, across a broker restart', async () => {
