@@ -331,8 +331,10 @@ class NatsStreamUpstream implements UpstreamSource {
   }
 
   async head(): Promise<string> {
+    // Connected first: a project missing both clients is told of the transport first, as a watcher tells it.
+    const connection = await this.#connect();
     const { jetstreamManager } = jetStream();
-    const info = await (await jetstreamManager(await this.#connect())).streams.info(this.stream);
+    const info = await (await jetstreamManager(connection)).streams.info(this.stream);
     return info.state.last_seq === 0 ? '0:0' : `${Date.parse(info.state.last_ts)}:${info.state.last_seq}`;
   }
 
