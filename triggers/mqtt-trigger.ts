@@ -3,12 +3,13 @@ import type * as MqttModule from 'mqtt';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
-import { PushedMessages, probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
+import { PushedMessages, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { firstMessage, matchFilter } from './shared-stream.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -109,18 +110,8 @@ export class MqttTrigger extends BaseTrigger {
 
   /** A wait: the first matching message from the triggerer's shared subscription to the topic. */
   async *#wait(): AsyncGenerator<TriggerEvent> {
-    const match = this.match;
-    const upstream = this.readUpstream(new MqttTopicUpstream(this.connection, this.topic), {
-      since: null,
-      accept: (message) => match === undefined || matches(message.body, match),
-      probe: probeOf(match),
-    });
-    try {
-      const [first] = await upstream.next();
-      yield new TriggerEvent({ topic: String(first!.meta?.topic ?? this.topic), message: first!.body } satisfies MqttMessage);
-    } finally {
-      upstream.close();
-    }
+    const first = await firstMessage(this.readUpstream(new MqttTopicUpstream(this.connection, this.topic), matchFilter(null, this.match)));
+    yield new TriggerEvent({ topic: String(first.meta?.topic ?? this.topic), message: first.body } satisfies MqttMessage);
   }
 
   async *#watch(signal: AbortSignal): AsyncGenerator<WatchEvents> {

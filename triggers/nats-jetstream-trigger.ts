@@ -3,12 +3,13 @@ import type * as NatsTransport from '@nats-io/transport-node';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
-import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
+import type { UpstreamContext, UpstreamMessage, UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { firstMessage, inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -184,30 +185,19 @@ export class NatsJetStreamTrigger extends BaseTrigger {
       since = this.start === 'all' ? '0:0' : `${Date.now() - 1}:${Number.MAX_SAFE_INTEGER}`;
       yield new WatchEvents([], { stream: this.stream, position: since });
     }
-    const match = this.match;
-    const upstream = this.readUpstream(new NatsStreamUpstream(this.connection, this.stream, this.subject, this.batch, this.block), {
-      since,
-      accept: (message) => match === undefined || matches(message.body, match),
-      probe: probeOf(match),
-      // A watcher behind by more than this (its database slow) fails, and runs again from its cursor.
-      capacity: Math.max(1000, this.batch * 10),
-    });
-    try {
-      for (;;) {
-        const messages = await upstream.next();
-        for (let from = 0; from < messages.length; from += this.batch) {
-          const batch = messages.slice(from, from + this.batch);
-          const events = batch.map((message) => {
-            const meta = message.meta as { subject: string; seq: number };
-            return { key: `${this.stream}:${meta.seq}`, payload: { stream: this.stream, subject: meta.subject, seq: meta.seq, message: message.body } };
-          });
-          const last = batch.at(-1)!;
-          yield new WatchEvents(events, { stream: this.stream, seq: (last.meta as { seq: number }).seq, position: last.position });
-        }
-      }
-    } finally {
-      upstream.close();
-    }
+    const upstream = this.readUpstream(
+      new NatsStreamUpstream(this.connection, this.stream, this.subject, this.batch, this.block),
+      matchFilter(since, this.match, watcherCapacity(this.batch)),
+    );
+    yield* inBatches(
+      upstream,
+      this.batch,
+      (message) => {
+        const { subject, seq } = message.meta as { subject: string; seq: number };
+        return { key: `${this.stream}:${seq}`, payload: { stream: this.stream, subject, seq, message: message.body } satisfies NatsJetStreamMessage };
+      },
+      (last) => ({ stream: this.stream, seq: (last.meta as { seq: number }).seq, position: last.position }),
+    );
   }
 
   async *#watchOwnConnection(): AsyncGenerator<WatchEvents> {
@@ -225,20 +215,14 @@ export class NatsJetStreamTrigger extends BaseTrigger {
 
   /** A wait: the first matching message stored from `after` on, from the triggerer's one reader of the stream (and subject). */
   async *#wait(): AsyncGenerator<TriggerEvent> {
-    const match = this.match;
-    const upstream = this.readUpstream(new NatsStreamUpstream(this.connection, this.stream, this.subject, this.batch, this.block), {
+    const upstream = this.readUpstream(
+      new NatsStreamUpstream(this.connection, this.stream, this.subject, this.batch, this.block),
       // Stored from `after` on: after every message of the millisecond before.
-      since: `${Date.parse(this.after) - 1}:${Number.MAX_SAFE_INTEGER}`,
-      accept: (message) => match === undefined || matches(message.body, match),
-      probe: probeOf(match),
-    });
-    try {
-      const [first] = await upstream.next();
-      const meta = first!.meta as { subject: string; seq: number };
-      yield new TriggerEvent({ stream: this.stream, subject: meta.subject, seq: meta.seq, message: first!.body } satisfies NatsJetStreamMessage);
-    } finally {
-      upstream.close();
-    }
+      matchFilter(`${Date.parse(this.after) - 1}:${Number.MAX_SAFE_INTEGER}`, this.match),
+    );
+    const first = await firstMessage(upstream);
+    const { subject, seq } = first.meta as { subject: string; seq: number };
+    yield new TriggerEvent({ stream: this.stream, subject, seq, message: first.body } satisfies NatsJetStreamMessage);
   }
 
   async *#watch(connection: NatsConnection, signal: AbortSignal): AsyncGenerator<WatchEvents> {

@@ -3,12 +3,13 @@ import type * as AmqpModule from 'amqplib';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
-import { PushedMessages, probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
+import { PushedMessages, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { firstMessage, matchFilter } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -134,24 +135,10 @@ export class RabbitMqTrigger extends BaseTrigger {
         'a wait reads from an exchange (give exchange): taking messages off a shared queue would take them from its other consumers',
       );
     }
-    const match = this.match;
-    const upstream = this.readUpstream(new RabbitMqExchangeUpstream(this.connection, this.exchange, this.routingKey), {
-      since: null,
-      accept: (message) => match === undefined || matches(message.body, match),
-      probe: probeOf(match),
-    });
-    try {
-      const [first] = await upstream.next();
-      const meta = first!.meta as { exchange: string; routingKey: string; messageId: string | null };
-      yield new TriggerEvent({
-        exchange: meta.exchange,
-        routingKey: meta.routingKey,
-        messageId: meta.messageId,
-        message: first!.body,
-      } satisfies RabbitMqMessage);
-    } finally {
-      upstream.close();
-    }
+    const upstream = this.readUpstream(new RabbitMqExchangeUpstream(this.connection, this.exchange, this.routingKey), matchFilter(null, this.match));
+    const first = await firstMessage(upstream);
+    const meta = first.meta as { exchange: string; routingKey: string; messageId: string | null };
+    yield new TriggerEvent({ exchange: meta.exchange, routingKey: meta.routingKey, messageId: meta.messageId, message: first.body } satisfies RabbitMqMessage);
   }
 
   async *#watch(signal: AbortSignal): AsyncGenerator<WatchEvents> {

@@ -2,13 +2,14 @@ import os from 'node:os';
 import type * as RedisModule from '@redis/client';
 import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
-import { probeOf, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
+import type { UpstreamContext, UpstreamMessage, UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
+import { firstMessage, inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -187,31 +188,19 @@ export class RedisStreamTrigger extends BaseTrigger {
       since = this.start === '0' ? '0-0' : `${Date.now() - 1}-${LAST_SEQUENCE}`;
       yield new WatchEvents([], { stream: this.stream, id: since });
     }
-    const match = this.match;
-    const upstream = this.readUpstream(new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block), {
-      since,
-      accept: (message) => match === undefined || matches(message.body, match),
-      probe: probeOf(match),
-      // A watcher behind by more than this (its database slow) fails, and runs again from its cursor.
-      capacity: Math.max(1000, this.batch * 10),
-    });
-    try {
-      for (;;) {
-        const messages = await upstream.next();
-        for (let from = 0; from < messages.length; from += this.batch) {
-          const batch = messages.slice(from, from + this.batch);
-          yield new WatchEvents(
-            batch.map((message) => ({
-              key: `${this.stream}:${message.position}`,
-              payload: { stream: this.stream, id: message.position, message: message.body } satisfies RedisStreamMessage,
-            })),
-            { stream: this.stream, id: batch.at(-1)!.position },
-          );
-        }
-      }
-    } finally {
-      upstream.close();
-    }
+    const upstream = this.readUpstream(
+      new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block),
+      matchFilter(since, this.match, watcherCapacity(this.batch)),
+    );
+    yield* inBatches(
+      upstream,
+      this.batch,
+      (message) => ({
+        key: `${this.stream}:${message.position}`,
+        payload: { stream: this.stream, id: message.position, message: message.body } satisfies RedisStreamMessage,
+      }),
+      (last) => ({ stream: this.stream, id: last.position }),
+    );
   }
 
   async *#watchOwnConnection(): AsyncGenerator<WatchEvents> {
@@ -229,18 +218,12 @@ export class RedisStreamTrigger extends BaseTrigger {
 
   /** A wait: the first matching message after `after`, from the shared reader of the stream. */
   async *#wait(): AsyncGenerator<TriggerEvent> {
-    const match = this.match;
-    const upstream = this.readUpstream(new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block), {
-      since: this.after === '$' ? null : this.after,
-      accept: (message) => match === undefined || matches(message.body, match),
-      probe: probeOf(match),
-    });
-    try {
-      const [first] = await upstream.next();
-      yield new TriggerEvent({ stream: this.stream, id: first!.position, message: first!.body } satisfies RedisStreamMessage);
-    } finally {
-      upstream.close();
-    }
+    const upstream = this.readUpstream(
+      new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block),
+      matchFilter(this.after === '$' ? null : this.after, this.match),
+    );
+    const first = await firstMessage(upstream);
+    yield new TriggerEvent({ stream: this.stream, id: first.position, message: first.body } satisfies RedisStreamMessage);
   }
 
   async *#watch(client: RedisClient, signal: AbortSignal): AsyncGenerator<WatchEvents> {
