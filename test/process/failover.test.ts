@@ -106,7 +106,10 @@ describe.each(testDialects)('failover on %s', (dialect) => {
       state: 'running',
       end_date: null,
     });
-    expect(survivor.proc.matching((line) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`)).toHaveLength(1);
+    // Its log line is read from a pipe that may lag the triggers' own record on a loaded machine: waited for.
+    const released = (line: { msg?: unknown }) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`;
+    await survivor.proc.waitForLine(released);
+    expect(survivor.proc.matching(released)).toHaveLength(1);
     // Every trigger ran on the victim, then once on the survivor.
     for (const [tag, pids] of triggerStarts(file)) expect(pids, tag).toEqual([victim.proc.pid, survivor.proc.pid]);
     // The dead job's row says running for ever and its lock is free: told once, not in a loop.
@@ -334,7 +337,9 @@ describe.each(testDialects)('failover on %s', (dialect) => {
         });
         // No lock to tell at once: the threshold (4 s) less the last heartbeat's age (under 1 s).
         expect(Date.now() - killedAt).toBeGreaterThanOrEqual(2900);
-        expect(peer.proc.matching((line) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`)).toHaveLength(1);
+        const released = (line: { msg?: unknown }) => line.msg === `released ${TRIGGERS} trigger(s) of dead triggerers`;
+        await peer.proc.waitForLine(released);
+        expect(peer.proc.matching(released)).toHaveLength(1);
         expect(pooled.proc.matching((line) => String(line.msg).includes('do not stay on one PostgreSQL session'))).toHaveLength(1);
       } finally {
         pooler.close();
