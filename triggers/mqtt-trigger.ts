@@ -9,7 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
-import { firstMessage, matchFilter } from './shared-stream.ts';
+import { matchFilter } from './shared-stream.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -110,7 +110,7 @@ export class MqttTrigger extends BaseTrigger {
 
   /** A wait: the first matching message from the triggerer's shared subscription to the topic. */
   async *#wait(): AsyncGenerator<TriggerEvent> {
-    const first = await firstMessage(this.readUpstream(new MqttTopicUpstream(this.connection, this.topic), matchFilter(null, this.match)));
+    const first = await this.readUpstream(new MqttTopicUpstream(this.connection, this.topic), matchFilter(null, this.match)).first();
     yield new TriggerEvent({ topic: String(first.meta?.topic ?? this.topic), message: first.body } satisfies MqttMessage);
   }
 

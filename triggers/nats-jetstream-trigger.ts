@@ -9,7 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
-import { firstMessage, inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
+import { inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -220,7 +220,7 @@ export class NatsJetStreamTrigger extends BaseTrigger {
       // Stored from `after` on: after every message of the millisecond before.
       matchFilter(`${Date.parse(this.after) - 1}:${Number.MAX_SAFE_INTEGER}`, this.match),
     );
-    const first = await firstMessage(upstream);
+    const first = await upstream.first();
     const { subject, seq } = first.meta as { subject: string; seq: number };
     yield new TriggerEvent({ stream: this.stream, subject, seq, message: first.body } satisfies NatsJetStreamMessage);
   }

@@ -9,7 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
-import { firstMessage, matchFilter } from './shared-stream.ts';
+import { matchFilter } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -136,7 +136,7 @@ export class RabbitMqTrigger extends BaseTrigger {
       );
     }
     const upstream = this.readUpstream(new RabbitMqExchangeUpstream(this.connection, this.exchange, this.routingKey), matchFilter(null, this.match));
-    const first = await firstMessage(upstream);
+    const first = await upstream.first();
     const meta = first.meta as { exchange: string; routingKey: string; messageId: string | null };
     yield new TriggerEvent({ exchange: meta.exchange, routingKey: meta.routingKey, messageId: meta.messageId, message: first.body } satisfies RabbitMqMessage);
   }

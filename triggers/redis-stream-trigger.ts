@@ -9,7 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName } from './connection-kwarg.ts';
-import { firstMessage, inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
+import { inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -222,7 +222,7 @@ export class RedisStreamTrigger extends BaseTrigger {
       new RedisStreamUpstream(this.connection, this.stream, this.jsonField, this.batch, this.block),
       matchFilter(this.after === '$' ? null : this.after, this.match),
     );
-    const first = await firstMessage(upstream);
+    const first = await upstream.first();
     yield new TriggerEvent({ stream: this.stream, id: first.position, message: first.body } satisfies RedisStreamMessage);
   }
 

@@ -18,16 +18,6 @@ export function watcherCapacity(batch: number): number {
   return Math.max(1000, batch * 10);
 }
 
-/** A wait's one message: the first that comes on `upstream`, which it then leaves. */
-export async function firstMessage(upstream: UpstreamSubscription): Promise<UpstreamMessage> {
-  try {
-    const [first] = await upstream.next();
-    return first!;
-  } finally {
-    upstream.close();
-  }
-}
-
 /**
  * A shared watcher's life on `upstream`: its messages handed over `batch` at a time, each message's
  * key and payload from `eventOf`, each batch's cursor from `cursorOf` its last message; the upstream

@@ -116,6 +116,32 @@ describe('UpstreamHub', () => {
     await hub.close();
   });
 
+  it("first(): a wait's one message, after which it has left the upstream (the reader lingers, then closes); cancel() rejects a wait", async () => {
+    const hub = new UpstreamHub({ lingerMs: 10 });
+    const stream = new MemoryStream();
+    const waits = [1, 2].map((order) => hub.subscribe(stream, orderFilter(order)));
+    const answers = waits.map((wait) => wait.first());
+    await waitFor(() => stream.reads.length === 1, { what: 'the reader to start' });
+    stream.add({ order: 1, n: 'a' }, { order: 1, n: 'b' });
+    expect((await answers[0]!).body).toEqual({ order: 1, n: 'a' });
+    expect(waits[0]!.closed).toBe(true);
+    expect(waits[1]!.closed).toBe(false);
+    // A wait whose trigger is cancelled: its pending first() and any later read reject with the reason.
+    const reason = new Error('cancelled');
+    waits[1]!.cancel(reason);
+    await expect(answers[1]!).rejects.toBe(reason);
+    await expect(waits[1]!.next()).rejects.toBe(reason);
+    expect(waits[1]!.closed).toBe(true);
+    // Nobody left: the reader closes after its linger.
+    await waitFor(() => stream.closed === 1, { what: 'the idle reader to close' });
+    expect(hub.readerCount).toBe(0);
+    // A message already waiting: first() answers at once, and leaves.
+    const late = hub.subscribe(stream, orderFilter(1, '0'));
+    expect((await late.first()).body).toEqual({ order: 1, n: 'a' });
+    expect(late.closed).toBe(true);
+    await hub.close();
+  });
+
   it('a subscriber that does not take its messages fails alone (DF_UPSTREAM_OVERFLOW); the others go on', async () => {
     const hub = new UpstreamHub();
     const stream = new MemoryStream();

@@ -60,8 +60,22 @@ export interface UpstreamFilter<B extends JsonValue = JsonValue> {
 export interface UpstreamSubscription<B extends JsonValue = JsonValue> {
   /** Every matching message waiting (at least one, in stream order); rejects with the reader's failure or DF_UPSTREAM_OVERFLOW. */
   next(): Promise<readonly UpstreamMessage<B>[]>;
+  /**
+   * The first matching message (a wait's one message), after which the subscription leaves the
+   * upstream; rejects as next() does. Cheaper than next() and close() in an async function of
+   * one's own: thousands of waits hold nothing more than this promise.
+   */
+  first(): Promise<UpstreamMessage<B>>;
   /** Leaves the upstream; the reader stops once no subscriber is left (after a linger). */
   close(): void;
+}
+
+/** A subscription as its owner (the trigger's run) holds it: it can also be cancelled. */
+export interface HubSubscription<B extends JsonValue = JsonValue> extends UpstreamSubscription<B> {
+  /** Whether it left the upstream (closed, cancelled, or its first() answered). */
+  readonly closed: boolean;
+  /** Leaves the upstream, rejecting a next() or first() waiting, and any to come, with `reason` (the trigger was cancelled). */
+  cancel(reason: unknown): void;
 }
 
 export interface UpstreamHubOptions {
@@ -100,7 +114,7 @@ export class UpstreamHub {
     return this.#readers.size;
   }
 
-  subscribe<B extends JsonValue>(source: UpstreamSource<B>, filter: UpstreamFilter<B>): UpstreamSubscription<B> {
+  subscribe<B extends JsonValue>(source: UpstreamSource<B>, filter: UpstreamFilter<B>): HubSubscription<B> {
     let reader = this.#readers.get(source.key);
     if (!reader) {
       reader = new UpstreamReader(
@@ -114,7 +128,7 @@ export class UpstreamHub {
       );
       this.#readers.set(source.key, reader);
     }
-    return reader.join(filter as unknown as UpstreamFilter) as unknown as UpstreamSubscription<B>;
+    return reader.join(filter as unknown as UpstreamFilter) as unknown as HubSubscription<B>;
   }
 
   /** Stops every reader (the triggerer is stopping); their subscribers are left waiting, as their triggers are being cancelled. */
@@ -157,7 +171,7 @@ class UpstreamReader {
     setImmediate(() => void this.#run());
   }
 
-  join(filter: UpstreamFilter): UpstreamSubscription {
+  join(filter: UpstreamFilter): HubSubscription {
     clearTimeout(this.#linger);
     const subscriber = new Subscriber(this, filter);
     this.#count++;
@@ -294,7 +308,7 @@ class UpstreamReader {
   }
 }
 
-class Subscriber implements UpstreamSubscription {
+class Subscriber implements HubSubscription {
   since: string | null;
   /** While it catches up from the history: the live messages that came meanwhile, delivered after. */
   missed: UpstreamMessage[] | null = null;
@@ -303,6 +317,8 @@ class Subscriber implements UpstreamSubscription {
   #waiter: { resolve(messages: UpstreamMessage[]): void; reject(error: unknown): void } | null = null;
   #error: unknown = undefined;
   #closed = false;
+  /** Taken by first(): the waiter gets one message, and the subscription leaves once it has. */
+  #once = false;
 
   constructor(
     readonly reader: UpstreamReader,
@@ -326,6 +342,7 @@ class Subscriber implements UpstreamSubscription {
       this.#waiter = null;
       // Resolved on the next turn with everything queued by then: a batch's matches arrive together.
       queueMicrotask(() => waiter.resolve(this.#take()));
+      if (this.#once) this.close();
     }
   }
 
@@ -334,6 +351,7 @@ class Subscriber implements UpstreamSubscription {
     this.#error = error;
     this.#waiter?.reject(error);
     this.#waiter = null;
+    if (this.#once) this.close();
   }
 
   #take(): UpstreamMessage[] {
@@ -348,6 +366,27 @@ class Subscriber implements UpstreamSubscription {
     return new Promise((resolve, reject) => {
       this.#waiter = { resolve, reject };
     });
+  }
+
+  first(): Promise<UpstreamMessage> {
+    this.#once = true;
+    if ((this.#queue !== null && this.#queue.length > 0) || this.#error !== undefined) {
+      const taken = this.next();
+      this.close();
+      return taken.then((messages) => messages[0]!);
+    }
+    return new Promise((resolve, reject) => {
+      this.#waiter = { resolve: (messages) => resolve(messages[0]!), reject };
+    });
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  cancel(reason: unknown): void {
+    this.fail(reason);
+    this.close();
   }
 
   close(): void {

@@ -15,7 +15,13 @@ import { secretKwargValues } from '../../services/logs/secret-masker.ts';
 import type { DagRunStates, DagRunStatesQuery, DagRunStatesReader } from '../../model/dag-run-states.ts';
 import type { Signal } from '../../model/signal.ts';
 import type { SignalListener, SignalSubscription } from '../../services/signals/signal-service.ts';
-import { UpstreamHub, type UpstreamFilter, type UpstreamSource, type UpstreamSubscription } from '../../authoring/triggers/upstream-hub.ts';
+import {
+  UpstreamHub,
+  type HubSubscription,
+  type UpstreamFilter,
+  type UpstreamSource,
+  type UpstreamSubscription,
+} from '../../authoring/triggers/upstream-hub.ts';
 
 /** Where a runner hands what its triggers produced: the outcome writer, which batches them into the database. */
 export interface OutcomeSink {
@@ -93,7 +99,7 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   // Arrays, not Sets: a trigger has one or two, and a Set costs ~150 bytes more a trigger.
   #reads: ((reason: unknown) => void)[] | undefined;
   // The shared upstreams it reads, left when it stops.
-  #upstreams: UpstreamSubscription[] | undefined;
+  #upstreams: HubSubscription[] | undefined;
 
   constructor(
     readonly id: number,
@@ -168,19 +174,12 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   upstream<B extends JsonValue>(source: UpstreamSource<B>, filter: UpstreamFilter<B>): UpstreamSubscription<B> {
     if (this.cleanupStarted) throw CANCELLED;
     const subscription = this.runner.upstreams.subscribe(source, filter);
-    this.#upstreams ??= [];
-    this.#upstreams.push(subscription as unknown as UpstreamSubscription);
-    return {
-      next: () =>
-        this.#untilCancelled((resolve, reject) => {
-          subscription.next().then(resolve, reject);
-          return () => {};
-        }),
-      close: () => {
-        removeFrom(this.#upstreams, subscription as unknown as UpstreamSubscription);
-        subscription.close();
-      },
-    };
+    // Handed over as it is, no wrapper: cancelling the run cancels it (abortReads), and a wait holds
+    // nothing more than its one pending promise. Those closed already are dropped as others come.
+    if (this.#upstreams === undefined) this.#upstreams = [];
+    else if (this.#upstreams.length >= 8) this.#upstreams = this.#upstreams.filter((held) => !held.closed);
+    this.#upstreams.push(subscription as unknown as HubSubscription);
+    return subscription;
   }
 
   /**
@@ -214,7 +213,7 @@ class TriggerRun implements TriggerRuntime, DeadlineWaiter {
   /** Rejects the reads in flight and leaves the shared upstreams (the trigger is stopping). */
   abortReads(): void {
     if (this.#upstreams) {
-      for (const subscription of this.#upstreams) subscription.close();
+      for (const subscription of this.#upstreams) subscription.cancel(CANCELLED);
       this.#upstreams = undefined;
     }
     if (!this.#reads) return;
