@@ -50,7 +50,7 @@ try {
     deferred_first_page: '/deferred',
     deferred_middle_page: `/deferred?after=${middle}`,
     triggers_first_page: '/triggers',
-    triggerers: '/triggerers',
+    daemons: '/daemons',
     dags: '/dags',
   };
   const result: Record<string, unknown> = { tis: args.tis, dialect: database.adapter.name, requests: args.requests };

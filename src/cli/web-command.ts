@@ -25,7 +25,7 @@ export const WEB_COMMAND_OPTIONS = {
 export function registerWebCommand(cli: Argv): void {
   cli.command(
     'web',
-    'Serve the read-only status page (triggerers, triggers, deferred task instances, DAGs, runs, logs) from the database',
+    'Serve the read-only status page (daemons, triggers, deferred task instances, DAGs, runs, logs) from the database',
     (command) => declareOptions(command, WEB_COMMAND_OPTIONS),
     async (args) => {
       const raw = rawOptionsFrom(WEB_COMMAND_OPTIONS, args);

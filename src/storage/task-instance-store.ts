@@ -14,6 +14,7 @@ import { carryOutStopRequest } from './stop-requests.ts';
 import { checkHeldTries, type HeldTryNews } from './check-held-tries.ts';
 import type { StopRequest } from '../database/schema.ts';
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
+import { heldTaskInstanceCounts } from './held-task-instance-counts.ts';
 import { openNextKwargs, type OpenedNextKwargs } from './sealed-values.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 import { tryErrors, type TryError } from './try-errors.ts';
@@ -31,7 +32,7 @@ import {
 import type { HeldTry } from './held-try.ts';
 import type { JobHolder } from './jobs.ts';
 
-/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances. */
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts. */
 export class TaskInstanceStore {
   readonly #context: StorageContext;
 
@@ -150,5 +151,9 @@ export class TaskInstanceStore {
 
   listDeferredTaskInstances(page: { readonly limit: number; readonly afterId?: number; readonly dagId?: string }): Promise<DeferredTaskInstance[]> {
     return listDeferredTaskInstances(this.#context, page);
+  }
+
+  heldTaskInstanceCounts(workerIds: readonly number[]): Promise<Map<number, number>> {
+    return heldTaskInstanceCounts(this.#context, workerIds);
   }
 }

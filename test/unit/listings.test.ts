@@ -1,5 +1,5 @@
-// The storage listings the CLI and the status page print (runs, triggers, jobs, deferred task
-// instances), on every dialect: their order, filters, pages and counts. The commands that print
+// The storage listings the CLI and the status page print (runs, triggers, jobs, workers' held
+// task instances, deferred task instances), on every dialect: their order, filters, pages and counts. The commands that print
 // them are tested as processes on one dialect (cli-dags, cli-triggers, cli-jobs): what differs
 // between dialects is here.
 import { afterAll, describe, expect, it } from 'vitest';
@@ -132,6 +132,27 @@ describe.each(testDialects)('storage listings on %s', (dialect) => {
     });
     const [ended] = await stores.jobs.listJobs({ limit: 1, jobType: 'WorkerJob' });
     expect(ended).toMatchObject({ state: 'success', endDate: t0 + 5000 });
+  });
+
+  it("workers' held task instances: queued for or running on each asked worker, counted; finished or others' left out", async () => {
+    const db = await database();
+    const stores = openStores(db);
+    const [one, two, other] = [
+      await stores.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'a', pid: 21, capacity: 4 }),
+      await stores.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'a', pid: 22, capacity: 4 }),
+      await stores.jobs.registerJob({ jobType: 'WorkerJob', hostname: 'a', pid: 23, capacity: 4 }),
+    ];
+    const holding = async (worker: number, state: 'queued' | 'running' | 'success') => {
+      const id = await createTaskInstance(db, { state });
+      await db.db.updateTable('task_instance').set({ worker_job_id: worker }).where('id', '=', id).execute();
+    };
+    await holding(one, 'running');
+    await holding(one, 'queued');
+    await holding(one, 'success');
+    await holding(other, 'running');
+    await createTaskInstance(db, { state: 'scheduled' });
+    expect(await stores.taskInstances.heldTaskInstanceCounts([one, two])).toEqual(new Map([[one, 2]]));
+    expect(await stores.taskInstances.heldTaskInstanceCounts([])).toEqual(new Map());
   });
 
   it('deferred task instances: by id, a page after an id, of one DAG', async () => {

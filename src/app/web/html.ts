@@ -93,7 +93,7 @@ const NAV: readonly [string, string][] = [
   ['/deferred', 'Deferred'],
   ['/awaiting', 'Awaiting input'],
   ['/triggers', 'Triggers'],
-  ['/triggerers', 'Triggerers'],
+  ['/daemons', 'Daemons'],
   ['/queues', 'Queues'],
   ['/dags', 'DAGs'],
 ];

@@ -1,12 +1,11 @@
 import { sameToken } from '../../vocabulary/options/tokens.ts';
 import type { Database } from '../../database/connect.ts';
-import { TRIGGERER_JOB_TYPE } from '../../database/schema.ts';
 import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
-import { judgeJobs, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
+import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
 import { nextDueAt } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
-import { type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
+import { type JobListing, type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
 import { ago, href, html, isoMoment, page, stateBadge, type Html } from './html.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
@@ -59,7 +58,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       .split('/')
       .filter((segment) => segment !== '')
       .map((segment) => decodeURIComponent(segment));
-    const known = segments.length === 0 || ['deferred', 'awaiting', 'triggers', 'triggerers', 'queues', 'dags', 'ti'].includes(segments[0]!);
+    const known = segments.length === 0 || ['deferred', 'awaiting', 'triggers', 'daemons', 'triggerers', 'queues', 'dags', 'ti'].includes(segments[0]!);
     if (!known) return null;
     if (token !== null && !authorized(request.headers.authorization, token)) {
       return {
@@ -80,7 +79,8 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       return content ? show(`Question of task instance ${id}`, '/awaiting', content) : notFound(`Task instance ${id} asks no question.`);
     }
     if (area === 'triggers' && id === undefined) return show('Triggers', '/triggers', await triggersPage(storage, after));
-    if (area === 'triggerers' && id === undefined) return show('Triggerers', '/triggerers', await triggerersPage(storage, options, locks));
+    if (area === 'daemons' && id === undefined) return show('Daemons', '/daemons', await daemonsPage(storage, options, locks));
+    if (area === 'triggerers' && id === undefined) return show('Triggerers', '/daemons', await daemonsPage(storage, options, locks, 'triggerer'));
     if (area === 'queues' && id === undefined) return show('Queues', '/queues', await queuesPage(storage, options, locks));
     if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
     if (area === 'dags' && id !== undefined && sub === undefined) {
@@ -126,32 +126,49 @@ function pager(path: string, rows: readonly { id: number }[], after: number | un
 
 async function overview(storage: Stores, options: StatusPageOptions, locks: LivenessLocks): Promise<Html> {
   const now = Date.now();
-  const [counts, triggers, triggerers, dags, importErrors, coverage] = await Promise.all([
+  const [counts, triggers, running, dags, importErrors, coverage] = await Promise.all([
     storage.maintenance.countWaitingWork(),
     storage.triggers.countTriggers(),
-    storage.jobs.listJobs({ jobType: TRIGGERER_JOB_TYPE, runningOnly: true, limit: 1000 }),
+    storage.jobs.listJobs({ runningOnly: true, limit: 1000 }),
     storage.serializedDags.listSerializedDags(),
     storage.serializedDags.listImportErrors(),
     readQueueCoverage(storage, locks, options.liveness, now),
   ]);
   const unserved = unservedWork(coverage);
-  const liveness = await judgeJobs(triggerers, options.liveness, now, locks);
-  const alive = triggerers.filter((job) => liveness.get(job.id) === 'alive').length;
+  const liveness = await judgeJobs(running, options.liveness, now, locks);
+  const alive = (kind: DaemonKind) => running.filter((job) => job.jobType === JOB_TYPES[kind] && liveness.get(job.id) === 'alive').length;
+  // A process killed without ending its row says `running` until `db clean` prunes it: the
+  // overview names the dead of the last day, the daemons page all of them.
+  const dead = running.filter((job) => liveness.get(job.id) === 'dead' && job.latestHeartbeat !== null && now - job.latestHeartbeat < DEAD_DAEMON_NOTICE_MS);
   const card = (figure: number, what: string, link: string) => html`<a class="card" href="${link}"><b>${figure.toLocaleString('en')}</b>${what}</a>`;
   return html`<h1>Overview</h1><div class="cards">
 ${card(counts.deferredTaskInstances, 'deferred task instances', '/deferred')}
 ${card(counts.awaitingInput, 'awaiting input', '/awaiting')}
 ${card(triggers, 'triggers', '/triggers')}
-${card(alive, 'live triggerers', '/triggerers')}
+${card(alive('triggerer'), 'live triggerers', '/daemons')}
+${card(alive('worker'), 'live workers', '/daemons')}
+${card(alive('scheduler'), 'live schedulers', '/daemons')}
 ${card(counts.dagRuns.running + counts.dagRuns.queued, 'unfinished DAG runs', '/dags')}
 ${card(dags.length, 'DAGs', '/dags')}
 ${card(importErrors.length, 'import errors', '/dags')}
 </div>
 ${
+  dead.length === 0
+    ? ''
+    : html`<div class="warning" id="dead-daemons"><b>Dead daemons</b> (<a href="/daemons">daemons</a>): what they held goes to live peers<ul>
+${dead.map((job) => html`<li>${kindOf(job.jobType)} ${job.id} on ${job.hostname} (pid ${job.pid ?? '?'}): ${deathOf(job, options.liveness, now)}</li>`)}</ul></div>`
+}
+${
   unserved.length === 0
     ? ''
     : html`<div class="warning" id="unserved-queues"><b>Work that no live daemon serves</b> (<a href="/queues">queues</a>)<ul>
 ${unserved.map((work) => html`<li>${describeUnserved(work)}</li>`)}</ul></div>`
+}
+${
+  importErrors.length === 0
+    ? ''
+    : html`<div class="warning" id="import-errors"><b>DAG files that fail to import</b> (<a href="/dags">DAGs</a>)<ul>
+${importErrors.map((error) => html`<li><code>${error.fileloc}</code>: ${error.message.split('\n')[0]}</li>`)}</ul></div>`
 }`;
 }
 
@@ -249,23 +266,62 @@ ${rows.map(
 ${pager('triggers', rows, after)}`;
 }
 
-async function triggerersPage(storage: Stores, options: StatusPageOptions, locks: LivenessLocks): Promise<Html> {
+type DaemonKind = keyof typeof JOB_TYPES;
+
+/** How long the overview names a dead daemon whose row was never ended (its last heartbeat's age). */
+const DEAD_DAEMON_NOTICE_MS = 24 * 3600_000;
+
+const kindOf = (jobType: string): string => (Object.keys(JOB_TYPES) as DaemonKind[]).find((kind) => JOB_TYPES[kind] === jobType) ?? jobType;
+
+/** Why a job judged dead is: its process gone (its liveness lock let go) or, alive perhaps, no heartbeat within the threshold. */
+function deathOf(job: JobListing, thresholds: LivenessThresholds, now: number): string {
+  const thresholdMs = job.jobType === JOB_TYPES.triggerer ? thresholds.triggererMs : thresholds.workerMs;
+  const age = job.latestHeartbeat === null ? null : now - job.latestHeartbeat;
+  if (age !== null && age <= thresholdMs) return `process gone (its liveness lock was let go), last heartbeat ${ago(age)} ago`;
+  return `no heartbeat for ${age === null ? 'ever' : ago(age)} (threshold ${ago(thresholdMs)})`;
+}
+
+const thresholdsText = ({ triggererMs, workerMs }: LivenessThresholds): string =>
+  triggererMs === workerMs ? ago(triggererMs) : `${ago(triggererMs)} (triggerers) or ${ago(workerMs)} (workers, schedulers)`;
+
+/**
+ * Every daemon that ran on this database (or only one kind), judged as they judge each other:
+ * the live first, then the dead, then those that ended; each with what it holds against what it
+ * can hold (a triggerer's triggers and capacity, a worker's task instances and slots).
+ */
+async function daemonsPage(storage: Stores, options: StatusPageOptions, locks: LivenessLocks, kind?: DaemonKind): Promise<Html> {
   const now = Date.now();
-  const jobs = await storage.jobs.listJobs({ jobType: TRIGGERER_JOB_TYPE, limit: PAGE_ROWS });
+  const jobs = await storage.jobs.listJobs({ jobType: kind === undefined ? undefined : JOB_TYPES[kind], limit: PAGE_ROWS });
   const judged = await judgeJobs(jobs, options.liveness, now, locks);
-  const owned = await storage.triggers.ownedTriggerCounts(jobs.map((job) => job.id));
-  return html`<h1>Triggerers</h1>
+  const ids = (type: string) => jobs.filter((job) => job.jobType === type).map((job) => job.id);
+  const [triggers, taskInstances] = await Promise.all([
+    storage.triggers.ownedTriggerCounts(ids(JOB_TYPES.triggerer)),
+    storage.taskInstances.heldTaskInstanceCounts(ids(JOB_TYPES.worker)),
+  ]);
+  const order: Record<string, number> = { alive: 0, dead: 1, ended: 2 };
+  const listed = [...jobs].sort((a, b) => order[judged.get(a.id)!]! - order[judged.get(b.id)!]! || b.id - a.id);
+  const holds = (job: JobListing) =>
+    job.jobType === JOB_TYPES.triggerer
+      ? { count: triggers.get(job.id) ?? 0, what: 'triggers' }
+      : job.jobType === JOB_TYPES.worker
+        ? { count: taskInstances.get(job.id) ?? 0, what: 'task instances' }
+        : null;
+  return html`<h1>${kind === undefined ? 'Daemons' : 'Triggerers'}</h1>
+<p class="muted">Judged as the daemons judge each other: a process whose liveness lock is let go is dead at once (killed, or cut off from the database); one that holds it but does no work, once its heartbeat is older than ${thresholdsText(options.liveness)}. A dead one's work goes to live peers.</p>
 ${
-  jobs.length === 0
-    ? html`<p class="muted">No triggerer has run on this database.</p>`
+  listed.length === 0
+    ? html`<p class="muted">No ${kind ?? 'daemon'} has run on this database.</p>`
     : html`
-<table id="triggerers"><tr><th>job</th><th>host</th><th>pid</th><th>state</th><th>last heartbeat</th><th>triggers</th><th>capacity</th><th>load</th></tr>
-${jobs.map((job) => {
+<table id="daemons"><tr><th>kind</th><th>job</th><th>host</th><th>pid</th><th>queues</th><th>state</th><th>last heartbeat</th><th>started</th><th>holds</th><th>of</th><th>load</th></tr>
+${listed.map((job) => {
   const liveness = judged.get(job.id)!;
-  const count = owned.get(job.id) ?? 0;
-  return html`<tr><td class="num">${job.id}</td><td>${job.hostname}</td><td class="num">${job.pid ?? ''}</td><td>${stateBadge(liveness)}</td>
-<td>${job.latestHeartbeat === null ? '' : `${ago(now - job.latestHeartbeat)} ago`}</td><td class="num">${count}</td><td class="num">${job.capacity ?? ''}</td>
-<td class="num">${job.capacity ? `${Math.round((100 * count) / job.capacity)} %` : ''}</td></tr>`;
+  const held = holds(job);
+  return html`<tr data-job="${job.id}" data-kind="${kindOf(job.jobType)}" data-liveness="${liveness}"><td>${kindOf(job.jobType)}</td><td class="num">${job.id}</td><td>${job.hostname}</td><td class="num">${job.pid ?? ''}</td>
+<td>${job.jobType === JOB_TYPES.scheduler ? '' : (job.queues ?? 'default')}</td>
+<td>${stateBadge(liveness)}${liveness === 'dead' ? html` <span class="muted">${deathOf(job, options.liveness, now)}</span>` : ''}</td>
+<td>${job.latestHeartbeat === null ? '' : `${ago(now - job.latestHeartbeat)} ago`}</td><td>${ago(now - job.startDate)} ago</td>
+<td class="num">${held === null ? '' : `${held.count} ${held.what}`}</td><td class="num">${job.capacity ?? ''}</td>
+<td class="num">${held !== null && job.capacity ? `${Math.round((100 * held.count) / job.capacity)} %` : ''}</td></tr>`;
 })}</table>`
 }`;
 }

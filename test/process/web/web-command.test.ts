@@ -17,7 +17,7 @@ describe('deferflow web', () => {
     const db = await scratch.database('sqlite');
     const open = spawnDeferflow(['web', '--db', db.url, '--http-port', '0']);
     const base = await pageBase(open);
-    for (const path of ['/', '/deferred', '/triggers', '/triggerers', '/dags']) {
+    for (const path of ['/', '/deferred', '/triggers', '/daemons', '/triggerers', '/dags']) {
       const response = await fetch(`${base}${path}`);
       expect(response.status, path).toBe(200);
       expect(await response.text(), path).toContain('<header><b>deferflow</b>');
