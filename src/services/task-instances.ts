@@ -121,7 +121,8 @@ export async function readTaskInstance(
   const storage = openStores(database);
   const row = await storage.taskInstances.readTaskInstance({ id });
   if (!row) return null;
-  const nextKwargs = storage.taskInstances.openNextKwargs(id, row.next_kwargs, row.next_event);
+  // The event is part of the kwargs only while a resume is due (see startTaskInstance).
+  const nextKwargs = storage.taskInstances.openNextKwargs(id, row.next_kwargs, row.next_method === null ? null : row.next_event);
   if (nextKwargs.unreadable) throw nextKwargs.unreadable;
   const date = (value: Date | string | null) => (value === null ? null : new Date(fromDbTime(value)));
   return {

@@ -267,7 +267,9 @@ export async function startTaskInstance(
       .where('worker_job_id', '=', workerJobId)
       .executeTakeFirst());
   if (!started) return null;
-  const opened = openNextKwargs(keyring, taskInstanceId, started.next_kwargs, started.next_event);
+  // The event goes with the resume it is for: a fresh try (next_method null) may find the event of
+  // an earlier resumed try kept for display, and neither gets nor needs to decrypt it.
+  const opened = openNextKwargs(keyring, taskInstanceId, started.next_kwargs, started.next_method === null ? null : started.next_event);
   return {
     tryNumber: started.try_number,
     workerJobId,
@@ -374,7 +376,9 @@ async function finishRun(
       return_value: outcome.state === 'success' && outcome.returnValueJson !== null ? adapter.jsonParam(outcome.returnValueJson) : null,
       next_method: null,
       next_kwargs: null,
-      next_event: null,
+      // The event a resumed try ran on stays readable (the status page shows it with what the
+      // task returned) until a deferral or a clear replaces it; a fresh try leaves none.
+      next_event: sql`case when next_method is null then null else next_event end`,
       worker_job_id: null,
       updated_at: toDbTime(now),
       ...(outcome.state === 'up_for_reschedule' ? { try_number: sql<number>`try_number - 1` } : {}),

@@ -1,4 +1,7 @@
+import { fileURLToPath } from 'node:url';
 import { sameToken } from '../../vocabulary/options/tokens.ts';
+import { SecretMasker } from '../../services/logs/secret-masker.ts';
+import { fromDbTime } from '../../database/schema.ts';
 import type { Database } from '../../database/connect.ts';
 import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
 import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
@@ -46,6 +49,9 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     body: page('Not found', '', html`<h1>Not found</h1><p>${what}</p>`, 0),
   });
 
+  // Values a task returned or an event carried are shown as its log lines are stored: with the
+  // connections' secrets this process knows masked.
+  const masker = SecretMasker.fromEnvironment();
   const inputs = new InputService(storage);
   // Their own permissions: a signed link needs no login; the API wants the token as a bearer.
   const input = inputRoutes(inputs, options.token, options.onResponded);
@@ -90,6 +96,10 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     if (area === 'dags' && id !== undefined && sub === 'runs' && subId !== undefined) {
       const content = await runPage(storage, id, subId);
       return content ? show(`${id} ${subId}`, '/dags', content) : notFound(`DAG ${id} has no run ${subId}.`);
+    }
+    if (area === 'ti' && id !== undefined && sub === undefined) {
+      const content = await taskInstancePage(storage, masker, Number(id));
+      return content ? show(`Task instance ${id}`, '/dags', content) : notFound(`There is no task instance ${id}.`);
     }
     if (area === 'ti' && id !== undefined && sub === 'log') {
       const content = await logPage(storage, Number(id), optionalId(url.searchParams.get('try')));
@@ -429,7 +439,7 @@ async function runPage(storage: Stores, dagId: string, runId: string): Promise<H
 ${tis.map(
   (
     ti,
-  ) => html`<tr data-task="${ti.taskId}"><td>${ti.taskId}</td><td>${stateBadge(ti.state)}</td><td class="num">${ti.tryNumber}</td><td>${ti.hostname ?? ''}</td>
+  ) => html`<tr data-task="${ti.taskId}"><td><a href="${href(['ti', ti.id])}">${ti.taskId}</a></td><td>${stateBadge(ti.state)}</td><td class="num">${ti.tryNumber}</td><td>${ti.hostname ?? ''}</td>
 <td>${isoMoment(ti.startDate)}</td><td>${isoMoment(ti.endDate)}</td><td>${logLink(ti.id)}</td></tr>`,
 )}</table>`;
 }
@@ -450,7 +460,78 @@ async function logPage(storage: Stores, id: number, tryAsked: number | undefined
     const level = entry.level === 'warn' || entry.level === 'error' || entry.level === 'fatal' ? entry.level : '';
     return html`<span class="${[entry.triggerId === null ? '' : 'trigger', level].join(' ').trim()}">${isoMoment(entry.loggedAt)} ${entry.level.toUpperCase().padEnd(5)} ${from}${entry.message}${fields}${stack}</span>\n`;
   };
-  return html`<h1>${dagLink(ti.dag_id)} · ${runLink(ti.dag_id, ti.run_id)} · ${ti.task_id} ${stateBadge(ti.state)}</h1>
+  return html`<h1>${dagLink(ti.dag_id)} · ${runLink(ti.dag_id, ti.run_id)} · <a href="${href(['ti', id])}">${ti.task_id}</a> ${stateBadge(ti.state)}</h1>
 <p>Tries: ${tries.length === 0 ? html`<span class="muted">none logged yet</span>` : tries.map((n) => html`<a href="${href(['ti', id, 'log'], { try: n })}">${n === tryNumber ? html`<b>${n}</b>` : n}</a> `)}</p>
 ${lines.length === 0 ? html`<p class="muted">No log lines for try ${tryNumber} yet.</p>` : html`<pre class="log" id="log">${lines.map(line)}</pre>`}`;
+}
+
+/**
+ * One task instance: where it stands, what it returned, the event its trigger delivered, its last
+ * try's error (the stack with the user's frames first) and its reschedules; values masked as its
+ * log lines are.
+ */
+async function taskInstancePage(storage: Stores, masker: SecretMasker, id: number): Promise<Html | null> {
+  if (!Number.isSafeInteger(id)) return null;
+  const ti = await storage.taskInstances.readTaskInstance({ id });
+  if (!ti) return null;
+  const [errors, reschedules] = await Promise.all([
+    storage.taskInstances.tryErrors([{ id, tryNumber: ti.try_number }]),
+    storage.taskInstances.taskReschedules(id, null),
+  ]);
+  const error = ti.state === 'failed' || ti.state === 'up_for_retry' ? errors.get(id) : undefined;
+  const opened = ti.next_event === null ? null : storage.taskInstances.openNextKwargs(id, null, ti.next_event);
+  const shown = (json: string) => masker.mask(JSON.stringify(JSON.parse(json), null, 2));
+  const moment = (value: Date | string | null) => isoMoment(fromDbTime(value));
+  const fact = (name: string, value: Html | string | number | null) => html`<tr><th>${name}</th><td>${value ?? ''}</td></tr>`;
+  return html`<h1>${dagLink(ti.dag_id)} · ${runLink(ti.dag_id, ti.run_id)} · ${ti.task_id} ${stateBadge(ti.state)}</h1>
+<table id="ti-facts" class="facts">
+${fact('try', `${ti.try_number} of ${ti.max_tries + 1}`)}
+${fact('operator', ti.operator)}
+${fact('queue', ti.queue)}
+${fact('host', ti.hostname === null ? null : `${ti.hostname} (pid ${ti.pid ?? '?'}${ti.worker_job_id === null ? '' : `, worker job ${ti.worker_job_id}`})`)}
+${fact('started', moment(ti.start_date))}
+${fact('ended', moment(ti.end_date))}
+${ti.trigger_id === null ? '' : fact('waits on', html`trigger ${ti.trigger_id}, resumes at <code>${ti.next_method ?? ''}</code>`)}
+${fact('log', logLink(id))}
+</table>
+<h2>Returned</h2>
+${ti.return_value === null ? html`<p class="muted">Nothing returned.</p>` : html`<pre id="return-value">${shown(ti.return_value)}</pre>`}
+${
+  opened === null
+    ? ''
+    : html`<h2>Event</h2><p class="muted">What its trigger delivered${ti.next_method === null ? ', resuming it' : html`, for <code>${ti.next_method}</code>`}.</p>
+${opened.json === null ? html`<p class="muted">Encrypted, and this process has not the key to open it.</p>` : html`<pre id="event">${shown(JSON.stringify((JSON.parse(opened.json) as { event?: unknown }).event ?? null))}</pre>`}`
+}
+${
+  error === undefined
+    ? ''
+    : html`<h2>Error of try ${ti.try_number}</h2>
+<p id="error-message">${error.code === null ? '' : html`<code>${error.code}</code> `}${masker.mask(error.error)}</p>
+${error.traceback === null ? '' : stackOf(masker.mask(error.traceback))}`
+}
+${
+  reschedules.length === 0
+    ? ''
+    : html`<h2>Reschedules</h2><table id="reschedules"><tr><th>try</th><th>poked</th><th>until</th><th>next poke</th></tr>
+${reschedules.map((r) => html`<tr><td class="num">${r.tryNumber}</td><td>${isoMoment(r.startDate)}</td><td>${isoMoment(r.endDate)}</td><td>${isoMoment(r.rescheduleDate)}</td></tr>`)}</table>`
+}`;
+}
+
+/** Where deferflow itself runs from: its frames in a stack are not the user's. */
+const PACKAGE_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+/**
+ * A stack with the user's own frames first: the message, the frames of the user's code, then the
+ * frames of Node, dependencies and deferflow (folded).
+ */
+function stackOf(traceback: string): Html {
+  const lines = traceback.split('\n');
+  const firstFrame = lines.findIndex((line) => /^\s+at /.test(line));
+  const head = firstFrame === -1 ? lines : lines.slice(0, firstFrame);
+  const frames = firstFrame === -1 ? [] : lines.slice(firstFrame);
+  const internal = (frame: string) => frame.includes('node:') || frame.includes('/node_modules/') || frame.includes(PACKAGE_ROOT) || !/[/\\]/.test(frame);
+  const own = frames.filter((frame) => !internal(frame));
+  const others = frames.filter(internal);
+  return html`<pre id="error-stack">${head.join('\n')}${own.length === 0 ? '' : `\n${own.join('\n')}`}</pre>
+${others.length === 0 ? '' : html`<details><summary>${others.length} frames of Node, dependencies and deferflow</summary><pre>${others.join('\n')}</pre></details>`}`;
 }

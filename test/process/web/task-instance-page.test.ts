@@ -1,0 +1,89 @@
+// A task instance's page in a real headless Chromium, reached from its run as an operator would:
+// what a task returned (a connection's password in it masked, as in logs), the event its trigger
+// delivered, and a failed task's error with the stack's frames of the DAG file before Node's and
+// deferflow's.
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { dropTestDatabases, oneDialect } from '../../support/databases.ts';
+import { sharedBrowser } from '../../support/shared-browser.ts';
+import { processScratch } from '../../support/process-scratch.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../../support/processes.ts';
+
+afterAll(dropTestDatabases);
+const scratch = processScratch();
+const browser = sharedBrowser();
+const PASSWORD = 's3cr3t-pass-7781';
+
+const dagSource = `
+import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { TimeDeltaTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+class Extract extends BaseOperator { execute() { return { rows: 42, note: 'loaded with ${PASSWORD}' }; } }
+class Wait extends BaseOperator {
+  execute() { return this.defer({ trigger: new TimeDeltaTrigger({ delta: 0.2 }), method: 'resumed' }); }
+  resumed(_context, event) { return { resumed: true, firedAt: event }; }
+}
+function checkTotals() { throw new Error('totals do not add up: exploded on purpose'); }
+class Explode extends BaseOperator { execute() { return checkTotals(); } }
+export const dag = new Dag({ dagId: 'inspected' }).add(
+  new Extract({ taskId: 'extract' }),
+  new Wait({ taskId: 'wait' }),
+  new Explode({ taskId: 'explode', retries: 0 }),
+);
+`;
+
+describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) => {
+  it("shows what a task returned (secrets masked), the event that resumed it, and a failure with the DAG file's frames first", async () => {
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('task-instance-page');
+    writeFileSync(path.join(dags, 'inspected.mjs'), dagSource);
+    const standalone = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'inspected', '--http-port', '0', '--web-refresh', '1'], {
+      DEFERFLOW_CONN_WAREHOUSE: `postgres://etl:${PASSWORD}@db.invalid:5432/warehouse`,
+    });
+    const base = await standalone.waitForStatusPage();
+    const page = await browser().newPage();
+    const consoleErrors: string[] = [];
+    page.on('console', (message) => {
+      if (message.type() === 'error') consoleErrors.push(message.text());
+    });
+    try {
+      await page.goto(`${base}/dags/inspected`);
+      await page
+        .locator('#runs a', { hasText: /^manual__/ })
+        .first()
+        .click();
+      await page.locator('h1 .state-failed').waitFor({ timeout: 30_000 });
+      const runPage = page.url();
+
+      await page.locator('#task-instances tr[data-task="extract"] a', { hasText: 'extract' }).click();
+      const returned = (await page.locator('#return-value').textContent()) ?? '';
+      expect(JSON.parse(returned)).toEqual({ rows: 42, note: 'loaded with ***' });
+      expect(await page.content()).not.toContain(PASSWORD);
+      expect(await page.locator('#ti-facts').textContent()).toContain('1 of 1');
+
+      await page.goto(runPage);
+      await page.locator('#task-instances tr[data-task="wait"] a', { hasText: 'wait' }).click();
+      const event = JSON.parse((await page.locator('#event').textContent()) ?? 'null') as unknown;
+      expect(JSON.parse((await page.locator('#return-value').textContent()) ?? '')).toEqual({ resumed: true, firedAt: event });
+      expect(event).not.toBeNull();
+
+      await page.goto(runPage);
+      await page.locator('#task-instances tr[data-task="explode"] a', { hasText: 'explode' }).click();
+      expect(await page.locator('#error-message').textContent()).toContain('totals do not add up: exploded on purpose');
+      const stack = ((await page.locator('#error-stack').textContent()) ?? '').split('\n');
+      // The message, then the DAG file's own frames (checkTotals first), before anything else.
+      expect(stack[0]).toContain('exploded on purpose');
+      expect(stack[1]).toMatch(/at checkTotals .*inspected\.mjs/);
+      expect(stack.slice(1).every((frame) => frame.includes('inspected.mjs'))).toBe(true);
+      expect(await page.locator('details summary').textContent()).toMatch(/\d+ frames of Node, dependencies and deferflow/);
+      await page.locator('a', { hasText: /^log$/ }).click();
+      await page.locator('#log').waitFor();
+      expect(consoleErrors).toEqual([]);
+    } finally {
+      await page.close();
+      standalone.kill('SIGTERM');
+      // Stopped, standalone exits as the run it triggered ended: failed (a task of it did).
+      expect(await standalone.exitWithin(30_000)).toEqual({ code: 1, signal: null });
+    }
+  });
+});
