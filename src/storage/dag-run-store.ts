@@ -11,7 +11,7 @@ import {
 } from './dag-run-progress.ts';
 import { finishedTaskMs, runProgress, type RunProgress } from './run-progress.ts';
 import { latestScheduledLogicalDate, latestSignalRunVersion } from './latest-scheduled-run.ts';
-import { findDagRun, listDagRuns, type DagRunRow } from './list-dag-runs.ts';
+import { findDagRun, listDagRuns, type DagRunFilter, type DagRunRow } from './list-dag-runs.ts';
 import { readDagRunStates } from './read-dag-run-states.ts';
 import type { DagRunStates, DagRunStatesKey } from '../model/dag-run-states.ts';
 import type { DagRunState, TaskInstanceState } from '../database/schema.ts';
@@ -57,7 +57,7 @@ export class DagRunStore {
     return latestSignalRunVersion(this.#context, dagId);
   }
 
-  listDagRuns(filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {
+  listDagRuns(filter: DagRunFilter): Promise<DagRunRow[]> {
     return listDagRuns(this.#context, filter);
   }
 

@@ -21,6 +21,7 @@ export type { NewDagRun } from './create-dag-run.ts';
 export type { NewTaskInstance } from './create-task-instance.ts';
 export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearOptions, ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
+export type { GridCell } from './task-instance-grid.ts';
 export type { TaskStateEntry, TaskStateWrite } from './task-state.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';

@@ -1,4 +1,4 @@
-import { fromDbTime, type DagRunState, type DagRunType } from '../database/schema.ts';
+import { fromDbTime, toDbTime, type DagRunState, type DagRunType } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
 export interface DagRunRow {
@@ -17,8 +17,16 @@ export async function findDagRun({ db }: StorageContext, dagId: string, runId: s
   return row ?? null;
 }
 
-/** DAG runs, newest logical date first, optionally of one DAG and in one state. */
-export async function listDagRuns({ db }: StorageContext, filter: { dagId?: string; state?: DagRunState; limit: number }): Promise<DagRunRow[]> {
+/** Which DAG runs listDagRuns returns: at most `limit`, of one DAG, in one state, for moments from `since` (epoch ms) on. */
+export interface DagRunFilter {
+  readonly dagId?: string;
+  readonly state?: DagRunState;
+  readonly since?: number;
+  readonly limit: number;
+}
+
+/** DAG runs, newest logical date first, filtered (see DagRunFilter). */
+export async function listDagRuns({ db }: StorageContext, filter: DagRunFilter): Promise<DagRunRow[]> {
   let query = db
     .selectFrom('dag_run')
     .select(['dag_id', 'run_id', 'run_type', 'state', 'logical_date', 'start_date', 'end_date'])
@@ -27,6 +35,7 @@ export async function listDagRuns({ db }: StorageContext, filter: { dagId?: stri
     .limit(filter.limit);
   if (filter.dagId !== undefined) query = query.where('dag_id', '=', filter.dagId);
   if (filter.state !== undefined) query = query.where('state', '=', filter.state);
+  if (filter.since !== undefined) query = query.where('logical_date', '>=', toDbTime(filter.since));
   return (await query.execute()).map((row) => ({
     dagId: row.dag_id,
     runId: row.run_id,

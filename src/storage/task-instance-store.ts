@@ -15,6 +15,7 @@ import { checkHeldTries, type HeldTryNews } from './check-held-tries.ts';
 import type { StopRequest } from '../database/schema.ts';
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { heldTaskInstanceCounts } from './held-task-instance-counts.ts';
+import { taskInstanceGrid, type GridCell } from './task-instance-grid.ts';
 import { openNextKwargs, type OpenedNextKwargs } from './sealed-values.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 import { tryErrors, type TryError } from './try-errors.ts';
@@ -32,7 +33,7 @@ import {
 import type { HeldTry } from './held-try.ts';
 import type { JobHolder } from './jobs.ts';
 
-/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts. */
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts, taskInstanceGrid. */
 export class TaskInstanceStore {
   readonly #context: StorageContext;
 
@@ -155,5 +156,9 @@ export class TaskInstanceStore {
 
   heldTaskInstanceCounts(workerIds: readonly number[]): Promise<Map<number, number>> {
     return heldTaskInstanceCounts(this.#context, workerIds);
+  }
+
+  taskInstanceGrid(dagId: string, runIds: readonly string[]): Promise<GridCell[]> {
+    return taskInstanceGrid(this.#context, dagId, runIds);
   }
 }

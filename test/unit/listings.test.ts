@@ -24,7 +24,7 @@ describe.each(testDialects)('storage listings on %s', (dialect) => {
     return db;
   };
 
-  it('DAG runs: newest logical date first (ties by id), filtered by DAG and state, at most the limit', async () => {
+  it('DAG runs: newest logical date first (ties by id), filtered by DAG, state and a first moment, at most the limit', async () => {
     const db = await database();
     const stores = openStores(db);
     const run = (dagId: string, runId: string, state: 'queued' | 'running' | 'success' | 'failed', logicalDate: string) =>
@@ -57,6 +57,9 @@ describe.each(testDialects)('storage listings on %s', (dialect) => {
     expect(ids(await stores.dagRuns.listDagRuns({ state: 'success', limit: 10 }))).toEqual(['b/other']);
     expect(ids(await stores.dagRuns.listDagRuns({ limit: 2 }))).toEqual(['b/other', 'c/third']);
     expect(await stores.dagRuns.listDagRuns({ dagId: 'none', limit: 10 })).toEqual([]);
+    // From a moment on (the grid's date filter): that moment's own runs included.
+    expect(ids(await stores.dagRuns.listDagRuns({ since: Date.parse('2026-01-02T00:00:00Z'), limit: 10 }))).toEqual(['b/other', 'c/third', 'a/second']);
+    expect(ids(await stores.dagRuns.listDagRuns({ dagId: 'a', state: 'failed', since: Date.parse('2026-01-02T00:00:00Z'), limit: 10 }))).toEqual([]);
     const [newest] = await stores.dagRuns.listDagRuns({ limit: 1 });
     expect(newest).toMatchObject({ runType: 'manual', state: 'success', logicalDate: Date.parse('2026-01-03T00:00:00Z'), startDate: null, endDate: null });
     expect(await stores.dagRuns.findDagRun('a', 'second')).toMatchObject({ state: 'queued' });
@@ -153,6 +156,32 @@ describe.each(testDialects)('storage listings on %s', (dialect) => {
     await createTaskInstance(db, { state: 'scheduled' });
     expect(await stores.taskInstances.heldTaskInstanceCounts([one, two])).toEqual(new Map([[one, 2]]));
     expect(await stores.taskInstances.heldTaskInstanceCounts([])).toEqual(new Map());
+  });
+
+  it("a DAG's grid: the task instances of the asked runs of that DAG, every map index, by run and task", async () => {
+    const db = await database();
+    const stores = openStores(db);
+    const at = async (dagId: string, runId: string, taskId: string, state: 'success' | 'failed', mapIndex = -1) =>
+      (
+        await db.db
+          .insertInto('task_instance')
+          .values({ dag_id: dagId, task_id: taskId, run_id: runId, state, map_index: mapIndex })
+          .returning('id')
+          .executeTakeFirstOrThrow()
+      ).id;
+    const ok = await at('etl', 'r1', 'load', 'success');
+    const failed = await at('etl', 'r2', 'load', 'failed');
+    const mapped = [await at('etl', 'r2', 'fan', 'success', 0), await at('etl', 'r2', 'fan', 'success', 1)];
+    await at('etl', 'r3', 'load', 'success');
+    await at('other', 'r1', 'load', 'success');
+    const grid = await stores.taskInstances.taskInstanceGrid('etl', ['r1', 'r2']);
+    expect(grid.map((cell) => [cell.id, cell.runId, cell.taskId, cell.mapIndex, cell.state])).toEqual([
+      [ok, 'r1', 'load', -1, 'success'],
+      [mapped[0], 'r2', 'fan', 0, 'success'],
+      [mapped[1], 'r2', 'fan', 1, 'success'],
+      [failed, 'r2', 'load', -1, 'failed'],
+    ]);
+    expect(await stores.taskInstances.taskInstanceGrid('etl', [])).toEqual([]);
   });
 
   it('deferred task instances: by id, a page after an id, of one DAG', async () => {

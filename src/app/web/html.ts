@@ -76,11 +76,14 @@ table{border-collapse:collapse;background:#fff;border:1px solid #d8dee4;min-widt
 th,td{padding:5px 10px;border-bottom:1px solid #e6eaef;text-align:left;vertical-align:top}
 th{background:#eef2f6;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
 a{color:#0b5cad} .muted{color:#66727f} .pager{margin:10px 0} .pager a{margin-right:14px}
+.cell{display:inline-block;width:14px;height:14px;margin:1px;border-radius:3px;background:#d0d7de;vertical-align:middle}
+.grid-wrap{overflow-x:auto} table.grid{min-width:0} .grid th,.grid td{padding:2px 4px;border-bottom:none} .grid th:first-child{padding-right:12px}
+.filter{margin:6px 0 10px} .filter select,.filter input,.filter button{font:inherit}
 .state{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;color:#fff;background:#8a96a3}
 .state-success{background:#2e8540}.state-failed,.state-upstream_failed{background:#c62828}.state-running{background:#2a9d8f}
 .state-deferred{background:#7b4fd1}.state-awaiting_input{background:#1f6feb}.state-scheduled,.state-queued{background:#a0740b}.state-skipped{background:#e58cc4}
 .state-up_for_retry,.state-up_for_reschedule{background:#d98324}.state-alive{background:#2e8540}.state-dead{background:#c62828}
-.state-ended{background:#8a96a3}
+.state-ended{background:#8a96a3} .cell.state-none{background:#eef2f6;border:1px dashed #b6c0ca}
 pre.log{background:#0f1720;color:#dde6ee;padding:10px;overflow:auto;font:12px/1.5 ui-monospace,Menlo,monospace;white-space:pre-wrap}
 pre.log .trigger{color:#c3a6ff} pre.log .warn{color:#ffd479} pre.log .error{color:#ff8a80}
 .cards{display:flex;gap:12px;flex-wrap:wrap} .card{background:#fff;border:1px solid #d8dee4;padding:10px 14px;min-width:150px}

@@ -1,15 +1,15 @@
 import { fileURLToPath } from 'node:url';
 import { sameToken } from '../../vocabulary/options/tokens.ts';
 import { SecretMasker } from '../../services/logs/secret-masker.ts';
-import { fromDbTime } from '../../database/schema.ts';
+import { DAG_RUN_STATES, fromDbTime, type DagRunState } from '../../database/schema.ts';
 import type { Database } from '../../database/connect.ts';
 import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
 import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
 import { nextDueAt } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
-import { type JobListing, type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
-import { ago, href, html, isoMoment, page, stateBadge, type Html } from './html.ts';
+import { type DagRunRow, type GridCell, type JobListing, type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
+import { ago, Html, href, html, isoMoment, page, stateBadge } from './html.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
 import { describeUnserved, readQueueCoverage, unservedWork } from '../../services/jobs/queue-coverage.ts';
@@ -90,7 +90,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     if (area === 'queues' && id === undefined) return show('Queues', '/queues', await queuesPage(storage, options, locks));
     if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
     if (area === 'dags' && id !== undefined && sub === undefined) {
-      const content = await dagPage(storage, id);
+      const content = await dagPage(storage, id, url.searchParams);
       return content ? show(`DAG ${id}`, '/dags', content) : notFound(`There is no DAG ${id} among the serialized DAGs.`);
     }
     if (area === 'dags' && id !== undefined && sub === 'runs' && subId !== undefined) {
@@ -387,13 +387,24 @@ ${dags.map((row, i) => {
 ${importErrors.length === 0 ? html`<p class="muted">None.</p>` : html`<table id="import-errors"><tr><th>file</th><th>error</th></tr>${importErrors.map((error) => html`<tr><td>${error.fileloc}</td><td><pre>${error.message}</pre></td></tr>`)}</table>`}`;
 }
 
-async function dagPage(storage: Stores, dagId: string): Promise<Html | null> {
+/** Runs the DAG page shows (in its grid and its list). */
+const DAG_PAGE_RUNS = 25;
+
+async function dagPage(storage: Stores, dagId: string, query: URLSearchParams): Promise<Html | null> {
   const stored = await storage.serializedDags.readSerializedDag(dagId);
   if (!stored) return null;
   const dag = dagOf(dagId, stored.data);
   const scheduler = toSchedulerDag(dagId, stored.data, stored.hash);
   const nextAt = scheduler.schedule ? nextDueAt(scheduler.schedule, await storage.dagRuns.latestScheduledLogicalDate(dagId)) : null;
-  const [runs, watchers] = await Promise.all([storage.dagRuns.listDagRuns({ dagId, limit: 25 }), storage.serializedDags.listDagWatchers(dagId)]);
+  const filter = runFilterOf(query);
+  const [runs, watchers] = await Promise.all([
+    storage.dagRuns.listDagRuns({ dagId, limit: DAG_PAGE_RUNS, state: filter.state, since: filter.since }),
+    storage.serializedDags.listDagWatchers(dagId),
+  ]);
+  const cells = await storage.taskInstances.taskInstanceGrid(
+    dagId,
+    runs.map((run) => run.runId),
+  );
   const downstream = (taskId: string) => dag.tasks.filter((task) => task.upstream_task_ids.includes(taskId)).map((task) => task.task_id);
   return html`<h1>DAG ${dagId}</h1>
 ${dag.description ? html`<p>${dag.description}</p>` : ''}
@@ -418,16 +429,84 @@ ${watchers.map(
 <td title="${isoMoment(watcher.lastEventAt)}">${watcher.lastEventAt === null ? html`<span class="muted">none yet</span>` : ago(Date.now() - watcher.lastEventAt)}</td></tr>`,
 )}</table>`
 }
+<h2>Grid</h2>
+${gridOf(
+  dagId,
+  dag.tasks.map((task) => task.task_id),
+  runs,
+  cells,
+  filter,
+)}
 <h2>Runs</h2>
 ${
   runs.length === 0
-    ? html`<p class="muted">No run yet.</p>`
+    ? html`<p class="muted">${filter.active ? 'No run matches the filter.' : 'No run yet.'}</p>`
     : html`<table id="runs"><tr><th>run</th><th>type</th><th>state</th><th>logical date</th><th>started</th><th>ended</th></tr>
 ${runs.map(
   (run) => html`<tr><td>${runLink(dagId, run.runId)}</td><td>${run.runType}</td><td>${stateBadge(run.state)}</td><td>${isoMoment(run.logicalDate)}</td>
 <td>${isoMoment(run.startDate)}</td><td>${isoMoment(run.endDate)}</td></tr>`,
 )}</table>`
 }`;
+}
+
+/** The DAG page's run filter, from its query (`?state=failed&since=2026-11-01`); what it could not read, named. */
+function runFilterOf(query: URLSearchParams): { state?: DagRunState; since?: number; sinceText: string; active: boolean; problems: string[] } {
+  const problems: string[] = [];
+  const stateText = query.get('state') ?? '';
+  const sinceText = query.get('since') ?? '';
+  const state = (DAG_RUN_STATES as readonly string[]).includes(stateText) ? (stateText as DagRunState) : undefined;
+  if (stateText !== '' && state === undefined)
+    problems.push(`state ${JSON.stringify(stateText)} is not a run state (${DAG_RUN_STATES.join(', ')}): not filtered by state`);
+  const since = /^\d{4}-\d{2}-\d{2}$/.test(sinceText) ? Date.parse(`${sinceText}T00:00:00Z`) : Number.NaN;
+  if (sinceText !== '' && Number.isNaN(since)) problems.push(`since ${JSON.stringify(sinceText)} is not a date (YYYY-MM-DD): not filtered by date`);
+  return {
+    ...(state === undefined ? {} : { state }),
+    ...(Number.isNaN(since) ? {} : { since }),
+    sinceText: Number.isNaN(since) ? '' : sinceText,
+    active: state !== undefined || !Number.isNaN(since),
+    problems,
+  };
+}
+
+/**
+ * A DAG's recent runs × its tasks, oldest run on the left: each cell a task instance's state
+ * (several for a mapped task), opening its page (its log a click away); a form filters the runs.
+ */
+function gridOf(
+  dagId: string,
+  taskIds: readonly string[],
+  runs: readonly DagRunRow[],
+  cells: readonly GridCell[],
+  filter: ReturnType<typeof runFilterOf>,
+): Html {
+  const byKey = new Map<string, GridCell[]>();
+  for (const cell of cells) {
+    const key = `${cell.runId}\0${cell.taskId}`;
+    const list = byKey.get(key);
+    if (list) list.push(cell);
+    else byKey.set(key, [cell]);
+  }
+  const columns = [...runs].reverse();
+  const form = html`<form id="grid-filter" method="get" class="filter">runs in state <select name="state"><option value="">any</option>${DAG_RUN_STATES.map(
+    (state) => html`<option value="${state}"${new Html(filter.state === state ? ' selected' : '')}>${state}</option>`,
+  )}</select> from <input type="date" name="since" value="${filter.sinceText}"> <button type="submit">Filter</button>${
+    filter.active ? html` <a href="${href(['dags', dagId])}">clear</a>` : ''
+  }</form>${filter.problems.map((problem) => html`<p class="warning">${problem}</p>`)}`;
+  if (columns.length === 0) return form;
+  return html`${form}<div class="grid-wrap"><table id="grid" class="grid"><tr><th>task</th>${columns.map(
+    (run) =>
+      html`<th data-run="${run.runId}" title="${run.runId} · ${run.state}"><a href="${href(['dags', dagId, 'runs', run.runId])}" class="cell state-${run.state}"></a></th>`,
+  )}</tr>
+${taskIds.map(
+  (taskId) =>
+    html`<tr data-task="${taskId}"><th>${taskId}</th>${columns.map((run) => {
+      const found = byKey.get(`${run.runId}\0${taskId}`) ?? [];
+      return html`<td data-run="${run.runId}">${found.map(
+        (cell) =>
+          html`<a class="cell state-${cell.state ?? 'none'}" data-state="${cell.state ?? 'none'}" href="${href(['ti', cell.id])}" title="${taskId}${cell.mapIndex >= 0 ? ` [${cell.mapIndex}]` : ''} · ${run.runId} · ${cell.state ?? 'none'} · try ${cell.tryNumber}"></a>`,
+      )}</td>`;
+    })}</tr>`,
+)}</table></div>`;
 }
 
 async function runPage(storage: Stores, dagId: string, runId: string): Promise<Html | null> {

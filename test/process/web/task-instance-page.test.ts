@@ -1,7 +1,7 @@
-// A task instance's page in a real headless Chromium, reached from its run as an operator would:
-// what a task returned (a connection's password in it masked, as in logs), the event its trigger
-// delivered, and a failed task's error with the stack's frames of the DAG file before Node's and
-// deferflow's.
+// A DAG's grid and a task instance's page in a real headless Chromium, as an operator would use
+// them: the grid's cells in their states and its run filter; what a task returned (a connection's
+// password in it masked, as in logs), the event its trigger delivered, and a failed task's error
+// with the stack's frames of the DAG file before Node's and deferflow's.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -33,7 +33,7 @@ export const dag = new Dag({ dagId: 'inspected' }).add(
 `;
 
 describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) => {
-  it("shows what a task returned (secrets masked), the event that resumed it, and a failure with the DAG file's frames first", async () => {
+  it("shows the DAG's grid of runs × tasks with its filter, what a task returned (secrets masked), the event that resumed it, and a failure with the DAG file's frames first", async () => {
     const db = await scratch.database(dialect);
     const dags = scratch.dir('task-instance-page');
     writeFileSync(path.join(dags, 'inspected.mjs'), dagSource);
@@ -42,6 +42,8 @@ describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) 
     });
     const base = await standalone.waitForStatusPage();
     const page = await browser().newPage();
+    // A step that finds nothing fails naming itself, well inside the test's own timeout.
+    page.setDefaultTimeout(10_000);
     const consoleErrors: string[] = [];
     page.on('console', (message) => {
       if (message.type() === 'error') consoleErrors.push(message.text());
@@ -55,6 +57,30 @@ describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) 
       await page.locator('h1 .state-failed').waitFor({ timeout: 30_000 });
       const runPage = page.url();
 
+      // The DAG's grid: the run's column, a cell per task in its state, each opening its task
+      // instance; filtered by run state and date through the form.
+      await page.goto(`${base}/dags/inspected`);
+      const cell = (task: string) => page.locator(`#grid tr[data-task="${task}"] a.cell`);
+      expect(await cell('extract').getAttribute('data-state')).toBe('success');
+      expect(await cell('wait').getAttribute('data-state')).toBe('success');
+      expect(await cell('explode').getAttribute('data-state')).toBe('failed');
+      await page.selectOption('#grid-filter select[name="state"]', 'success');
+      await page.click('#grid-filter button');
+      await page.locator('text=No run matches the filter.').waitFor();
+      expect(await page.locator('#grid').count()).toBe(0);
+      expect(new URL(page.url()).searchParams.get('state')).toBe('success');
+      await page.goto(`${base}/dags/inspected?state=failed&since=2000-01-01`);
+      expect(await cell('explode').count()).toBe(1);
+      await page.goto(`${base}/dags/inspected?since=2999-01-01`);
+      expect(await page.locator('#grid').count()).toBe(0);
+      await page.goto(`${base}/dags/inspected?state=broken`);
+      expect(await page.locator('.warning').textContent()).toContain('state "broken" is not a run state');
+      expect(await cell('explode').count()).toBe(1);
+      await cell('explode').click();
+      await page.locator('#error-message').waitFor();
+      expect(page.url()).toMatch(/\/ti\/\d+$/);
+
+      await page.goto(runPage);
       await page.locator('#task-instances tr[data-task="extract"] a', { hasText: 'extract' }).click();
       const returned = (await page.locator('#return-value').textContent()) ?? '';
       expect(JSON.parse(returned)).toEqual({ rows: 42, note: 'loaded with ***' });
