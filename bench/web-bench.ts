@@ -1,13 +1,14 @@
 /**
  * The status page under load: N deferred task instances (each on its own trigger, owned by a
- * triggerer row), then `deferflow web` is started on the database and each page is fetched
- * `--requests` times in turn; prints one JSON line with each page's p50 / p99 / max in ms.
+ * triggerer row) and R finished runs of a ten-task DAG (10 × R task instances more), then
+ * `deferflow web` is started on the database and each page is fetched `--requests` times in turn;
+ * prints one JSON line with each page's p50 / p99 / max in ms.
  *
- *   npm run bench:web -- --tis 10000
- *   npm run bench:web -- --tis 10000 --db postgres://postgres@127.0.0.1:5432/test
+ *   npm run bench:web -- --tis 10000 --runs 1000
+ *   npm run bench:web -- --tis 10000 --runs 1000 --db postgres://postgres@127.0.0.1:5432/test
  */
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -22,6 +23,7 @@ import { benchDatabase, percentile } from './bench-support.ts';
 const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
   .option('tis', { type: 'number', default: 10_000, describe: 'deferred task instances, one trigger each' })
+  .option('runs', { type: 'number', default: 1000, describe: 'finished runs of a ten-task DAG (its grid, a run, a task instance)' })
   .option('requests', { type: 'number', default: 50, describe: 'fetches of each page' })
   .strict()
   .parse();
@@ -32,6 +34,7 @@ const { url, dispose } = await benchDatabase(args.db, scratch);
 const database = openDatabase(url);
 await migrateToLatest(database);
 const firstId = await insertDeferred(database, args.tis);
+const history = await insertFinishedRuns(database, args.runs);
 
 const web = spawn(process.execPath, [path.join(root, 'bin/deferflow.js'), 'web', '--db', url, '--http-port', '0', '--log-level', 'warn'], {
   stdio: ['ignore', 'pipe', 'inherit'],
@@ -52,8 +55,12 @@ try {
     triggers_first_page: '/triggers',
     daemons: '/daemons',
     dags: '/dags',
+    dag_with_grid: '/dags/history',
+    dag_grid_failed_runs: '/dags/history?state=failed',
+    run: `/dags/history/runs/${encodeURIComponent(history.middleRunId)}`,
+    task_instance: `/ti/${history.failedTaskInstanceId}`,
   };
-  const result: Record<string, unknown> = { tis: args.tis, dialect: database.adapter.name, requests: args.requests };
+  const result: Record<string, unknown> = { tis: args.tis, runs: args.runs, dialect: database.adapter.name, requests: args.requests };
   for (const [name, pagePath] of Object.entries(pages)) {
     const times: number[] = [];
     for (let i = 0; i < args.requests; i++) {
@@ -74,6 +81,75 @@ try {
   await database.close();
   await dispose();
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/**
+ * R finished runs (one a minute, every fifth failed) of DAG `history`, ten tasks each, its file
+ * serialized as DAG processing does; returns a run in the middle and a failed task instance of it.
+ */
+async function insertFinishedRuns({ db }: Database, count: number): Promise<{ middleRunId: string; failedTaskInstanceId: number }> {
+  const dags = path.join(scratch, 'dags');
+  mkdirSync(dags);
+  writeFileSync(
+    path.join(dags, 'history.mjs'),
+    `import { BaseOperator, Dag } from ${JSON.stringify(path.join(root, 'dist/src/index.js'))};
+class Step extends BaseOperator { execute() { return { ok: true }; } }
+const steps = Array.from({ length: 10 }, (_, i) => new Step({ taskId: 'step_' + i }));
+export const dag = new Dag({ dagId: 'history' }).add(...steps);
+for (let i = 1; i < steps.length; i++) steps[i - 1].before(steps[i]);
+`,
+  );
+  const serialized = spawnSync(process.execPath, [path.join(root, 'bin/deferflow.js'), 'dags', 'reserialize', '--db', url, '--dags', dags], {
+    encoding: 'utf8',
+  });
+  if (serialized.status !== 0) throw new Error(`dags reserialize failed: ${serialized.stderr}`);
+  const first = Date.parse('2026-01-01T00:00:00Z');
+  const runId = (n: number) => `scheduled__${new Date(first + n * 60_000).toISOString()}`;
+  let failedTaskInstanceId = 0;
+  for (let start = 0; start < count; start += 100) {
+    const size = Math.min(100, count - start);
+    await db.transaction().execute(async (trx) => {
+      const runs = Array.from({ length: size }, (_, i) => start + i);
+      await trx
+        .insertInto('dag_run')
+        .values(
+          runs.map((n) => ({
+            dag_id: 'history',
+            run_id: runId(n),
+            run_type: 'scheduled' as const,
+            logical_date: toDbTime(first + n * 60_000),
+            state: n % 5 === 4 ? ('failed' as const) : ('success' as const),
+            conf: '{}',
+            created_at: toDbTime(first + n * 60_000),
+            start_date: toDbTime(first + n * 60_000),
+            end_date: toDbTime(first + n * 60_000 + 30_000),
+            updated_at: toDbTime(first + n * 60_000 + 30_000),
+          })),
+        )
+        .execute();
+      const tis = await trx
+        .insertInto('task_instance')
+        .values(
+          runs.flatMap((n) =>
+            Array.from({ length: 10 }, (_, task) => ({
+              dag_id: 'history',
+              task_id: `step_${task}`,
+              run_id: runId(n),
+              state: n % 5 === 4 && task === 9 ? ('failed' as const) : ('success' as const),
+              try_number: 1,
+              start_date: toDbTime(first + n * 60_000 + task * 1000),
+              end_date: toDbTime(first + n * 60_000 + task * 1000 + 500),
+              return_value: n % 5 === 4 && task === 9 ? null : JSON.stringify({ ok: true }),
+            })),
+          ),
+        )
+        .returning(['id', 'run_id', 'state'])
+        .execute();
+      const failed = tis.find((ti) => ti.state === 'failed' && ti.run_id === runId(Math.floor(count / 2 / 5) * 5 + 4));
+      if (failed) failedTaskInstanceId = failed.id;
+    });
+  }
+  return { middleRunId: runId(Math.floor(count / 2)), failedTaskInstanceId };
 }
 
 function round(ms: number): number {
