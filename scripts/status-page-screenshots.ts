@@ -1,7 +1,8 @@
 /**
  * The README's screenshots of the status page: `npm run screenshots` runs the `npm start` demo
  * (200 deferred tasks) in standalone, and a headless Chromium (the one the browser test uses)
- * photographs the deferred task instances page and a DAG page into docs/.
+ * photographs the deferred task instances page, a DAG page, the daemons page and, once the run
+ * is done, a resumed task instance's page into docs/.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -41,7 +42,18 @@ try {
   await page.screenshot({ path: path.join(root, 'docs/status-deferred.png') });
   await page.goto(`${base}/dags/streaming_demo`);
   await page.screenshot({ path: path.join(root, 'docs/status-dag.png') });
-  process.stdout.write('wrote docs/status-deferred.png and docs/status-dag.png\n');
+  await page.goto(`${base}/daemons`);
+  await page.screenshot({ path: path.join(root, 'docs/status-daemons.png') });
+  // The run done (a 10 s wait): one of its task instances, resumed by its trigger's event.
+  for (let i = 0; i < 300; i++) {
+    await page.goto(`${base}/dags/deferral_demo`);
+    if ((await page.locator('#runs .state-success').count()) > 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  await page.locator('#grid a.cell[data-state="success"]').first().click();
+  await page.locator('#return-value').waitFor();
+  await page.screenshot({ path: path.join(root, 'docs/status-task-instance.png') });
+  process.stdout.write('wrote docs/status-deferred.png, status-dag.png, status-daemons.png and status-task-instance.png\n');
 } finally {
   await browser.close();
   standalone.kill('SIGTERM');
