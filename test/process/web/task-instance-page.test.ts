@@ -1,7 +1,7 @@
 // A DAG's grid and a task instance's page in a real headless Chromium, as an operator would use
 // them: the grid's cells in their states and its run filter; what a task returned (a connection's
 // password in it masked, as in logs), the event its trigger delivered, and a failed task's error
-// with the stack's frames of the DAG file before Node's and deferflow's.
+// with the stack's frames of the DAG file before Node's and deferflow's; a sensor's reschedules.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -16,7 +16,8 @@ const browser = sharedBrowser();
 const PASSWORD = 's3cr3t-pass-7781';
 
 const dagSource = `
-import { BaseOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { readFileSync, writeFileSync } from 'node:fs';
+import { BaseOperator, BaseSensorOperator, Dag } from ${JSON.stringify(PACKAGE_ENTRY)};
 import { TimeDeltaTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
 class Extract extends BaseOperator { execute() { return { rows: 42, note: 'loaded with ${PASSWORD}' }; } }
 class Wait extends BaseOperator {
@@ -25,10 +26,21 @@ class Wait extends BaseOperator {
 }
 function checkTotals() { throw new Error('totals do not add up: exploded on purpose'); }
 class Explode extends BaseOperator { execute() { return checkTotals(); } }
+// Succeeds on its third poke: two reschedules before it.
+class ThirdPoke extends BaseSensorOperator {
+  poke() {
+    const counter = import.meta.dirname + '/pokes.txt';
+    let pokes = 0;
+    try { pokes = Number(readFileSync(counter, 'utf8')); } catch {}
+    writeFileSync(counter, String(pokes + 1));
+    return pokes + 1 >= 3;
+  }
+}
 export const dag = new Dag({ dagId: 'inspected' }).add(
   new Extract({ taskId: 'extract' }),
   new Wait({ taskId: 'wait' }),
   new Explode({ taskId: 'explode', retries: 0 }),
+  new ThirdPoke({ taskId: 'sense', mode: 'reschedule', pokeInterval: 0.2 }),
 );
 `;
 
@@ -102,6 +114,12 @@ describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) 
       expect(stack[1]).toMatch(/at checkTotals .*inspected\.mjs/);
       expect(stack.slice(1).every((frame) => frame.includes('inspected.mjs'))).toBe(true);
       expect(await page.locator('details summary').textContent()).toMatch(/\d+ frames of Node, dependencies and deferflow/);
+      // The sensor in reschedule mode: its two reschedules, then its success.
+      await page.goto(runPage);
+      await page.locator('#task-instances tr[data-task="sense"] a', { hasText: 'sense' }).click();
+      expect(await page.locator('#reschedules tr').count()).toBe(3);
+      expect(await page.locator('h1 .state-success').count()).toBe(1);
+
       await page.locator('a', { hasText: /^log$/ }).click();
       await page.locator('#log').waitFor();
       expect(consoleErrors).toEqual([]);
