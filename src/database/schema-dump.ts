@@ -40,6 +40,15 @@ async function dumpPostgres({ db }: Database): Promise<string> {
     select tablename, indexname, indexdef from pg_indexes
     where schemaname = current_schema() and tablename not like 'deferflow_migration%'
     order by tablename, indexname`.execute(db);
+  const triggers = await sql<{ table_name: string; name: string; definition: string }>`
+    select c.relname as table_name, t.tgname as name, pg_get_triggerdef(t.oid) as definition
+    from pg_trigger t join pg_class c on c.oid = t.tgrelid
+    where c.relnamespace = current_schema()::regnamespace and not t.tgisinternal
+    order by c.relname, t.tgname`.execute(db);
+  const functions = await sql<{ name: string; definition: string }>`
+    select p.proname as name, pg_get_functiondef(p.oid) as definition
+    from pg_proc p where p.pronamespace = current_schema()::regnamespace
+    order by p.proname`.execute(db);
   const schema = (await sql<{ name: string }>`select current_schema() as name`.execute(db)).rows[0]!.name;
   // Index and constraint definitions name the schema; the dump must not (each test has its own).
   const schemaPrefix = new RegExp(`\\b${schema}\\.`, 'g');
@@ -61,7 +70,14 @@ async function dumpPostgres({ db }: Database): Promise<string> {
     for (const index of indexes.rows.filter((row) => row.tablename === table)) {
       lines.push(`  index ${index.indexdef.replace(schemaPrefix, '')}`);
     }
+    for (const trigger of triggers.rows.filter((row) => row.table_name === table)) {
+      lines.push(`  trigger ${trigger.definition.replace(schemaPrefix, '')}`);
+    }
   }
+  // A function pinned to the migration's search_path names the schema there too.
+  const schemaName = new RegExp(`\\b${schema}\\b`, 'g');
+  for (const fn of functions.rows)
+    lines.push(`function ${fn.name} ${normalizeWhitespace(fn.definition.replace(schemaPrefix, '').replace(schemaName, '<schema>'))}`);
   return `${lines.join('\n')}\n`;
 }
 
