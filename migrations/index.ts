@@ -21,6 +21,7 @@ import * as m0015 from './0015_trigger_member.ts';
 import * as m0016 from './0016_human_input.ts';
 import * as m0017 from './0017_queues.ts';
 import * as m0018 from './0018_watchers.ts';
+import * as m0019 from './0019_task_instance_history.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -45,4 +46,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0016_human_input': m0016,
   '0017_queues': m0017,
   '0018_watchers': m0018,
+  '0019_task_instance_history': m0019,
 };

@@ -156,6 +156,19 @@ table task_instance
   index CREATE INDEX task_instance_trigger_id_idx ON task_instance USING btree (trigger_id, state) WHERE (trigger_id IS NOT NULL)
   index CREATE INDEX task_instance_waiting_idx ON task_instance USING btree (ready_at) WHERE (state = ANY (ARRAY['up_for_retry'::text, 'up_for_reschedule'::text]))
   index CREATE INDEX task_instance_worker_idx ON task_instance USING btree (worker_job_id) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]))
+  trigger CREATE TRIGGER task_instance_history_insert AFTER INSERT ON task_instance REFERENCING NEW TABLE AS made FOR EACH STATEMENT EXECUTE FUNCTION task_instance_history_made()
+  trigger CREATE TRIGGER task_instance_history_update AFTER UPDATE ON task_instance REFERENCING OLD TABLE AS changed_from NEW TABLE AS changed_to FOR EACH STATEMENT EXECUTE FUNCTION task_instance_history_changed()
+table task_instance_history
+  column id bigint not null identity
+  column task_instance_id bigint not null
+  column try_number integer not null
+  column state text
+  column at timestamp with time zone not null
+  column trigger_id bigint
+  column worker_job_id bigint
+  constraint task_instance_history_pkey PRIMARY KEY (id)
+  index CREATE UNIQUE INDEX task_instance_history_pkey ON task_instance_history USING btree (id)
+  index CREATE INDEX task_instance_history_ti_idx ON task_instance_history USING btree (task_instance_id, id)
 table task_instance_signal
   column task_instance_id bigint not null
   column signal_key text not null
@@ -251,3 +264,5 @@ table trigger_wait
   constraint trigger_wait_pkey PRIMARY KEY (task_instance_id, try_number, trigger_id)
   constraint trigger_wait_task_instance_id_fkey FOREIGN KEY (task_instance_id) REFERENCES task_instance(id) ON DELETE CASCADE
   index CREATE UNIQUE INDEX trigger_wait_pkey ON trigger_wait USING btree (task_instance_id, try_number, trigger_id)
+function task_instance_history_changed CREATE OR REPLACE FUNCTION task_instance_history_changed() RETURNS trigger LANGUAGE plpgsql SET search_path TO '<schema>' AS $function$ begin insert into task_instance_history (task_instance_id, try_number, state, at, trigger_id, worker_job_id) select n.id, n.try_number, n.state, coalesce(n.updated_at, statement_timestamp()), n.trigger_id, n.worker_job_id from changed_to n join changed_from o on o.id = n.id where n.state is distinct from o.state; return null; end $function$
+function task_instance_history_made CREATE OR REPLACE FUNCTION task_instance_history_made() RETURNS trigger LANGUAGE plpgsql SET search_path TO '<schema>' AS $function$ begin insert into task_instance_history (task_instance_id, try_number, state, at, trigger_id, worker_job_id) select n.id, n.try_number, n.state, coalesce(n.updated_at, statement_timestamp()), n.trigger_id, n.worker_job_id from made n; return null; end $function$

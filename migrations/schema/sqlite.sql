@@ -17,9 +17,13 @@ CREATE TABLE task_instance (id integer primary key autoincrement, dag_id text no
 CREATE INDEX task_instance_awaiting_input_idx on task_instance (ready_at) where state = 'awaiting_input';
 CREATE INDEX task_instance_claimable_idx on task_instance (queue, priority_weight desc, id) where state = 'scheduled';
 CREATE INDEX task_instance_deferred_timeout_idx on task_instance (trigger_timeout) where state = 'deferred' and trigger_timeout is not null;
+CREATE TRIGGER task_instance_history_insert after insert on task_instance begin insert into task_instance_history (task_instance_id, try_number, state, at, trigger_id, worker_job_id) values (new.id, new.try_number, new.state, coalesce(new.updated_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), new.trigger_id, new.worker_job_id); end;
+CREATE TRIGGER task_instance_history_update after update of state on task_instance when old.state is not new.state begin insert into task_instance_history (task_instance_id, try_number, state, at, trigger_id, worker_job_id) values (new.id, new.try_number, new.state, coalesce(new.updated_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), new.trigger_id, new.worker_job_id); end;
 CREATE INDEX task_instance_trigger_id_idx on task_instance (trigger_id, state) where trigger_id is not null;
 CREATE INDEX task_instance_waiting_idx on task_instance (ready_at) where state in ('up_for_retry', 'up_for_reschedule');
 CREATE INDEX task_instance_worker_idx on task_instance (worker_job_id) where state in ('queued', 'running');
+CREATE TABLE task_instance_history (id integer primary key, task_instance_id integer not null, try_number integer not null, state text, at text not null, trigger_id integer, worker_job_id integer);
+CREATE INDEX task_instance_history_ti_idx on task_instance_history (task_instance_id, id);
 CREATE TABLE task_instance_signal (task_instance_id integer not null references task_instance (id) on delete cascade, signal_key text not null, version integer not null check (version >= 0), acted_version integer, constraint task_instance_signal_pkey primary key (task_instance_id, signal_key));
 CREATE INDEX task_instance_signal_key_idx on task_instance_signal (signal_key, version);
 CREATE TABLE task_log (id integer primary key autoincrement, task_instance_id integer not null references task_instance (id) on delete cascade, try_number integer not null, logged_at text not null, level text not null, message text not null, fields text);

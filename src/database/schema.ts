@@ -260,6 +260,27 @@ export interface TriggerWaitTable {
   waited_from: DbTime;
 }
 
+/**
+ * task_instance_history: a row each time a task instance is made or its state changes, written by
+ * the database in the changing statement (migration 0019); db clean deletes it with its task instance.
+ */
+export interface TaskInstanceHistoryTable {
+  /** The row's id: the order of the changes. */
+  id: Generated<number>;
+  /** The task instance's id. */
+  task_instance_id: number;
+  /** The try it was on. */
+  try_number: number;
+  /** The state it entered; null: none. */
+  state: TaskInstanceState | null;
+  /** When. */
+  at: DbTime;
+  /** While deferred: the trigger it waits on. */
+  trigger_id: number | null;
+  /** While queued or running: its worker's job. */
+  worker_job_id: number | null;
+}
+
 /** The task_reschedule table: each reschedule of a sensor's try. */
 export interface TaskRescheduleTable {
   /** The row's id. */
@@ -415,6 +436,8 @@ export interface DatabaseSchema {
   task_log: TaskLogTable;
   /** Sensors' reschedules. */
   task_reschedule: TaskRescheduleTable;
+  /** Task instances' state changes. */
+  task_instance_history: TaskInstanceHistoryTable;
   /** Task instances' durable state. */
   task_state: TaskStateTable;
   /** The members of composite waits. */

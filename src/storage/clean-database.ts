@@ -1,11 +1,13 @@
 import { sql } from '../database/kysely.ts';
 import { toDbTime } from '../database/schema.ts';
+import type { ExpressionBuilder } from 'kysely';
+import type { DatabaseSchema } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { pruneSignals } from './signals.ts';
 
 /** What a clean removed (or, dry, would remove), by kind of row. */
 export interface CleanCounts {
-  /** Finished DAG runs, with their task instances (their logs, reschedules and signal marks go with them). */
+  /** Finished DAG runs, with their task instances (their logs, reschedules, state history and signal marks go with them). */
   readonly dagRuns: number;
   readonly taskInstances: number;
   /** Task log lines of the task instances kept. */
@@ -54,19 +56,21 @@ export async function cleanDatabase({ db, adapter, keyring }: StorageContext, be
       let taskInstances = 0;
       let dagRuns = 0;
       if (runIds.length > 0) {
-        // One statement for the task instances of every run (not one per run).
-        const deleted = await trx
-          .deleteFrom('task_instance')
-          .where(({ exists, selectFrom }) =>
-            exists(
-              selectFrom('dag_run')
-                .select('dag_run.id')
-                .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
-                .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
-                .where(adapter.idIn('dag_run.id', runIds)),
-            ),
-          )
-          .executeTakeFirst();
+        // One statement for the task instances of every run (not one per run), their state
+        // history first (no foreign key takes it with them: see migration 0019).
+        const ofOldRuns = ({ exists, selectFrom }: ExpressionBuilder<DatabaseSchema, 'task_instance'>) =>
+          exists(
+            selectFrom('dag_run')
+              .select('dag_run.id')
+              .whereRef('dag_run.dag_id', '=', 'task_instance.dag_id')
+              .whereRef('dag_run.run_id', '=', 'task_instance.run_id')
+              .where(adapter.idIn('dag_run.id', runIds)),
+          );
+        await trx
+          .deleteFrom('task_instance_history')
+          .where('task_instance_id', 'in', (eb) => eb.selectFrom('task_instance').select('task_instance.id').where(ofOldRuns))
+          .execute();
+        const deleted = await trx.deleteFrom('task_instance').where(ofOldRuns).executeTakeFirst();
         taskInstances = Number(deleted.numDeletedRows);
         dagRuns = Number((await trx.deleteFrom('dag_run').where(adapter.idIn('id', runIds)).executeTakeFirst()).numDeletedRows);
       }

@@ -22,6 +22,7 @@ export type { NewTaskInstance } from './create-task-instance.ts';
 export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearOptions, ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { GridCell } from './task-instance-grid.ts';
+export type { StateChange } from './task-instance-history.ts';
 export type { TaskStateEntry, TaskStateWrite } from './task-state.ts';
 export type { RunTaskInstance, UnfinishedDagRun } from './dag-run-progress.ts';
 export type { ReapResult, ZombieTry } from './reap-zombie-task-instances.ts';

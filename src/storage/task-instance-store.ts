@@ -16,6 +16,7 @@ import type { StopRequest } from '../database/schema.ts';
 import { listDeferredTaskInstances, type DeferredTaskInstance } from './list-deferred-task-instances.ts';
 import { heldTaskInstanceCounts } from './held-task-instance-counts.ts';
 import { taskInstanceGrid, type GridCell } from './task-instance-grid.ts';
+import { listStateChanges, type StateChange } from './task-instance-history.ts';
 import { openNextKwargs, type OpenedNextKwargs } from './sealed-values.ts';
 import { taskInstancesOfRunId, type TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 import { tryErrors, type TryError } from './try-errors.ts';
@@ -33,7 +34,7 @@ import {
 import type { HeldTry } from './held-try.ts';
 import type { JobHolder } from './jobs.ts';
 
-/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts, taskInstanceGrid. */
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts, taskInstanceGrid, listStateChanges. */
 export class TaskInstanceStore {
   readonly #context: StorageContext;
 
@@ -160,5 +161,9 @@ export class TaskInstanceStore {
 
   taskInstanceGrid(dagId: string, runIds: readonly string[]): Promise<GridCell[]> {
     return taskInstanceGrid(this.#context, dagId, runIds);
+  }
+
+  listStateChanges(taskInstanceIds: readonly number[]): Promise<StateChange[]> {
+    return listStateChanges(this.#context, taskInstanceIds);
   }
 }

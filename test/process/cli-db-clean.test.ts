@@ -76,6 +76,15 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       triggerLogs: (await db.db.selectFrom('trigger_log').select('message').orderBy('message').execute()).map((row) => row.message),
       signals: (await db.db.selectFrom('signal').select('version').orderBy('version').execute()).map((row) => Number(row.version)),
       jobs: (await db.db.selectFrom('job').select('id').orderBy('id').execute()).map((row) => row.id),
+      // Each task instance's state history (one row: it was made), by its run; null: left behind.
+      history: (
+        await db.db
+          .selectFrom('task_instance_history')
+          .leftJoin('task_instance', 'task_instance.id', 'task_instance_history.task_instance_id')
+          .select('task_instance.run_id')
+          .orderBy('task_instance.run_id')
+          .execute()
+      ).map((row) => row.run_id),
     });
     const before = await snapshot();
     const clean = async (...args: string[]) => {
@@ -108,6 +117,7 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       triggerLogs: ['recent trigger line'],
       signals: [4],
       jobs: [live],
+      history: ['latest_scheduled', 'old_running', 'recent'],
     });
   }, 60_000);
 });

@@ -129,6 +129,41 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
     expect(new Date(done.end_date!).getTime()).toBe(1_040_000);
   });
 
+  it('every state a task instance enters is in its history, written by the database with the transition: when, the try, the trigger or the worker', async () => {
+    const db = await database();
+    const storage = openStores(db);
+    const me = await worker(storage);
+    const id = await createTaskInstance(db, { state: 'scheduled' });
+    const other = await createTaskInstance(db, { state: 'scheduled' });
+    await storage.taskInstances.claimTaskInstances(me, 2, 1_000_000);
+    await storage.taskInstances.startTaskInstance(id, me.jobId, null, 1_000_000);
+    await storage.taskInstances.deferTaskInstance(id, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume' }), 1_010_000);
+    const triggerId = (await taskInstance(db, id)).trigger_id!;
+    await submitEvents(storage, [{ triggerId, payloadJson: '"ok"' }], 1_020_000);
+    await storage.taskInstances.claimTaskInstances(me, 1, 1_030_000);
+    await storage.taskInstances.startTaskInstance(id, me.jobId, null, 1_030_000);
+    // A write that leaves the state as it is records nothing.
+    await db.db.updateTable('task_instance').set({ priority_weight: 5 }).where('id', '=', id).execute();
+    await storage.taskInstances.finishTaskInstance(id, { workerJobId: me.jobId, tryNumber: 1 }, { state: 'success', returnValueJson: null }, 1_040_000);
+    const changes = await storage.taskInstances.listStateChanges([id, other]);
+    const mine = changes.filter((change) => change.taskInstanceId === id);
+    expect(mine.map((change) => [change.state, change.tryNumber])).toEqual([
+      ['scheduled', 0],
+      ['queued', 0],
+      ['running', 1],
+      ['deferred', 1],
+      ['scheduled', 1],
+      ['queued', 1],
+      ['running', 1],
+      ['success', 1],
+    ]);
+    expect(mine.slice(1).map((change) => change.at)).toEqual([1_000_000, 1_000_000, 1_010_000, 1_020_000, 1_030_000, 1_030_000, 1_040_000]);
+    expect(mine[3]).toMatchObject({ triggerId, workerJobId: null });
+    expect(mine[1]).toMatchObject({ triggerId: null, workerJobId: me.jobId });
+    // Claimed in the same statement as the first: its own rows.
+    expect(changes.filter((change) => change.taskInstanceId === other).map((change) => change.state)).toEqual(['scheduled', 'queued']);
+  });
+
   it('a retry starts a new try; a finish or start from a worker that no longer holds the task instance changes nothing', async () => {
     const db = await database();
     const storage = openStores(db);
