@@ -78,6 +78,9 @@ th{background:#eef2f6;font-weight:600} td.num{text-align:right;font-variant-nume
 a{color:#0b5cad} .muted{color:#66727f} .pager{margin:10px 0} .pager a{margin-right:14px}
 .cell{display:inline-block;width:14px;height:14px;margin:1px;border-radius:3px;background:#d0d7de;vertical-align:middle}
 .grid-wrap{overflow-x:auto} table.grid{min-width:0} .grid th,.grid td{padding:2px 4px;border-bottom:none} .grid th:first-child{padding-right:12px}
+.timeline{background:#fff;border:1px solid #d8dee4;padding:8px 10px;max-width:1100px} .tl-axis{display:flex;justify-content:space-between;color:#66727f;font-size:12px;margin-left:160px}
+.tl-row{display:flex;align-items:center;height:20px} .tl-label{width:160px;flex:none;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;font-size:13px}
+.tl-legend{margin:6px 0 0 160px;font-size:12px;color:#66727f;display:flex;gap:12px;flex-wrap:wrap} .tl-track{position:relative;flex:1;height:14px;background:#f3f5f7} .tl-bar{position:absolute;top:0;height:14px;min-width:1px;background:#d0d7de}
 .filter{margin:6px 0 10px} .filter select,.filter input,.filter button{font:inherit}
 .state{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;color:#fff;background:#8a96a3}
 .state-success{background:#2e8540}.state-failed,.state-upstream_failed{background:#c62828}.state-running{background:#2a9d8f}

@@ -8,7 +8,8 @@ import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../../services/jo
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
 import { nextDueAt } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
-import { type DagRunRow, type GridCell, type JobListing, type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
+import { type DagRunRow, type GridCell, type JobListing, type StateChange, type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
+import { slotTime, stateSpans } from '../../model/state-timeline.ts';
 import { ago, Html, href, html, isoMoment, page, stateBadge } from './html.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
@@ -509,11 +510,47 @@ ${taskIds.map(
 )}</table></div>`;
 }
 
+/**
+ * A run's timeline: a row per task instance, a bar per state it was in (its try, and the trigger it
+ * waited on, in the bar's title), placed on one time axis; under it, the worker-slot time the
+ * tasks held against the time they waited without a slot.
+ */
+function timelineOf(tis: readonly { id: number; taskId: string }[], changes: readonly StateChange[], now: number): Html {
+  const byTask = tis.map((ti) => ({
+    ti,
+    spans: stateSpans(
+      changes.filter((change) => change.taskInstanceId === ti.id),
+      now,
+    ),
+  }));
+  const all = byTask.flatMap((row) => row.spans);
+  if (all.length === 0) return html`<p class="muted">No state changes recorded for this run.</p>`;
+  const start = Math.min(...all.map((span) => span.from));
+  const width = Math.max(1, Math.max(...all.map((span) => span.to)) - start);
+  const percent = (ms: number) => `${((100 * ms) / width).toFixed(3)}%`;
+  const { holdingMs, waitingMs } = slotTime(all);
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+  return html`<h2>Timeline</h2>
+<div id="timeline" class="timeline"><div class="tl-axis"><span>${isoMoment(start)}</span><span>${seconds(width)}</span></div>
+${byTask.map(
+  ({ ti, spans }) =>
+    html`<div class="tl-row" data-task="${ti.taskId}"><a class="tl-label" href="${href(['ti', ti.id])}">${ti.taskId}</a><span class="tl-track">${spans.map(
+      (span) =>
+        html`<span class="tl-bar state-${span.state ?? 'none'}" data-state="${span.state ?? 'none'}" style="left:${percent(span.from - start)};width:${percent(span.to - span.from)}" title="${span.state ?? 'none'} ${seconds(span.to - span.from)} · try ${span.tryNumber}${span.triggerId === null ? '' : ` · trigger ${span.triggerId}`}"></span>`,
+    )}</span></div>`,
+)}
+<div class="tl-legend">${[...new Set(all.map((span) => span.state ?? 'none'))].map((state) => html`<span><span class="cell state-${state}"></span> ${state}</span>`)}</div></div>
+<p id="slot-time">Worker slots held <b>${seconds(holdingMs)}</b> (queued and running); waited <b>${seconds(waitingMs)}</b> without one (deferred, up for reschedule or retry, awaiting input).</p>
+<h2>Task instances</h2>`;
+}
+
 async function runPage(storage: Stores, dagId: string, runId: string): Promise<Html | null> {
   const run = await storage.dagRuns.findDagRun(dagId, runId);
   if (!run) return null;
   const tis = await storage.taskInstances.taskInstancesOfRunId(runId, dagId);
+  const changes = await storage.taskInstances.listStateChanges(tis.map((ti) => ti.id));
   return html`<h1>${dagLink(dagId)} run ${runId} ${stateBadge(run.state)}</h1>
+${timelineOf(tis, changes, Date.now())}
 <table id="task-instances"><tr><th>task</th><th>state</th><th>try</th><th>host</th><th>started</th><th>ended</th><th>log</th></tr>
 ${tis.map(
   (

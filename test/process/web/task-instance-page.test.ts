@@ -1,7 +1,8 @@
-// A DAG's grid and a task instance's page in a real headless Chromium, as an operator would use
-// them: the grid's cells in their states and its run filter; what a task returned (a connection's
-// password in it masked, as in logs), the event its trigger delivered, and a failed task's error
-// with the stack's frames of the DAG file before Node's and deferflow's; a sensor's reschedules.
+// A run's timeline, a DAG's grid and a task instance's page in a real headless Chromium, as an
+// operator would use them: the timeline's bars from the state history; the grid's cells in their
+// states and its run filter; what a task returned (a connection's password in it masked, as in
+// logs), the event its trigger delivered, a failed task's error with the stack's frames of the DAG
+// file before Node's and deferflow's; a sensor's reschedules.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -68,6 +69,19 @@ describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) 
         .click();
       await page.locator('h1 .state-failed').waitFor({ timeout: 30_000 });
       const runPage = page.url();
+
+      // The run's timeline, from the history the database wrote: the waiting task ran, waited
+      // deferred on its trigger, and ran again; the sensor gave its slot back twice.
+      const bars = (task: string, state: string) => page.locator(`#timeline .tl-row[data-task="${task}"] .tl-bar[data-state="${state}"]`);
+      expect(await bars('wait', 'running').count()).toBe(2);
+      expect(await bars('wait', 'deferred').count()).toBe(1);
+      expect(await bars('wait', 'deferred').getAttribute('title')).toMatch(/^deferred \d+\.\d s · try 1 · trigger \d+$/);
+      expect(await bars('sense', 'up_for_reschedule').count()).toBe(2);
+      expect(await bars('explode', 'running').count()).toBe(1);
+      expect(await page.locator('#slot-time').textContent()).toMatch(/^Worker slots held \d+\.\d s \(queued and running\); waited (\d+\.\d) s without one/);
+      const waited = Number(/waited (\d+\.\d) s/.exec((await page.locator('#slot-time').textContent()) ?? '')![1]);
+      // The deferral (0.2 s) and two reschedules (0.2 s each) at least.
+      expect(waited).toBeGreaterThanOrEqual(0.5);
 
       // The DAG's grid: the run's column, a cell per task in its state, each opening its task
       // instance; filtered by run state and date through the form.
