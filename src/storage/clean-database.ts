@@ -1,7 +1,6 @@
 import { sql } from '../database/kysely.ts';
-import { toDbTime } from '../database/schema.ts';
 import type { ExpressionBuilder } from 'kysely';
-import type { DatabaseSchema } from '../database/schema.ts';
+import { toDbTime, type DatabaseSchema } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { pruneSignals } from './signals.ts';
 

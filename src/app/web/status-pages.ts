@@ -516,17 +516,23 @@ ${taskIds.map(
  * tasks held against the time they waited without a slot.
  */
 function timelineOf(tis: readonly { id: number; taskId: string }[], changes: readonly StateChange[], now: number): Html {
-  const byTask = tis.map((ti) => ({
-    ti,
-    spans: stateSpans(
-      changes.filter((change) => change.taskInstanceId === ti.id),
-      now,
-    ),
-  }));
+  // Grouped once (a run may have thousands of task instances), in the order listStateChanges gave.
+  const changesOf = new Map<number, StateChange[]>();
+  for (const change of changes) {
+    const list = changesOf.get(change.taskInstanceId);
+    if (list) list.push(change);
+    else changesOf.set(change.taskInstanceId, [change]);
+  }
+  const byTask = tis.map((ti) => ({ ti, spans: stateSpans(changesOf.get(ti.id) ?? [], now) }));
   const all = byTask.flatMap((row) => row.spans);
   if (all.length === 0) return html`<p class="muted">No state changes recorded for this run.</p>`;
-  const start = Math.min(...all.map((span) => span.from));
-  const width = Math.max(1, Math.max(...all.map((span) => span.to)) - start);
+  let start = Number.POSITIVE_INFINITY;
+  let end = Number.NEGATIVE_INFINITY;
+  for (const span of all) {
+    start = Math.min(start, span.from);
+    end = Math.max(end, span.to);
+  }
+  const width = Math.max(1, end - start);
   const percent = (ms: number) => `${((100 * ms) / width).toFixed(3)}%`;
   const { holdingMs, waitingMs } = slotTime(all);
   const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
