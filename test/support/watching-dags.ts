@@ -8,7 +8,9 @@ import { BaseOperator } from '../../src/authoring/operators/base-operator.ts';
 import type { BaseTrigger } from '../../src/authoring/triggers/base-trigger.ts';
 import { writeSerializedDag } from '../../src/storage/serialized-dags.ts';
 import { syncDagWatchers } from '../../src/storage/sync-dag-watchers.ts';
-import type { TestDatabase } from './fixtures.ts';
+import { expect } from 'vitest';
+import { startTriggerer } from './in-process-triggerer.ts';
+import { type TestDatabase, waitFor } from './fixtures.ts';
 
 class Noop extends BaseOperator {
   execute() {
@@ -40,4 +42,45 @@ export async function processWatchingDags(
     inactive,
     Date.now(),
   );
+}
+
+/**
+ * Shared watchers of one source, as a user sees them: two DAGs ('paid', 'refunds') scheduled on
+ * `watcher` with different filters. Each writes where it starts before any event (a restart before
+ * its first event misses nothing); `publish` adds messages from..to-1, message i being
+ * `{ kind: 'paid' | 'refund' (by parity), n: i }`, and 40 of them make 20 runs of each DAG, then
+ * `whileRunning` checks the broker. With that triggerer stopped, 40 more are added and
+ * `startAgain` starts another, which reads on from the committed cursors: 40 runs each, none twice.
+ */
+export async function runSharedWatchers(
+  db: TestDatabase,
+  options: {
+    readonly watcher: (kind: 'paid' | 'refund') => BaseTrigger;
+    readonly publish: (from: number, to: number) => Promise<void>;
+    readonly whileRunning: () => Promise<void>;
+    readonly startAgain: () => Promise<unknown>;
+  },
+): Promise<void> {
+  await processWatchingDags(db, [
+    { dagId: 'paid', watch: options.watcher('paid') },
+    { dagId: 'refunds', watch: options.watcher('refund') },
+  ]);
+  const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
+  const first = await startTriggerer(db);
+  try {
+    await waitFor(async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2, {
+      what: 'both starting cursors',
+      timeoutMs: 30_000,
+    });
+    await options.publish(0, 40);
+    await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
+    await options.whileRunning();
+  } finally {
+    await first.stop();
+  }
+  await options.publish(40, 80);
+  await options.startAgain();
+  await waitFor(async () => (await runsOf('paid')) === 40 && (await runsOf('refunds')) === 40, { what: '40 runs of each DAG', timeoutMs: 30_000 });
+  const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
+  expect(new Set(runIds).size).toBe(80);
 }

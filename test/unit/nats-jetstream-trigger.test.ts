@@ -16,7 +16,7 @@ import { startNatsServer } from '../support/broker-servers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
 import { startTriggerer } from '../support/in-process-triggerer.ts';
-import { processWatchingDags } from '../support/watching-dags.ts';
+import { processWatchingDags, runSharedWatchers } from '../support/watching-dags.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { triggerRefusal } from '../support/trigger-refusal.ts';
 
@@ -148,38 +148,20 @@ describe.each(testDialects)('NatsJetStreamTrigger on %s', (dialect) => {
     const name = unique('shared_watch');
     const subject = await makeStream(shared, name);
     open.push({ close: () => jetstreamManager(shared).then((manager) => manager.streams.delete(name)) });
-    const watcher = (kind: string) =>
-      new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, subject, match: { kind }, shared: true, batch: 10, block: 1 });
-    await processWatchingDags(db, [
-      { dagId: 'paid', watch: watcher('paid') },
-      { dagId: 'refunds', watch: watcher('refund') },
-    ]);
-    const first = await startTriggerer(db);
-    let firstStopped = false;
-    open.push({ close: async () => (firstStopped ? undefined : first.stop()) });
-    // Each wrote where it starts before any event: a restart before its first event misses nothing.
-    await waitFor(async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2, {
-      what: 'both starting cursors',
-      timeoutMs: 30_000,
-    });
     const js = jetstream(shared);
-    const add = async (from: number, to: number) => {
-      for (let i = from; i < to; i++) await js.publish(subject, JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }));
-    };
-    const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
-    await add(0, 40);
-    await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
-    const manager = await jetstreamManager(shared);
-    const durables = (await manager.consumers.list(name).next()).filter((consumer) => consumer.config.durable_name !== undefined);
-    expect(durables).toEqual([]);
-    await first.stop();
-    firstStopped = true;
-    // Stored while no triggerer runs: read by the next from the committed cursors, none twice.
-    await add(40, 80);
-    await triggerer(db);
-    await waitFor(async () => (await runsOf('paid')) === 40 && (await runsOf('refunds')) === 40, { what: '40 runs of each DAG', timeoutMs: 30_000 });
-    const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
-    expect(new Set(runIds).size).toBe(80);
+    await runSharedWatchers(db, {
+      watcher: (kind) => new NatsJetStreamTrigger({ connection: 'test_nats', stream: name, subject, match: { kind }, shared: true, batch: 10, block: 1 }),
+      publish: async (from, to) => {
+        for (let i = from; i < to; i++) await js.publish(subject, JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }));
+      },
+      // No durable consumer: their positions are their cursors.
+      whileRunning: async () => {
+        const manager = await jetstreamManager(shared);
+        const durables = (await manager.consumers.list(name).next()).filter((consumer) => consumer.config.durable_name !== undefined);
+        expect(durables).toEqual([]);
+      },
+      startAgain: () => triggerer(db),
+    });
   }, 60_000);
 
   it('a DAG scheduled on a stream: one run per matching message, all acknowledged once committed, across a broker restart', async () => {

@@ -17,7 +17,7 @@ import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor,
 import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { startRedisServer, type BrokerServer } from '../support/broker-servers.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
-import { processWatchingDags } from '../support/watching-dags.ts';
+import { processWatchingDags, runSharedWatchers } from '../support/watching-dags.ts';
 import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -192,41 +192,23 @@ describe.each(testDialects)('RedisStreamTrigger on %s', (dialect) => {
   it('shared watchers: two DAGs with different filters read through one reader from their cursors, no consumer group; a new triggerer reads on from the cursors', async () => {
     const db = await database();
     const stream = streamName('shared-watch');
-    const watcher = (kind: string) =>
-      new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind }, shared: true, batch: 10, block: 0.2 });
-    await processWatchingDags(db, [
-      { dagId: 'paid', watch: watcher('paid') },
-      { dagId: 'refunds', watch: watcher('refund') },
-    ]);
-    const first = await startTriggerer(db);
-    let firstStopped = false;
-    open.push({ close: async () => (firstStopped ? undefined : first.stop()) });
-    // Each wrote where it starts before any event: a restart before its first event misses nothing.
-    await waitFor(async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2, {
-      what: 'both starting cursors',
-      timeoutMs: 30_000,
+    await runSharedWatchers(db, {
+      watcher: (kind) => new RedisStreamTrigger({ connection: 'test_redis', stream, jsonField: 'data', match: { kind }, shared: true, batch: 10, block: 0.2 }),
+      publish: async (from, to) => {
+        for (let i = from; i < to; i++) await redis.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }) });
+      },
+      // One reader for both, and no consumer group or watcher connection of their own.
+      whileRunning: async () => {
+        const clients = async (role: string) =>
+          String(await redis.sendCommand(['CLIENT', 'LIST']))
+            .split('\n')
+            .filter((line) => line.includes(`name=deferflow-${role}-${process.pid} `));
+        expect((await clients('upstream')).filter((line) => / cmd=xread /.test(line)).length).toBe(1);
+        expect(await clients('watcher')).toEqual([]);
+        expect(await redis.xInfoGroups(stream)).toEqual([]);
+      },
+      startAgain: () => triggerer(db),
     });
-    const add = async (from: number, to: number) => {
-      for (let i = from; i < to; i++) await redis.xAdd(stream, '*', { data: JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }) });
-    };
-    const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
-    await add(0, 40);
-    await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
-    const clients = async (role: string) =>
-      String(await redis.sendCommand(['CLIENT', 'LIST']))
-        .split('\n')
-        .filter((line) => line.includes(`name=deferflow-${role}-${process.pid} `));
-    expect((await clients('upstream')).filter((line) => / cmd=xread /.test(line)).length).toBe(1);
-    expect(await clients('watcher')).toEqual([]);
-    expect(await redis.xInfoGroups(stream)).toEqual([]);
-    await first.stop();
-    firstStopped = true;
-    // Added while no triggerer runs: read by the next from the committed cursors, none twice.
-    await add(40, 80);
-    await triggerer(db);
-    await waitFor(async () => (await runsOf('paid')) === 40 && (await runsOf('refunds')) === 40, { what: '40 runs of each DAG', timeoutMs: 30_000 });
-    const runIds = (await db.db.selectFrom('dag_run').select('run_id').execute()).map((row) => row.run_id);
-    expect(new Set(runIds).size).toBe(80);
     await redis.del(stream);
   }, 60_000);
 
