@@ -480,13 +480,7 @@ function gridOf(
   cells: readonly GridCell[],
   filter: ReturnType<typeof runFilterOf>,
 ): Html {
-  const byKey = new Map<string, GridCell[]>();
-  for (const cell of cells) {
-    const key = `${cell.runId}\0${cell.taskId}`;
-    const list = byKey.get(key);
-    if (list) list.push(cell);
-    else byKey.set(key, [cell]);
-  }
+  const byKey = groupBy(cells, (cell) => `${cell.runId}\0${cell.taskId}`);
   const columns = [...runs].reverse();
   const form = html`<form id="grid-filter" method="get" class="filter">runs in state <select name="state"><option value="">any</option>${DAG_RUN_STATES.map(
     (state) => html`<option value="${state}"${new Html(filter.state === state ? ' selected' : '')}>${state}</option>`,
@@ -510,6 +504,18 @@ ${taskIds.map(
 )}</table></div>`;
 }
 
+/** `items` by `keyOf`, each group in the order given (Map.groupBy, which Node 20 lacks). */
+function groupBy<T, K>(items: readonly T[], keyOf: (item: T) => K): Map<K, T[]> {
+  const groups = new Map<K, T[]>();
+  for (const item of items) {
+    const key = keyOf(item);
+    const group = groups.get(key);
+    if (group) group.push(item);
+    else groups.set(key, [item]);
+  }
+  return groups;
+}
+
 /**
  * A run's timeline: a row per task instance, a bar per state it was in (its try, and the trigger it
  * waited on, in the bar's title), placed on one time axis; under it, the worker-slot time the
@@ -517,12 +523,7 @@ ${taskIds.map(
  */
 function timelineOf(tis: readonly { id: number; taskId: string }[], changes: readonly StateChange[], now: number): Html {
   // Grouped once (a run may have thousands of task instances), in the order listStateChanges gave.
-  const changesOf = new Map<number, StateChange[]>();
-  for (const change of changes) {
-    const list = changesOf.get(change.taskInstanceId);
-    if (list) list.push(change);
-    else changesOf.set(change.taskInstanceId, [change]);
-  }
+  const changesOf = groupBy(changes, (change) => change.taskInstanceId);
   const byTask = tis.map((ti) => ({ ti, spans: stateSpans(changesOf.get(ti.id) ?? [], now) }));
   const all = byTask.flatMap((row) => row.spans);
   if (all.length === 0) return html`<p class="muted">No state changes recorded for this run.</p>`;
