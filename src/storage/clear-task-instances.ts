@@ -2,6 +2,7 @@ import { sql } from '../database/kysely.ts';
 import { toDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { lockWaitedTriggers, WAIT_DROPPED } from './dropped-wait.ts';
 import { wake } from './wake.ts';
 
 export interface TaskInstanceToClear {
@@ -39,11 +40,7 @@ export async function clearTaskInstances(
   if (taskInstances.length === 0) return { cleared: 0, deletedTriggers: 0 };
   return db.transaction().execute(async (trx) => {
     const ids = taskInstances.map((ti) => ti.id);
-    const waitingOn = await trx.selectFrom('task_instance').select('trigger_id').where(adapter.idIn('id', ids)).where('trigger_id', 'is not', null).execute();
-    const triggerIds = [...new Set(waitingOn.map((row) => row.trigger_id!))].sort((a, b) => a - b);
-    // Trigger rows first, in id order, as event writes and the timeout sweep lock them.
-    if (triggerIds.length > 0)
-      await adapter.lockForUpdate(trx.selectFrom('trigger').select('id').where(adapter.idIn('id', triggerIds)).orderBy('id')).execute();
+    const triggerIds = await lockWaitedTriggers(trx, adapter, ids);
     let cleared = 0;
     const byRetries = new Map<number, TaskInstanceToClear[]>();
     for (const ti of taskInstances) byRetries.set(ti.retries, [...(byRetries.get(ti.retries) ?? []), ti]);
@@ -54,14 +51,8 @@ export async function clearTaskInstances(
         .set({
           state: null,
           max_tries: sql<number>`try_number + ${retries}`,
-          trigger_id: null,
-          trigger_timeout: null,
-          next_method: null,
-          next_kwargs: null,
-          next_event: null,
-          ready_at: null,
+          ...WAIT_DROPPED,
           execution_deadline: null,
-          worker_job_id: null,
           stop_request: null,
           return_value: null,
           end_date: null,

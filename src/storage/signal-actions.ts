@@ -5,6 +5,7 @@ import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral } from './defer-task-instance.ts';
 import { deleteUnusedTriggers } from './delete-unused-triggers.ts';
+import { WAIT_DROPPED } from './dropped-wait.ts';
 import { wake, type WakeTopic } from './wake.ts';
 
 /*
@@ -60,17 +61,6 @@ export async function pendingSignalActions({ db }: StorageContext, limit: number
     latestVersion: Number(row.latest),
   }));
 }
-
-/** What a restart or a stop forgets of the task instance's wait: its resume point, trigger, timeout, retry moment and worker. */
-const WAIT_DROPPED = {
-  next_method: null,
-  next_kwargs: null,
-  next_event: null,
-  trigger_id: null,
-  trigger_timeout: null,
-  ready_at: null,
-  worker_job_id: null,
-} as const;
 
 /** A plan as applySignalAction carries it out: a restart from a trigger comes with the deferral its start trigger makes now. */
 export type PlanToApply =
