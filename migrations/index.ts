@@ -22,6 +22,7 @@ import * as m0016 from './0016_human_input.ts';
 import * as m0017 from './0017_queues.ts';
 import * as m0018 from './0018_watchers.ts';
 import * as m0019 from './0019_task_instance_history.ts';
+import * as m0020 from './0020_audit_log.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -47,4 +48,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0017_queues': m0017,
   '0018_watchers': m0018,
   '0019_task_instance_history': m0019,
+  '0020_audit_log': m0020,
 };

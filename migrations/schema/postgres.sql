@@ -1,3 +1,19 @@
+table audit_log
+  column id bigint not null identity
+  column at timestamp with time zone not null
+  column actor text not null
+  column source text not null
+  column address text
+  column action text not null
+  column dag_id text
+  column run_id text
+  column task_instance_id bigint
+  column details text not null
+  column outcome text not null
+  constraint audit_log_pkey PRIMARY KEY (id)
+  constraint audit_log_source_check CHECK ((source = ANY (ARRAY['web'::text, 'cli'::text, 'link'::text])))
+  index CREATE INDEX audit_log_at_idx ON audit_log USING btree (at)
+  index CREATE UNIQUE INDEX audit_log_pkey ON audit_log USING btree (id)
 table dag_run
   column id bigint not null identity
   column dag_id text not null

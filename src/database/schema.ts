@@ -281,6 +281,37 @@ export interface TaskInstanceHistoryTable {
   worker_job_id: number | null;
 }
 
+/** Where an audited action came from: the status page, the CLI, or a signed input link. */
+export const AUDIT_SOURCES = ['web', 'cli', 'link'] as const;
+/** One of AUDIT_SOURCES. */
+export type AuditSource = (typeof AUDIT_SOURCES)[number];
+
+/** audit_log: each action a person took (migration 0020); db clean prunes it by age. */
+export interface AuditLogTable {
+  /** The row's id: the order of the actions. */
+  id: Generated<number>;
+  /** When. */
+  at: DbTime;
+  /** Who: the name given with the operator token, or a CLI's OS user. */
+  actor: string;
+  /** Where the action came from. */
+  source: AuditSource;
+  /** From where: the web client's address, or the CLI's host. */
+  address: string | null;
+  /** What: trigger_run, clear, mark_success, mark_failed, pause, unpause, signal, respond. */
+  action: string;
+  /** The DAG acted on, if any. */
+  dag_id: string | null;
+  /** The DAG run acted on, if any. */
+  run_id: string | null;
+  /** The task instance acted on, if any. */
+  task_instance_id: number | null;
+  /** The action's own figures, as JSON text. */
+  details: string;
+  /** What came of it, in words. */
+  outcome: string;
+}
+
 /** The task_reschedule table: each reschedule of a sensor's try. */
 export interface TaskRescheduleTable {
   /** The row's id. */
@@ -438,6 +469,8 @@ export interface DatabaseSchema {
   task_reschedule: TaskRescheduleTable;
   /** Task instances' state changes. */
   task_instance_history: TaskInstanceHistoryTable;
+  /** What people did (the console's and the CLI's actions). */
+  audit_log: AuditLogTable;
   /** Task instances' durable state. */
   task_state: TaskStateTable;
   /** The members of composite waits. */

@@ -17,6 +17,8 @@ export interface CleanCounts {
   readonly signals: number;
   /** Job rows of processes that ended. */
   readonly jobs: number;
+  /** Audit log entries. */
+  readonly auditEntries: number;
 }
 
 class DryRun extends Error {
@@ -80,7 +82,8 @@ export async function cleanDatabase({ db, adapter, keyring }: StorageContext, be
         (await trx.deleteFrom('job').where('state', '!=', 'running').where('end_date', 'is not', null).where('end_date', '<', cutoff).executeTakeFirst())
           .numDeletedRows,
       );
-      const counts = { dagRuns, taskInstances, taskLogLines, triggerLogLines, signals, jobs };
+      const auditEntries = Number((await trx.deleteFrom('audit_log').where('at', '<', cutoff).executeTakeFirst()).numDeletedRows);
+      const counts = { dagRuns, taskInstances, taskLogLines, triggerLogLines, signals, jobs, auditEntries };
       if (dryRun) throw new DryRun(counts);
       return counts;
     });

@@ -10,6 +10,7 @@ import { LogStore } from './log-store.ts';
 import { SerializedDagStore } from './serialized-dag-store.ts';
 import { MaintenanceStore } from './maintenance-store.ts';
 import { InputStore } from './input-store.ts';
+import { AuditStore } from './audit-store.ts';
 
 export type { ClaimResult, TriggerRow } from './claim-triggers.ts';
 export type { OwnedDigest } from './owned-triggers.ts';
@@ -21,6 +22,8 @@ export type { NewDagRun } from './create-dag-run.ts';
 export type { NewTaskInstance } from './create-task-instance.ts';
 export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearOptions, ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
+export type { MarkedState, MarkResult } from './mark-task-instances.ts';
+export type { AuditEntry, AuditRecord } from './audit-log.ts';
 export type { GridCell } from './task-instance-grid.ts';
 export type { StateChange } from './task-instance-history.ts';
 export type { TaskStateEntry, TaskStateWrite } from './task-state.ts';
@@ -43,7 +46,7 @@ export type { TaskInstanceOfRunId } from './task-instances-of-run-id.ts';
 export type { ClaimedTaskInstance, StartedTaskInstance, TaskOutcome, WorkerIdentity } from './task-instance-transitions.ts';
 export type { HeldTry } from './held-try.ts';
 export type { HeldTryNews } from './check-held-tries.ts';
-export type { TriggerStore, TaskInstanceStore, DagRunStore, SignalStore, JobStore, LogStore, SerializedDagStore, MaintenanceStore, InputStore };
+export type { TriggerStore, TaskInstanceStore, DagRunStore, SignalStore, JobStore, LogStore, SerializedDagStore, MaintenanceStore, InputStore, AuditStore };
 export type { AskedInput, AskResult } from './ask-for-input.ts';
 export type { AwaitInputResult } from './await-input.ts';
 export type { GivenResponse } from './respond-to-input.ts';
@@ -70,6 +73,7 @@ export interface Stores {
   readonly serializedDags: SerializedDagStore;
   readonly maintenance: MaintenanceStore;
   readonly inputs: InputStore;
+  readonly audit: AuditStore;
 }
 
 /** The stores of an open database (its keyring opens and seals values; none: plain values only). */
@@ -85,5 +89,6 @@ export function openStores(database: Pick<Database, 'db' | 'adapter'> & Partial<
     serializedDags: new SerializedDagStore(context),
     maintenance: new MaintenanceStore(context),
     inputs: new InputStore(context),
+    audit: new AuditStore(context),
   };
 }

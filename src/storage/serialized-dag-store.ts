@@ -16,7 +16,7 @@ export class SerializedDagStore {
   }
 
   /** A DAG's stored JSON (text), hash and file; null when deleted or unknown. */
-  readSerializedDag(dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
+  readSerializedDag(dagId: string): Promise<{ data: string; hash: string; fileloc: string; paused: boolean } | null> {
     return readSerializedDag(this.#context, dagId);
   }
 

@@ -74,15 +74,18 @@ export async function listImportErrors({ db }: StorageContext): Promise<{ filelo
   return db.selectFrom('import_error').select(['fileloc', 'message']).orderBy('fileloc').execute();
 }
 
-/** The stored JSON and hash of a DAG that is not deleted, or null. */
-export async function readSerializedDag({ db }: StorageContext, dagId: string): Promise<{ data: string; hash: string; fileloc: string } | null> {
+/** The stored JSON and hash of a DAG that is not deleted, whether it is paused, or null. */
+export async function readSerializedDag(
+  { db }: StorageContext,
+  dagId: string,
+): Promise<{ data: string; hash: string; fileloc: string; paused: boolean } | null> {
   const row = await db
     .selectFrom('serialized_dag')
-    .select(['data', 'hash', 'fileloc'])
+    .select(['data', 'hash', 'fileloc', 'paused'])
     .where('dag_id', '=', dagId)
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
-  return row ?? null;
+  return row ? { data: row.data, hash: row.hash, fileloc: row.fileloc, paused: row.paused === 1 } : null;
 }
 
 /** Every DAG that is not deleted, with the hash of its serialized JSON. */

@@ -40,6 +40,12 @@ export async function latestSignalVersions({ db }: StorageContext, keys: readonl
   return new Map(rows.map((row) => [row.key, Number(row.version)]));
 }
 
+/** The keys most recently sent on, newest first, with their latest version and when it was sent (epoch ms). */
+export async function recentSignalKeys({ db }: StorageContext, limit: number): Promise<{ key: string; version: number; sentAt: number }[]> {
+  const rows = await db.selectFrom('signal_key').select(['key', 'version', 'updated_at']).orderBy('updated_at', 'desc').orderBy('key').limit(limit).execute();
+  return rows.map((row) => ({ key: row.key, version: Number(row.version), sentAt: fromDbTime(row.updated_at) }));
+}
+
 /**
  * The signals of each key after its version, oldest first per key, at most `limit` in all (the
  * caller asks again from where it got to). What a listener catching up, or a poll, reads.

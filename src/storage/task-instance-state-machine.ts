@@ -24,7 +24,9 @@ import { TASK_INSTANCE_STATES, type TaskInstanceState } from '../database/schema
  *   (no state) ──worker: a branch chose other downstream tasks (BranchChoiceOperator)──▶ skipped
  *   queued ──scheduler: its worker's heartbeat went stale──▶ scheduled (it never started)
  *   running ──scheduler: its worker's heartbeat went stale──▶ up_for_retry | failed
- *   any ──CLI: tasks clear──▶ (no state)
+ *   any ──a person: tasks clear (CLI, status page)──▶ (no state)
+ *   any but running ──a person: mark success or failed (CLI, status page)──▶ success | failed
+ *   running ──a person: mark success or failed──▶ running, stop_request set (its worker ends the try so)
  *   (no state) ──scheduler: a start or restart signal came──▶ scheduled
  *   a signal's restart (src/model/signal-actions.ts has the whole table):
  *     deferred | awaiting_input | up_for_retry | up_for_reschedule | success | failed | skipped | upstream_failed
@@ -106,7 +108,14 @@ export const TASK_INSTANCE_TRANSITIONS = {
   'branch-skip': { from: [null], to: ['skipped'], by: 'worker (a branch followed other downstream tasks)', file: 'task-instance-transitions.ts' },
   'reap-queued': { from: ['queued'], to: ['scheduled'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
   'reap-running': { from: ['running'], to: ['up_for_retry', 'failed'], by: 'scheduler (dead worker)', file: 'reap-zombie-task-instances.ts' },
-  clear: { from: 'any', to: [null], by: 'CLI (tasks clear)', file: 'clear-task-instances.ts' },
+  clear: { from: 'any', to: [null], by: 'a person (tasks clear, the status page)', file: 'clear-task-instances.ts' },
+  mark: {
+    from: [null, 'scheduled', 'queued', 'deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
+    to: ['success', 'failed'],
+    by: 'a person (tasks mark, the status page)',
+    file: 'mark-task-instances.ts',
+  },
+  'mark-running': { from: ['running'], to: [], by: 'a person (tasks mark of a running try; stop_request set)', file: 'mark-task-instances.ts' },
   'signal-restart': {
     from: ['deferred', 'awaiting_input', 'up_for_retry', 'up_for_reschedule', 'success', 'failed', 'skipped', 'upstream_failed'],
     to: ['scheduled'],

@@ -3,6 +3,7 @@ import type { StorageContext } from './context.ts';
 import { deferTaskInstance, type Deferral, type DeferResult } from './defer-task-instance.ts';
 import { nextReadyAt, scheduleReadyTaskInstances } from './schedule-ready-task-instances.ts';
 import { clearTaskInstances, type ClearOptions, type ClearResult, type TaskInstanceToClear } from './clear-task-instances.ts';
+import { markTaskInstances, type MarkedState, type MarkResult } from './mark-task-instances.ts';
 import { listTaskState, readTaskStateValue, writeTaskState, type TaskStateEntry, type TaskStateWrite } from './task-state.ts';
 import { listTaskHolders, reapZombieTaskInstances, type ReapResult, type ZombieTry } from './reap-zombie-task-instances.ts';
 import { readResumeState, readReturnValue } from './read-task-instance-values.ts';
@@ -34,7 +35,7 @@ import {
 import type { HeldTry } from './held-try.ts';
 import type { JobHolder } from './jobs.ts';
 
-/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts, taskInstanceGrid, listStateChanges. */
+/** Task instances: createTaskInstance, readTaskInstance, openNextKwargs, taskReschedules, claimTaskInstances, claimedButNotHeld, startTaskInstance, finishTaskInstance, handBackTaskInstance, checkHeldTries, carryOutStopRequest, deferTaskInstance, clearTaskInstances, markTaskInstances, readTaskStateValue, listTaskState, writeTaskState, listTaskHolders, reapZombieTaskInstances, nextReadyAt, scheduleReadyTaskInstances, readResumeState, readReturnValue, tryErrors, taskInstancesOfRunId, listDeferredTaskInstances, heldTaskInstanceCounts, taskInstanceGrid, listStateChanges. */
 export class TaskInstanceStore {
   readonly #context: StorageContext;
 
@@ -100,6 +101,10 @@ export class TaskInstanceStore {
 
   clearTaskInstances(taskInstances: readonly TaskInstanceToClear[], options: ClearOptions = {}, now = Date.now()): Promise<ClearResult> {
     return clearTaskInstances(this.#context, taskInstances, options, now);
+  }
+
+  markTaskInstances(taskInstanceIds: readonly number[], state: MarkedState, now = Date.now()): Promise<MarkResult> {
+    return markTaskInstances(this.#context, taskInstanceIds, state, now);
   }
 
   /** One key of a task instance's durable state (JSON text), or null. */

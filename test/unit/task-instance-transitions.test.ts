@@ -1,7 +1,7 @@
 // The worker's side of a task instance's life, on both dialects, judged by database rows.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openDatabase, TaskDeferred } from '../../src/index.ts';
-import { openStores, type Stores } from '../../src/storage/index.ts';
+import { type AuditEntry, openStores, type Stores } from '../../src/storage/index.ts';
 import * as t from '../fixtures/test-triggers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { createTaskInstance, migratedDatabase, taskInstance, type TestDatabase, submitEvents } from '../support/fixtures.ts';
@@ -252,5 +252,70 @@ describe.each(testDialects)('task instance transitions on %s', (dialect) => {
       const owner = claimedBy.findIndex((mine) => mine.includes(row.id));
       expect(row.worker_job_id).toBe(workers[owner]!.jobId);
     }
+  });
+
+  it('marks task instances success or failed whatever they do: a waiting one ends now and its trigger goes, a running one gets a stop request, one already so is left', async () => {
+    const db = await database();
+    const storage = openStores(db);
+    const none = await createTaskInstance(db, {});
+    await db.db.updateTable('task_instance').set({ state: null }).where('id', '=', none).execute();
+    const scheduled = await createTaskInstance(db, { state: 'scheduled' });
+    const retrying = await createTaskInstance(db, { state: 'up_for_retry' });
+    const failed = await createTaskInstance(db, { state: 'failed' });
+    const succeeded = await createTaskInstance(db, { state: 'success' });
+    const running = await createTaskInstance(db, { state: 'running' });
+    const deferred = await createTaskInstance(db, { state: 'running' });
+    await storage.taskInstances.deferTaskInstance(deferred, new TaskDeferred({ trigger: new t.NeverTrigger({}), method: 'resume', timeout: 600 }), 1_000_000);
+    const triggerId = (await taskInstance(db, deferred)).trigger_id!;
+
+    const result = await storage.taskInstances.markTaskInstances([none, scheduled, retrying, failed, succeeded, running, deferred], 'success', 2_000_000);
+    expect(result).toEqual({ marked: 5, stopRequested: 1, deletedTriggers: 1 });
+    for (const id of [none, scheduled, retrying, failed, deferred]) {
+      const row = await taskInstance(db, id);
+      expect(row).toMatchObject({ state: 'success', trigger_id: null, trigger_timeout: null, next_method: null, stop_request: null });
+      expect(new Date(row.end_date!).getTime()).toBe(2_000_000);
+    }
+    expect(await taskInstance(db, succeeded)).toMatchObject({ state: 'success', end_date: null });
+    expect(await taskInstance(db, running)).toMatchObject({ state: 'running', stop_request: 'success' });
+    expect(await db.db.selectFrom('trigger').select('id').where('id', '=', triggerId).executeTakeFirst()).toBeUndefined();
+    // The history has the change, as for any transition.
+    expect((await storage.taskInstances.listStateChanges([deferred])).map((change) => change.state)).toEqual(['running', 'deferred', 'success']);
+
+    // Marked failed: the success ones end failed; the running one's request becomes failed.
+    expect(await storage.taskInstances.markTaskInstances([succeeded, running], 'failed', 3_000_000)).toEqual({
+      marked: 1,
+      stopRequested: 1,
+      deletedTriggers: 0,
+    });
+    expect(await taskInstance(db, running)).toMatchObject({ state: 'running', stop_request: 'failed' });
+    expect((await taskInstance(db, succeeded)).state).toBe('failed');
+    expect(await storage.taskInstances.markTaskInstances([], 'failed')).toEqual({ marked: 0, stopRequested: 0, deletedTriggers: 0 });
+  });
+
+  it('keeps an audit log: entries read back newest first, a page at a time', async () => {
+    const db = await database();
+    const storage = openStores(db);
+    const cleared = {
+      actor: 'alice',
+      source: 'web',
+      address: '10.0.0.7',
+      action: 'clear',
+      dagId: 'etl',
+      runId: 'r1',
+      taskInstanceId: 12,
+      details: { task_ids: ['a'] },
+      outcome: 'cleared 1',
+    } satisfies AuditEntry;
+    const sent = { actor: 'bob', source: 'cli', address: 'host-1', action: 'signal', details: { key: 'k', version: 3 }, outcome: 'sent' } satisfies AuditEntry;
+    const first = await storage.audit.appendAuditEntry(cleared, 1_000_000);
+    const second = await storage.audit.appendAuditEntry(sent, 2_000_000);
+    expect(second).toBeGreaterThan(first);
+    // Read back as written, what was not given null.
+    expect(await storage.audit.listAuditEntries({ limit: 10 })).toEqual([
+      { id: second, at: 2_000_000, dagId: null, runId: null, taskInstanceId: null, ...sent },
+      { id: first, at: 1_000_000, ...cleared },
+    ]);
+    expect((await storage.audit.listAuditEntries({ limit: 1, before: second })).map((entry) => entry.id)).toEqual([first]);
+    expect(await storage.audit.listAuditEntries({ limit: 10, before: first })).toEqual([]);
   });
 });
