@@ -22,11 +22,9 @@ function describeSchedule(
 
 /** `dags pause` / `dags unpause`: one line saying what changed; DF_INVALID_OPTION naming a DAG the database does not have. */
 async function setPaused(dbUrl: string | undefined, dagId: string, paused: boolean): Promise<void> {
-  await withStorage(dbUrl, async (storage, database) => {
-    if (!(await storage.serializedDags.setDagPaused(dagId, paused))) {
-      const { unknownDagError } = await import('../services/dags/unknown-dag.ts');
-      throw await unknownDagError(database, dagId, 'dag-id');
-    }
+  const { OperatorActions, cliActor } = await import('../services/operator-actions.ts');
+  await withMigratedDatabase(dbUrl, async (database) => {
+    await new OperatorActions(database, cliActor()).setPaused(dagId, paused);
     process.stdout.write(`DAG ${dagId} ${paused ? 'paused' : 'unpaused'}\n`);
   });
 }
@@ -114,9 +112,9 @@ export function registerDagsCommands(cli: Argv): void {
             }
             assertJsonObject(conf, 'conf');
           }
-          const { triggerDagRun } = await import('../services/dags/manual-run.ts');
+          const { OperatorActions, cliActor } = await import('../services/operator-actions.ts');
           await withMigratedDatabase(args.db, async (database) => {
-            const runId = await triggerDagRun(database, args.dagId!, { conf, runId: args.runId, logicalDate: args.logicalDate });
+            const runId = await new OperatorActions(database, cliActor()).triggerRun(args.dagId!, { conf, runId: args.runId, logicalDate: args.logicalDate });
             process.stdout.write(`${runId}\n`);
           });
         },

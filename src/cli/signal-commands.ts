@@ -22,8 +22,8 @@ export function registerSignalCommands(cli: Argv): void {
             .option('text', { type: 'boolean', describe: 'Send VALUE as text (a JSON string) instead of parsing it as JSON' }),
         async (args) => {
           const value = signalValue(args.value, args.text === true);
-          const [{ sendSignal }, { nobodyWarning, reachesNobody, signalAudience }] = await Promise.all([
-            import('../services/signals/signal-service.ts'),
+          const [{ OperatorActions, cliActor }, { nobodyWarning, reachesNobody, signalAudience }] = await Promise.all([
+            import('../services/operator-actions.ts'),
             import('../services/signals/signal-audience.ts'),
           ]);
           await withMigratedDatabase(
@@ -32,7 +32,7 @@ export function registerSignalCommands(cli: Argv): void {
               // Read before the send (see signalAudience). Stored either way (a send may come
               // before its waits); a key nothing uses is said, with the one it may have meant.
               const audience = await signalAudience(database, args.key!, value);
-              const version = await sendSignal(database, args.key!, value);
+              const version = await new OperatorActions(database, cliActor()).sendSignal(args.key!, value);
               process.stdout.write(`${version}\n`);
               if (reachesNobody(audience)) process.stderr.write(`warning: ${nobodyWarning(args.key!, version, audience)}\n`);
             },

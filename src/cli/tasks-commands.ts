@@ -15,9 +15,9 @@ const RUN_OPTION = { type: 'string', demandOption: true, describe: 'The run id' 
 const DAG_OPTION = { type: 'string', describe: 'The DAG id (needed only when two DAGs have runs of that id)' } as const;
 const TASK_OPTION = { type: 'string', demandOption: true, describe: 'The task id' } as const;
 
-/** `deferflow tasks list | clear | logs | reschedules | state | input | respond`: the task instances of a DAG run. */
+/** `deferflow tasks list | clear | mark | logs | reschedules | state | input | respond`: the task instances of a DAG run. */
 export function registerTasksCommands(cli: Argv): void {
-  cli.command('tasks', 'Task instance commands: list, clear, logs, reschedules, state, input, respond', (tasks) =>
+  cli.command('tasks', 'Task instance commands: list, clear, mark, logs, reschedules, state, input, respond', (tasks) =>
     tasks
       .option('db', { type: 'string', describe: `${COMMON_OPTIONS.databaseUrl.describe} [env ${COMMON_OPTIONS.databaseUrl.env}]` })
       .command(
@@ -66,41 +66,46 @@ export function registerTasksCommands(cli: Argv): void {
             .option('run', RUN_OPTION)
             .option('dag', DAG_OPTION)
             .option('task', { type: 'array', string: true, describe: 'Task ids to clear (repeatable; default: all of the run)' })
+            .option('downstream', { type: 'boolean', describe: 'With --task: clear the tasks downstream of those too' })
             .option('keep-state', {
               type: 'boolean',
               describe: "Keep the task instances' durable state (context.state) for their next tries (default: it is deleted, so they start afresh)",
             }),
         async (args) => {
-          const { serializedDagSource } = await import('../services/dags/dag-processor.ts');
-          await withStorage(args.db, async (storage, database) => {
-            // The run names its DAG unless two DAGs have runs of that id, as for tasks list and logs.
-            const ofRun = await storage.taskInstances.taskInstancesOfRunId(args.run, args.dag);
-            const dagIds = [...new Set(ofRun.map((ti) => ti.dagId))];
-            if (dagIds.length === 0)
-              throw new InvalidOptionError('run', `no task instances of run ${JSON.stringify(args.run)}${args.dag ? ` of DAG ${args.dag}` : ''}`);
-            if (dagIds.length > 1)
-              throw new InvalidOptionError('dag', `${dagIds.length} DAGs have a run ${JSON.stringify(args.run)} (${dagIds.join(', ')}): name one with --dag`);
-            const dagId = dagIds[0]!;
-            const dag = await serializedDagSource(database)(dagId);
-            // Clearing renews each try budget from the task's retries, which only the serialized DAG holds.
-            if (!dag)
-              throw new InvalidOptionError(
-                'run',
-                `run ${JSON.stringify(args.run)} is of DAG ${dagId}, which is not among the serialized DAGs (deleted, or never processed): nothing is cleared; put its file back in the DAG folder (deferflow dags reserialize) and clear again`,
-              );
-            const wanted = args.task && args.task.length > 0 ? new Set(args.task.map(String)) : null;
-            // One DAG has the run: its task instances are the ones just read.
-            const chosen = ofRun.filter((ti) => wanted === null || wanted.has(ti.taskId));
-            if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${args.run} of DAG ${dagId}`);
-            const retriesOf = new Map(dag.tasks.map((task) => [task.taskId, task.retry.retries]));
-            const result = await storage.taskInstances.clearTaskInstances(
-              chosen.map((ti) => ({ id: ti.id, retries: retriesOf.get(ti.taskId) ?? 0 })),
-              { keepState: args.keepState === true },
-            );
-            // A finished run with cleared task instances runs again.
-            const run = await storage.dagRuns.findDagRun(dagId, args.run);
-            if (run && (run.state === 'success' || run.state === 'failed')) await storage.dagRuns.setDagRunState(run.id, run.state, 'queued');
+          const { OperatorActions, cliActor } = await import('../services/operator-actions.ts');
+          await withStorage(args.db, async (_storage, database) => {
+            const result = await new OperatorActions(database, cliActor()).clear({
+              runId: args.run,
+              dagId: args.dag,
+              taskIds: args.task?.map(String),
+              downstream: args.downstream === true,
+              keepState: args.keepState === true,
+            });
             process.stdout.write(`cleared ${result.cleared} task instance(s); stopped ${result.deletedTriggers} trigger(s)\n`);
+          });
+        },
+      )
+      .command(
+        'mark',
+        "Mark a task instance success or failed (Airflow's mark): a waiting one ends now, a running one is ended so by its worker",
+        (command) =>
+          command
+            .option('run', RUN_OPTION)
+            .option('task', TASK_OPTION)
+            .option('dag', DAG_OPTION)
+            .option('state', { type: 'string', choices: ['success', 'failed'] as const, demandOption: true, describe: 'The state it ends in' }),
+        async (args) => {
+          const { OperatorActions, cliActor } = await import('../services/operator-actions.ts');
+          await withStorage(args.db, async (storage, database) => {
+            const { ti, where } = await oneTaskInstance(storage, args.run, args.task, args.dag);
+            const result = await new OperatorActions(database, cliActor()).mark(ti.id, args.state as 'success' | 'failed');
+            process.stdout.write(
+              result.marked
+                ? `marked ${where} ${args.state}\n`
+                : result.stopRequested
+                  ? `${where} is running: its worker ends the try as ${args.state}\n`
+                  : `${where} is already ${args.state}: nothing changed\n`,
+            );
           });
         },
       )
@@ -278,8 +283,8 @@ export function registerTasksCommands(cli: Argv): void {
             .option('by', { type: 'string', describe: 'Who responds (recorded with the response)', default: os.userInfo().username })
             .option('json', { type: 'boolean', describe: 'Print the recorded response as JSON' }),
         async (args) => {
-          await withStorage(args.db, async (storage) => {
-            const { ti, where, inputs, input } = await askedQuestion(storage, args.run, args.task, args.dag);
+          await withStorage(args.db, async (storage, database) => {
+            const { ti, where, input } = await askedQuestion(storage, args.run, args.task, args.dag);
             const values: JsonObject = {};
             for (const pair of args.field ?? []) {
               const at = pair.indexOf('=');
@@ -287,7 +292,8 @@ export function registerTasksCommands(cli: Argv): void {
               const value = fieldValueFromText(input.question, pair.slice(0, at), pair.slice(at + 1));
               if (value !== undefined) values[pair.slice(0, at)] = value;
             }
-            const response = await inputs.respond(ti.id, { chosen: args.choose ?? [], values, by: args.by }, 'cli');
+            const { OperatorActions, cliActor } = await import('../services/operator-actions.ts');
+            const response = await new OperatorActions(database, { ...cliActor(), name: args.by }).respond(ti.id, { chosen: args.choose ?? [], values });
             if (args.json) {
               process.stdout.write(`${JSON.stringify(response)}\n`);
               return;

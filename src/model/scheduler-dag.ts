@@ -78,3 +78,18 @@ export interface StartTrigger {
 
 /** The DAG structure a run was made from, read from the serialized DAGs; null when unknown. */
 export type DagSource = (dagId: string) => Promise<SchedulerDag | null>;
+
+/** `taskIds` and every task downstream of them, however far (a clear with downstream). */
+export function withDownstream(dag: Pick<SchedulerDag, 'tasks'>, taskIds: Iterable<string>): Set<string> {
+  const downstreamOf = new Map<string, string[]>();
+  for (const task of dag.tasks) for (const upstream of task.upstreamTaskIds) downstreamOf.set(upstream, [...(downstreamOf.get(upstream) ?? []), task.taskId]);
+  const found = new Set(taskIds);
+  const pending = [...found];
+  for (let taskId = pending.pop(); taskId !== undefined; taskId = pending.pop())
+    for (const next of downstreamOf.get(taskId) ?? []) {
+      if (found.has(next)) continue;
+      found.add(next);
+      pending.push(next);
+    }
+  return found;
+}

@@ -80,8 +80,13 @@ export class InputService {
     );
   }
 
-  /** Answers a task instance's question, by its id (the CLI, the HTTP API, the embedded API). */
-  respond(taskInstanceId: number, answer: GivenAnswer, source: Extract<InputSource, 'cli' | 'http' | 'api'>, now = Date.now()): Promise<InputResponse> {
+  /** Answers a task instance's question, by its id (the CLI, the HTTP API, the embedded API, the status page's operators). */
+  respond(
+    taskInstanceId: number,
+    answer: GivenAnswer,
+    source: Extract<InputSource, 'cli' | 'http' | 'api' | 'page'>,
+    now = Date.now(),
+  ): Promise<InputResponse> {
     return this.#stores.inputs.respondToInput({ taskInstanceId, chosen: answer.chosen ?? [], values: answer.values ?? {}, by: answer.by, source }, now);
   }
 
