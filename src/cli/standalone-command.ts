@@ -62,8 +62,7 @@ export function registerStandaloneCommand(cli: Argv): void {
       const storage = openStores(database);
       if (options.web) {
         app.extraRoutes = statusPages(database, {
-          refreshSeconds: options.web.refreshSeconds,
-          token: options.web.token,
+          ...options.web,
           liveness: { triggererMs: options.triggerer.healthCheckThresholdMs, workerMs: options.scheduler.zombieThresholdMs },
           // A response resumes its task on this process's worker: at once, not at its next poll.
           onResponded: () => app.worker?.wake(),

@@ -21,11 +21,11 @@ export const WEB_COMMAND_OPTIONS = {
   logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
-/** `deferflow web`: the read-only status page, from the database alone, until SIGTERM or SIGINT. */
+/** `deferflow web`: the status page (read-only, with actions for the operator role), from the database alone, until SIGTERM or SIGINT. */
 export function registerWebCommand(cli: Argv): void {
   cli.command(
     'web',
-    'Serve the read-only status page (daemons, triggers, deferred task instances, DAGs, runs, logs) from the database',
+    'Serve the status page (daemons, triggers, deferred task instances, DAGs, runs, logs; actions with the operator token) from the database',
     (command) => declareOptions(command, WEB_COMMAND_OPTIONS),
     async (args) => {
       const raw = rawOptionsFrom(WEB_COMMAND_OPTIONS, args);
@@ -57,7 +57,7 @@ export function registerWebCommand(cli: Argv): void {
         metrics,
         [],
         log,
-        statusPages(database, { refreshSeconds: web.refreshSeconds, token: web.token, liveness: livenessThresholds() }),
+        statusPages(database, { ...web, liveness: livenessThresholds() }),
       );
       try {
         await server.start();

@@ -23,6 +23,7 @@ afterAll(dropTestDatabases);
 const scratch = processScratch();
 const browser = sharedBrowser();
 const WEB_TOKEN = 'a-web-token-for-the-test-0123456789';
+const OPERATOR_TOKEN = 'an-operator-token-for-the-test-9876543210';
 
 const dagSource = (notices: string) => `
 import { appendFileSync } from 'node:fs';
@@ -85,6 +86,7 @@ describe.each(oneDialect)('human input on %s', (dialect) => {
     const standalone = spawnDeferflow(['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'approvals', '--http-port', String(port)], {
       ...RUNNER_PROCESSES,
       DEFERFLOW_WEB_TOKEN: WEB_TOKEN,
+      DEFERFLOW_WEB_OPERATOR_TOKEN: OPERATOR_TOKEN,
     });
     const cli = async (args: string[]) => {
       const proc = spawnDeferflow([...args, '--db', db.url]);
@@ -153,9 +155,21 @@ describe.each(oneDialect)('human input on %s', (dialect) => {
       const approved = JSON.parse((await ti('approve')).return_value!) as { chosen: string[]; by: string; source: string };
       expect(approved).toMatchObject({ chosen: ['approve'], by: 'alice', source: 'link' });
 
-      // choose, answered on the status page's form in Chromium: deploy runs, rollback is skipped.
+      // choose, answered on the status page's form in Chromium by an operator (signed in with
+      // the operator token, her name as the user name): deploy runs, rollback is skipped. A
+      // viewer sees the question and no form.
       await waitFor(async () => (await stateOf('choose')) === 'awaiting_input', { timeoutMs: 30_000, what: 'choose awaiting input' });
-      const context = await browser().newContext({ extraHTTPHeaders: { authorization: `Bearer ${WEB_TOKEN}` } });
+      const viewer = await browser().newContext({ extraHTTPHeaders: { authorization: `Bearer ${WEB_TOKEN}` } });
+      try {
+        const viewerPage = await viewer.newPage();
+        await viewerPage.goto(`${base}/ti/${(await ti('choose')).id}/input`);
+        expect(await viewerPage.locator('h1').textContent()).toBe('Where to?');
+        expect(await viewerPage.locator('#needs-operator').count()).toBe(1);
+        expect(await viewerPage.locator('#respond').count()).toBe(0);
+      } finally {
+        await viewer.close();
+      }
+      const context = await browser().newContext({ httpCredentials: { username: 'carol', password: OPERATOR_TOKEN } });
       const browserPage = await context.newPage();
       try {
         await browserPage.goto(`${base}/awaiting`);
@@ -163,10 +177,9 @@ describe.each(oneDialect)('human input on %s', (dialect) => {
         await row.waitFor({ timeout: 10_000 });
         await row.locator('a', { hasText: 'Where to?' }).click();
         await browserPage.locator('#respond').waitFor();
-        await browserPage.fill('input[name="by"]', 'carol');
         await browserPage.click('button[value="deploy"]');
-        await browserPage.locator('#recorded').waitFor({ timeout: 10_000 });
-        expect(await browserPage.locator('#recorded').textContent()).toContain('deploy');
+        await browserPage.locator('#done').waitFor({ timeout: 10_000 });
+        expect(await browserPage.locator('#done').textContent()).toBe('respond by carol: answered: deploy');
       } finally {
         await context.close();
       }

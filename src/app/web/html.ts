@@ -86,11 +86,13 @@ a{color:#0b5cad} .muted{color:#66727f} .pager{margin:10px 0} .pager a{margin-rig
 .state-success{background:#2e8540}.state-failed,.state-upstream_failed{background:#c62828}.state-running{background:#2a9d8f}
 .state-deferred{background:#7b4fd1}.state-awaiting_input{background:#1f6feb}.state-scheduled,.state-queued{background:#a0740b}.state-skipped{background:#e58cc4}
 .state-up_for_retry,.state-up_for_reschedule{background:#d98324}.state-alive{background:#2e8540}.state-dead{background:#c62828}
-.state-ended{background:#8a96a3} .cell.state-none{background:#eef2f6;border:1px dashed #b6c0ca}
+.state-ended,.state-paused{background:#8a96a3} .cell.state-none{background:#eef2f6;border:1px dashed #b6c0ca}
 pre.log{background:#0f1720;color:#dde6ee;padding:10px;overflow:auto;font:12px/1.5 ui-monospace,Menlo,monospace;white-space:pre-wrap}
 pre.log .trigger{color:#c3a6ff} pre.log .warn{color:#ffd479} pre.log .error{color:#ff8a80}
 .cards{display:flex;gap:12px;flex-wrap:wrap} .card{background:#fff;border:1px solid #d8dee4;padding:10px 14px;min-width:150px}
 .card b{display:block;font-size:22px}
+.who{margin-left:auto;color:#cfe3ff} .notice{background:#e6f4ea;border:1px solid #2e8540;padding:8px 14px;margin:0 0 14px}
+form.action{display:inline-block;margin:0 6px 6px 0} .actions{margin:8px 0 14px}
 .warning{background:#fff4e5;border:1px solid #e0a040;padding:8px 14px;margin:14px 0} .warning ul{margin:4px 0;padding-left:20px}
 `;
 
@@ -102,16 +104,18 @@ const NAV: readonly [string, string][] = [
   ['/daemons', 'Daemons'],
   ['/queues', 'Queues'],
   ['/dags', 'DAGs'],
+  ['/signals', 'Signals'],
+  ['/audit', 'Audit'],
 ];
 
-/** A whole page: the navigation, the content, and a refresh every `refreshSeconds` (0: none). */
-export function page(title: string, here: string, content: Html, refreshSeconds: number): string {
+/** A whole page: the navigation, the content, and a refresh every `refreshSeconds` (0: none); `who`: the visitor, at the header's end. */
+export function page(title: string, here: string, content: Html, refreshSeconds: number, who: Html | string = ''): string {
   return html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 ${refreshSeconds > 0 ? html`<meta http-equiv="refresh" content="${refreshSeconds}">` : ''}
 <title>${title} · deferflow</title><style>${new Html(STYLE)}</style></head>
 <body><header><b>deferflow</b>${NAV.map(([path, name]) => html`<a href="${path}"${new Html(path === here ? ' class="here"' : '')}>${name}</a>`)}
-<span class="muted">updated ${isoMoment(Date.now())}</span></header>
+<span class="muted">updated ${isoMoment(Date.now())}</span>${who === '' ? '' : html`<span class="who">${who}</span>`}</header>
 <main>${content}</main></body></html>
 `.text;
 }

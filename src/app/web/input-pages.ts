@@ -11,10 +11,10 @@ import { Html, html, isoMoment, page } from './html.ts';
 /*
  * Human input on the web:
  * - `GET /input/<token>`: the page a signed link opens (no login: the link is the permission).
- *   It shows the question and a form; `POST /input/<token>` records the response. The status
- *   page's own form (`/ti/<id>/input`, behind the web token) posts to the same address, so the
- *   token in the address is what every form carries: another site cannot make a browser answer
- *   (it cannot know the token), which is the CSRF protection.
+ *   It shows the question and a form; `POST /input/<token>` records the response. The token in
+ *   the address is what the form carries: another site cannot make a browser answer (it cannot
+ *   know the token), which is the CSRF protection. The status page's own question page
+ *   (`/ti/<id>/input`) shows the form to operators only, posting to itself (action-pages.ts).
  * - `POST /api/task-instances/<id>/input`: the HTTP API, a JSON body `{ chosen, values, by }`,
  *   with the web token as a bearer token (never basic auth, which a browser sends by itself);
  *   refused when no token is configured.
@@ -45,7 +45,7 @@ async function linkPage(inputs: InputService, request: HttpRequest, token: strin
   if (request.method === 'GET' || request.method === 'HEAD') {
     try {
       const input = await inputs.questionOfLink(token);
-      return show(200, input.question.subject, questionPage(input, token, null));
+      return show(200, input.question.subject, questionPage(input, linkForm(token), null));
     } catch (error) {
       return refusal(error);
     }
@@ -61,7 +61,7 @@ async function linkPage(inputs: InputService, request: HttpRequest, token: strin
   const form = new URLSearchParams(request.body ?? '');
   try {
     const answer = formAnswer(input, form);
-    const response = await inputs.respondByLink(token, answer, form.get('via') === 'page' ? 'page' : 'link');
+    const response = await inputs.respondByLink(token, answer, 'link');
     return show(
       200,
       'Response recorded',
@@ -69,7 +69,7 @@ async function linkPage(inputs: InputService, request: HttpRequest, token: strin
     );
   } catch (error) {
     if (codeOf(error, 'DF_DATABASE') === 'DF_INVALID_INPUT_RESPONSE')
-      return show(400, input.question.subject, questionPage(input, token, (error as Error).message));
+      return show(400, input.question.subject, questionPage(input, linkForm(token), (error as Error).message));
     return refusal(error);
   }
 }
@@ -134,8 +134,20 @@ function formAnswer(input: TaskInput, form: URLSearchParams): GivenAnswer {
   return { chosen: form.getAll('choose'), values, by: by === '' ? 'anonymous (link)' : by };
 }
 
-/** The question and its form, posting to the link's own address; `error`: why the last try was refused. */
-export function questionPage(input: TaskInput, token: string, error: string | null, via: 'link' | 'page' = 'link'): Html {
+/** Where a question's form posts, what it carries besides the answer, and whether it asks who answers. */
+export interface QuestionForm {
+  readonly action: string;
+  readonly hidden: Html;
+  readonly askName: boolean;
+}
+
+/** The form of a signed link's page: it posts to the link's own address, and asks who answers. */
+function linkForm(token: string): QuestionForm {
+  return { action: `/input/${encodeURIComponent(token)}`, hidden: html``, askName: true };
+}
+
+/** The question and, unless `form` is null, its form; `error`: why the last try was refused. */
+export function questionPage(input: TaskInput, form: QuestionForm | null, error: string | null): Html {
   const { question } = input;
   const where = html`<p class="muted">${input.dagId} · ${input.taskId} · run ${input.runId} · asked ${isoMoment(input.askedAt)}${input.timeoutAt === null ? '' : html` · open until ${isoMoment(input.timeoutAt)}`}</p>`;
   if (input.response)
@@ -153,17 +165,21 @@ export function questionPage(input: TaskInput, token: string, error: string | nu
   return html`<h1>${question.subject}</h1>${where}
 ${question.body ? html`<p id="body" style="white-space:pre-wrap">${question.body}</p>` : ''}
 ${error ? html`<p id="error" class="state state-failed">${error}</p>` : ''}
-<form id="respond" method="post" action="/input/${encodeURIComponent(token)}">
-<input type="hidden" name="via" value="${via}">
+${
+  form === null
+    ? ''
+    : html`<form id="respond" method="post" action="${form.action}">
+${form.hidden}
 ${question.fields.map(field)}
-<label>Your name <input name="by" required></label><br>
+${form.askName ? html`<label>Your name <input name="by" required></label><br>` : ''}
 ${multiple ? question.options.map((option) => html`<label><input type="checkbox" name="choose" value="${option}"> ${option}</label><br>`) : ''}
 ${
   multiple || question.options.length === 0
     ? html`<button type="submit">Submit</button>`
     : question.options.map((option) => html`<button type="submit" name="choose" value="${option}">${option}</button> `)
 }
-</form>`;
+</form>`
+}`;
 }
 
 function describeResponse(response: InputResponse): string {

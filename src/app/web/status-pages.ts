@@ -1,5 +1,4 @@
 import { fileURLToPath } from 'node:url';
-import { sameToken } from '../../vocabulary/options/tokens.ts';
 import { SecretMasker } from '../../services/logs/secret-masker.ts';
 import { DAG_RUN_STATES, fromDbTime, type DagRunState } from '../../database/schema.ts';
 import type { Database } from '../../database/connect.ts';
@@ -13,6 +12,8 @@ import { slotTime, stateSpans } from '../../model/state-timeline.ts';
 import { ago, Html, href, html, isoMoment, page, stateBadge } from './html.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
+import { WebAccess } from './access.ts';
+import { actionRoutes, auditPage, doneNotice, formsFor, needsOperator, type OperatorForms, signalsPage, triggerForm } from './action-pages.ts';
 import { describeUnserved, readQueueCoverage, unservedWork } from '../../services/jobs/queue-coverage.ts';
 
 /** Rows on one page of a long list (deferred task instances, triggers). */
@@ -21,8 +22,12 @@ export const PAGE_ROWS = 100;
 export interface StatusPageOptions {
   /** Seconds between the page's own refreshes; 0: none. */
   readonly refreshSeconds: number;
-  /** Asked for as a bearer token or a basic-auth password; null: none asked (loopback only). */
+  /** The viewer role's token, as a bearer token or a basic-auth password; null: none asked (see openToViewers). */
   readonly token: string | null;
+  /** The operator role's token (the actions); null or absent: the page is read-only. */
+  readonly operatorToken?: string | null;
+  /** Pages shown without a token (loopback, no viewer token). @default token === null */
+  readonly openToViewers?: boolean;
   /** How the page judges triggerers alive (the triggerers' own health-check threshold). */
   readonly liveness: LivenessThresholds;
   /** Called once a response to a question is recorded (standalone wakes its own worker). */
@@ -30,20 +35,15 @@ export interface StatusPageOptions {
 }
 
 /**
- * The read-only status page: what deferflow is doing, from the database alone (the serialized
- * DAGs, never DAG code). Every list is paged or limited in its query, so a page costs the same at
- * 10 or 10,000 deferred task instances. Served next to /metrics and /health (see
- * ObservabilityServer); returns null for paths that are not its own.
+ * The status page: what deferflow is doing, from the database alone (the serialized DAGs, never
+ * DAG code), and, for an operator, the actions (action-pages.ts). Every list is paged or limited
+ * in its query, so a page costs the same at 10 or 10,000 deferred task instances. Served next to
+ * /metrics and /health (see ObservabilityServer); returns null for paths that are not its own.
  */
 export function statusPages(database: Database, options: StatusPageOptions): (request: HttpRequest) => Promise<HttpReply | null> {
   const storage = openStores(database);
   const locks = livenessLocksOf(database);
-  const token = options.token === null ? null : Buffer.from(options.token);
-  const show = (title: string, here: string, content: Html): HttpReply => ({
-    status: 200,
-    headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' },
-    body: page(title, here, content, options.refreshSeconds),
-  });
+  const access = new WebAccess(options);
   const notFound = (what: string): HttpReply => ({
     status: 404,
     headers: { 'content-type': 'text/html; charset=utf-8' },
@@ -54,8 +54,10 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
   // connections' secrets this process knows masked.
   const masker = SecretMasker.fromEnvironment();
   const inputs = new InputService(storage);
+  const onResponded = options.onResponded ?? (() => {});
   // Their own permissions: a signed link needs no login; the API wants the token as a bearer.
-  const input = inputRoutes(inputs, options.token, options.onResponded);
+  const input = inputRoutes(inputs, options.token, onResponded);
+  const act = actionRoutes(database, storage, access, onResponded);
 
   return async (request) => {
     const answered = await input(request);
@@ -65,60 +67,75 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       .split('/')
       .filter((segment) => segment !== '')
       .map((segment) => decodeURIComponent(segment));
-    const known = segments.length === 0 || ['deferred', 'awaiting', 'triggers', 'daemons', 'triggerers', 'queues', 'dags', 'ti'].includes(segments[0]!);
+    const known =
+      segments.length === 0 ||
+      ['deferred', 'awaiting', 'triggers', 'daemons', 'triggerers', 'queues', 'dags', 'ti', 'signals', 'audit', 'sign-in'].includes(segments[0]!);
     if (!known) return null;
-    if (token !== null && !authorized(request.headers.authorization, token)) {
+    const visitor = access.visitorOf(request);
+    if (visitor === null || (segments[0] === 'sign-in' && visitor.role !== 'operator')) {
       return {
         status: 401,
         headers: { 'content-type': 'text/plain', 'www-authenticate': 'Basic realm="deferflow", charset="UTF-8"' },
-        body: 'the status page needs the web token: as a bearer token, or as the password of basic auth (any user name)\n',
+        body:
+          segments[0] === 'sign-in'
+            ? `signing in needs the operator token: as the password of basic auth (your name as the user name, recorded in the audit log)${access.actionsEnabled ? '' : '; none is set (DEFERFLOW_WEB_OPERATOR_TOKEN): the page is read-only'}\n`
+            : 'the status page needs the web token: as a bearer token, or as the password of basic auth (any user name)\n',
       };
     }
+    const forms = formsFor(access, visitor);
+    const who =
+      visitor.role === 'operator' ? html`operator <b>${visitor.name}</b>` : access.actionsEnabled ? html`viewer · <a href="/sign-in">sign in</a>` : '';
+    const show = (title: string, here: string, content: Html, status = 200, refreshSeconds = 0): HttpReply => ({
+      status,
+      headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' },
+      body: page(title, here, content, refreshSeconds, who),
+    });
+    const acted = await act(request, visitor, segments, show);
+    if (acted) return acted;
     if (request.method !== 'GET' && request.method !== 'HEAD')
-      return { status: 405, headers: { allow: 'GET', 'content-type': 'text/plain' }, body: 'read-only: GET\n' };
+      return { status: 405, headers: { allow: 'GET', 'content-type': 'text/plain' }, body: `${request.method} ${url.pathname}: GET only\n` };
+    // Pages that list and watch refresh themselves; a page with a form to fill in does not.
+    const notice = await doneNotice(storage, url.searchParams.get('done'));
+    const view = (title: string, here: string, content: Html) => show(title, here, html`${notice}${content}`, 200, options.refreshSeconds);
     const after = optionalId(url.searchParams.get('after'));
     const [area, id, sub, subId] = segments;
-    if (area === undefined) return show('Overview', '/', await overview(storage, options, locks));
-    if (area === 'deferred' && id === undefined) return show('Deferred task instances', '/deferred', await deferredPage(storage, after));
-    if (area === 'awaiting' && id === undefined) return show('Awaiting input', '/awaiting', await awaitingPage(storage));
+    if (area === 'sign-in') return { status: 303, headers: { location: '/', 'cache-control': 'no-store' }, body: '' };
+    if (area === undefined) return view('Overview', '/', await overview(storage, options, locks));
+    if (area === 'deferred' && id === undefined) return view('Deferred task instances', '/deferred', await deferredPage(storage, after));
+    if (area === 'awaiting' && id === undefined) return view('Awaiting input', '/awaiting', await awaitingPage(storage));
     if (area === 'ti' && id !== undefined && sub === 'input') {
-      const content = await tiInputPage(inputs, Number(id));
+      const content = await tiInputPage(inputs, Number(id), forms);
       return content ? show(`Question of task instance ${id}`, '/awaiting', content) : notFound(`Task instance ${id} asks no question.`);
     }
-    if (area === 'triggers' && id === undefined) return show('Triggers', '/triggers', await triggersPage(storage, after));
-    if (area === 'daemons' && id === undefined) return show('Daemons', '/daemons', await daemonsPage(storage, options, locks));
-    if (area === 'triggerers' && id === undefined) return show('Triggerers', '/daemons', await daemonsPage(storage, options, locks, 'triggerer'));
-    if (area === 'queues' && id === undefined) return show('Queues', '/queues', await queuesPage(storage, options, locks));
-    if (area === 'dags' && id === undefined) return show('DAGs', '/dags', await dagsPage(storage));
-    if (area === 'dags' && id !== undefined && sub === undefined) {
-      const content = await dagPage(storage, id, url.searchParams);
-      return content ? show(`DAG ${id}`, '/dags', content) : notFound(`There is no DAG ${id} among the serialized DAGs.`);
+    if (area === 'triggers' && id === undefined) return view('Triggers', '/triggers', await triggersPage(storage, after));
+    if (area === 'daemons' && id === undefined) return view('Daemons', '/daemons', await daemonsPage(storage, options, locks));
+    if (area === 'triggerers' && id === undefined) return view('Triggerers', '/daemons', await daemonsPage(storage, options, locks, 'triggerer'));
+    if (area === 'queues' && id === undefined) return view('Queues', '/queues', await queuesPage(storage, options, locks));
+    if (area === 'signals' && id === undefined) return show('Signals', '/signals', html`${notice}${await signalsPage(storage, forms)}`);
+    if (area === 'audit' && id === undefined) return view('Audit log', '/audit', await auditPage(storage, optionalId(url.searchParams.get('before'))));
+    if (area === 'dags' && id === undefined) return view('DAGs', '/dags', await dagsPage(storage));
+    if (area === 'dags' && id !== undefined && sub === 'trigger' && subId === undefined) {
+      const known = await storage.serializedDags.readSerializedDag(id);
+      return known ? show(`Trigger ${id}`, '/dags', triggerForm(id, forms)) : notFound(`There is no DAG ${id} among the serialized DAGs.`);
     }
-    if (area === 'dags' && id !== undefined && sub === 'runs' && subId !== undefined) {
-      const content = await runPage(storage, id, subId);
-      return content ? show(`${id} ${subId}`, '/dags', content) : notFound(`DAG ${id} has no run ${subId}.`);
+    if (area === 'dags' && id !== undefined && sub === undefined) {
+      const content = await dagPage(storage, id, url.searchParams, forms);
+      return content ? view(`DAG ${id}`, '/dags', content) : notFound(`There is no DAG ${id} among the serialized DAGs.`);
+    }
+    if (area === 'dags' && id !== undefined && sub === 'runs' && subId !== undefined && segments.length === 4) {
+      const content = await runPage(storage, id, subId, forms);
+      return content ? view(`${id} ${subId}`, '/dags', content) : notFound(`DAG ${id} has no run ${subId}.`);
     }
     if (area === 'ti' && id !== undefined && sub === undefined) {
-      const content = await taskInstancePage(storage, masker, Number(id));
-      return content ? show(`Task instance ${id}`, '/dags', content) : notFound(`There is no task instance ${id}.`);
+      const content = await taskInstancePage(storage, masker, Number(id), forms);
+      return content ? view(`Task instance ${id}`, '/dags', content) : notFound(`There is no task instance ${id}.`);
     }
     if (area === 'ti' && id !== undefined && sub === 'log') {
       const content = await logPage(storage, Number(id), optionalId(url.searchParams.get('try')));
-      return content ? show(`Log of task instance ${id}`, '/deferred', content) : notFound(`There is no task instance ${id}.`);
+      return content ? view(`Log of task instance ${id}`, '/deferred', content) : notFound(`There is no task instance ${id}.`);
     }
     return notFound(`Nothing is served at ${url.pathname}.`);
   };
-}
-
-function authorized(header: string | undefined, token: Buffer): boolean {
-  const bearer = /^Bearer (.+)$/i.exec(header ?? '')?.[1];
-  const basic = /^Basic (.+)$/i.exec(header ?? '')?.[1];
-  let given: string | undefined = bearer;
-  if (basic !== undefined) {
-    const decoded = Buffer.from(basic, 'base64').toString('utf8');
-    given = decoded.slice(decoded.indexOf(':') + 1);
-  }
-  return sameToken(given, token);
 }
 
 function optionalId(text: string | null): number | undefined {
@@ -246,16 +263,16 @@ ${rows.map(
 }`;
 }
 
-/** A task instance's question with the form that answers it: it posts to the question's signed link (see input-pages.ts). */
-async function tiInputPage(inputs: InputService, id: number): Promise<Html | null> {
+/** A task instance's question, with the form that answers it for an operator (posting to /ti/<id>/input: action-pages.ts). */
+async function tiInputPage(inputs: InputService, id: number, forms: OperatorForms | null): Promise<Html | null> {
   if (!Number.isSafeInteger(id)) return null;
   const input = await inputs.question(id);
   if (!input) return null;
   const asking = input.currentTry === input.tryNumber && (input.state === 'awaiting_input' || input.state === 'running');
   if (!asking && !input.response)
     return html`<h1>${input.question.subject}</h1><p class="muted">No longer asked: the task instance is ${input.state ?? 'in no state'}.</p>`;
-  const token = await inputs.tokenFor({ taskInstanceId: id, tryNumber: input.tryNumber, nonce: input.nonce, timeoutAt: input.timeoutAt });
-  return questionPage(input, token, null, 'page');
+  if (forms === null || input.response) return html`${questionPage(input, null, null)}${input.response ? '' : needsOperator()}`;
+  return questionPage(input, { action: href(['ti', id, 'input']), hidden: forms.hidden(), askName: false }, null);
 }
 
 async function triggersPage(storage: Stores, after: number | undefined): Promise<Html> {
@@ -391,7 +408,7 @@ ${importErrors.length === 0 ? html`<p class="muted">None.</p>` : html`<table id=
 /** Runs the DAG page shows (in its grid and its list). */
 const DAG_PAGE_RUNS = 25;
 
-async function dagPage(storage: Stores, dagId: string, query: URLSearchParams): Promise<Html | null> {
+async function dagPage(storage: Stores, dagId: string, query: URLSearchParams, forms: OperatorForms | null): Promise<Html | null> {
   const stored = await storage.serializedDags.readSerializedDag(dagId);
   if (!stored) return null;
   const dag = dagOf(dagId, stored.data);
@@ -407,7 +424,13 @@ async function dagPage(storage: Stores, dagId: string, query: URLSearchParams): 
     runs.map((run) => run.runId),
   );
   const downstream = (taskId: string) => dag.tasks.filter((task) => task.upstream_task_ids.includes(taskId)).map((task) => task.task_id);
-  return html`<h1>DAG ${dagId}</h1>
+  return html`<h1>DAG ${dagId}${stored.paused ? html` <span class="state state-paused" id="paused">paused</span>` : ''}</h1>
+${
+  forms === null
+    ? ''
+    : html`<div class="actions"><a href="${href(['dags', dagId, 'trigger'])}" id="trigger-run">Trigger a run…</a>
+${stored.paused ? forms.button(href(['dags', dagId, 'unpause']), 'Unpause', {}, 'unpause') : forms.button(href(['dags', dagId, 'pause']), 'Pause', {}, 'pause')}</div>`
+}
 ${dag.description ? html`<p>${dag.description}</p>` : ''}
 <p>Schedule: <b>${dag.scheduleText}</b>${nextAt !== null ? html` · next run created at <b>${isoMoment(nextAt)}</b>` : ''} · file <span class="muted">${stored.fileloc}</span></p>
 <h2>Tasks</h2>
@@ -551,12 +574,13 @@ ${byTask.map(
 <h2>Task instances</h2>`;
 }
 
-async function runPage(storage: Stores, dagId: string, runId: string): Promise<Html | null> {
+async function runPage(storage: Stores, dagId: string, runId: string, forms: OperatorForms | null): Promise<Html | null> {
   const run = await storage.dagRuns.findDagRun(dagId, runId);
   if (!run) return null;
   const tis = await storage.taskInstances.taskInstancesOfRunId(runId, dagId);
   const changes = await storage.taskInstances.listStateChanges(tis.map((ti) => ti.id));
   return html`<h1>${dagLink(dagId)} run ${runId} ${stateBadge(run.state)}</h1>
+${forms === null ? '' : html`<div class="actions">${forms.button(href(['dags', dagId, 'runs', runId, 'clear']), 'Clear the run…', {}, 'clear-run')}</div>`}
 ${timelineOf(tis, changes, Date.now())}
 <table id="task-instances"><tr><th>task</th><th>state</th><th>try</th><th>host</th><th>started</th><th>ended</th><th>log</th></tr>
 ${tis.map(
@@ -593,7 +617,7 @@ ${lines.length === 0 ? html`<p class="muted">No log lines for try ${tryNumber} y
  * try's error (the stack with the user's frames first) and its reschedules; values masked as its
  * log lines are.
  */
-async function taskInstancePage(storage: Stores, masker: SecretMasker, id: number): Promise<Html | null> {
+async function taskInstancePage(storage: Stores, masker: SecretMasker, id: number, forms: OperatorForms | null): Promise<Html | null> {
   if (!Number.isSafeInteger(id)) return null;
   const ti = await storage.taskInstances.readTaskInstance({ id });
   if (!ti) return null;
@@ -607,6 +631,12 @@ async function taskInstancePage(storage: Stores, masker: SecretMasker, id: numbe
   const moment = (value: Date | string | null) => isoMoment(fromDbTime(value));
   const fact = (name: string, value: Html | string | number | null) => html`<tr><th>${name}</th><td>${value ?? ''}</td></tr>`;
   return html`<h1>${dagLink(ti.dag_id)} · ${runLink(ti.dag_id, ti.run_id)} · ${ti.task_id} ${stateBadge(ti.state)}</h1>
+${
+  forms === null
+    ? ''
+    : html`<div class="actions">${forms.button(href(['ti', id, 'clear']), 'Clear…', { downstream: 'no' }, 'clear')}${forms.button(href(['ti', id, 'clear']), 'Clear with downstream…', { downstream: 'yes' }, 'clear-downstream')}
+${forms.button(href(['ti', id, 'mark']), 'Mark success…', { state: 'success' }, 'mark-success')}${forms.button(href(['ti', id, 'mark']), 'Mark failed…', { state: 'failed' }, 'mark-failed')}</div>`
+}
 <table id="ti-facts" class="facts">
 ${fact('try', `${ti.try_number} of ${ti.max_tries + 1}`)}
 ${fact('operator', ti.operator)}

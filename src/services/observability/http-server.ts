@@ -20,7 +20,16 @@ export interface HttpRequest {
   /** Path and query, as sent. */
   readonly url: string;
   /** The headers a route reads (only these cross to the main thread). */
-  readonly headers: { readonly authorization?: string | undefined };
+  readonly headers: {
+    readonly authorization?: string | undefined;
+    /** Where a browser's form was sent from (checked against host by the console's actions). */
+    readonly origin?: string | undefined;
+    readonly host?: string | undefined;
+    /** Set by a proxy in front: recorded as where an action came from. */
+    readonly 'x-forwarded-for'?: string | undefined;
+  };
+  /** The client's address (the proxy's, behind one). */
+  readonly remoteAddress?: string | undefined;
   /**
    * The body as text, for a method other than GET and HEAD (undefined for those); null when it
    * was larger than MAX_REQUEST_BODY_BYTES (not read further: a route answers 413).
@@ -233,8 +242,10 @@ const server = http.createServer((request, response) => {
       }) + '\\n');
     }, loopThresholdMs);
     pending.set(id, { response, timer });
-    const headers = { authorization: request.headers.authorization };
-    port.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers, body });
+    const { authorization, origin, host: hostHeader } = request.headers;
+    const headers = { authorization, origin, host: hostHeader, 'x-forwarded-for': request.headers['x-forwarded-for'] };
+    const remoteAddress = request.socket.remoteAddress;
+    port.postMessage({ type: 'request', id, method: request.method, url: request.url || '/', headers, remoteAddress, body });
   };
   if (request.method === 'GET' || request.method === 'HEAD') {
     request.resume();
