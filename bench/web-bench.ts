@@ -1,6 +1,7 @@
 /**
  * The status page under load: N deferred task instances (each on its own trigger, owned by a
- * triggerer row) and R finished runs of a ten-task DAG (10 × R task instances more), then
+ * triggerer row) and R finished runs of a ten-task DAG (10 × R task instances more), a day of
+ * minute samples of seven daemons (the charts' most) and 1,000 audit entries, then
  * `deferflow web` is started on the database and each page is fetched `--requests` times in turn;
  * prints one JSON line with each page's p50 / p99 / max in ms.
  *
@@ -35,6 +36,7 @@ const database = openDatabase(url);
 await migrateToLatest(database);
 const firstId = await insertDeferred(database, args.tis);
 const history = await insertFinishedRuns(database, args.runs);
+await insertConsoleHistory(database);
 
 const web = spawn(process.execPath, [path.join(root, 'bin/deferflow.js'), 'web', '--db', url, '--http-port', '0', '--log-level', 'warn'], {
   stdio: ['ignore', 'pipe', 'inherit'],
@@ -59,6 +61,10 @@ try {
     dag_grid_failed_runs: '/dags/history?state=failed',
     run: `/dags/history/runs/${encodeURIComponent(history.middleRunId)}`,
     task_instance: `/ti/${history.failedTaskInstanceId}`,
+    charts: '/charts',
+    charts_24h: '/charts?hours=24',
+    audit: '/audit',
+    signals: '/signals',
   };
   const result: Record<string, unknown> = { tis: args.tis, runs: args.runs, dialect: database.adapter.name, requests: args.requests };
   for (const [name, pagePath] of Object.entries(pages)) {
@@ -150,6 +156,51 @@ for (let i = 1; i < steps.length; i++) steps[i - 1].before(steps[i]);
     });
   }
   return { middleRunId: runId(Math.floor(count / 2)), failedTaskInstanceId };
+}
+
+/** A day of minute samples from 3 triggerers, 3 workers and a scheduler (the charts' most, kept a day), and 1,000 audit log entries. */
+async function insertConsoleHistory({ db }: Database): Promise<void> {
+  const now = Date.now();
+  const daemons = [
+    ...[1, 2, 3].map((i) => ({
+      jobId: 9000 + i,
+      jobType: 'TriggererJob',
+      figures: (m: number) => ({ running: 300 + (m % 50), capacity: 1000, events: m % 7, failures: m % 97 === 0 ? 1 : 0, blocked_ms: 0, interval_ms: 60_000 }),
+    })),
+    ...[4, 5, 6].map((i) => ({ jobId: 9000 + i, jobType: 'WorkerJob', figures: (m: number) => ({ slots_used: m % 16, slots: 16, interval_ms: 60_000 }) })),
+    { jobId: 9007, jobType: 'SchedulerJob', figures: (m: number) => ({ deferred: 10_000 + m, awaiting_input: m % 5, interval_ms: 60_000 }) },
+  ];
+  for (const daemon of daemons)
+    for (let start = 0; start < 1440; start += 500)
+      await db
+        .insertInto('daemon_sample')
+        .values(
+          Array.from({ length: Math.min(500, 1440 - start) }, (_, i) => ({
+            job_id: daemon.jobId,
+            job_type: daemon.jobType,
+            at: toDbTime(now - (1440 - start - i) * 60_000),
+            figures: JSON.stringify(daemon.figures(start + i)),
+          })),
+        )
+        .execute();
+  for (let start = 0; start < 1000; start += 500)
+    await db
+      .insertInto('audit_log')
+      .values(
+        Array.from({ length: 500 }, (_, i) => ({
+          at: toDbTime(now - (1000 - start - i) * 60_000),
+          actor: 'bench',
+          source: 'cli' as const,
+          address: 'bench-host',
+          action: 'clear',
+          dag_id: 'history',
+          run_id: 'scheduled__2026-01-01T00:00:00.000Z',
+          task_instance_id: null,
+          details: JSON.stringify({ task_ids: ['step_1'] }),
+          outcome: 'cleared 1 task instance(s); stopped 0 trigger(s)',
+        })),
+      )
+      .execute();
 }
 
 function round(ms: number): number {

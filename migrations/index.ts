@@ -23,6 +23,7 @@ import * as m0017 from './0017_queues.ts';
 import * as m0018 from './0018_watchers.ts';
 import * as m0019 from './0019_task_instance_history.ts';
 import * as m0020 from './0020_audit_log.ts';
+import * as m0021 from './0021_daemon_sample.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -49,4 +50,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0018_watchers': m0018,
   '0019_task_instance_history': m0019,
   '0020_audit_log': m0020,
+  '0021_daemon_sample': m0021,
 };

@@ -14,6 +14,15 @@ table audit_log
   constraint audit_log_source_check CHECK ((source = ANY (ARRAY['web'::text, 'cli'::text, 'link'::text])))
   index CREATE INDEX audit_log_at_idx ON audit_log USING btree (at)
   index CREATE UNIQUE INDEX audit_log_pkey ON audit_log USING btree (id)
+table daemon_sample
+  column id bigint not null identity
+  column job_id bigint not null
+  column job_type text not null
+  column at timestamp with time zone not null
+  column figures text not null
+  constraint daemon_sample_pkey PRIMARY KEY (id)
+  index CREATE INDEX daemon_sample_at_idx ON daemon_sample USING btree (at)
+  index CREATE UNIQUE INDEX daemon_sample_pkey ON daemon_sample USING btree (id)
 table dag_run
   column id bigint not null identity
   column dag_id text not null

@@ -1,5 +1,7 @@
 CREATE TABLE audit_log (id integer primary key, at text not null, actor text not null, source text not null check (source in ('web', 'cli', 'link')), address text, action text not null, dag_id text, run_id text, task_instance_id integer, details text not null, outcome text not null);
 CREATE INDEX audit_log_at_idx on audit_log (at);
+CREATE TABLE daemon_sample (id integer primary key, job_id integer not null, job_type text not null, at text not null, figures text not null);
+CREATE INDEX daemon_sample_at_idx on daemon_sample (at);
 CREATE TABLE dag_run (id integer primary key autoincrement, dag_id text not null, run_id text not null, run_type text not null check (run_type in ('manual', 'scheduled', 'event')), logical_date text not null, data_interval_start text, data_interval_end text, state text not null check (state in ('queued', 'running', 'success', 'failed')), conf text not null, dag_hash text, created_at text not null, start_date text, end_date text, updated_at text not null, constraint dag_run_run_id_key unique (dag_id, run_id), constraint dag_run_logical_date_key unique (dag_id, logical_date));
 CREATE INDEX dag_run_unfinished_idx on dag_run (state, dag_id) where state in ('queued', 'running');
 CREATE TABLE dag_signal_start (dag_id text primary key, signal_key text not null, after_version integer not null check (after_version >= 0));

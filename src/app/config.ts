@@ -66,6 +66,8 @@ export interface WorkerConfig {
    * @default true
    */
   readonly push?: boolean;
+  /** How often it records its figures for the status page's charts; 0: never. @default 60 seconds */
+  readonly sampleInterval?: DurationInput;
 }
 
 /** The scheduler: moves DAG runs through their tasks, from serialized DAGs. */
@@ -88,6 +90,8 @@ export interface SchedulerConfig {
    * @default true
    */
   readonly push?: boolean;
+  /** How often it records its figures for the status page's charts; 0: never. @default 60 seconds */
+  readonly sampleInterval?: DurationInput;
 }
 
 /** The triggerer: runs deferred task instances' triggers until they fire. */
@@ -143,6 +147,8 @@ export interface TriggererConfig {
    * @default true
    */
   readonly push?: boolean;
+  /** How often it records its figures for the status page's charts; 0: never. @default 60 seconds */
+  readonly sampleInterval?: DurationInput;
 }
 
 /**

@@ -112,7 +112,7 @@ async function clean(dbFlag: string | undefined, olderThan: string | undefined, 
   const before = Date.now() - ms;
   await withStorage(dbFlag, async (storage) => {
     const counts = await storage.maintenance.cleanDatabase(before, !yes);
-    const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.triggerLogLines} trigger log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s), ${counts.auditEntries} audit log record(s)`;
+    const what = `${counts.dagRuns} finished DAG run(s) with ${counts.taskInstances} task instance(s), ${counts.taskLogLines} task log line(s), ${counts.triggerLogLines} trigger log line(s), ${counts.signals} signal(s), ${counts.jobs} ended job row(s), ${counts.auditEntries} audit log record(s), ${counts.samples} daemon sample(s)`;
     process.stdout.write(
       yes
         ? `deleted ${what} from before ${new Date(before).toISOString()}\n`

@@ -36,6 +36,12 @@ export const COMMON_OPTIONS = {
     unit: 'json|pretty',
     describe: 'json: one pino JSON object per line; pretty: coloured lines for humans',
   },
+  sampleInterval: {
+    env: 'DEFERFLOW_SAMPLE_INTERVAL',
+    default: 60,
+    unit: 'seconds',
+    describe: "How often the daemon records its figures for the status page's charts (triggers running, events, slots in use, waiting work); 0: never",
+  },
   push: {
     env: 'DEFERFLOW_PUSH',
     default: true,
@@ -67,6 +73,8 @@ export interface ResolvedCommonOptions {
   readonly logLevel: LogLevel;
   /** JSON lines, or pretty lines. */
   readonly logFormat: LogFormat;
+  /** How often the daemon records its figures for the charts, in ms; 0: never. */
+  readonly sampleIntervalMs: number;
 }
 
 /** `--queues` (a worker's or a triggerer's) checked: DF_INVALID_OPTION naming the bad name. */

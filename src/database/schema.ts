@@ -312,6 +312,20 @@ export interface AuditLogTable {
   outcome: string;
 }
 
+/** daemon_sample: the figures a daemon records of itself every sample interval (migration 0021), for the status page's charts. */
+export interface DaemonSampleTable {
+  /** The row's id. */
+  id: Generated<number>;
+  /** The daemon's job. */
+  job_id: number;
+  /** Its job type (TriggererJob, WorkerJob, SchedulerJob). */
+  job_type: string;
+  /** When. */
+  at: DbTime;
+  /** The figures, a JSON object of numbers (see services/observability/daemon-samples.ts). */
+  figures: string;
+}
+
 /** The task_reschedule table: each reschedule of a sensor's try. */
 export interface TaskRescheduleTable {
   /** The row's id. */
@@ -471,6 +485,8 @@ export interface DatabaseSchema {
   task_instance_history: TaskInstanceHistoryTable;
   /** What people did (the console's and the CLI's actions). */
   audit_log: AuditLogTable;
+  /** The figures daemons record of themselves, for the charts. */
+  daemon_sample: DaemonSampleTable;
   /** Task instances' durable state. */
   task_state: TaskStateTable;
   /** The members of composite waits. */

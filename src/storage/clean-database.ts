@@ -19,6 +19,8 @@ export interface CleanCounts {
   readonly jobs: number;
   /** Audit log entries. */
   readonly auditEntries: number;
+  /** Daemons' samples (the charts' figures). */
+  readonly samples: number;
 }
 
 class DryRun extends Error {
@@ -83,7 +85,8 @@ export async function cleanDatabase({ db, adapter, keyring }: StorageContext, be
           .numDeletedRows,
       );
       const auditEntries = Number((await trx.deleteFrom('audit_log').where('at', '<', cutoff).executeTakeFirst()).numDeletedRows);
-      const counts = { dagRuns, taskInstances, taskLogLines, triggerLogLines, signals, jobs, auditEntries };
+      const samples = Number((await trx.deleteFrom('daemon_sample').where('at', '<', cutoff).executeTakeFirst()).numDeletedRows);
+      const counts = { dagRuns, taskInstances, taskLogLines, triggerLogLines, signals, jobs, auditEntries, samples };
       if (dryRun) throw new DryRun(counts);
       return counts;
     });

@@ -24,6 +24,7 @@ export type { TaskReschedule } from '../model/task-reschedule.ts';
 export type { ClearOptions, ClearResult, TaskInstanceToClear } from './clear-task-instances.ts';
 export type { MarkedState, MarkResult } from './mark-task-instances.ts';
 export type { AuditEntry, AuditRecord } from './audit-log.ts';
+export type { DaemonSample } from './daemon-samples.ts';
 export type { GridCell } from './task-instance-grid.ts';
 export type { StateChange } from './task-instance-history.ts';
 export type { TaskStateEntry, TaskStateWrite } from './task-state.ts';

@@ -2,8 +2,9 @@ import type { StorageContext } from './context.ts';
 import { endJob, heartbeatJob, listRunningJobs, registerJob, setLivenessLock, type JobFields, type JobLiveness } from './jobs.ts';
 import { listJobs, type JobFilter, type JobListing } from './list-jobs.ts';
 import { queueServers, queueWork, type QueueServer, type QueueWork } from './queue-work.ts';
+import { listDaemonSamples, recordDaemonSample, type DaemonSample } from './daemon-samples.ts';
 
-/** Jobs: registerJob, setLivenessLock, heartbeatJob, endJob, listRunningJobs, listJobs, queueWork, queueServers. */
+/** Jobs: registerJob, setLivenessLock, heartbeatJob, endJob, listRunningJobs, listJobs, queueWork, queueServers, recordDaemonSample, listDaemonSamples. */
 export class JobStore {
   readonly #context: StorageContext;
 
@@ -41,5 +42,19 @@ export class JobStore {
 
   queueServers(jobTypes: readonly string[]): Promise<QueueServer[]> {
     return queueServers(this.#context, jobTypes);
+  }
+
+  /** Records a daemon's figures now; deletes every daemon's samples from before `pruneBefore` when given. */
+  recordDaemonSample(
+    sample: { readonly jobId: number; readonly jobType: string; readonly figures: Readonly<Record<string, number>> },
+    now = Date.now(),
+    pruneBefore?: number,
+  ): Promise<void> {
+    return recordDaemonSample(this.#context, sample, now, pruneBefore);
+  }
+
+  /** Every daemon's samples since `since`, by daemon, oldest first; at most `limit`. */
+  listDaemonSamples(since: number, limit: number): Promise<DaemonSample[]> {
+    return listDaemonSamples(this.#context, since, limit);
   }
 }

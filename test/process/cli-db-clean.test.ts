@@ -1,7 +1,7 @@
 // `deferflow db clean --older-than D [--yes]` (Airflow's db clean), as a user runs it: without
 // --yes it only counts; a missing or mistyped --older-than deletes nothing; with --yes, finished
 // runs older than D go with their task instances and logs, old signals but each key's latest,
-// ended job rows, audit log records. Unfinished runs and each DAG's latest scheduled run stay, whatever their age.
+// ended job rows, audit log records, daemon samples. Unfinished runs and each DAG's latest scheduled run stay, whatever their age.
 import { afterAll, describe, expect, it } from 'vitest';
 import { toDbTime } from '../../src/internals.ts';
 import { openStores } from '../../src/storage/index.ts';
@@ -73,6 +73,8 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       storage.audit.appendAuditEntry({ actor: 'alice', source: 'cli', address: 'h', action: 'pause', dagId: 'etl', outcome }, now - daysAgo * DAY);
     await audit('old action', 40);
     await audit('recent action', 1);
+    for (const daysAgo of [40, 1])
+      await storage.jobs.recordDaemonSample({ jobId: live, jobType: 'WorkerJob', figures: { slots_used: daysAgo } }, now - daysAgo * DAY);
 
     const snapshot = async () => ({
       runs: (await db.db.selectFrom('dag_run').select('run_id').orderBy('run_id').execute()).map((row) => row.run_id),
@@ -82,6 +84,7 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       signals: (await db.db.selectFrom('signal').select('version').orderBy('version').execute()).map((row) => Number(row.version)),
       jobs: (await db.db.selectFrom('job').select('id').orderBy('id').execute()).map((row) => row.id),
       audit: (await db.db.selectFrom('audit_log').select('outcome').orderBy('id').execute()).map((row) => row.outcome),
+      samples: (await db.db.selectFrom('daemon_sample').select('figures').orderBy('id').execute()).map((row) => row.figures),
       // Each task instance's state history (one row: it was made), by its run; null: left behind.
       history: (
         await db.db
@@ -102,7 +105,7 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
     const counted = await clean('--older-than', '30d');
     expect(counted.code).toBe(0);
     expect(counted.out).toMatch(
-      /^would delete 2 finished DAG run\(s\) with 2 task instance\(s\), \d+ task log line\(s\), 1 trigger log line\(s\), 3 signal\(s\), 1 ended job row\(s\), 1 audit log record\(s\) from before \S+; nothing deleted \(pass --yes to delete\)$/,
+      /^would delete 2 finished DAG run\(s\) with 2 task instance\(s\), \d+ task log line\(s\), 1 trigger log line\(s\), 3 signal\(s\), 1 ended job row\(s\), 1 audit log record\(s\), 1 daemon sample\(s\) from before \S+; nothing deleted \(pass --yes to delete\)$/,
     );
     expect(await snapshot()).toEqual(before);
     for (const bad of [['--older-than', '30x', '--yes'], ['--yes'], ['--older-than', '-5', '--yes']]) {
@@ -124,6 +127,7 @@ describe.each(testDialects)('deferflow db clean on %s', (dialect) => {
       signals: [4],
       jobs: [live],
       audit: ['recent action'],
+      samples: ['{"slots_used":1}'],
       history: ['latest_scheduled', 'old_running', 'recent'],
     });
   }, 60_000);

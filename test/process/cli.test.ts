@@ -181,7 +181,7 @@ describe('triggerer option validation', () => {
         proc: spawnTriggerer(['--dag', 'x', '--xyzzy', '--db', UNOPENABLE_DB]),
         stderr: [
           'error: Unknown arguments: dag, xyzzy',
-          'dag: not an option of deferflow triggerer; --dag is one of 7 others (deferflow tasks clear, deferflow tasks input, deferflow tasks list, …)',
+          'dag: not an option of deferflow triggerer; --dag is one of 8 others (deferflow tasks clear, deferflow tasks input, deferflow tasks list, …)',
         ],
       },
       // A flag given without its prefix.

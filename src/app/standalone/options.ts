@@ -23,6 +23,7 @@ export const STANDALONE_OPTIONS = {
   capacity: TRIGGERER_OPTIONS.capacity,
   triggerModules: TRIGGERER_OPTIONS.triggerModules,
   smartSensors: WORKER_OPTIONS.smartSensors,
+  sampleInterval: COMMON_OPTIONS.sampleInterval,
   triggerDag: {
     env: 'DEFERFLOW_STANDALONE_TRIGGER_DAG',
     default: '',
@@ -82,6 +83,7 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
     encryptionKeysFile: pick('encryptionKeysFile') as string,
     logLevel: logLevel,
     logFormat: logFormat,
+    sampleInterval: pick('sampleInterval') as number,
   };
   const triggerDag = String(pick('triggerDag')).trim();
   const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);

@@ -91,6 +91,9 @@ pre.log{background:#0f1720;color:#dde6ee;padding:10px;overflow:auto;font:12px/1.
 pre.log .trigger{color:#c3a6ff} pre.log .warn{color:#ffd479} pre.log .error{color:#ff8a80}
 .cards{display:flex;gap:12px;flex-wrap:wrap} .card{background:#fff;border:1px solid #d8dee4;padding:10px 14px;min-width:150px}
 .card b{display:block;font-size:22px}
+.charts{display:flex;flex-wrap:wrap;gap:12px} figure.chart{background:#fff;border:1px solid #d8dee4;margin:0;padding:8px 10px}
+figure.chart figcaption{font-weight:600;margin-bottom:4px} svg text.axis{font-size:10px;fill:#66727f}
+.legend{font-size:12px;color:#66727f;display:flex;gap:10px;flex-wrap:wrap;max-width:560px} .legend i{display:inline-block;width:14px;border-top:2px solid;margin-right:4px;vertical-align:middle} .legend i.dashed{border-top-style:dashed}
 .who{margin-left:auto;color:#cfe3ff} .notice{background:#e6f4ea;border:1px solid #2e8540;padding:8px 14px;margin:0 0 14px}
 form.action{display:inline-block;margin:0 6px 6px 0} .actions{margin:8px 0 14px}
 .warning{background:#fff4e5;border:1px solid #e0a040;padding:8px 14px;margin:14px 0} .warning ul{margin:4px 0;padding-left:20px}
@@ -103,6 +106,7 @@ const NAV: readonly [string, string][] = [
   ['/triggers', 'Triggers'],
   ['/daemons', 'Daemons'],
   ['/queues', 'Queues'],
+  ['/charts', 'Charts'],
   ['/dags', 'DAGs'],
   ['/signals', 'Signals'],
   ['/audit', 'Audit'],

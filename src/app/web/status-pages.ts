@@ -1,4 +1,5 @@
 import { fileURLToPath } from 'node:url';
+import { groupBy } from '../../vocabulary/group-by.ts';
 import { SecretMasker } from '../../services/logs/secret-masker.ts';
 import { DAG_RUN_STATES, fromDbTime, type DagRunState } from '../../database/schema.ts';
 import type { Database } from '../../database/connect.ts';
@@ -13,6 +14,7 @@ import { ago, Html, href, html, isoMoment, page, stateBadge } from './html.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
 import { WebAccess } from './access.ts';
+import { chartsPage } from './charts-page.ts';
 import { actionRoutes, auditPage, doneNotice, formsFor, needsOperator, type OperatorForms, signalsPage, triggerForm } from './action-pages.ts';
 import { describeUnserved, readQueueCoverage, unservedWork } from '../../services/jobs/queue-coverage.ts';
 
@@ -69,7 +71,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       .map((segment) => decodeURIComponent(segment));
     const known =
       segments.length === 0 ||
-      ['deferred', 'awaiting', 'triggers', 'daemons', 'triggerers', 'queues', 'dags', 'ti', 'signals', 'audit', 'sign-in'].includes(segments[0]!);
+      ['deferred', 'awaiting', 'triggers', 'daemons', 'triggerers', 'queues', 'charts', 'dags', 'ti', 'signals', 'audit', 'sign-in'].includes(segments[0]!);
     if (!known) return null;
     const visitor = access.visitorOf(request);
     if (visitor === null || (segments[0] === 'sign-in' && visitor.role !== 'operator')) {
@@ -111,6 +113,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     if (area === 'daemons' && id === undefined) return view('Daemons', '/daemons', await daemonsPage(storage, options, locks));
     if (area === 'triggerers' && id === undefined) return view('Triggerers', '/daemons', await daemonsPage(storage, options, locks, 'triggerer'));
     if (area === 'queues' && id === undefined) return view('Queues', '/queues', await queuesPage(storage, options, locks));
+    if (area === 'charts' && id === undefined) return view('Charts', '/charts', await chartsPage(storage, url.searchParams.get('hours')));
     if (area === 'signals' && id === undefined) return show('Signals', '/signals', html`${notice}${await signalsPage(storage, forms)}`);
     if (area === 'audit' && id === undefined) return view('Audit log', '/audit', await auditPage(storage, optionalId(url.searchParams.get('before'))));
     if (area === 'dags' && id === undefined) return view('DAGs', '/dags', await dagsPage(storage));
@@ -525,18 +528,6 @@ ${taskIds.map(
       )}</td>`;
     })}</tr>`,
 )}</table></div>`;
-}
-
-/** `items` by `keyOf`, each group in the order given (Map.groupBy, which Node 20 lacks). */
-function groupBy<T, K>(items: readonly T[], keyOf: (item: T) => K): Map<K, T[]> {
-  const groups = new Map<K, T[]>();
-  for (const item of items) {
-    const key = keyOf(item);
-    const group = groups.get(key);
-    if (group) group.push(item);
-    else groups.set(key, [item]);
-  }
-  return groups;
 }
 
 /**

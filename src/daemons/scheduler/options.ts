@@ -2,7 +2,7 @@ import type { Keyring } from '../../database/encryption/keyring.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import os from 'node:os';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
-import { flag, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
+import { flag, nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
 import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
 import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { SchedulerOptions } from './scheduler.ts';
@@ -22,13 +22,17 @@ export const SCHEDULER_OPTIONS = {
   zombieThreshold: ZOMBIE_THRESHOLD_OPTION,
   runsPerPass: { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
   ...HTTP_OPTIONS,
+  sampleInterval: COMMON_OPTIONS.sampleInterval,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
   logFormat: COMMON_OPTIONS.logFormat,
 } as const;
 
 /** The scheduler's options with every default applied, as resolveSchedulerOptions returns them. */
-export interface ResolvedSchedulerOptions extends SchedulerOptions, ResolvedCommonOptions {}
+export interface ResolvedSchedulerOptions extends SchedulerOptions, ResolvedCommonOptions {
+  /** How often it records its figures for the charts, in ms; 0: never. */
+  readonly sampleIntervalMs: number;
+}
 
 /** raw → defaulted → validated and frozen. `keyring`: the process's, when it is loaded already (standalone, an embedded config), so the keys are read once; otherwise loaded here from DEFERFLOW_ENCRYPTION_KEYS and the keys file. */
 export function resolveSchedulerOptions(
@@ -50,6 +54,7 @@ export function resolveSchedulerOptions(
     zombieThresholdMs,
     runsPerPass: positiveInteger(pick('runsPerPass'), 'runsPerPass'),
     push: flag(pick('push'), 'push'),
+    sampleIntervalMs: nonNegativeSeconds(pick('sampleInterval'), 'sampleInterval'),
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),
     hostname: os.hostname(),

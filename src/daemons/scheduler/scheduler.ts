@@ -44,6 +44,8 @@ export interface SchedulerOptions {
   readonly hostname: string;
   /** Wake on pushed work (PostgreSQL LISTEN/NOTIFY) as well as every pass. @default true */
   readonly push?: boolean;
+  /** How often it records its figures for the status page's charts, in ms; 0: never. @default 60 s */
+  readonly sampleIntervalMs?: number;
 }
 
 /** The stores a scheduler uses: its job row, DAG runs and their task instances, signal actions and schedules, serialized DAGs, the waiting-work gauges. */
@@ -107,12 +109,19 @@ export class Scheduler extends Daemon<SchedulerStores> {
         capacity: null,
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
+        sampleIntervalMs: options.sampleIntervalMs,
       },
       runtime,
     );
     this.metrics.scheduler();
     const thresholds = { ...livenessThresholds(), workerMs: options.zombieThresholdMs };
     this.metrics.databaseGauges(() => readDatabaseFigures(this.storage, this.liveness, thresholds));
+  }
+
+  /** The charts' figures: the deployment's waiting work (each scheduler counts the same). */
+  protected override async readFigures(): Promise<Record<string, number>> {
+    const counts = await this.storage.maintenance.countWaitingWork();
+    return { deferred: counts.deferredTaskInstances, awaiting_input: counts.awaitingInput };
   }
 
   /** A worker whose process is gone may hold tries: the next pass retries them. */

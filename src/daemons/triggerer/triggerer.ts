@@ -96,6 +96,7 @@ export class Triggerer extends Daemon<TriggererStores> {
         queues: queueListText(options.queues),
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: options.healthCheckThresholdMs,
+        sampleIntervalMs: options.sampleIntervalMs,
       },
       runtime,
     );
@@ -174,6 +175,11 @@ export class Triggerer extends Daemon<TriggererStores> {
   /** Triggers held now: running, or fired with the outcome not yet written. */
   get heldTriggerIds(): number[] {
     return this.#runner.heldIds();
+  }
+
+  /** The charts' figures: triggers running and capacity, events, failures and blocked-loop time. */
+  protected override readFigures(): Promise<Record<string, number>> {
+    return this.metrics.triggerer().figures();
   }
 
   /** After each heartbeat: the database answers, so writes waiting out a backoff are tried now. */

@@ -84,6 +84,7 @@ export const WORKER_OPTIONS = {
     describe: 'Queues whose task instances this worker runs; default is the queue of tasks that name none, and may be listed with others (default,gpu)',
   },
   ...HTTP_OPTIONS,
+  sampleInterval: COMMON_OPTIONS.sampleInterval,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
   logFormat: COMMON_OPTIONS.logFormat,
@@ -93,6 +94,8 @@ export const WORKER_OPTIONS = {
 export interface ResolvedWorkerOptions extends WorkerOptions, ResolvedCommonOptions {
   /** The queues whose task instances it claims. */
   readonly queues: QueueSet;
+  /** How often it records its figures for the charts, in ms; 0: never. */
+  readonly sampleIntervalMs: number;
   /** The folder of DAG files it processes. */
   readonly dagsFolder: string;
   /** How often it processes the DAG folder again, in ms. */
@@ -132,6 +135,7 @@ export function resolveWorkerOptions(
     runnerMaxMemoryMb: runnerMemory(pick('runnerMaxMemory')),
     publicUrl: publicUrlOf(pick('publicUrl')),
     push: flag(pick('push'), 'push'),
+    sampleIntervalMs: nonNegativeSeconds(pick('sampleInterval'), 'sampleInterval'),
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),
     hostname: os.hostname(),

@@ -58,6 +58,8 @@ export interface WorkerOptions {
   readonly push?: boolean;
   /** The queues whose task instances it claims (see src/model/queues.ts). @default `default` only */
   readonly queues?: QueueSet;
+  /** How often it records its figures for the status page's charts, in ms; 0: never. @default 60 s */
+  readonly sampleIntervalMs?: number;
 }
 
 /** The stores a worker uses: its job row, the task instances it runs, DAG run states and signals (tasks' context), task logs. */
@@ -117,6 +119,7 @@ export class Worker extends Daemon<WorkerStores> {
         queues: queueListText(options.queues ?? DEFAULT_QUEUES),
         heartbeatIntervalMs: options.heartbeatIntervalMs,
         healthThresholdMs: HEALTH_HEARTBEAT_INTERVALS * options.heartbeatIntervalMs,
+        sampleIntervalMs: options.sampleIntervalMs,
       },
       runtime,
     );
@@ -163,6 +166,11 @@ export class Worker extends Daemon<WorkerStores> {
    */
   lookForStopRequests(): void {
     this.#checkRunningTries();
+  }
+
+  /** The charts' figures: slots in use, and slots. */
+  protected override readFigures(): Record<string, number> {
+    return { slots_used: this.#running.size, slots: this.options.concurrency };
   }
 
   /** After each heartbeat: looks for stop requests and tries taken over, and retries now the writes waiting out a backoff. */

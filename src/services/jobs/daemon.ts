@@ -7,6 +7,7 @@ import { NotificationHub, WAKE_CHANNEL } from '../../database/notification-hub.t
 import type { WakeTopic } from '../../storage/wake.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
+import { DaemonSampler, DEFAULT_SAMPLE_INTERVAL_MS } from '../observability/daemon-samples.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
 import type { JobHolder } from '../../storage/index.ts';
 import { deadHolders, type HolderVerdict } from './job-liveness.ts';
@@ -50,6 +51,8 @@ export interface DaemonJob {
    * health-check threshold (when peers take its triggers); six heartbeat intervals for the others.
    */
   readonly healthThresholdMs: number;
+  /** How often it records its figures for the charts (readFigures); 0: never. @default 60 s */
+  readonly sampleIntervalMs?: number;
 }
 
 /** What a daemon runs with besides its database and options: shared with the other components of its process. */
@@ -90,6 +93,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   #starting: Promise<void> | null = null;
   #stopped: Promise<void> | null = null;
   #lastHeartbeatAt: number | null = null;
+  #sampler: DaemonSampler | null = null;
   /** Where this daemon's metrics go (the process's, when it serves /metrics). */
   readonly metrics: Metrics;
   /** The time its decisions read (see Clock). */
@@ -174,6 +178,11 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
         throw error;
       }
       this.#state = 'running';
+      const sampleIntervalMs = this.description.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS;
+      if (this.readFigures && sampleIntervalMs > 0) {
+        this.#sampler = new DaemonSampler(this.storage, { id: this.#job.id, jobType }, sampleIntervalMs, () => this.readFigures!(), this.log, this.clock);
+        this.#sampler.start();
+      }
       // Told within about a second when another process's job lets go of its liveness lock.
       this.#stopWatch = this.liveness.watch(
         () => this.storage.jobs.listRunningJobs(),
@@ -201,6 +210,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
     this.#stopWakeups?.();
     this.#stopWakeups = null;
     const job = this.#job!;
+    await this.#sampler?.stop();
     await this.shutdown(job);
     try {
       await job.end('success', this.clock.now());
@@ -287,4 +297,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
 
   /** Called after each heartbeat written. */
   protected onHeartbeat(): void {}
+
+  /** Its figures for the charts (see DaemonSampler); a daemon without any records none. */
+  protected readFigures?(): Promise<Record<string, number>> | Record<string, number>;
 }

@@ -172,6 +172,23 @@ export class TriggererMetrics {
   observe(sources: TriggererSources): void {
     this.#sources = sources;
   }
+
+  /** The charts' figures (see DaemonSampler): triggers running and capacity, and the running totals of events, failures and blocked-loop time. */
+  async figures(): Promise<Record<string, number>> {
+    const [events, failures, blockedSeconds] = await Promise.all([sum(this.eventsWritten), sum(this.failed), sum(this.blockedMainThreadSeconds)]);
+    return {
+      running: this.#sources?.running() ?? 0,
+      capacity: this.#sources?.capacity ?? 0,
+      events_total: events,
+      failures_total: failures,
+      blocked_ms_total: Math.round(blockedSeconds * 1000),
+    };
+  }
+}
+
+/** A counter's value over all its labels. */
+async function sum(counter: Counter<string>): Promise<number> {
+  return (await counter.get()).values.reduce((total, entry) => total + entry.value, 0);
 }
 
 interface TriggererSources {
