@@ -1,4 +1,5 @@
-import { fromDbTime, toDbTime, type AuditSource } from '../database/schema.ts';
+import type { Selectable } from 'kysely';
+import { fromDbTime, toDbTime, type AuditLogTable, type AuditSource } from '../database/schema.ts';
 import type { JsonObject } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 
@@ -48,12 +49,28 @@ export async function appendAuditEntry({ db }: StorageContext, entry: AuditEntry
   return Number(row.id);
 }
 
+/** The entries of `action` since `since` (epoch ms), newest first, at most `limit`. */
+export async function listAuditEntriesOf({ db }: StorageContext, action: string, since: number, limit: number): Promise<AuditRecord[]> {
+  const rows = await db
+    .selectFrom('audit_log')
+    .selectAll()
+    .where('action', '=', action)
+    .where('at', '>=', toDbTime(since))
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .execute();
+  return rows.map(recordOf);
+}
+
 /** The latest `limit` entries, newest first; `before`: only those of a lower id (the next page). */
 export async function listAuditEntries({ db }: StorageContext, options: { readonly limit: number; readonly before?: number }): Promise<AuditRecord[]> {
   let query = db.selectFrom('audit_log').selectAll().orderBy('id', 'desc').limit(options.limit);
   if (options.before !== undefined) query = query.where('id', '<', options.before);
-  const rows = await query.execute();
-  return rows.map((row) => ({
+  return (await query.execute()).map(recordOf);
+}
+
+function recordOf(row: Selectable<AuditLogTable>): AuditRecord {
+  return {
     id: row.id,
     at: fromDbTime(row.at),
     actor: row.actor,
@@ -65,5 +82,5 @@ export async function listAuditEntries({ db }: StorageContext, options: { readon
     taskInstanceId: row.task_instance_id === null ? null : Number(row.task_instance_id),
     details: JSON.parse(row.details) as JsonObject,
     outcome: row.outcome,
-  }));
+  };
 }

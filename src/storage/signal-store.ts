@@ -1,6 +1,6 @@
 import type { StorageContext } from './context.ts';
 import { signalScheduleStart } from './latest-scheduled-run.ts';
-import { latestSignalVersions, pruneSignals, recentSignalKeys, sendSignal, signalsAfter } from './signals.ts';
+import { latestSignalVersions, listSignalVersions, pruneSignals, recentSignalKeys, sendSignal, signalsAfter } from './signals.ts';
 import {
   applySignalAction,
   pendingSignalActions,
@@ -16,7 +16,7 @@ import type { ActedSignal } from '../model/signal-actions.ts';
 import type { Signal } from '../model/signal.ts';
 import { countSignalActionTasks, signalActionKeys } from './signal-audience.ts';
 
-/** Signals: sendSignal, latestSignalVersions, recentSignalKeys, signalsAfter, pruneSignals, pendingSignalActions, applySignalAction, startOnSignal, recordSignalStarts, readActedSignal, signalScheduleStart, countSignalActionTasks, signalActionKeys. */
+/** Signals: sendSignal, latestSignalVersions, recentSignalKeys, listSignalVersions, signalsAfter, pruneSignals, pendingSignalActions, applySignalAction, startOnSignal, recordSignalStarts, readActedSignal, signalScheduleStart, countSignalActionTasks, signalActionKeys. */
 export class SignalStore {
   readonly #context: StorageContext;
 
@@ -36,6 +36,11 @@ export class SignalStore {
   /** The keys most recently sent on, newest first, with their latest version and when it was sent. */
   recentSignalKeys(limit: number): Promise<{ key: string; version: number; sentAt: number }[]> {
     return recentSignalKeys(this.#context, limit);
+  }
+
+  /** A key's latest `limit` signals, newest first. */
+  listSignalVersions(key: string, limit: number): Promise<Signal[]> {
+    return listSignalVersions(this.#context, key, limit);
   }
 
   signalsAfter(after: ReadonlyMap<string, number>, limit: number): Promise<Signal[]> {

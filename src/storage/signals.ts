@@ -46,6 +46,18 @@ export async function recentSignalKeys({ db }: StorageContext, limit: number): P
   return rows.map((row) => ({ key: row.key, version: Number(row.version), sentAt: fromDbTime(row.updated_at) }));
 }
 
+/** A key's latest `limit` signals, newest first. */
+export async function listSignalVersions({ db }: StorageContext, key: string, limit: number): Promise<Signal[]> {
+  const rows = await db
+    .selectFrom('signal')
+    .select(['key', 'version', 'value', 'sent_at'])
+    .where('key', '=', key)
+    .orderBy('version', 'desc')
+    .limit(limit)
+    .execute();
+  return rows.map((row) => ({ key: row.key, version: Number(row.version), value: JSON.parse(row.value) as JsonValue, sentAt: fromDbTime(row.sent_at) }));
+}
+
 /**
  * The signals of each key after its version, oldest first per key, at most `limit` in all (the
  * caller asks again from where it got to). What a listener catching up, or a poll, reads.

@@ -7,6 +7,7 @@ import { DeferflowError, NotJsonError } from '../../vocabulary/errors.ts';
 import { assertJsonObject, type JsonObject, type JsonValue } from '../../vocabulary/serialization/json.ts';
 import { CSRF_FIELD, type Visitor, type WebAccess } from './access.ts';
 import { Html, ago, href, html, isoMoment } from './html.ts';
+import type { SecretMasker } from '../../services/logs/secret-masker.ts';
 
 /*
  * The status page's actions (issue 46), each a form posted to the page it acts on:
@@ -92,9 +93,9 @@ export function actionRoutes(
         return done(href(['dags', id!]));
       }
       if (action === 'clear-run') {
-        const request = { dagId: id!, runId: subId! };
+        const wanted = { dagId: id!, runId: subId! };
         if (!confirmed) {
-          const plan = await actions.planClear(request);
+          const plan = await actions.planClear(wanted);
           return show(
             'Clear the run?',
             '/dags',
@@ -107,7 +108,7 @@ export function actionRoutes(
             ),
           );
         }
-        const result = await actions.clear(request);
+        const result = await actions.clear(wanted);
         return done(href(['dags', result.dagId, 'runs', result.runId]));
       }
       if (action === 'signal') {
@@ -122,9 +123,9 @@ export function actionRoutes(
       const where = html`task <b>${ti.task_id}</b> of run <b>${ti.run_id}</b> of DAG <b>${ti.dag_id}</b> (task instance ${ti.id}, now ${ti.state ?? 'in no state'})`;
       if (action === 'ti-clear') {
         const downstream = form.get('downstream') === 'yes';
-        const request = { dagId: ti.dag_id, runId: ti.run_id, taskIds: [ti.task_id], downstream };
+        const wanted = { dagId: ti.dag_id, runId: ti.run_id, taskIds: [ti.task_id], downstream };
         if (!confirmed) {
-          const plan = await actions.planClear(request);
+          const plan = await actions.planClear(wanted);
           const others = plan.taskIds.filter((taskId) => taskId !== ti.task_id);
           return show(
             'Clear?',
@@ -138,7 +139,7 @@ export function actionRoutes(
             ),
           );
         }
-        const result = await actions.clear(request);
+        const result = await actions.clear(wanted);
         return done(href(['dags', result.dagId, 'runs', result.runId]));
       }
       if (action === 'ti-mark') {
@@ -208,9 +209,36 @@ ${
   keys.length === 0
     ? html`<p class="muted">No signal sent yet.</p>`
     : html`<table id="signal-keys"><tr><th>key</th><th>latest version</th><th>sent</th></tr>
-${keys.map((key) => html`<tr data-key="${key.key}"><td><code>${key.key}</code></td><td class="num">${key.version}</td><td title="${isoMoment(key.sentAt)}">${ago(now - key.sentAt)} ago</td></tr>`)}</table>`
+${keys.map((key) => html`<tr data-key="${key.key}"><td><a href="${href(['signals', key.key])}"><code>${key.key}</code></a></td><td class="num">${key.version}</td><td title="${isoMoment(key.sentAt)}">${ago(now - key.sentAt)} ago</td></tr>`)}</table>`
 }
 <p class="muted">Who sent each is in the <a href="/audit">audit log</a> (sent from here or the CLI).</p>`;
+}
+
+/** The versions of one key a page shows. */
+const SIGNAL_VERSIONS_SHOWN = 100;
+
+/**
+ * GET /signals/<key>: the key's latest versions, newest first, each with its value (connection
+ * secrets masked, as in logs) and who sent it, from the audit log (sends from this page and the
+ * CLI; one through the API or POST /signals/:key has no sender recorded). Null: never sent.
+ */
+export async function signalKeyPage(storage: Stores, masker: SecretMasker, key: string): Promise<Html | null> {
+  const versions = await storage.signals.listSignalVersions(key, SIGNAL_VERSIONS_SHOWN);
+  if (versions.length === 0) return null;
+  const sends = await storage.audit.listAuditEntriesOf('signal', versions.at(-1)!.sentAt, 10 * SIGNAL_VERSIONS_SHOWN);
+  const senders = new Map(sends.filter((entry) => entry.details.key === key).map((entry) => [Number(entry.details.version), entry]));
+  const shown = (value: unknown) => {
+    const text = masker.mask(JSON.stringify(value));
+    return text.length > 300 ? `${text.slice(0, 300)}…` : text;
+  };
+  return html`<h1>Signal <code>${key}</code></h1>
+<p class="muted">Its latest ${versions.length === SIGNAL_VERSIONS_SHOWN ? SIGNAL_VERSIONS_SHOWN : ''} versions, newest first. Older ones are pruned by the triggerers after --signal-retention, the latest kept.</p>
+<table id="signal-versions"><tr><th>version</th><th>sent</th><th>value</th><th>sent by</th></tr>
+${versions.map((signal) => {
+  const sender = senders.get(signal.version);
+  return html`<tr data-version="${signal.version}"><td class="num">${signal.version}</td><td>${isoMoment(signal.sentAt)}</td><td><code>${shown(signal.value)}</code></td>
+<td>${sender ? html`${sender.actor} <span class="muted">(${sender.source}${sender.address ? `, ${sender.address}` : ''})</span>` : html`<span class="muted">not recorded (API or HTTP)</span>`}</td></tr>`;
+})}</table>`;
 }
 
 /** GET /audit: what people did, newest first, a page at a time. */

@@ -15,7 +15,7 @@ import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
 import { WebAccess } from './access.ts';
 import { chartsPage } from './charts-page.ts';
-import { actionRoutes, auditPage, doneNotice, formsFor, needsOperator, type OperatorForms, signalsPage, triggerForm } from './action-pages.ts';
+import { actionRoutes, auditPage, doneNotice, formsFor, needsOperator, type OperatorForms, signalKeyPage, signalsPage, triggerForm } from './action-pages.ts';
 import { describeUnserved, readQueueCoverage, unservedWork } from '../../services/jobs/queue-coverage.ts';
 
 /** Rows on one page of a long list (deferred task instances, triggers). */
@@ -114,6 +114,10 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
     if (area === 'triggerers' && id === undefined) return view('Triggerers', '/daemons', await daemonsPage(storage, options, locks, 'triggerer'));
     if (area === 'queues' && id === undefined) return view('Queues', '/queues', await queuesPage(storage, options, locks));
     if (area === 'charts' && id === undefined) return view('Charts', '/charts', await chartsPage(storage, url.searchParams.get('hours')));
+    if (area === 'signals' && id !== undefined && sub === undefined) {
+      const content = await signalKeyPage(storage, masker, id);
+      return content ? view(`Signal ${id}`, '/signals', content) : notFound(`No signal was sent on ${id} (or all were pruned).`);
+    }
     if (area === 'signals' && id === undefined) return show('Signals', '/signals', html`${notice}${await signalsPage(storage, forms)}`);
     if (area === 'audit' && id === undefined) return view('Audit log', '/audit', await auditPage(storage, optionalId(url.searchParams.get('before'))));
     if (area === 'dags' && id === undefined) return view('DAGs', '/dags', await dagsPage(storage));

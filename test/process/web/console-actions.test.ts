@@ -4,7 +4,8 @@
 // with its downstream tasks (after a confirmation page), pauses and unpauses the DAG, sends a
 // signal and answers a question; the audit log shows each, with who and from where. A viewer sees
 // no forms and is refused when posting one; an operator's post without the CSRF token, or sent
-// from another origin, is refused; nothing changes when refused. The CLI's actions are logged too.
+// from another origin, is refused; nothing changes when refused. The CLI's actions are logged too,
+// and a signal key's page names who sent each version.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -12,6 +13,7 @@ import { dropTestDatabases, oneDialect } from '../../support/databases.ts';
 import { sharedBrowser } from '../../support/shared-browser.ts';
 import { processScratch } from '../../support/process-scratch.ts';
 import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow } from '../../support/processes.ts';
+import { openStores } from '../../../src/storage/index.ts';
 import { waitFor } from '../../support/fixtures.ts';
 
 afterAll(dropTestDatabases);
@@ -198,13 +200,27 @@ describe.each(oneDialect)('the console actions in Chromium on %s', (dialect) => 
       expect((await cli.exitWithin()).code).toBe(0);
       expect(cli.text.join('\n')).toContain(`marked task explode of run "${run.run_id}" success`);
 
+      // A key's versions, each with who sent it: from the page, from the CLI, and through the
+      // API (no sender recorded).
+      const cliSignal = spawnDeferflow(['signal', 'send', 'console-test', '"from the shell"', '--db', db.url]);
+      expect((await cliSignal.exitWithin()).code).toBe(0);
+      await openStores(db).signals.sendSignal('console-test', '{"via": "api"}');
+      await page.goto(`${base}/signals`);
+      await page.locator('#signal-keys a', { hasText: 'console-test' }).click();
+      const version = (n: number) => page.locator(`#signal-versions tr[data-version="${n}"] td`);
+      expect(await version(1).nth(2).textContent()).toBe('{"ok":true}');
+      expect(await version(1).nth(3).textContent()).toMatch(/^alice \(web, /);
+      expect(await version(2).nth(2).textContent()).toBe('"from the shell"');
+      expect(await version(2).nth(3).textContent()).toMatch(/^\S+ \(cli, /);
+      expect(await version(3).nth(3).textContent()).toBe('not recorded (API or HTTP)');
+
       // The audit log: every action, newest first, who, from where, and what came of it.
       await page.goto(`${base}/audit`);
       const rows = page.locator('#audit tr[data-audit]');
       const actions = await rows.locator('td:nth-child(4)').allTextContents();
-      expect(actions).toEqual(['mark_success', 'respond', 'signal', 'unpause', 'pause', 'clear', 'clear', 'mark_success', 'trigger_run']);
-      expect(await rows.nth(0).locator('td:nth-child(3)').textContent()).toMatch(/^cli /);
-      for (let i = 1; i < actions.length; i++) {
+      expect(actions).toEqual(['signal', 'mark_success', 'respond', 'signal', 'unpause', 'pause', 'clear', 'clear', 'mark_success', 'trigger_run']);
+      for (const i of [0, 1]) expect(await rows.nth(i).locator('td:nth-child(3)').textContent()).toMatch(/^cli /);
+      for (let i = 2; i < actions.length; i++) {
         expect(await rows.nth(i).locator('td:nth-child(2)').textContent()).toBe('alice');
         expect(await rows.nth(i).locator('td:nth-child(3)').textContent()).toMatch(/^web 127\.0\.0\.1$|^web ::ffff:127\.0\.0\.1$/);
       }
