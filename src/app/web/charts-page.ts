@@ -8,11 +8,11 @@ import { groupBy } from '../../vocabulary/group-by.ts';
 const MAX_SAMPLES = 50_000;
 
 /** The windows offered, in hours. */
-const WINDOWS = [1, 3, 6, 12, 24] as const;
+const WINDOWS = [0.25, 1, 3, 6, 12, 24] as const;
 
 /**
  * GET /charts: the figures the daemons record of themselves (services/observability/daemon-samples.ts)
- * over the last hour (`?hours=` up to 24): per triggerer, triggers running against capacity,
+ * over the last hour (`?hours=` 0.25 to 24): per triggerer, triggers running against capacity,
  * events, failures and blocked-loop time per minute; the deployment's deferred task instances and
  * those awaiting input (as each scheduler counts them); per worker, slots in use against slots.
  */
@@ -49,7 +49,7 @@ export async function chartsPage(storage: Stores, hoursText: string | null, now 
   const named = (kind: string) => (jobId: number) => `${kind} ${jobId}`;
   const chart = (id: string, title: string, unit: string, series: ChartSeries[]) => lineChart(id, title, unit, series, from, now);
   return html`<h1>Charts</h1>
-<form class="filter" method="get" action="/charts">Last <select name="hours">${WINDOWS.map((window) => html`<option value="${window}"${new Html(window === hours ? ' selected' : '')}>${window} h</option>`)}</select> <button type="submit">Show</button>
+<form class="filter" method="get" action="/charts">Last <select name="hours">${WINDOWS.map((window) => html`<option value="${window}"${new Html(window === hours ? ' selected' : '')}>${window < 1 ? `${window * 60} min` : `${window} h`}</option>`)}</select> <button type="submit">Show</button>
 <span class="muted">From the figures each daemon records every --sample-interval (a minute by default), kept a day.</span></form>
 <h2>Waiting work</h2>
 <div class="charts">
