@@ -1,5 +1,5 @@
 import type { Database } from '../../database/connect.ts';
-import { fieldValueFromText } from '../../model/human-input.ts';
+import { formChoices } from './input-pages.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
 import { OperatorActions } from '../../services/operator-actions.ts';
 import type { AuditRecord, Stores } from '../../storage/index.ts';
@@ -163,13 +163,7 @@ export function actionRoutes(
       // ti-input: the question's form, as a person fills it in.
       const input = await storage.inputs.readTaskInput(ti.id);
       if (!input) return show('Not done', '', refusedContent(`task instance ${ti.id} asks no question`), 400);
-      const values: JsonObject = {};
-      for (const field of input.question.fields) {
-        const text = field.type === 'boolean' ? (form.has(`field.${field.name}`) ? 'true' : 'false') : (form.get(`field.${field.name}`) ?? '');
-        const value = fieldValueFromText(input.question, field.name, text);
-        if (value !== undefined) values[field.name] = value;
-      }
-      await actions.respond(ti.id, { chosen: form.getAll('choose'), values });
+      await actions.respond(ti.id, formChoices(input, form));
       onResponded();
       return done(href(['ti', ti.id]));
     } catch (error) {

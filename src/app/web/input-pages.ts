@@ -124,14 +124,19 @@ function refusal(error: unknown): HttpReply {
 
 /** The answer a submitted form gives: the options chosen (a button, or boxes), each field from its text, and who. */
 function formAnswer(input: TaskInput, form: URLSearchParams): GivenAnswer {
+  const by = (form.get('by') ?? '').trim();
+  return { ...formChoices(input, form), by: by === '' ? 'anonymous (link)' : by };
+}
+
+/** What a submitted question form chose and filled in: the options chosen (a button, or boxes) and each field from its text (the status page's form too). */
+export function formChoices(input: TaskInput, form: URLSearchParams): { chosen: string[]; values: JsonObject } {
   const values: JsonObject = {};
   for (const field of input.question.fields) {
     const text = field.type === 'boolean' ? (form.has(`field.${field.name}`) ? 'true' : 'false') : (form.get(`field.${field.name}`) ?? '');
     const value = fieldValueFromText(input.question, field.name, text);
     if (value !== undefined) values[field.name] = value;
   }
-  const by = (form.get('by') ?? '').trim();
-  return { chosen: form.getAll('choose'), values, by: by === '' ? 'anonymous (link)' : by };
+  return { chosen: form.getAll('choose'), values };
 }
 
 /** Where a question's form posts, what it carries besides the answer, and whether it asks who answers. */
