@@ -21,6 +21,7 @@ export { createTaskInstance, readTaskInstance, type NewTaskInstanceFields, type 
 export { openDatabase, type Database } from './database/connect.ts';
 export { deferflow, Deferflow } from './app/deferflow.ts';
 export type { DeferflowConfig, DeferflowOptions, SchedulerConfig, TriggererConfig, WorkerConfig } from './app/config.ts';
+export type { TraceExporter, TracingConfig } from './services/observability/tracing.ts';
 export type { GivenAnswer } from './services/human-input/input-service.ts';
 
 // This module, deferflow/internals and the built-in triggers' are the ones a DAG file or trigger

@@ -31,9 +31,18 @@ export type { DagRunRow, ImportErrorRow, JobRow, SerializedDagRow, TaskInstanceR
 export { createLogger } from './vocabulary/logging.ts';
 export { canonicalJson } from './vocabulary/serialization/json.ts';
 export type { DaemonRuntime } from './services/jobs/daemon.ts';
+export {
+  Tracing,
+  traceIdsOf,
+  type TracedTaskInstance,
+  type TraceIds,
+  type TrySpan,
+  type TriggerRunSpan,
+  type TracingConfig,
+} from './services/observability/tracing.ts';
 export { systemClock, type Clock } from './vocabulary/time/clock.ts';
 export { Triggerer } from './daemons/triggerer/triggerer.ts';
-export type { ResolvedCommonOptions } from './daemons/common-options.ts';
+export type { ResolvedCommonOptions, TracesExporter } from './daemons/common-options.ts';
 export { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from './daemons/triggerer/options.ts';
 export { Worker, type TaskResolver, type WorkerOptions } from './daemons/worker/worker.ts';
 export { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from './daemons/worker/options.ts';

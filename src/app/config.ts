@@ -12,6 +12,7 @@ import { isTriggerClass, type TriggerClass } from '../authoring/triggers/base-tr
 import { resolveTriggererOptions, TRIGGERER_OPTIONS, type TriggererOptions } from '../daemons/triggerer/options.ts';
 import { resolveWorkerOptions, WORKER_OPTIONS, type ResolvedWorkerOptions } from '../daemons/worker/options.ts';
 import { HTTP_OPTIONS, resolveObservabilityHttp, type ObservabilityHttpOptions } from '../services/observability/options.ts';
+import type { TracingConfig } from '../services/observability/tracing.ts';
 
 export type { DurationInput };
 
@@ -189,6 +190,12 @@ export interface DeferflowConfig {
   readonly encryptionKeys?: readonly string[];
   /** A file of such keys, one a line (`#` comments), added after encryptionKeys. @default none */
   readonly encryptionKeysFile?: string;
+  /**
+   * OpenTelemetry traces: a task instance's tries, deferrals and trigger runs as one trace,
+   * exported by `exporter` (see TracingConfig; the OpenTelemetry packages are optional peers).
+   * @default false (no traces, and nothing of them made)
+   */
+  readonly tracing?: TracingConfig | false;
 }
 
 /** The process's /metrics and /health endpoint. */
@@ -225,6 +232,8 @@ export interface DeferflowOptions {
   readonly http: ObservabilityHttpOptions | null;
   /** Encryption at rest (Keyring.none: values stored in plain). */
   readonly keyring: Keyring;
+  /** Where traces go; null: tracing is off. */
+  readonly tracing: TracingConfig | null;
 }
 
 const TOP_LEVEL_KEYS = [
@@ -240,6 +249,7 @@ const TOP_LEVEL_KEYS = [
   'http',
   'encryptionKeys',
   'encryptionKeysFile',
+  'tracing',
 ] as const;
 
 /** raw → defaulted → validated and frozen. A bad field throws DF_INVALID_OPTION naming it (`worker.concurrency: …`). */
@@ -287,7 +297,22 @@ export function resolveDeferflowConfig(config: DeferflowConfig = {}): DeferflowO
     logFormat: shared.logFormat,
     http,
     keyring,
+    tracing: tracingOf(config.tracing),
   });
+}
+
+/** The embedded `tracing` section: false or absent → null (off). */
+function tracingOf(given: TracingConfig | false | undefined): TracingConfig | null {
+  if (given === undefined || given === false) return null;
+  if (!isPlainObject(given)) throw new InvalidOptionError('tracing', `expected { exporter, serviceName? } or false, got ${describe(given)}`);
+  refuseUnknownKeys(given, ['exporter', 'serviceName'], 'tracing.');
+  const { exporter, serviceName } = given;
+  const isExporter = typeof exporter === 'object' && exporter !== null && typeof (exporter as { export?: unknown }).export === 'function';
+  if (exporter !== 'otlp' && exporter !== 'console' && !isExporter)
+    throw new InvalidOptionError('tracing.exporter', `expected 'otlp', 'console' or an OpenTelemetry SpanExporter, got ${describe(exporter)}`);
+  if (serviceName !== undefined && (typeof serviceName !== 'string' || serviceName === ''))
+    throw new InvalidOptionError('tracing.serviceName', `expected a name, got ${describe(serviceName)}`);
+  return Object.freeze({ ...given });
 }
 
 /** The embedded encryption keys: the list given, then the file's. */
@@ -342,11 +367,22 @@ export function deferflowOptionsOf(
     logFormat: any.logFormat,
     http,
     keyring: any.keyring,
+    tracing: any.traces === 'off' ? null : { exporter: any.traces },
   });
 }
 
 /** Options each section takes itself from the top level, not per component. */
-const TAKEN_FROM_TOP_FIELDS = ['databaseUrl', 'dagsFolder', 'logLevel', 'logFormat', 'encryptionKeysFile', 'host', 'port', 'healthLoopThreshold'] as const;
+const TAKEN_FROM_TOP_FIELDS = [
+  'databaseUrl',
+  'dagsFolder',
+  'logLevel',
+  'logFormat',
+  'encryptionKeysFile',
+  'host',
+  'port',
+  'healthLoopThreshold',
+  'traces',
+] as const;
 const TAKEN_FROM_TOP: ReadonlySet<string> = new Set(TAKEN_FROM_TOP_FIELDS);
 
 /**

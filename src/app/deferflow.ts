@@ -5,7 +5,7 @@ import { triggerDagRun, type ManualRunOptions } from '../services/dags/manual-ru
 import { openDatabase, type Database } from '../database/connect.ts';
 import { migrateToLatest } from '../database/migrate.ts';
 import { openMigratedDatabase, unreachable } from '../database/open-migrated-database.ts';
-import { InvalidOptionError, LifecycleError, NotAwaitingInputError } from '../vocabulary/errors.ts';
+import { describeThrown, InvalidOptionError, LifecycleError, NotAwaitingInputError } from '../vocabulary/errors.ts';
 import { createLogger } from '../vocabulary/logging.ts';
 import type { DagRunState } from '../database/schema.ts';
 import { Scheduler } from '../daemons/scheduler/scheduler.ts';
@@ -30,6 +30,7 @@ import { Metrics } from '../services/observability/metrics.ts';
 import { ObservabilityServer, type ExtraRoutes } from '../services/observability/http-server.ts';
 import type { AddressInfo } from 'node:net';
 import { WakeSet } from '../vocabulary/time/wake-set.ts';
+import { Tracing } from '../services/observability/tracing.ts';
 
 /** How often waitForDagRun looks at the run. */
 const RUN_POLL_MS = 200;
@@ -86,6 +87,8 @@ export class Deferflow {
   readonly #dagProcessingLog: Logger;
   readonly #httpLog: Logger;
   readonly #log: Logger;
+  /** The process's tracing (see tracing.ts); null when off. */
+  readonly #tracing: Tracing | null;
 
   /**
    * Opens the database (migrating it, unless `options.migrate` is false: then it must be
@@ -94,6 +97,8 @@ export class Deferflow {
   static async open(options: DeferflowOptions, logger?: Logger): Promise<Deferflow> {
     if (options.worker) await assertDagFolder(options.dagsFolder);
     const log = logger ?? createLogger({ level: options.logLevel, format: options.logFormat });
+    // Before the database: a package tracing needs and lacks is refused first (DF_MISSING_PACKAGE).
+    const tracing = Tracing.open(options.tracing);
     const registry = new TriggerRegistry(BUILTIN_TRIGGERS);
     for (const cls of options.triggerClasses) registry.register(cls, 'triggerer.triggerClasses');
     for (const module of options.triggerer?.triggerModules ?? []) {
@@ -122,7 +127,7 @@ export class Deferflow {
         throw unreachable(options.databaseUrl, error);
       }
     }
-    return new Deferflow(database, options, registry, log, applied);
+    return new Deferflow(database, options, registry, log, applied, tracing);
   }
 
   private constructor(
@@ -134,14 +139,16 @@ export class Deferflow {
     log: Logger,
     /** The migrations open() applied (none when the database was up to date, or with migrate: false). */
     readonly appliedMigrations: readonly string[],
+    tracing: Tracing | null,
   ) {
     this.#log = log;
+    this.#tracing = tracing;
     const several = [options.worker, options.scheduler, options.triggerer].filter(Boolean).length > 1;
     const child = (component: string) => (several ? log.child({ component }) : log);
     this.#dagProcessingLog = child('dag-processor');
     this.#httpLog = child('http');
     // One set of stores and one metrics registry for the process's daemons.
-    const runtime = { metrics: this.metrics, stores: openStores(database) };
+    const runtime = { metrics: this.metrics, stores: openStores(database), tracing };
     this.triggerer = options.triggerer ? new Triggerer(database, options.triggerer, registry, child('triggerer'), runtime) : null;
     this.scheduler = options.scheduler ? new Scheduler(database, options.scheduler, serializedDagSource(database), child('scheduler'), runtime) : null;
     this.worker = options.worker
@@ -255,6 +262,8 @@ export class Deferflow {
     await this.scheduler?.stop();
     await this.triggerer?.stop();
     await this.#http?.stop();
+    // The spans still batched go now; an exporter that cannot send them costs only them.
+    await this.#tracing?.shutdown().catch((error: unknown) => this.#log.warn({ error: describeThrown(error).error }, 'sending the last traces failed'));
     if (!keepDatabaseOpen) await this.database.close();
   }
 

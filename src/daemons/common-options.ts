@@ -42,6 +42,13 @@ export const COMMON_OPTIONS = {
     unit: 'seconds',
     describe: "How often the daemon records its figures for the status page's charts (triggers running, events, slots in use, waiting work); 0: never",
   },
+  traces: {
+    env: 'DEFERFLOW_TRACES',
+    default: 'off',
+    unit: 'off|otlp|console',
+    describe:
+      "Send OpenTelemetry traces (a task instance's tries, deferrals and trigger runs, one trace each): otlp, over HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (needs the @opentelemetry/api, sdk-trace-base, resources and exporter-trace-otlp-http packages); console: printed; off: none",
+  },
   push: {
     env: 'DEFERFLOW_PUSH',
     default: true,
@@ -75,7 +82,14 @@ export interface ResolvedCommonOptions {
   readonly logFormat: LogFormat;
   /** How often the daemon records its figures for the charts, in ms; 0: never. */
   readonly sampleIntervalMs: number;
+  /** Where the process's traces go; off: none (see tracing.ts). */
+  readonly traces: TracesExporter;
 }
+
+/** `--traces`: where a CLI process's spans go (an embedded process may give an exporter of its own). */
+export const TRACES_EXPORTERS = ['off', 'otlp', 'console'] as const;
+/** One of TRACES_EXPORTERS. */
+export type TracesExporter = (typeof TRACES_EXPORTERS)[number];
 
 /** `--queues` (a worker's or a triggerer's) checked: DF_INVALID_OPTION naming the bad name. */
 export function queuesOption(value: unknown): QueueSet {

@@ -12,6 +12,7 @@ import { listTriggers, ownedTriggerCounts, type TriggerListing } from './list-tr
 import { countTriggers } from './count-waiting-work.ts';
 import { listQuarantinedTriggers, type QuarantinedTrigger } from './quarantine-triggers.ts';
 import { signalTriggerWaits, type SignalTriggerWait } from './signal-audience.ts';
+import { listTaskInstancesWaitingOn, type WaitingTaskInstance } from './task-instances-waiting-on.ts';
 
 /**
  * What a trigger produced, on its one way from the runner through the outcome writer into this
@@ -79,7 +80,7 @@ export interface TriggerFailureOutcome {
  * its next reconcile (the digest of readTriggerOwnership, listOwnedTriggerIds).
  */
 
-/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, sweepUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits, recordWatchEvents. */
+/** Trigger rows: readTriggerOwnership, releaseTriggersOfOwners, claimTriggers, listQuarantinedTriggers, listOwnedTriggerIds, existingTriggerIds, loadOwnedTriggers, releaseOwnedTriggers, prepareOutcomes, moveDeferredTaskInstances, deleteUnusedTriggers, sweepUnusedTriggers, failTimedOutDeferrals, failStrandedDeferrals, nextDeferralDeadline, listTriggers, ownedTriggerCounts, countTriggers, signalTriggerWaits, recordWatchEvents, listTaskInstancesWaitingOn. */
 export class TriggerStore {
   readonly #context: StorageContext;
 
@@ -183,5 +184,10 @@ export class TriggerStore {
   /** The trigger rows of `classpath` (the signal trigger's) with their deferred task instances, kwargs opened. */
   signalTriggerWaits(classpath: string): Promise<SignalTriggerWait[]> {
     return signalTriggerWaits(this.#context, classpath);
+  }
+
+  /** The task instances deferred on these triggers now, named as their traces are. */
+  listTaskInstancesWaitingOn(triggerIds: readonly number[]): Promise<WaitingTaskInstance[]> {
+    return listTaskInstancesWaitingOn(this.#context, triggerIds);
   }
 }

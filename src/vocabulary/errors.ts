@@ -583,11 +583,17 @@ export class InputTimeoutError extends DeferflowError {
 /** A feature needs a package only some users install (a message broker's client), and it is not installed. */
 export class MissingPackageError extends DeferflowError {
   constructor(
-    /** The package to install. */
-    readonly packageName: string,
+    /** The package to install, or the packages (all those missing, named at once). */
+    readonly packageName: string | readonly string[],
     /** What needs it (a trigger class). */
     readonly neededBy: string,
   ) {
-    super('DF_MISSING_PACKAGE', `${neededBy} needs the package ${packageName}, which is not installed: run \`npm install ${packageName}\` in your project`);
+    const names = typeof packageName === 'string' ? [packageName] : packageName;
+    super(
+      'DF_MISSING_PACKAGE',
+      names.length === 1
+        ? `${neededBy} needs the package ${names[0]}, which is not installed: run \`npm install ${names[0]}\` in your project`
+        : `${neededBy} needs the packages ${names.join(', ')}, which are not installed: run \`npm install ${names.join(' ')}\` in your project`,
+    );
   }
 }

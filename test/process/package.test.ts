@@ -193,7 +193,7 @@ describe('the packed package in a project of its own', () => {
     // (a) plain node, no loader.
     writeFileSync(
       path.join(project, 'app.mjs'),
-      `import { BaseTrigger, Dag, ERROR_CODES } from 'deferflow';
+      `import { BaseTrigger, Dag, deferflow, ERROR_CODES } from 'deferflow';
 import { DateTimeTrigger, MqttTrigger, NatsJetStreamTrigger, RabbitMqTrigger, RedisStreamTrigger } from 'deferflow/triggers';
 console.log(typeof BaseTrigger, typeof Dag, ERROR_CODES.includes('DF_NOT_JSON'), new DateTimeTrigger({ moment: '2030-01-01T01:00:00+01:00' }).moment);
 // A broker's client is an optional peer dependency this project did not install.
@@ -208,11 +208,22 @@ for (const trigger of [new RedisStreamTrigger({ connection: 'events', stream: 'o
     console.log(error.code, error.message);
   }
 }
+// So are OpenTelemetry's packages, which tracing needs: refused before anything is opened.
+try {
+  await deferflow({ databaseUrl: 'sqlite:./never.db', worker: false, scheduler: false, tracing: { exporter: 'otlp' } });
+} catch (error) {
+  console.log(error.code, error.message, (await import('node:fs')).existsSync('never.db'));
+}
 `,
     );
     const plain = await exec(process.execPath, ['app.mjs'], project);
     expect(plain.stderr).toBe('');
-    expect(plain.stdout.trim().split('\n')).toEqual([
+    const appPrinted = plain.stdout.trim().split('\n');
+    // Tracing names at once every package it needs that is missing (@opentelemetry/api may come with another package).
+    expect(appPrinted.pop()).toMatch(
+      /^DF_MISSING_PACKAGE tracing needs the packages (@opentelemetry\/api, )?@opentelemetry\/sdk-trace-base, @opentelemetry\/resources, @opentelemetry\/exporter-trace-otlp-http, which are not installed: run `npm install [^`]+` in your project false$/,
+    );
+    expect(appPrinted).toEqual([
       'function function true 2030-01-01T00:00:00.000Z',
       'DF_MISSING_PACKAGE RedisStreamTrigger needs the package @redis/client, which is not installed: run `npm install @redis/client` in your project',
       'DF_MISSING_PACKAGE NatsJetStreamTrigger needs the package @nats-io/transport-node, which is not installed: run `npm install @nats-io/transport-node` in your project',

@@ -57,8 +57,11 @@ const TOP_LEVEL: Record<string, OptionSpec> = {
   logLevel: COMMON_OPTIONS.logLevel,
   logFormat: COMMON_OPTIONS.logFormat,
 };
-/** Fields a section takes from the top level of the config (or its http section), not as its own. */
-const FROM_TOP = new Set(['databaseUrl', 'dagsFolder', 'logLevel', 'logFormat', 'encryptionKeysFile', ...Object.keys(HTTP_OPTIONS)]);
+/**
+ * Fields a section takes from the top level of the config (or its http section), not as its own;
+ * `traces` is the top level's `tracing` (an exporter object, not a flag's word).
+ */
+const FROM_TOP = new Set(['databaseUrl', 'dagsFolder', 'logLevel', 'logFormat', 'encryptionKeysFile', 'traces', ...Object.keys(HTTP_OPTIONS)]);
 
 describe('the typed options', () => {
   const interfaces = documentedDefaults();

@@ -24,6 +24,7 @@ export const STANDALONE_OPTIONS = {
   triggerModules: TRIGGERER_OPTIONS.triggerModules,
   smartSensors: WORKER_OPTIONS.smartSensors,
   sampleInterval: COMMON_OPTIONS.sampleInterval,
+  traces: COMMON_OPTIONS.traces,
   triggerDag: {
     env: 'DEFERFLOW_STANDALONE_TRIGGER_DAG',
     default: '',
@@ -84,6 +85,7 @@ export function resolveStandaloneOptions(raw: RawOptions<typeof STANDALONE_OPTIO
     logLevel: logLevel,
     logFormat: logFormat,
     sampleInterval: pick('sampleInterval') as number,
+    traces: pick('traces') as string,
   };
   const triggerDag = String(pick('triggerDag')).trim();
   const http = resolveObservabilityHttp(raw, env, STANDALONE_HTTP_PORT);

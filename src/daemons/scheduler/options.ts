@@ -2,8 +2,8 @@ import type { Keyring } from '../../database/encryption/keyring.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import os from 'node:os';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
-import { flag, nonNegativeSeconds, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
-import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
+import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
+import { COMMON_OPTIONS, keyringOf, TRACES_EXPORTERS, type ResolvedCommonOptions } from '../common-options.ts';
 import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { SchedulerOptions } from './scheduler.ts';
 import { ZOMBIE_THRESHOLD_OPTION } from '../liveness-options.ts';
@@ -23,6 +23,7 @@ export const SCHEDULER_OPTIONS = {
   runsPerPass: { env: 'DEFERFLOW_SCHEDULER_RUNS_PER_PASS', default: 100, unit: 'DAG runs', describe: 'Most unfinished DAG runs looked at in one pass' },
   ...HTTP_OPTIONS,
   sampleInterval: COMMON_OPTIONS.sampleInterval,
+  traces: COMMON_OPTIONS.traces,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
   logFormat: COMMON_OPTIONS.logFormat,
@@ -55,6 +56,7 @@ export function resolveSchedulerOptions(
     runsPerPass: positiveInteger(pick('runsPerPass'), 'runsPerPass'),
     push: flag(pick('push'), 'push'),
     sampleIntervalMs: nonNegativeSeconds(pick('sampleInterval'), 'sampleInterval'),
+    traces: oneOf(pick('traces'), 'traces', TRACES_EXPORTERS),
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),
     hostname: os.hostname(),

@@ -1,9 +1,9 @@
 import type { Keyring } from '../../database/encryption/keyring.ts';
 import os from 'node:os';
-import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
+import { COMMON_OPTIONS, keyringOf, TRACES_EXPORTERS, type ResolvedCommonOptions } from '../common-options.ts';
 import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import { InvalidOptionError } from '../../vocabulary/errors.ts';
-import { flag, nonNegativeSeconds, optionPicker, positiveInteger, positiveNumber, seconds } from '../../vocabulary/options/option-table.ts';
+import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, positiveNumber, seconds } from '../../vocabulary/options/option-table.ts';
 import { tokenOption } from '../../vocabulary/options/tokens.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import { DEFAULT_QUEUE, type QueueSet } from '../../model/queues.ts';
@@ -101,6 +101,7 @@ export const TRIGGERER_OPTIONS = {
   },
   ...HTTP_OPTIONS,
   sampleInterval: COMMON_OPTIONS.sampleInterval,
+  traces: COMMON_OPTIONS.traces,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
   logFormat: COMMON_OPTIONS.logFormat,
@@ -177,6 +178,7 @@ export function resolveTriggererOptions(raw: RawTriggererOptions = {}, env: Node
     signalRetentionMs: seconds(pick('signalRetention'), 'signalRetention'),
     push: flag(pick('push'), 'push'),
     sampleIntervalMs: nonNegativeSeconds(pick('sampleInterval'), 'sampleInterval'),
+    traces: oneOf(pick('traces'), 'traces', TRACES_EXPORTERS),
     signalHttpToken: tokenOption(pick('signalHttpToken'), 'signalHttpToken', '; the endpoint is off without one'),
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),

@@ -54,6 +54,12 @@ export interface TriggerRunnerOptions {
   readonly stepping?: (triggerId: number) => void;
   /** Where watchers' batches are written (the triggerer's); none: a watcher fails at its first batch. */
   readonly watchSink?: WatchSink;
+  /** Told of each run's start and end (the triggerer's spans, with tracing on); none: nothing is. */
+  readonly runs?: {
+    started(triggerId: number, classpath: string): void;
+    /** `endState`: its event ended its task instances (a TaskEndEvent). */
+    ended(triggerId: number, how: Exclude<RunState, 'running'>, endState: TaskEndState | null): void;
+  };
 }
 
 /*
@@ -267,6 +273,7 @@ export class TriggerRunner {
   readonly #metrics: TriggererMetrics | undefined;
   readonly #triggerLogs: TriggerLogWriter | undefined;
   readonly #stepping: (triggerId: number) => void;
+  readonly #runListener: TriggerRunnerOptions['runs'];
 
   constructor(
     private readonly registry: TriggerRegistry,
@@ -280,6 +287,7 @@ export class TriggerRunner {
     this.#metrics = metrics;
     this.#triggerLogs = options.triggerLogs;
     this.#watchSink = options.watchSink;
+    this.#runListener = options.runs;
     const stepping = options.stepping ?? (() => {});
     this.#stepping = stepping;
     this.#watch = new LoopWatch<TriggerRun>(
@@ -398,6 +406,7 @@ export class TriggerRunner {
     this.#runs.set(row.id, run);
     this.#runningCount++;
     this.#held(row.id);
+    this.#runListener?.started(row.id, run.classpath);
     try {
       // A run() that declares no parameter gets no signal, so none is made (see TriggerRun).
       run.generator = trigger.run.length === 0 ? (trigger.run as () => TriggerGenerator).call(trigger) : trigger.run(run.signal);
@@ -551,7 +560,7 @@ export class TriggerRunner {
       this.#fail(run, error);
       return;
     }
-    this.#leaveRunning(run, 'fired');
+    this.#leaveRunning(run, 'fired', endState);
     this.#metrics?.succeeded.inc({ classpath: run.classpath });
     this.outcomes.add({ kind: 'event', triggerId: run.id, payloadJson, endState, firedAt: performance.now() });
     void this.#stopRun(run);
@@ -596,10 +605,11 @@ export class TriggerRunner {
   }
 
   /** A run's one way out of running (see the life at the top): the state it ends in, counted. */
-  #leaveRunning(run: TriggerRun, state: Exclude<RunState, 'running'>): void {
+  #leaveRunning(run: TriggerRun, state: Exclude<RunState, 'running'>, endState: TaskEndState | null = null): void {
     if (run.state !== 'running') return;
     run.state = state;
     this.#runningCount--;
+    this.#runListener?.ended(run.id, state, endState);
   }
 
   #fail(run: TriggerRun, error: unknown): void {

@@ -15,6 +15,7 @@ import type { JobRow } from '../../services/jobs/job-row.ts';
 import type { TriggerRegistry } from '../../authoring/triggers/registry.ts';
 import type { TriggererOptions } from './options.ts';
 import { OutcomeWriter } from './outcome-writer.ts';
+import { TriggerTracing } from './trigger-tracing.ts';
 import { WatchWriter } from './watch-writer.ts';
 import { TriggerRunner } from './trigger-runner.ts';
 import { TriggerLogWriter } from './trigger-log-writer.ts';
@@ -136,6 +137,7 @@ export class Triggerer extends Daemon<TriggererStores> {
       triggerLogs: this.#triggerLogs,
       stepping: watchdog ? (triggerId) => watchdog.stepping(triggerId) : undefined,
       watchSink: this.#watchWriter,
+      runs: this.tracing ? new TriggerTracing(this.tracing, this.storage, log, { jobId: () => this.jobId, hostname: options.hostname }) : undefined,
     });
     this.#writer.events.on('written', (triggerIds) => {
       for (const id of triggerIds) this.#runner.forget(id);

@@ -2,7 +2,7 @@ import type { Keyring } from '../../database/encryption/keyring.ts';
 import { HTTP_OPTIONS } from '../../services/observability/options.ts';
 import os from 'node:os';
 import { flag, nonNegativeSeconds, oneOf, optionPicker, positiveInteger, seconds, type RawOptions } from '../../vocabulary/options/option-table.ts';
-import { COMMON_OPTIONS, keyringOf, type ResolvedCommonOptions } from '../common-options.ts';
+import { COMMON_OPTIONS, keyringOf, TRACES_EXPORTERS, type ResolvedCommonOptions } from '../common-options.ts';
 import { logFormat, logLevel } from '../../vocabulary/logging.ts';
 import type { WorkerOptions } from './worker.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
@@ -85,6 +85,7 @@ export const WORKER_OPTIONS = {
   },
   ...HTTP_OPTIONS,
   sampleInterval: COMMON_OPTIONS.sampleInterval,
+  traces: COMMON_OPTIONS.traces,
   push: COMMON_OPTIONS.push,
   logLevel: COMMON_OPTIONS.logLevel,
   logFormat: COMMON_OPTIONS.logFormat,
@@ -136,6 +137,7 @@ export function resolveWorkerOptions(
     publicUrl: publicUrlOf(pick('publicUrl')),
     push: flag(pick('push'), 'push'),
     sampleIntervalMs: nonNegativeSeconds(pick('sampleInterval'), 'sampleInterval'),
+    traces: oneOf(pick('traces'), 'traces', TRACES_EXPORTERS),
     logLevel: logLevel(pick('logLevel')),
     logFormat: logFormat(pick('logFormat')),
     hostname: os.hostname(),

@@ -24,6 +24,8 @@ import { Daemon, HEALTH_HEARTBEAT_INTERVALS, type DaemonRuntime } from '../../se
 import type { Clock } from '../../vocabulary/time/clock.ts';
 import type { JobRow } from '../../services/jobs/job-row.ts';
 import { taskLabel } from './claimed-task.ts';
+import type { TrySpan } from '../../services/observability/tracing.ts';
+import { TASK_END_STATES, type TaskEndState } from '../../authoring/triggers/trigger-event.ts';
 
 /** What the worker needs to run one task: its operator, and how failures and time are handled. */
 export interface ResolvedTask<Context extends TaskContext = TaskContext> {
@@ -89,6 +91,8 @@ export class Worker extends Daemon<WorkerStores> {
   /** Writes waiting out their backoff (see #recordPersistently): a successful heartbeat ends their wait. */
   readonly #retryWaits = new WakeSet();
   #slotMs = 0;
+  /** Root spans being emitted (see #traceTaskInstanceEnd). */
+  readonly #rootSpans = new Set<Promise<void>>();
   readonly #taskLogs: TaskLogWriter;
   readonly #runner: TaskRunner;
   /**
@@ -261,6 +265,7 @@ export class Worker extends Daemon<WorkerStores> {
     await Promise.race([Promise.allSettled(this.#running.values()), new Promise((resolve) => setTimeout(resolve, 200).unref())]);
     await this.#runner.close();
     await this.#taskLogs.close();
+    await Promise.all(this.#rootSpans);
   }
 
   async #claimLoop(): Promise<void> {
@@ -342,6 +347,7 @@ export class Worker extends Daemon<WorkerStores> {
         this.storage.taskInstances.startTaskInstance(taskInstance.id, jobId, null, this.clock.now()),
       );
       if (!started) return;
+      const trace = this.#startTrySpan(taskInstance, started.tryNumber, started.nextMethod);
       try {
         await this.#finish(
           taskInstance,
@@ -350,8 +356,12 @@ export class Worker extends Daemon<WorkerStores> {
           this.#openTaskLog(taskInstance, started),
           { state: 'failed' },
           error,
+          undefined,
+          undefined,
+          trace,
         );
       } finally {
+        trace?.end();
         this.#taskLogs.release(taskInstance.id, started.tryNumber);
       }
       return;
@@ -363,11 +373,13 @@ export class Worker extends Daemon<WorkerStores> {
     );
     if (!started) return; // cleared or reaped meanwhile
     // What this try writes lands only while the try is still this worker's (see HeldTry).
-    const entry: RunningTry = { controller: new AbortController(), held: { workerJobId: jobId, tryNumber: started.tryNumber }, label, settled: false };
+    const trace = this.#startTrySpan(taskInstance, started.tryNumber, started.nextMethod);
+    const entry: RunningTry = { controller: new AbortController(), held: { workerJobId: jobId, tryNumber: started.tryNumber }, label, settled: false, trace };
     this.#runningTries.set(taskInstance.id, entry);
     try {
       await this.#runStarted(taskInstance, label, task, started, entry);
     } finally {
+      trace?.end();
       this.#taskLogs.release(taskInstance.id, started.tryNumber);
       // Not the next try's (a restart may have started it here already).
       if (this.#runningTries.get(taskInstance.id) === entry) this.#runningTries.delete(taskInstance.id);
@@ -404,6 +416,7 @@ export class Worker extends Daemon<WorkerStores> {
           return;
         }
         if (aborted instanceof TaskStoppedBySignalError) {
+          running.trace?.outcome('stopped by a signal');
           await this.#carryOutStopRequest(taskInstance, held, label, tryLog);
           return;
         }
@@ -415,7 +428,17 @@ export class Worker extends Daemon<WorkerStores> {
     }
     if (result.kind === 'returned') {
       const { returnValueJson, followTaskIds } = result;
-      await this.#finish(taskInstance, held, label, tryLog, { state: 'success', returnValueJson, ...(followTaskIds ? { followTaskIds } : {}) });
+      await this.#finish(
+        taskInstance,
+        held,
+        label,
+        tryLog,
+        { state: 'success', returnValueJson, ...(followTaskIds ? { followTaskIds } : {}) },
+        undefined,
+        undefined,
+        undefined,
+        running.trace,
+      );
       return;
     }
     if (result.kind === 'deferred') {
@@ -427,6 +450,13 @@ export class Worker extends Daemon<WorkerStores> {
       );
       if (wait.kind === 'written') {
         this.#countOutcome(taskInstance, 'deferred');
+        running.trace?.deferred({
+          id: wait.value.triggerId,
+          classpath: deferral.serializedTrigger.classpath,
+          method: deferral.method,
+          timeoutMs: deferral.timeoutMs,
+        });
+        running.trace?.outcome('deferred');
         // No flush: the deferral's line rides the next timed write (the task is not finished).
         tryLog.worker.info({ next_method: deferral.method }, `${label} deferred; resumes at ${deferral.method}`);
         return;
@@ -448,6 +478,7 @@ export class Worker extends Daemon<WorkerStores> {
       if (wait.kind === 'written') {
         const waits = wait.value;
         this.#countOutcome(taskInstance, waits === 'awaiting' ? 'awaiting_input' : 'scheduled');
+        running.trace?.outcome(waits === 'awaiting' ? 'awaiting_input' : 'scheduled');
         tryLog.worker.info(
           { next_method: resume.method },
           waits === 'awaiting'
@@ -460,7 +491,7 @@ export class Worker extends Daemon<WorkerStores> {
       result = { kind: 'failed', error: wait.error, retryable: true };
     }
     if (result.kind === 'skipped') {
-      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, this.clock.now(), result.reason);
+      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, this.clock.now(), result.reason, running.trace);
       return;
     }
     if (result.kind === 'rescheduled') {
@@ -473,13 +504,14 @@ export class Worker extends Daemon<WorkerStores> {
         undefined,
         this.clock.now(),
         `runs again at ${new Date(result.readyAt).toISOString()}`,
+        running.trace,
       );
       return;
     }
     const now = this.clock.now();
     const mayRetry = started.tryNumber <= task.retry.retries && result.retryable;
     const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
-    await this.#finish(taskInstance, held, label, tryLog, outcome, result.error, now);
+    await this.#finish(taskInstance, held, label, tryLog, outcome, result.error, now, undefined, running.trace);
   }
 
   /**
@@ -524,6 +556,35 @@ export class Worker extends Daemon<WorkerStores> {
     );
     await this.#taskLogs.flush();
     return true;
+  }
+
+  /** A try's span, opened as it starts (null when tracing is off). */
+  #startTrySpan(taskInstance: ClaimedTaskInstance, tryNumber: number, resumeMethod: string | null): TrySpan | null {
+    return (
+      this.tracing?.startTry(taskInstance, { tryNumber, resumeMethod, workerJobId: this.jobId!, hostname: this.options.hostname, startedAt: Date.now() }) ??
+      null
+    );
+  }
+
+  /**
+   * Emits the task instance's root span now that it ended (see tracing.ts), from when it was made:
+   * its history's first row. A failure to read it costs the trace its root, nothing else.
+   */
+  #traceTaskInstanceEnd(taskInstance: ClaimedTaskInstance, state: string, tries: number): void {
+    const tracing = this.tracing;
+    if (!tracing) return;
+    const emitted = this.storage.taskInstances.listStateChanges([taskInstance.id]).then(
+      (changes) => {
+        // Ended now, after the try's own span (which ends once this outcome is written).
+        const endedAt = Date.now();
+        tracing.recordTaskInstance(taskInstance, { state, tries, madeAt: changes[0]?.at ?? endedAt, endedAt });
+      },
+      (error: unknown) =>
+        this.log.warn({ task_instance_id: taskInstance.id, ...errorFields(error, 'DF_DATABASE') }, 'reading a task instance history for its trace failed'),
+    );
+    // Waited for at shutdown, before the process's spans are sent.
+    this.#rootSpans.add(emitted);
+    void emitted.finally(() => this.#rootSpans.delete(emitted));
   }
 
   #openTaskLog(taskInstance: ClaimedTaskInstance, started: StartedTaskInstance): TryLoggers {
@@ -580,6 +641,7 @@ export class Worker extends Daemon<WorkerStores> {
     error?: unknown,
     now = this.clock.now(),
     why?: string,
+    trace?: TrySpan | null,
   ): Promise<void> {
     const fields = { state: outcome.state, ...(error === undefined ? {} : { code: codeOf(error, 'DF_TASK_FAILED'), ...describeThrown(error) }) };
     if (error === undefined) {
@@ -592,7 +654,11 @@ export class Worker extends Daemon<WorkerStores> {
     const recorded = await this.#recordPersistently(taskInstance.id, `its outcome (${outcome.state})`, () =>
       this.storage.taskInstances.finishTaskInstance(taskInstance.id, held, outcome, now),
     );
-    if (recorded) this.#countOutcome(taskInstance, outcome.state);
+    if (recorded) {
+      this.#countOutcome(taskInstance, outcome.state);
+      trace?.outcome(outcome.state, error);
+      if (TASK_END_STATES.includes(outcome.state as TaskEndState)) this.#traceTaskInstanceEnd(taskInstance, outcome.state, held.tryNumber);
+    }
     // A signal asked to stop it before the outcome was written: the request wins.
     if (!recorded && (await this.#carryOutStopRequest(taskInstance, held, label, tryLog))) return;
     if (!recorded)
@@ -613,6 +679,8 @@ interface RunningTry {
   readonly held: HeldTry;
   readonly label: string;
   settled: boolean;
+  /** Its span, when tracing is on. */
+  readonly trace: TrySpan | null;
 }
 
 /** The pause before the first retry of an outcome write; it doubles with each failure, up to RECORD_RETRY_MAX_MS. */

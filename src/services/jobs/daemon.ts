@@ -6,6 +6,7 @@ import type { Database } from '../../database/connect.ts';
 import { NotificationHub, WAKE_CHANNEL } from '../../database/notification-hub.ts';
 import type { WakeTopic } from '../../storage/wake.ts';
 import { Metrics } from '../observability/metrics.ts';
+import type { Tracing } from '../observability/tracing.ts';
 import { systemClock, type Clock } from '../../vocabulary/time/clock.ts';
 import { DaemonSampler, DEFAULT_SAMPLE_INTERVAL_MS } from '../observability/daemon-samples.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
@@ -63,6 +64,8 @@ export interface DaemonRuntime {
   readonly clock?: Clock;
   /** The stores it works through, shared by the process's daemons (each sees those its type names). @default opened on its database */
   readonly stores?: Stores;
+  /** Where its spans go (the process's tracing); null or absent: tracing is off. @default off */
+  readonly tracing?: Tracing | null;
 }
 
 /** What /health reads of a daemon. */
@@ -98,6 +101,8 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   readonly metrics: Metrics;
   /** The time its decisions read (see Clock). */
   protected readonly clock: Clock;
+  /** The process's tracing; null when off (see src/services/observability/tracing.ts). */
+  protected readonly tracing: Tracing | null;
   /** What this process holds for its life, and how it tells whether peers hold theirs. */
   protected readonly liveness: LivenessLocks;
 
@@ -112,6 +117,7 @@ export abstract class Daemon<S extends Pick<Stores, 'jobs'> = Pick<Stores, 'jobs
   ) {
     this.metrics = runtime.metrics ?? new Metrics();
     this.clock = runtime.clock ?? systemClock;
+    this.tracing = runtime.tracing ?? null;
     this.liveness = livenessLocksOf(database, log);
     this.metrics.jobs().observe({ jobType: description.jobType, lastHeartbeatAt: () => (this.#state === 'running' ? this.#lastHeartbeatAt : null) });
   }
