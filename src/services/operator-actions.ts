@@ -43,6 +43,11 @@ export interface ClearRequest {
   readonly dagId?: string;
   /** Only these tasks. @default every task of the run */
   readonly taskIds?: readonly string[];
+  /**
+   * Of the tasks named, only the task instances of these map indices (one instance of a mapped
+   * task); the tasks downstream are cleared whole. @default every map index
+   */
+  readonly mapIndexes?: readonly number[];
   /** The tasks downstream of those too. @default false */
   readonly downstream?: boolean;
   /** Keep their durable state (context.state). @default false */
@@ -189,7 +194,8 @@ export class OperatorActions {
       );
     const named = request.taskIds && request.taskIds.length > 0 ? new Set(request.taskIds) : null;
     const wanted = named !== null && request.downstream ? withDownstream(dag, named) : named;
-    const chosen = ofRun.filter((ti) => wanted === null || wanted.has(ti.taskId));
+    const indexes = named !== null && request.mapIndexes && request.mapIndexes.length > 0 ? new Set(request.mapIndexes) : null;
+    const chosen = ofRun.filter((ti) => (wanted === null || wanted.has(ti.taskId)) && (indexes === null || !named!.has(ti.taskId) || indexes.has(ti.mapIndex)));
     if (chosen.length === 0) throw new InvalidOptionError('task', `nothing to clear in run ${runId} of DAG ${dagId}`);
     return { dagId, runId, dag, chosen };
   }

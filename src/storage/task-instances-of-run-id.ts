@@ -6,6 +6,8 @@ export interface TaskInstanceOfRunId {
   readonly id: number;
   readonly dagId: string;
   readonly taskId: string;
+  /** Its map index; -1 when its task is not mapped. */
+  readonly mapIndex: number;
   /**
    * The try it is on: as stored, except for a sensor between reschedules (its try is given back
    * until its next poke starts; see finishTaskInstance), which is on the try it rescheduled.
@@ -37,6 +39,7 @@ export async function taskInstancesOfRunId({ db }: StorageContext, runId: string
       'task_instance.id',
       'task_instance.dag_id',
       'task_instance.task_id',
+      'task_instance.map_index',
       'task_instance.try_number',
       'task_instance.state',
       'task_instance.hostname',
@@ -51,12 +54,14 @@ export async function taskInstancesOfRunId({ db }: StorageContext, runId: string
     .groupBy('task_instance.id')
     .where('task_instance.run_id', '=', runId)
     .orderBy('task_instance.dag_id')
-    .orderBy('task_instance.task_id');
+    .orderBy('task_instance.task_id')
+    .orderBy('task_instance.map_index');
   if (dagId !== undefined) query = query.where('task_instance.dag_id', '=', dagId);
   return (await query.execute()).map((row) => ({
     id: row.id,
     dagId: row.dag_id,
     taskId: row.task_id,
+    mapIndex: row.map_index,
     tryNumber: row.try_number + (BETWEEN_POKES.has(row.state ?? '') && Number(row.reschedules_of_next_try ?? 0) > 0 ? 1 : 0),
     state: row.state,
     hostname: row.hostname,

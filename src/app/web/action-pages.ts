@@ -120,10 +120,11 @@ export function actionRoutes(
       const taskInstanceId = Number(id);
       const ti = await storage.taskInstances.readTaskInstance({ id: taskInstanceId });
       if (!ti) return show('Not found', '', html`<h1>Not found</h1><p>There is no task instance ${taskInstanceId}.</p>`, 404);
-      const where = html`task <b>${ti.task_id}</b> of run <b>${ti.run_id}</b> of DAG <b>${ti.dag_id}</b> (task instance ${ti.id}, now ${ti.state ?? 'in no state'})`;
+      const where = html`task <b>${ti.task_id}</b>${ti.map_index >= 0 ? html` (map index ${ti.map_index})` : ''} of run <b>${ti.run_id}</b> of DAG <b>${ti.dag_id}</b> (task instance ${ti.id}, now ${ti.state ?? 'in no state'})`;
       if (action === 'ti-clear') {
         const downstream = form.get('downstream') === 'yes';
-        const wanted = { dagId: ti.dag_id, runId: ti.run_id, taskIds: [ti.task_id], downstream };
+        // This task instance only: of a mapped task, its own map index (the tasks downstream whole).
+        const wanted = { dagId: ti.dag_id, runId: ti.run_id, taskIds: [ti.task_id], mapIndexes: [ti.map_index], downstream };
         if (!confirmed) {
           const plan = await actions.planClear(wanted);
           const others = plan.taskIds.filter((taskId) => taskId !== ti.task_id);
