@@ -160,20 +160,37 @@ export class OperatorActions {
     return version;
   }
 
-  /** Answers a task instance's question (who answered is the actor); see InputService.respond for what is refused. */
-  async respond(taskInstanceId: number, answer: Omit<GivenAnswer, 'by'>): Promise<InputResponse> {
-    const source = this.#actor.source === 'web' ? 'page' : 'cli';
+  /**
+   * Answers a task instance's question (who answered is the actor); see InputService.respond for
+   * what is refused. `via`: how the response is recorded to have come (a web actor's: the status
+   * page's form, or `http`, the respond API). @default page for a web actor, cli for a CLI one
+   */
+  async respond(taskInstanceId: number, answer: Omit<GivenAnswer, 'by'>, via?: 'page' | 'http' | 'cli'): Promise<InputResponse> {
+    const source = via ?? (this.#actor.source === 'web' ? 'page' : 'cli');
     const response = await InputService.of(this.#database).respond(taskInstanceId, { ...answer, by: this.#actor.name }, source);
     const ti = await this.#stores.taskInstances.readTaskInstance({ id: taskInstanceId });
+    await this.#auditResponse(response, { id: taskInstanceId, dagId: ti?.dag_id ?? null, runId: ti?.run_id ?? null });
+    return response;
+  }
+
+  /** Answers the question a signed link was made for (the actor: who the form says answers, from the link's page). */
+  async respondByLink(token: string, answer: Omit<GivenAnswer, 'by'>): Promise<InputResponse> {
+    const service = InputService.of(this.#database);
+    const question = await service.questionOfLink(token);
+    const response = await service.respondByLink(token, { ...answer, by: this.#actor.name });
+    await this.#auditResponse(response, { id: question.taskInstanceId, dagId: question.dagId, runId: question.runId });
+    return response;
+  }
+
+  async #auditResponse(response: InputResponse, ti: { readonly id: number; readonly dagId: string | null; readonly runId: string | null }): Promise<void> {
     await this.#audit({
       action: 'respond',
-      dagId: ti?.dag_id ?? null,
-      runId: ti?.run_id ?? null,
-      taskInstanceId,
-      details: { chosen: [...response.chosen] },
+      dagId: ti.dagId,
+      runId: ti.runId,
+      taskInstanceId: ti.id,
+      details: { chosen: [...response.chosen], via: response.source },
       outcome: `answered${response.chosen.length > 0 ? `: ${response.chosen.join(', ')}` : ''}`,
     });
-    return response;
   }
 
   async #chooseToClear(request: ClearRequest) {

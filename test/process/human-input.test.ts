@@ -188,12 +188,16 @@ describe.each(oneDialect)('human input on %s', (dialect) => {
       expect(await stateOf('rollback')).toBe('skipped');
       expect(JSON.parse((await ti('choose')).return_value!)).toMatchObject({ chosen: ['deploy'], by: 'carol', source: 'page' });
 
-      // via_api: the HTTP API wants the web token as a bearer; a bad field is refused; then the CLI is too late.
+      // via_api: the HTTP API wants the operator token as a bearer (the viewer's is refused); a bad
+      // field is refused; then the CLI is too late.
       await waitFor(async () => (await stateOf('via_api')) === 'awaiting_input', { timeoutMs: 30_000, what: 'via_api awaiting input' });
       const viaApi = await ti('via_api');
-      const api = (body: unknown, token = WEB_TOKEN) =>
+      const api = (body: unknown, token = OPERATOR_TOKEN) =>
         fetch(`${base}/api/task-instances/${viaApi.id}/input`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
       expect((await api({ values: { ticket: 'T-1' }, by: 'dave' }, 'wrong-token-wrong-token')).status).toBe(401);
+      const asViewer = await api({ values: { ticket: 'T-1' }, by: 'dave' }, WEB_TOKEN);
+      expect(asViewer.status).toBe(403);
+      expect(await asViewer.json()).toEqual({ error: 'answering is an operator action: send the operator token, not the viewer token' });
       const badField = await api({ values: { ticket: 42 }, by: 'dave' });
       expect(badField.status).toBe(400);
       expect(await badField.json()).toMatchObject({ code: 'DF_INVALID_INPUT_RESPONSE' });
@@ -232,6 +236,21 @@ describe.each(oneDialect)('human input on %s', (dialect) => {
         response: { chosen: ['yes'], by: 'the hook' },
         kwargs: { asked: 'itself' },
       });
+
+      // Each response is in the audit log: who, how it came, from where.
+      const responses = await db.db
+        .selectFrom('audit_log')
+        .select(['actor', 'source', 'address', 'details'])
+        .where('action', '=', 'respond')
+        .orderBy('id')
+        .execute();
+      expect(responses.map((entry) => [entry.actor, entry.source, JSON.parse(entry.details).via]).sort()).toEqual([
+        ['alice', 'link', 'link'],
+        ['carol', 'web', 'page'],
+        ['dave', 'web', 'http'],
+        ['the hook', 'link', 'link'],
+      ]);
+      expect(responses.every((entry) => entry.address?.includes('127.0.0.1'))).toBe(true);
 
       // `tasks input` shows who answered; a cleared task instance's old link is refused (410).
       const shown = await cli(['tasks', 'input', '--run', approve.run_id, '--task', 'approve']);

@@ -72,10 +72,15 @@ export class WebAccess {
 
   /** The actor the audit log records for an operator's request: the name given, and the client's address (and the proxy's forward). */
   actorOf(request: HttpRequest, visitor: Visitor): Actor {
-    const forwarded = request.headers['x-forwarded-for'];
-    const address = [request.remoteAddress, forwarded ? `forwarded for ${forwarded}` : null].filter((part) => part).join(', ');
-    return { name: visitor.name, source: 'web', address: address === '' ? null : address };
+    return { name: visitor.name, source: 'web', address: clientAddress(request) };
   }
+}
+
+/** Where a request came from, as the audit log records it: the client's address, and the proxy's forward. */
+export function clientAddress(request: HttpRequest): string | null {
+  const forwarded = request.headers['x-forwarded-for'];
+  const address = [request.remoteAddress, forwarded ? `forwarded for ${forwarded}` : null].filter((part) => part).join(', ');
+  return address === '' ? null : address;
 }
 
 function credentials(header: string | undefined): { token: string | undefined; name: string | undefined } {

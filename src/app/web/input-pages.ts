@@ -4,9 +4,11 @@ import type { GivenAnswer, InputService } from '../../services/human-input/input
 import { jsonReply, type HttpReply, type HttpRequest } from '../../services/observability/http-server.ts';
 import type { TaskInput } from '../../storage/index.ts';
 import { codeOf, DeferflowError, InputAlreadyGivenError, InputLinkInvalidError } from '../../vocabulary/errors.ts';
-import { sameToken } from '../../vocabulary/options/tokens.ts';
 import type { JsonObject, JsonValue } from '../../vocabulary/serialization/json.ts';
 import { Html, html, isoMoment, page } from './html.ts';
+import type { Database } from '../../database/connect.ts';
+import { OperatorActions } from '../../services/operator-actions.ts';
+import { clientAddress, type WebAccess } from './access.ts';
 
 /*
  * Human input on the web:
@@ -16,8 +18,10 @@ import { Html, html, isoMoment, page } from './html.ts';
  *   know the token), which is the CSRF protection. The status page's own question page
  *   (`/ti/<id>/input`) shows the form to operators only, posting to itself (action-pages.ts).
  * - `POST /api/task-instances/<id>/input`: the HTTP API, a JSON body `{ chosen, values, by }`,
- *   with the web token as a bearer token (never basic auth, which a browser sends by itself);
- *   refused when no token is configured.
+ *   with the operator token as a bearer token (never basic auth, which a browser sends by
+ *   itself): answering is an operator's action, as on the status page; refused when no operator
+ *   token is configured, and for the viewer token.
+ * Every response recorded is in the audit log, with who gave it and from where.
  * Answers: 200 recorded; 400 a response that does not answer the question; 409 a second response
  * (the body names who gave the first and when) or a task instance not awaiting input; 403 a link
  * whose signature does not match; 410 a link expired, or made for a question no longer asked.
@@ -25,23 +29,23 @@ import { Html, html, isoMoment, page } from './html.ts';
 
 /** Serves /input/<token> and the respond API; null for other paths. */
 export function inputRoutes(
+  database: Database,
   inputs: InputService,
-  apiToken: string | null,
+  access: WebAccess,
   onResponded: () => void = () => {},
 ): (request: HttpRequest) => Promise<HttpReply | null> {
-  const token = apiToken === null ? null : Buffer.from(apiToken);
   return async (request) => {
     const path = new URL(request.url, 'http://deferflow.invalid').pathname;
     const link = /^\/input\/([^/]+)$/.exec(path);
     const api = link ? null : /^\/api\/task-instances\/(\d{1,15})\/input$/.exec(path);
     if (!link && !api) return null;
-    const reply = link ? await linkPage(inputs, request, decodeURIComponent(link[1]!)) : await respondApi(inputs, request, Number(api![1]), token);
+    const reply = link ? await linkPage(database, inputs, request, decodeURIComponent(link[1]!)) : await respondApi(database, access, request, Number(api![1]));
     if (request.method === 'POST' && reply.status === 200) onResponded();
     return reply;
   };
 }
 
-async function linkPage(inputs: InputService, request: HttpRequest, token: string): Promise<HttpReply> {
+async function linkPage(database: Database, inputs: InputService, request: HttpRequest, token: string): Promise<HttpReply> {
   if (request.method === 'GET' || request.method === 'HEAD') {
     try {
       const input = await inputs.questionOfLink(token);
@@ -61,7 +65,8 @@ async function linkPage(inputs: InputService, request: HttpRequest, token: strin
   const form = new URLSearchParams(request.body ?? '');
   try {
     const answer = formAnswer(input, form);
-    const response = await inputs.respondByLink(token, answer, 'link');
+    // The link is the permission; who answered is who the form says, from where the request came.
+    const response = await new OperatorActions(database, { name: answer.by, source: 'link', address: clientAddress(request) }).respondByLink(token, answer);
     return show(
       200,
       'Response recorded',
@@ -74,11 +79,17 @@ async function linkPage(inputs: InputService, request: HttpRequest, token: strin
   }
 }
 
-async function respondApi(inputs: InputService, request: HttpRequest, taskInstanceId: number, token: Buffer | null): Promise<HttpReply> {
+async function respondApi(database: Database, access: WebAccess, request: HttpRequest, taskInstanceId: number): Promise<HttpReply> {
   if (request.method !== 'POST') return json(405, { error: 'POST a JSON body { chosen, values, by }' }, { allow: 'POST' });
-  if (token === null) return json(403, { error: 'the respond API needs a web token: set DEFERFLOW_WEB_TOKEN (or --web-token) and send it as a bearer token' });
-  if (!sameToken(/^Bearer (.+)$/i.exec(request.headers.authorization ?? '')?.[1], token))
-    return json(401, { error: 'a valid bearer token is needed: Authorization: Bearer <web token>' }, { 'www-authenticate': 'Bearer realm="deferflow"' });
+  if (!access.actionsEnabled)
+    return json(403, {
+      error: 'the respond API needs the operator token: set DEFERFLOW_WEB_OPERATOR_TOKEN (or --web-operator-token) and send it as a bearer token',
+    });
+  const bearer = /^Bearer (.+)$/i.test(request.headers.authorization ?? '');
+  const visitor = bearer ? access.visitorOf(request) : null;
+  if (visitor === null)
+    return json(401, { error: 'a valid bearer token is needed: Authorization: Bearer <operator token>' }, { 'www-authenticate': 'Bearer realm="deferflow"' });
+  if (visitor.role !== 'operator') return json(403, { error: 'answering is an operator action: send the operator token, not the viewer token' });
   if (request.body === null) return json(413, { error: 'the body is too large' });
   let body: { chosen?: unknown; values?: unknown; by?: unknown };
   try {
@@ -89,9 +100,9 @@ async function respondApi(inputs: InputService, request: HttpRequest, taskInstan
   if (typeof body !== 'object' || body === null || typeof body.by !== 'string' || body.by.trim() === '')
     return json(400, { error: 'say who responds: { "by": "name", … }', code: 'DF_INVALID_INPUT_RESPONSE' });
   try {
-    const response = await inputs.respond(
+    const response = await new OperatorActions(database, { name: body.by, source: 'web', address: clientAddress(request) }).respond(
       taskInstanceId,
-      { chosen: body.chosen as string[] | undefined, values: body.values as JsonObject | undefined, by: body.by },
+      { chosen: body.chosen as string[] | undefined, values: body.values as JsonObject | undefined },
       'http',
     );
     return json(200, response as unknown as JsonValue);

@@ -57,8 +57,8 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
   const masker = SecretMasker.fromEnvironment();
   const inputs = new InputService(storage);
   const onResponded = options.onResponded ?? (() => {});
-  // Their own permissions: a signed link needs no login; the API wants the token as a bearer.
-  const input = inputRoutes(inputs, options.token, onResponded);
+  // Their own permissions: a signed link needs no login; the API wants the operator token as a bearer.
+  const input = inputRoutes(database, inputs, access, onResponded);
   const act = actionRoutes(database, storage, access, onResponded);
 
   return async (request) => {

@@ -65,7 +65,7 @@ export class InputService {
   }
 
   /** Answers the question a signed link was made for (see respondToInput for what is refused). */
-  async respondByLink(token: string, answer: GivenAnswer, source: Extract<InputSource, 'link' | 'page'> = 'link', now = Date.now()): Promise<InputResponse> {
+  async respondByLink(token: string, answer: GivenAnswer, now = Date.now()): Promise<InputResponse> {
     const claims = verifyInputToken(await this.#linkKey(), token, now);
     return this.#stores.inputs.respondToInput(
       {
@@ -74,7 +74,7 @@ export class InputService {
         chosen: answer.chosen ?? [],
         values: answer.values ?? {},
         by: answer.by,
-        source,
+        source: 'link',
       },
       now,
     );
