@@ -25,6 +25,7 @@ const args = await yargs(hideBin(process.argv))
   .option('db', { type: 'string', describe: 'sqlite:PATH or postgres://… (default: a temporary SQLite file)' })
   .option('tis', { type: 'number', default: 10_000, describe: 'deferred task instances, one trigger each' })
   .option('runs', { type: 'number', default: 1000, describe: 'finished runs of a ten-task DAG (its grid, a run, a task instance)' })
+  .option('wide', { type: 'number', default: 5000, describe: 'task instances of one more run (a run page, its timeline)' })
   .option('requests', { type: 'number', default: 50, describe: 'fetches of each page' })
   .strict()
   .parse();
@@ -36,6 +37,7 @@ const database = openDatabase(url);
 await migrateToLatest(database);
 const firstId = await insertDeferred(database, args.tis);
 const history = await insertFinishedRuns(database, args.runs);
+const wideRunId = await insertWideRun(database, args.wide);
 await insertConsoleHistory(database);
 
 const web = spawn(process.execPath, [path.join(root, 'bin/deferflow.js'), 'web', '--db', url, '--http-port', '0', '--log-level', 'warn'], {
@@ -60,13 +62,14 @@ try {
     dag_with_grid: '/dags/history',
     dag_grid_failed_runs: '/dags/history?state=failed',
     run: `/dags/history/runs/${encodeURIComponent(history.middleRunId)}`,
+    wide_run: `/dags/wide/runs/${encodeURIComponent(wideRunId)}`,
     task_instance: `/ti/${history.failedTaskInstanceId}`,
     charts: '/charts',
     charts_24h: '/charts?hours=24',
     audit: '/audit',
     signals: '/signals',
   };
-  const result: Record<string, unknown> = { tis: args.tis, runs: args.runs, dialect: database.adapter.name, requests: args.requests };
+  const result: Record<string, unknown> = { tis: args.tis, runs: args.runs, wide: args.wide, dialect: database.adapter.name, requests: args.requests };
   for (const [name, pagePath] of Object.entries(pages)) {
     const times: number[] = [];
     for (let i = 0; i < args.requests; i++) {
@@ -87,6 +90,46 @@ try {
   await database.close();
   await dispose();
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/** One finished run of DAG `wide` with `count` task instances (each ran a second): its page is the largest timeline. */
+async function insertWideRun({ db }: Database, count: number): Promise<string> {
+  const runId = 'manual__wide';
+  const start = Date.parse('2026-02-01T00:00:00Z');
+  await db
+    .insertInto('dag_run')
+    .values({
+      dag_id: 'wide',
+      run_id: runId,
+      run_type: 'manual',
+      logical_date: toDbTime(start),
+      state: 'success',
+      conf: '{}',
+      created_at: toDbTime(start),
+      start_date: toDbTime(start),
+      end_date: toDbTime(start + count * 100 + 1000),
+      updated_at: toDbTime(start + count * 100 + 1000),
+    })
+    .execute();
+  for (let first = 0; first < count; first += 500) {
+    const size = Math.min(500, count - first);
+    await db
+      .insertInto('task_instance')
+      .values(
+        Array.from({ length: size }, (_, i) => ({
+          dag_id: 'wide',
+          task_id: `task_${String(first + i).padStart(5, '0')}`,
+          run_id: runId,
+          state: 'success' as const,
+          try_number: 1,
+          start_date: toDbTime(start + (first + i) * 100),
+          end_date: toDbTime(start + (first + i) * 100 + 1000),
+          updated_at: toDbTime(start + (first + i) * 100 + 1000),
+        })),
+      )
+      .execute();
+  }
+  return runId;
 }
 
 /**
