@@ -9,10 +9,10 @@ import type { AddressInfo } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { dropTestDatabases, testDialects } from '../../support/databases.ts';
+import { dropTestDatabases, oneDialect, testDialects } from '../../support/databases.ts';
 import { waitFor } from '../../support/fixtures.ts';
 import { processScratch } from '../../support/process-scratch.ts';
-import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, spawnDeferflow, stopCleanly } from '../../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS, REPO_ROOT, spawnDeferflow, stopCleanly } from '../../support/processes.ts';
 
 afterAll(dropTestDatabases);
 const scratch = processScratch();
@@ -156,5 +156,47 @@ describe.each(testDialects)('OpenTelemetry traces from the daemons on %s', (dial
     } finally {
       collector.server.close();
     }
+  }, 90_000);
+});
+
+// Free when off: a process whose tracing is off loads none of OpenTelemetry's packages itself (a hook on
+// the module loader, given to the process as a user gives Node options, reports every one that
+// is); the same run with --traces console loads them and prints its spans.
+describe.each(oneDialect)('tracing off on %s', (dialect) => {
+  it('loads no OpenTelemetry package in a standalone run; with --traces console it does, and prints the spans', async () => {
+    const db = await scratch.database(dialect);
+    const dags = scratch.dir('traced-off-dags');
+    writeFileSync(path.join(dags, 'traced.mts'), TRACED_DAG);
+    const hook = path.join(scratch.dir('traced-off-hook'), 'report-otel-loads.cjs');
+    writeFileSync(
+      hook,
+      `const Module = require('node:module');
+const load = Module._load;
+Module._load = function (request, parent, ...rest) {
+  if (typeof request === 'string' && request.startsWith('@opentelemetry/')) process.stderr.write('loaded ' + request + ' by ' + (parent && parent.filename) + '\\n');
+  return load.call(this, request, parent, ...rest);
+};
+`,
+    );
+    const run = async (extra: readonly string[]) => {
+      const standalone = spawnDeferflow(
+        ['standalone', '--db', db.url, '--dags', dags, '--trigger-dag', 'traced', '--exit-when-done', '--http-port', 'off', ...extra],
+        {
+          NODE_OPTIONS: `--require ${hook}`,
+        },
+      );
+      expect(await standalone.exitWithin(60_000)).toEqual({ code: 0, signal: null });
+      return standalone;
+    };
+    // (prom-client looks for @opentelemetry/api itself, for exemplars, when a project has it: not deferflow's load.)
+    const deferflowLoads = (proc: { stderr: string[] }) =>
+      proc.stderr.filter((line) => line.startsWith('loaded @opentelemetry/') && line.includes(` by ${path.join(REPO_ROOT, 'dist')}`));
+    const off = await run([]);
+    expect(deferflowLoads(off)).toEqual([]);
+    const on = await run(['--traces', 'console']);
+    expect(deferflowLoads(on).map((line) => line.split(' ')[1])).toEqual(
+      expect.arrayContaining(['@opentelemetry/api', '@opentelemetry/sdk-trace-base', '@opentelemetry/resources']),
+    );
+    expect(on.text.join('\n')).toContain("name: 'execute traced.waits'");
   }, 90_000);
 });
