@@ -24,6 +24,7 @@ import * as m0018 from './0018_watchers.ts';
 import * as m0019 from './0019_task_instance_history.ts';
 import * as m0020 from './0020_audit_log.ts';
 import * as m0021 from './0021_daemon_sample.ts';
+import * as m0022 from './0022_signal_sender.ts';
 
 export interface MigrationModule {
   up(db: Kysely<any>, adapter: DialectAdapter): Promise<void>;
@@ -51,4 +52,5 @@ export const MIGRATIONS: Readonly<Record<string, MigrationModule>> = {
   '0019_task_instance_history': m0019,
   '0020_audit_log': m0020,
   '0021_daemon_sample': m0021,
+  '0022_signal_sender': m0022,
 };

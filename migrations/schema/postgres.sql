@@ -113,6 +113,7 @@ table signal
   column version bigint not null
   column value jsonb not null
   column sent_at timestamp with time zone not null
+  column sent_by text
   constraint signal_pkey PRIMARY KEY (key, version)
   constraint signal_version_check CHECK ((version >= 1))
   index CREATE UNIQUE INDEX signal_pkey ON signal USING btree (key, version)

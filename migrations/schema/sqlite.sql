@@ -13,7 +13,7 @@ CREATE TABLE import_error (id integer primary key autoincrement, fileloc text no
 CREATE TABLE job (id integer primary key autoincrement, job_type text not null, state text not null check (state in ('running', 'success', 'failed')), hostname text not null, pid integer not null, capacity integer, start_date text not null, end_date text, latest_heartbeat text not null , liveness_lock text, queues text);
 CREATE INDEX job_type_heartbeat_idx on job (job_type, latest_heartbeat);
 CREATE TABLE serialized_dag (dag_id text primary key, fileloc text not null, data text not null, hash text not null, schema_version integer not null, last_updated text not null, deleted_at text , paused integer not null default 0);
-CREATE TABLE signal (key text not null, version integer not null check (version >= 1), value text not null, sent_at text not null, constraint signal_pkey primary key (key, version));
+CREATE TABLE signal (key text not null, version integer not null check (version >= 1), value text not null, sent_at text not null, sent_by text, constraint signal_pkey primary key (key, version));
 CREATE INDEX signal_sent_at_idx on signal (sent_at);
 CREATE TABLE signal_key (key text primary key, version integer not null check (version >= 1), updated_at text not null);
 CREATE TABLE task_input (task_instance_id integer primary key references task_instance (id) on delete cascade, try_number integer not null, nonce text not null, question text not null, asked_at text not null, timeout_at text, responded_at text, responded_by text, response_source text check (response_source in ('link', 'cli', 'http', 'api', 'page', 'timeout')), response text);

@@ -188,15 +188,15 @@ export class Deferflow {
    */
   #routes(): ExtraRoutes {
     const token = this.options.triggerer?.signalHttpToken ?? null;
-    const signals = token === null ? null : signalRoute(token, (key, value) => this.#sendAndReport(key, value));
+    const signals = token === null ? null : signalRoute(token, (key, value, from) => this.#sendAndReport(key, value, from));
     const extra = this.extraRoutes;
     return async (request) => (await signals?.(request)) ?? (await extra?.(request)) ?? null;
   }
 
-  /** Sends a signal and says who it reached (POST /signals/:key). */
-  async #sendAndReport(key: string, value: JsonValue): Promise<SentSignal> {
+  /** Sends a signal and says who it reached (POST /signals/:key, from `from`: the client's address). */
+  async #sendAndReport(key: string, value: JsonValue, from: string | null): Promise<SentSignal> {
     const audience = await signalAudience(this.database, key, value);
-    return { version: await SignalService.of(this.database, this.#log).send(key, value), audience };
+    return { version: await SignalService.of(this.database, this.#log).send(key, value, `POST /signals${from === null ? '' : ` (${from})`}`), audience };
   }
 
   /** Processes the DAG folder (when a worker runs here), then starts the triggerer, the scheduler and the worker. */
@@ -287,7 +287,7 @@ export class Deferflow {
 
   /** Sends a signal on `key` (AIP-35); resolves with its version. See sendSignal. */
   sendSignal(key: string, value: JsonValue = null): Promise<number> {
-    return SignalService.of(this.database, this.#log).send(key, value);
+    return SignalService.of(this.database, this.#log).send(key, value, 'api');
   }
 
   /** The key's signals after `sinceVersion` (default 0), oldest first. See listSignals. */

@@ -386,6 +386,8 @@ export interface SignalTable {
   version: ColumnType<number | string, number, number>;
   value: JsonText;
   sent_at: DbTime;
+  /** Who sent it (see migration 0022); null: not recorded (sent before it). */
+  sent_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 export interface DagSignalStartTable {

@@ -155,7 +155,8 @@ export class OperatorActions {
 
   /** Sends a signal; resolves with its version. Its value is not copied into the log (it is kept, sealed if secret, with the signal). */
   async sendSignal(key: string, value: JsonValue = null): Promise<number> {
-    const version = await SignalService.of(this.#database).send(key, value);
+    const { name, source, address } = this.#actor;
+    const version = await SignalService.of(this.#database).send(key, value, `${name} (${source}${address === null ? '' : `, ${address}`})`);
     await this.#audit({ action: 'signal', details: { key, version }, outcome: `signal ${key} version ${version} sent` });
     return version;
   }

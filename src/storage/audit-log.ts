@@ -49,19 +49,6 @@ export async function appendAuditEntry({ db }: StorageContext, entry: AuditEntry
   return Number(row.id);
 }
 
-/** The entries of `action` since `since` (epoch ms), newest first, at most `limit`. */
-export async function listAuditEntriesOf({ db }: StorageContext, action: string, since: number, limit: number): Promise<AuditRecord[]> {
-  const rows = await db
-    .selectFrom('audit_log')
-    .selectAll()
-    .where('action', '=', action)
-    .where('at', '>=', toDbTime(since))
-    .orderBy('id', 'desc')
-    .limit(limit)
-    .execute();
-  return rows.map(recordOf);
-}
-
 /** The latest `limit` entries, newest first; `before`: only those of a lower id (the next page). */
 export async function listAuditEntries({ db }: StorageContext, options: { readonly limit: number; readonly before?: number }): Promise<AuditRecord[]> {
   let query = db.selectFrom('audit_log').selectAll().orderBy('id', 'desc').limit(options.limit);

@@ -1,7 +1,7 @@
-import { appendAuditEntry, listAuditEntries, listAuditEntriesOf, type AuditEntry, type AuditRecord } from './audit-log.ts';
+import { appendAuditEntry, listAuditEntries, type AuditEntry, type AuditRecord } from './audit-log.ts';
 import type { StorageContext } from './context.ts';
 
-/** The audit log of what people did: appendAuditEntry, listAuditEntries, listAuditEntriesOf. */
+/** The audit log of what people did: appendAuditEntry, listAuditEntries. */
 export class AuditStore {
   readonly #context: StorageContext;
 
@@ -17,10 +17,5 @@ export class AuditStore {
   /** The latest `limit` entries, newest first; `before`: only those of a lower id (the next page). */
   listAuditEntries(options: { readonly limit: number; readonly before?: number }): Promise<AuditRecord[]> {
     return listAuditEntries(this.#context, options);
-  }
-
-  /** The entries of `action` since `since`, newest first, at most `limit`. */
-  listAuditEntriesOf(action: string, since: number, limit: number): Promise<AuditRecord[]> {
-    return listAuditEntriesOf(this.#context, action, since, limit);
   }
 }

@@ -1,6 +1,6 @@
 import type { StorageContext } from './context.ts';
 import { signalScheduleStart } from './latest-scheduled-run.ts';
-import { latestSignalVersions, listSignalVersions, pruneSignals, recentSignalKeys, sendSignal, signalsAfter } from './signals.ts';
+import { latestSignalVersions, listSignalVersions, pruneSignals, recentSignalKeys, sendSignal, signalsAfter, type SignalVersion } from './signals.ts';
 import {
   applySignalAction,
   pendingSignalActions,
@@ -25,8 +25,8 @@ export class SignalStore {
   }
 
   /** Sends a signal (value as JSON text): returns its version. */
-  sendSignal(key: string, valueJson: string, now = Date.now()): Promise<number> {
-    return sendSignal(this.#context, key, valueJson, now);
+  sendSignal(key: string, valueJson: string, now = Date.now(), sentBy: string | null = null): Promise<number> {
+    return sendSignal(this.#context, key, valueJson, now, sentBy);
   }
 
   latestSignalVersions(keys: readonly string[]): Promise<Map<string, number>> {
@@ -39,7 +39,7 @@ export class SignalStore {
   }
 
   /** A key's latest `limit` signals, newest first. */
-  listSignalVersions(key: string, limit: number): Promise<Signal[]> {
+  listSignalVersions(key: string, limit: number): Promise<SignalVersion[]> {
     return listSignalVersions(this.#context, key, limit);
   }
 

@@ -11,7 +11,7 @@ import { SIGNAL_CHANNEL } from '../database/notification-hub.ts';
  * The upsert on signal_key holds the key's row until commit, so versions of one key commit in
  * order: a reader that saw version n never later finds a version below n appear.
  */
-export async function sendSignal({ db, adapter }: StorageContext, key: string, valueJson: string, now: number): Promise<number> {
+export async function sendSignal({ db, adapter }: StorageContext, key: string, valueJson: string, now: number, sentBy: string | null = null): Promise<number> {
   return db.transaction().execute(async (trx) => {
     const row = await trx
       .insertInto('signal_key')
@@ -22,7 +22,7 @@ export async function sendSignal({ db, adapter }: StorageContext, key: string, v
     const version = Number(row.version);
     await trx
       .insertInto('signal')
-      .values({ key, version, value: adapter.jsonParam(valueJson), sent_at: toDbTime(now) })
+      .values({ key, version, value: adapter.jsonParam(valueJson), sent_at: toDbTime(now), sent_by: sentBy })
       .execute();
     await adapter.notify(trx, SIGNAL_CHANNEL, `${version} ${key}`);
     return version;
@@ -47,15 +47,27 @@ export async function recentSignalKeys({ db }: StorageContext, limit: number): P
 }
 
 /** A key's latest `limit` signals, newest first. */
-export async function listSignalVersions({ db }: StorageContext, key: string, limit: number): Promise<Signal[]> {
+export async function listSignalVersions({ db }: StorageContext, key: string, limit: number): Promise<SignalVersion[]> {
   const rows = await db
     .selectFrom('signal')
-    .select(['key', 'version', 'value', 'sent_at'])
+    .select(['key', 'version', 'value', 'sent_at', 'sent_by'])
     .where('key', '=', key)
     .orderBy('version', 'desc')
     .limit(limit)
     .execute();
-  return rows.map((row) => ({ key: row.key, version: Number(row.version), value: JSON.parse(row.value) as JsonValue, sentAt: fromDbTime(row.sent_at) }));
+  return rows.map((row) => ({
+    key: row.key,
+    version: Number(row.version),
+    value: JSON.parse(row.value) as JsonValue,
+    sentAt: fromDbTime(row.sent_at),
+    sentBy: row.sent_by,
+  }));
+}
+
+/** A signal as a key's history shows it: with who sent it. */
+export interface SignalVersion extends Signal {
+  /** Who sent it (an operator and from where, a client's address, a task); null: not recorded. */
+  readonly sentBy: string | null;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import type { HttpRequest } from '../../services/observability/http-server.ts';
+import { clientAddress, type HttpRequest } from '../../services/observability/http-server.ts';
 import type { Actor } from '../../services/operator-actions.ts';
 import { sameToken } from '../../vocabulary/options/tokens.ts';
 
@@ -74,13 +74,6 @@ export class WebAccess {
   actorOf(request: HttpRequest, visitor: Visitor): Actor {
     return { name: visitor.name, source: 'web', address: clientAddress(request) };
   }
-}
-
-/** Where a request came from, as the audit log records it: the client's address, and the proxy's forward. */
-export function clientAddress(request: HttpRequest): string | null {
-  const forwarded = request.headers['x-forwarded-for'];
-  const address = [request.remoteAddress, forwarded ? `forwarded for ${forwarded}` : null].filter((part) => part).join(', ');
-  return address === '' ? null : address;
 }
 
 function credentials(header: string | undefined): { token: string | undefined; name: string | undefined } {

@@ -206,7 +206,7 @@ ${
     : html`<table id="signal-keys"><tr><th>key</th><th>latest version</th><th>sent</th></tr>
 ${keys.map((key) => html`<tr data-key="${key.key}"><td><a href="${href(['signals', key.key])}"><code>${key.key}</code></a></td><td class="num">${key.version}</td><td title="${isoMoment(key.sentAt)}">${ago(now - key.sentAt)} ago</td></tr>`)}</table>`
 }
-<p class="muted">Who sent each is in the <a href="/audit">audit log</a> (sent from here or the CLI).</p>`;
+<p class="muted">Who sent each version is on the key's page; sends from here and the CLI are in the <a href="/audit">audit log</a> too.</p>`;
 }
 
 /** The versions of one key a page shows. */
@@ -214,14 +214,12 @@ const SIGNAL_VERSIONS_SHOWN = 100;
 
 /**
  * GET /signals/<key>: the key's latest versions, newest first, each with its value (connection
- * secrets masked, as in logs) and who sent it, from the audit log (sends from this page and the
- * CLI; one through the API or POST /signals/:key has no sender recorded). Null: never sent.
+ * secrets masked, as in logs) and who sent it (an operator from this page or the CLI, a client of
+ * POST /signals/:key, a task, the embedded API; not recorded before migration 0022). Null: never sent.
  */
 export async function signalKeyPage(storage: Stores, masker: SecretMasker, key: string): Promise<Html | null> {
   const versions = await storage.signals.listSignalVersions(key, SIGNAL_VERSIONS_SHOWN);
   if (versions.length === 0) return null;
-  const sends = await storage.audit.listAuditEntriesOf('signal', versions.at(-1)!.sentAt, 10 * SIGNAL_VERSIONS_SHOWN);
-  const senders = new Map(sends.filter((entry) => entry.details.key === key).map((entry) => [Number(entry.details.version), entry]));
   const shown = (value: unknown) => {
     const text = masker.mask(JSON.stringify(value));
     return text.length > 300 ? `${text.slice(0, 300)}…` : text;
@@ -229,11 +227,12 @@ export async function signalKeyPage(storage: Stores, masker: SecretMasker, key: 
   return html`<h1>Signal <code>${key}</code></h1>
 <p class="muted">Its latest ${versions.length === SIGNAL_VERSIONS_SHOWN ? SIGNAL_VERSIONS_SHOWN : ''} versions, newest first. Older ones are pruned by the triggerers after --signal-retention, the latest kept.</p>
 <table id="signal-versions"><tr><th>version</th><th>sent</th><th>value</th><th>sent by</th></tr>
-${versions.map((signal) => {
-  const sender = senders.get(signal.version);
-  return html`<tr data-version="${signal.version}"><td class="num">${signal.version}</td><td>${isoMoment(signal.sentAt)}</td><td><code>${shown(signal.value)}</code></td>
-<td>${sender ? html`${sender.actor} <span class="muted">(${sender.source}${sender.address ? `, ${sender.address}` : ''})</span>` : html`<span class="muted">not recorded (API or HTTP)</span>`}</td></tr>`;
-})}</table>`;
+${versions.map(
+  (
+    signal,
+  ) => html`<tr data-version="${signal.version}"><td class="num">${signal.version}</td><td>${isoMoment(signal.sentAt)}</td><td><code>${shown(signal.value)}</code></td>
+<td>${signal.sentBy ?? html`<span class="muted">not recorded</span>`}</td></tr>`,
+)}</table>`;
 }
 
 /** GET /audit: what people did, newest first, a page at a time. */

@@ -1,14 +1,14 @@
 import type { InputResponse } from '../../model/human-input.ts';
 import { fieldValueFromText } from '../../model/human-input.ts';
 import type { GivenAnswer, InputService } from '../../services/human-input/input-service.ts';
-import { jsonReply, type HttpReply, type HttpRequest } from '../../services/observability/http-server.ts';
+import { clientAddress, jsonReply, type HttpReply, type HttpRequest } from '../../services/observability/http-server.ts';
 import type { TaskInput } from '../../storage/index.ts';
 import { codeOf, DeferflowError, InputAlreadyGivenError, InputLinkInvalidError } from '../../vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../../vocabulary/serialization/json.ts';
 import { Html, html, isoMoment, page } from './html.ts';
 import type { Database } from '../../database/connect.ts';
 import { OperatorActions } from '../../services/operator-actions.ts';
-import { clientAddress, type WebAccess } from './access.ts';
+import type { WebAccess } from './access.ts';
 
 /*
  * Human input on the web:

@@ -35,7 +35,7 @@ export function taskServices(
     },
     taskReschedules: () => storage.taskInstances.taskReschedules(claimed.id, started.tryNumber),
     dagRunStates: (query) => dagRunStates.read(query),
-    sendSignal: (key, value) => SignalService.of(database).send(key, value ?? null),
+    sendSignal: (key, value) => SignalService.of(database).send(key, value ?? null, `task ${claimed.dagId}.${claimed.taskId} of run ${claimed.runId}`),
     latestSignalVersion: (key) => SignalService.of(database).latestVersion(key),
     actedSignal: (key) => storage.signals.readActedSignal(claimed.id, key),
     readTaskState: (key) => storage.taskInstances.readTaskStateValue(claimed.id, key),

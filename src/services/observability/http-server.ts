@@ -36,6 +36,12 @@ export interface HttpRequest {
    */
   readonly body?: string | null;
 }
+/** Where a request came from, as the audit log records it: the client's address, and the proxy's forward. */
+export function clientAddress(request: HttpRequest): string | null {
+  const forwarded = request.headers['x-forwarded-for'];
+  const address = [request.remoteAddress, forwarded ? `forwarded for ${forwarded}` : null].filter((part) => part).join(', ');
+  return address === '' ? null : address;
+}
 
 /** The largest request body passed on to a route: a signal's largest value (MAX_SIGNAL_VALUE_BYTES). */
 export const MAX_REQUEST_BODY_BYTES = 64 * 1024;

@@ -1,6 +1,6 @@
 import { sameToken } from '../../vocabulary/options/tokens.ts';
 import { codeOf } from '../../vocabulary/errors.ts';
-import { jsonReply, type ExtraRoutes, type HttpReply, type HttpRequest } from '../observability/http-server.ts';
+import { clientAddress, jsonReply, type ExtraRoutes, type HttpReply, type HttpRequest } from '../observability/http-server.ts';
 import type { JsonObject, JsonValue } from '../../vocabulary/serialization/json.ts';
 import { nobodyWarning, reachesNobody, type SignalAudience } from './signal-audience.ts';
 import { MAX_SIGNAL_VALUE_BYTES } from '../../model/signal.ts';
@@ -21,7 +21,7 @@ export interface SentSignal {
  * a bad key or a body that is not JSON (the error code and message in the body), 413 for a body
  * past the value limit, 405 for another method. Other paths are not this route's (null).
  */
-export function signalRoute(token: string, send: (key: string, value: JsonValue) => Promise<SentSignal>): ExtraRoutes {
+export function signalRoute(token: string, send: (key: string, value: JsonValue, from: string | null) => Promise<SentSignal>): ExtraRoutes {
   const expected = Buffer.from(token);
   return async (request: HttpRequest): Promise<HttpReply | null> => {
     const path = new URL(request.url, 'http://signal.invalid').pathname;
@@ -52,7 +52,7 @@ export function signalRoute(token: string, send: (key: string, value: JsonValue)
     }
     let sent: SentSignal;
     try {
-      sent = await send(key, value);
+      sent = await send(key, value, clientAddress(request));
     } catch (error) {
       const code = codeOf(error, 'DF_DATABASE');
       if (code === 'DF_INVALID_SIGNAL' || code === 'DF_NOT_JSON' || code === 'DF_NOT_STORABLE')

@@ -120,10 +120,10 @@ export class SignalService {
     return this.#unsubscribe !== null && NotificationHub.of(this.#database, this.#log, this.#hubOptions).pushWorks;
   }
 
-  /** Sends `value` (JSON, null by default) on `key`; resolves with the version it got. */
-  async send(key: string, value: JsonValue = null): Promise<number> {
+  /** Sends `value` (JSON, null by default) on `key`, recording `sentBy` with it (who sent it; null: not recorded); resolves with the version it got. */
+  async send(key: string, value: JsonValue = null, sentBy: string | null = null): Promise<number> {
     checkSignalKey(key);
-    const version = await this.#storage.signals.sendSignal(key, signalValueText(key, value));
+    const version = await this.#storage.signals.sendSignal(key, signalValueText(key, value), Date.now(), sentBy);
     if (this.#listening.has(key)) this.#wakeSoon();
     return version;
   }
@@ -329,7 +329,7 @@ export class SignalService {
 
 /** Sends `value` (JSON; null by default) on `key`; resolves with its version (the key's first send is 1). */
 export function sendSignal(database: Database, key: string, value: JsonValue = null): Promise<number> {
-  return SignalService.of(database).send(key, value);
+  return SignalService.of(database).send(key, value, 'api');
 }
 
 /** The key's signals after `sinceVersion` (default 0), oldest first, at most `limit` (default 1000). */

@@ -1,6 +1,7 @@
 // POST /signals/:key on a real triggerer process: served on the process's one HTTP endpoint beside
 // /metrics and /health, off without a token, 127.0.0.1 by default, the bearer token required, bad
 // input refused with its code, the token never printed; the reply says who the signal reached.
+import os from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createTaskInstance, deferTaskInstance, listSignals, readTaskInstance, SignalTrigger, TaskDeferred } from '../../../src/index.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
@@ -67,6 +68,12 @@ describe.each(testDialects)('the signal endpoint on %s', (dialect) => {
     const heard = spawnDeferflow(['signal', 'send', 'newcomer.go', '--db', db.url]);
     expect((await heard.exit).code).toBe(0);
     expect(heard.stderr).toEqual([]);
+    // Who sent each version is kept with it: the HTTP client's address, the CLI's user and host.
+    const senders = await db.db.selectFrom('signal').select(['version', 'sent_by']).where('key', '=', 'newcomer.go').orderBy('version').execute();
+    expect(senders.map((row) => row.sent_by)).toEqual([
+      expect.stringMatching(/^POST \/signals \((::ffff:)?127\.0\.0\.1\)$/),
+      `${os.userInfo().username} (cli, ${os.hostname()})`,
+    ]);
 
     expect(await post('has%20space', '1')).toMatchObject({ status: 400, body: { code: 'DF_INVALID_SIGNAL' } });
     expect(await post('orders.loaded', 'not json')).toMatchObject({ status: 400, body: { code: 'DF_NOT_JSON' } });

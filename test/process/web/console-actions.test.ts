@@ -212,7 +212,7 @@ describe.each(oneDialect)('the console actions in Chromium on %s', (dialect) => 
       expect(await version(1).nth(3).textContent()).toMatch(/^alice \(web, /);
       expect(await version(2).nth(2).textContent()).toBe('"from the shell"');
       expect(await version(2).nth(3).textContent()).toMatch(/^\S+ \(cli, /);
-      expect(await version(3).nth(3).textContent()).toBe('not recorded (API or HTTP)');
+      expect(await version(3).nth(3).textContent()).toBe('not recorded');
 
       // The audit log: every action, newest first, who, from where, and what came of it.
       await page.goto(`${base}/audit`);

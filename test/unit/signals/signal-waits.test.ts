@@ -132,6 +132,9 @@ describe.each(testDialects)('waiting for signals on %s', (dialect: TestDialect) 
     const sender = await app.triggerDagRun('sender');
     expect(await app.waitForDagRun('sender', sender)).toBe('success');
     expect((await tis(app, 'sender', sender)).send!.value).toBe(2);
+    // Each version says who sent it: the embedded API, then the task.
+    const senders = await app.database.db.selectFrom('signal').select('sent_by').where('key', '=', 'orders.ready').orderBy('version').execute();
+    expect(senders.map((row) => row.sent_by)).toEqual(['api', `task sender.send of run ${sender}`]);
     expect(await app.sendSignal('early.bird', 'after the wait')).toBe(2);
     expect(await app.waitForDagRun('listener', runId)).toBe('failed');
     states = await tis(app, 'listener', runId);
