@@ -355,10 +355,7 @@ export class Worker extends Daemon<WorkerStores> {
           label,
           this.#openTaskLog(taskInstance, started),
           { state: 'failed' },
-          error,
-          undefined,
-          undefined,
-          trace,
+          { error, trace },
         );
       } finally {
         trace?.end();
@@ -434,10 +431,7 @@ export class Worker extends Daemon<WorkerStores> {
         label,
         tryLog,
         { state: 'success', returnValueJson, ...(followTaskIds ? { followTaskIds } : {}) },
-        undefined,
-        undefined,
-        undefined,
-        running.trace,
+        { trace: running.trace },
       );
       return;
     }
@@ -491,7 +485,7 @@ export class Worker extends Daemon<WorkerStores> {
       result = { kind: 'failed', error: wait.error, retryable: true };
     }
     if (result.kind === 'skipped') {
-      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, undefined, this.clock.now(), result.reason, running.trace);
+      await this.#finish(taskInstance, held, label, tryLog, { state: 'skipped' }, { why: result.reason, trace: running.trace });
       return;
     }
     if (result.kind === 'rescheduled') {
@@ -501,17 +495,14 @@ export class Worker extends Daemon<WorkerStores> {
         label,
         tryLog,
         { state: 'up_for_reschedule', readyAt: result.readyAt, startedAt: started.startedAt },
-        undefined,
-        this.clock.now(),
-        `runs again at ${new Date(result.readyAt).toISOString()}`,
-        running.trace,
+        { why: `runs again at ${new Date(result.readyAt).toISOString()}`, trace: running.trace },
       );
       return;
     }
     const now = this.clock.now();
     const mayRetry = started.tryNumber <= task.retry.retries && result.retryable;
     const outcome: TaskOutcome = mayRetry ? { state: 'up_for_retry', readyAt: now + retryDelayMs(task.retry, started.tryNumber) } : { state: 'failed' };
-    await this.#finish(taskInstance, held, label, tryLog, outcome, result.error, now, undefined, running.trace);
+    await this.#finish(taskInstance, held, label, tryLog, outcome, { error: result.error, now, trace: running.trace });
   }
 
   /**
@@ -638,10 +629,13 @@ export class Worker extends Daemon<WorkerStores> {
     label: string,
     tryLog: TryLoggers,
     outcome: TaskOutcome,
-    error?: unknown,
-    now = this.clock.now(),
-    why?: string,
-    trace?: TrySpan | null,
+    /** The error it failed with; when it was decided (default now); why, in words; the try's span. */
+    {
+      error,
+      now = this.clock.now(),
+      why,
+      trace,
+    }: { readonly error?: unknown; readonly now?: number; readonly why?: string; readonly trace?: TrySpan | null } = {},
   ): Promise<void> {
     const fields = { state: outcome.state, ...(error === undefined ? {} : { code: codeOf(error, 'DF_TASK_FAILED'), ...describeThrown(error) }) };
     if (error === undefined) {
