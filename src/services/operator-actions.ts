@@ -3,7 +3,7 @@ import type { Database } from '../database/connect.ts';
 import type { AuditSource } from '../database/schema.ts';
 import type { InputResponse } from '../model/human-input.ts';
 import { withDownstream } from '../model/scheduler-dag.ts';
-import { openStores, type AuditEntry, type MarkedState, type Stores } from '../storage/index.ts';
+import { openStores, type AuditEntry, type MarkedState, type Stores, type TaskInput } from '../storage/index.ts';
 import { InvalidOptionError } from '../vocabulary/errors.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import { serializedDagSource } from './dags/dag-processor.ts';
@@ -174,10 +174,13 @@ export class OperatorActions {
     return response;
   }
 
-  /** Answers the question a signed link was made for (the actor: who the form says answers, from the link's page). */
-  async respondByLink(token: string, answer: Omit<GivenAnswer, 'by'>): Promise<InputResponse> {
+  /**
+   * Answers the question a signed link was made for (the actor: who the form says answers, from
+   * the link's page); `question`: the link's question, when the caller read it already.
+   */
+  async respondByLink(token: string, answer: Omit<GivenAnswer, 'by'>, question?: TaskInput): Promise<InputResponse> {
     const service = InputService.of(this.#database);
-    const question = await service.questionOfLink(token);
+    question ??= await service.questionOfLink(token);
     const response = await service.respondByLink(token, { ...answer, by: this.#actor.name });
     await this.#auditResponse(response, { id: question.taskInstanceId, dagId: question.dagId, runId: question.runId });
     return response;

@@ -66,7 +66,11 @@ async function linkPage(database: Database, inputs: InputService, request: HttpR
   try {
     const answer = formAnswer(input, form);
     // The link is the permission; who answered is who the form says, from where the request came.
-    const response = await new OperatorActions(database, { name: answer.by, source: 'link', address: clientAddress(request) }).respondByLink(token, answer);
+    const response = await new OperatorActions(database, { name: answer.by, source: 'link', address: clientAddress(request) }).respondByLink(
+      token,
+      answer,
+      input,
+    );
     return show(
       200,
       'Response recorded',
