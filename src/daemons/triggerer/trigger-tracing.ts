@@ -3,6 +3,7 @@ import type { Stores } from '../../storage/index.ts';
 import type { WaitingTaskInstance } from '../../storage/task-instances-waiting-on.ts';
 import type { Tracing } from '../../services/observability/tracing.ts';
 import { errorFields } from '../../vocabulary/errors.ts';
+import { groupBy } from '../../vocabulary/group-by.ts';
 import type { TaskEndState } from '../../authoring/triggers/trigger-event.ts';
 
 /** A run being traced: when it started, and the read of the task instances waiting on it. */
@@ -85,9 +86,7 @@ export class TriggerTracing {
       .then(
         (rows) => {
           this.#readFailed = false;
-          const byTrigger = new Map<number, WaitingTaskInstance[]>();
-          for (const row of rows) byTrigger.set(row.triggerId, [...(byTrigger.get(row.triggerId) ?? []), row]);
-          return byTrigger;
+          return groupBy(rows, (row) => row.triggerId);
         },
         (error: unknown) => {
           // Once until a read succeeds: an outage is logged elsewhere, and costs only these spans.
