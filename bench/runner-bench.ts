@@ -32,7 +32,7 @@ const args = await yargs(hideBin(process.argv))
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dist = (file: string) => pathToFileURL(path.join(root, 'dist', file)).href;
-const runnerMain = path.join(root, 'dist/src/daemons/worker/task-runner-main.js');
+const runnerMain = path.join(root, 'dist/src/bundle/task-runner-main.js');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'deferflow-runner-bench-'));
 const dagFile = path.join(scratch, 'quick.ts');
 writeFileSync(

@@ -31,7 +31,10 @@ import * as internals from './internals.ts';
 import * as builtinTriggers from '../triggers/index.ts';
 import { shareWithUserCode } from './authoring/user-code/shared-modules.ts';
 
-const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
-shareWithUserCode(import.meta.url, publicApi, 'authoring');
-shareWithUserCode(new URL(`./internals${extension}`, import.meta.url).href, internals, 'on-use');
-shareWithUserCode(new URL(`../triggers/index${extension}`, import.meta.url).href, builtinTriggers);
+// Each entry's file as the package's exports name it: from the sources, beside this one; built,
+// this module is in dist/src/bundle/ and the package's entry files are above it (scripts/build.ts).
+const fromSources = import.meta.url.endsWith('.ts');
+const entryFile = (source: string, built: string) => new URL(fromSources ? source : built, import.meta.url).href;
+shareWithUserCode(entryFile('./index.ts', '../index.js'), publicApi, 'authoring');
+shareWithUserCode(entryFile('./internals.ts', '../internals.js'), internals, 'on-use');
+shareWithUserCode(entryFile('../triggers/index.ts', '../../triggers/index.js'), builtinTriggers);

@@ -50,6 +50,7 @@ export { dagFileResolver } from './daemons/worker/dag-file-resolver.ts';
 export { Scheduler, type SchedulerOptions } from './daemons/scheduler/scheduler.ts';
 export { resolveSchedulerOptions, SCHEDULER_OPTIONS, type ResolvedSchedulerOptions } from './daemons/scheduler/options.ts';
 export { serializedDagSource, processDagFolder } from './services/dags/dag-processor.ts';
+export { loadDagFolder, type DagFolder, type DagFileError, type LoadedDag } from './authoring/dags/loader.ts';
 export type { DagSource, SchedulerDag } from './model/scheduler-dag.ts';
 export { triggerDagRun, type ManualRunOptions } from './services/dags/manual-run.ts';
 export { resolveDeferflowConfig } from './app/config.ts';

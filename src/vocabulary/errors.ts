@@ -237,7 +237,9 @@ const OWN_SOURCE_DIR = new URL('..', import.meta.url);
 /**
  * A stack with deferflow's own frames (its modules and Node's internals) left out, so that what
  * is left is the user's code, innermost first: what a trigger's failure shows its task. Frames
- * of deferflow's built-in triggers (outside src/) stay. Unchanged if nothing but deferflow's frames is in it.
+ * of deferflow's built-in triggers stay when it runs from its sources (triggers/ is outside src/);
+ * built, they are in its bundle with the rest. Unchanged if nothing but deferflow's frames is in
+ * it: a built-in trigger's own failure keeps its whole stack.
  */
 export function withoutDeferflowFrames(stack: string): string {
   const internal = (line: string) =>

@@ -15,7 +15,7 @@ const scratch = processScratch();
 // collects garbage and counts the versions still alive (the current one must be).
 const SCRIPT = `
 import { utimesSync, writeFileSync } from 'node:fs';
-import { loadDagFolder } from ${JSON.stringify(path.join(REPO_ROOT, 'dist/src/authoring/dags/loader.js'))};
+import { loadDagFolder } from 'deferflow/internals';
 const [dags, topLevelAwait] = [process.argv[2], process.argv[3] === 'tla'];
 const file = dags + '/edited.ts';
 const versions = [];

@@ -665,7 +665,10 @@ ${reschedules.map((r) => html`<tr><td class="num">${r.tryNumber}</td><td>${isoMo
 }`;
 }
 
-/** Where deferflow itself runs from: its frames in a stack are not the user's. */
+/**
+ * Where deferflow itself runs from: its frames in a stack are not the user's. Three folders up
+ * from the sources' src/app/web/ and from the build's dist/src/bundle/ (scripts/build.ts).
+ */
 const PACKAGE_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
 /**

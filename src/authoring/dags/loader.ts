@@ -5,18 +5,25 @@ import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
 import { importUserModule, type UserModule } from '../user-code/user-module.ts';
 import { isDag, type Dag } from './dag.ts';
 
+/** A DAG a folder's file defined. */
 export interface LoadedDag {
+  /** The DAG, as the file exported it (validated). */
   readonly dag: Dag;
   /** The absolute path of the file that defines it. */
   readonly fileloc: string;
 }
 
+/** A DAG file that could not be loaded, or a reason to know about one that was. */
 export interface DagFileError {
+  /** The absolute path of the file. */
   readonly fileloc: string;
+  /** What went wrong, for a person: the error and where it was thrown in the file. */
   readonly message: string;
 }
 
+/** What loading a folder of DAG files found (see loadDagFolder). */
 export interface DagFolder {
+  /** Every valid DAG the folder's files define. */
   readonly dags: readonly LoadedDag[];
   /** Files that could not be loaded (or whose DAGs are invalid), with why; the others load. */
   readonly errors: readonly DagFileError[];

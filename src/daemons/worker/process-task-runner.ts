@@ -52,14 +52,14 @@ const MAX_STARTING = 1;
 const FIRST_START_ESTIMATE_MS = 500;
 
 /**
- * The runner's entry: compiled next to this file. When deferflow runs from its TypeScript source
+ * The runner's entry: bundled beside this module (dist/src/bundle/, see scripts/build.ts). When deferflow runs from its TypeScript source
  * (its own tests and benchmarks), the build's runner if there is one (compiling every module
  * with tsx in each runner costs seconds), else the source through tsx.
  */
 function runnerEntry(): { file: string; execArgv: string[] } {
   const here = fileURLToPath(import.meta.url);
   if (!here.endsWith('.ts')) return { file: path.join(path.dirname(here), 'task-runner-main.js'), execArgv: [] };
-  const built = path.resolve(path.dirname(here), '../../../dist/src/daemons/worker/task-runner-main.js');
+  const built = path.resolve(path.dirname(here), '../../../dist/src/bundle/task-runner-main.js');
   if (existsSync(built)) return { file: built, execArgv: [] };
   const tsx = path.join(path.dirname(createRequire(import.meta.url).resolve('tsx/package.json')), 'dist/loader.mjs');
   return { file: path.join(path.dirname(here), 'task-runner-main.ts'), execArgv: ['--import', pathToFileURL(tsx).href] };
