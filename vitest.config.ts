@@ -26,7 +26,10 @@ export default defineConfig({
     // and signal tests, whose tasks need no isolation: runners cost sensor-modes.test.ts 75 of
     // its 99 s of CPU).
     env: { DEFERFLOW_HTTP_PORT: 'off', DEFERFLOW_TASK_ISOLATION: 'none' },
-    testTimeout: 30_000,
+    // A hang fails at a minute. Tests that spawn processes ran up to 19 s with no timeout of their
+    // own in a run loaded by other work (and one, since made faster, over 30 s): each test whose
+    // ordinary time is longer says so itself.
+    testTimeout: 60_000,
     hookTimeout: 60_000,
     sequence: { sequencer: LongestFirstSequencer },
     pool: 'forks',

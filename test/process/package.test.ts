@@ -391,7 +391,8 @@ try {
     expect(again.stderr).toContain('is not empty; init writes only into a new or empty folder and never overwrites a file');
     expect(readFileSync(path.join(app, 'package.json'), 'utf8')).toBe(manifest);
     symlinkSync(path.join(project, 'node_modules'), path.join(app, 'node_modules'), 'dir');
-    const appTypecheck = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', app], app);
+    // The package's declarations were checked above with skipLibCheck off; here the made project's own code is (19 s of CPU less).
+    const appTypecheck = await exec(process.execPath, [path.join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', app, '--skipLibCheck'], app);
     expect(`${appTypecheck.stdout}${appTypecheck.stderr}`).toBe('');
     const started = await exec('npm', ['start'], app, 60_000);
     expect(started.code, `${started.stdout}\n${started.stderr}`).toBe(0);
