@@ -4,7 +4,8 @@
  * CommonJS build (measured on the 2-core machine, 2026-11-28): a cost every daemon, command and
  * test process that opens a database paid at start. Types still come from `kysely` itself (they
  * are the same package's), and a user's own `import { sql } from 'kysely'` builds queries these
- * run: kysely's query nodes are plain objects, whichever build made them.
+ * run: kysely's query nodes are plain objects, whichever build made them. The built package
+ * replaces this module with kysely's ES module build, bundled and tree-shaken (scripts/build.ts).
  */
 import { createRequire } from 'node:module';
 import type * as kyselyTypes from 'kysely';
