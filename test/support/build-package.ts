@@ -3,9 +3,9 @@
  * so every spawned `deferflow` process runs the code under test, never a stale build. A build is
  * kept when each source file (src/, triggers/, migrations/) has its declaration, the bundle is
  * there, and every one of those was written after the newest source file, tsconfig, package.json
- * and build script: building takes
- * seconds (17 here, before any test may start), and neither a run of a few tests nor a clean
- * install (whose `prepare` has just built the package) should pay them again.
+ * and build script: building takes seconds (~30 here, before any test may start), and neither a
+ * run of a few tests nor a clean install (whose `prepare` has just built the package) should pay
+ * them again.
  */
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';

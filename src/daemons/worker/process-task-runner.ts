@@ -52,9 +52,10 @@ const MAX_STARTING = 1;
 const FIRST_START_ESTIMATE_MS = 500;
 
 /**
- * The runner's entry: bundled beside this module (dist/src/bundle/, see scripts/build.ts). When deferflow runs from its TypeScript source
- * (its own tests and benchmarks), the build's runner if there is one (compiling every module
- * with tsx in each runner costs seconds), else the source through tsx.
+ * The runner's entry: bundled beside this module (dist/src/bundle/, see scripts/build.ts). When
+ * deferflow runs from its TypeScript source (its own tests and benchmarks), the build's runner if
+ * there is one (compiling every module with tsx in each runner costs seconds), else the source
+ * through tsx.
  */
 function runnerEntry(): { file: string; execArgv: string[] } {
   const here = fileURLToPath(import.meta.url);
