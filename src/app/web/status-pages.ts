@@ -130,7 +130,7 @@ export function statusPages(database: Database, options: StatusPageOptions): (re
       return content ? view(`DAG ${id}`, '/dags', content) : notFound(`There is no DAG ${id} among the serialized DAGs.`);
     }
     if (area === 'dags' && id !== undefined && sub === 'runs' && subId !== undefined && segments.length === 4) {
-      const content = await runPage(storage, id, subId, forms);
+      const content = await runPage(storage, id, subId, forms, optionalId(url.searchParams.get('from')) ?? 0);
       return content ? view(`${id} ${subId}`, '/dags', content) : notFound(`DAG ${id} has no run ${subId}.`);
     }
     if (area === 'ti' && id !== undefined && sub === undefined) {
@@ -539,10 +539,16 @@ ${taskIds.map(
  * waited on, in the bar's title), placed on one time axis; under it, the worker-slot time the
  * tasks held against the time they waited without a slot.
  */
-function timelineOf(tis: readonly { id: number; taskId: string }[], changes: readonly StateChange[], now: number): Html {
+function timelineOf(
+  tis: readonly { id: number; taskId: string; mapIndex: number }[],
+  shown: { readonly from: number; readonly to: number },
+  changes: readonly StateChange[],
+  now: number,
+): Html {
   // Grouped once (a run may have thousands of task instances), in the order listStateChanges gave.
   const changesOf = groupBy(changes, (change) => change.taskInstanceId);
   const byTask = tis.map((ti) => ({ ti, spans: stateSpans(changesOf.get(ti.id) ?? [], now) }));
+  // The axis and the slot time are the whole run's; the rows, the page's.
   const all = byTask.flatMap((row) => row.spans);
   if (all.length === 0) return html`<p class="muted">No state changes recorded for this run.</p>`;
   let start = Number.POSITIVE_INFINITY;
@@ -557,33 +563,58 @@ function timelineOf(tis: readonly { id: number; taskId: string }[], changes: rea
   const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
   return html`<h2>Timeline</h2>
 <div id="timeline" class="timeline"><div class="tl-axis"><span>${isoMoment(start)}</span><span>${seconds(width)}</span></div>
-${byTask.map(
-  ({ ti, spans }) =>
-    html`<div class="tl-row" data-task="${ti.taskId}"><a class="tl-label" href="${href(['ti', ti.id])}">${ti.taskId}</a><span class="tl-track">${spans.map(
-      (span) =>
-        html`<span class="tl-bar state-${span.state ?? 'none'}" data-state="${span.state ?? 'none'}" style="left:${percent(span.from - start)};width:${percent(span.to - span.from)}" title="${span.state ?? 'none'} ${seconds(span.to - span.from)} · try ${span.tryNumber}${span.triggerId === null ? '' : ` · trigger ${span.triggerId}`}"></span>`,
-    )}</span></div>`,
-)}
+${byTask
+  .slice(shown.from, shown.to)
+  .map(
+    ({ ti, spans }) =>
+      html`<div class="tl-row" data-task="${ti.taskId}"><a class="tl-label" href="${href(['ti', ti.id])}">${taskLabel(ti)}</a><span class="tl-track">${spans.map(
+        (span) =>
+          html`<span class="tl-bar state-${span.state ?? 'none'}" data-state="${span.state ?? 'none'}" style="left:${percent(span.from - start)};width:${percent(span.to - span.from)}" title="${span.state ?? 'none'} ${seconds(span.to - span.from)} · try ${span.tryNumber}${span.triggerId === null ? '' : ` · trigger ${span.triggerId}`}"></span>`,
+      )}</span></div>`,
+  )}
 <div class="tl-legend">${[...new Set(all.map((span) => span.state ?? 'none'))].map((state) => html`<span><span class="cell state-${state}"></span> ${state}</span>`)}</div></div>
-<p id="slot-time">Worker slots held <b>${seconds(holdingMs)}</b> (queued and running); waited <b>${seconds(waitingMs)}</b> without one (deferred, up for reschedule or retry, awaiting input).</p>
+<p id="slot-time">Worker slots held <b>${seconds(holdingMs)}</b> (queued and running); waited <b>${seconds(waitingMs)}</b> without one (deferred, up for reschedule or retry, awaiting input)${
+    tis.length > shown.to - shown.from ? `, all ${tis.length} task instances together` : ''
+  }.</p>
 <h2>Task instances</h2>`;
 }
 
-async function runPage(storage: Stores, dagId: string, runId: string, forms: OperatorForms | null): Promise<Html | null> {
+/** A task instance as a run's page names it: its task, and its map index when mapped. */
+const taskLabel = (ti: { taskId: string; mapIndex: number }) => (ti.mapIndex < 0 ? ti.taskId : `${ti.taskId} [${ti.mapIndex}]`);
+
+/**
+ * A run: its timeline and its task instances, PAGE_ROWS at a time from `from` (a run of a task
+ * mapped over thousands of items stays a page a browser draws at once), under a count of the whole
+ * run's task instances by state; the timeline's axis and slot time are the whole run's.
+ */
+async function runPage(storage: Stores, dagId: string, runId: string, forms: OperatorForms | null, from: number): Promise<Html | null> {
   const run = await storage.dagRuns.findDagRun(dagId, runId);
   if (!run) return null;
   const tis = await storage.taskInstances.taskInstancesOfRunId(runId, dagId);
   const changes = await storage.taskInstances.listStateChanges(tis.map((ti) => ti.id));
+  const start = from < tis.length ? from : 0;
+  const shown = { from: start, to: Math.min(tis.length, start + PAGE_ROWS) };
+  const counts = [...groupBy(tis, (ti) => ti.state ?? 'none')].map(([state, ofState]) => html`${ofState.length} ${stateBadge(state)}`);
+  const at = (position: number) => href(['dags', dagId, 'runs', runId], position === 0 ? {} : { from: position });
+  const pages =
+    tis.length <= PAGE_ROWS
+      ? ''
+      : html`<div class="pager" id="run-pager">task instances ${shown.from + 1}–${shown.to} of ${tis.length} ${
+          shown.from > 0 ? html`<a href="${at(Math.max(0, shown.from - PAGE_ROWS))}">← previous ${PAGE_ROWS}</a>` : ''
+        }${shown.to < tis.length ? html`<a href="${at(shown.to)}">next ${Math.min(PAGE_ROWS, tis.length - shown.to)} →</a>` : ''}</div>`;
   return html`<h1>${dagLink(dagId)} run ${runId} ${stateBadge(run.state)}</h1>
 ${forms === null ? '' : html`<div class="actions">${forms.button(href(['dags', dagId, 'runs', runId, 'clear']), 'Clear the run…', {}, 'clear-run')}</div>`}
-${timelineOf(tis, changes, Date.now())}
+<p id="run-summary">${tis.length} task instance${tis.length === 1 ? '' : 's'}${tis.length === 0 ? '' : html`: ${counts.map((count, i) => html`${i === 0 ? '' : ', '}${count}`)}`}</p>
+${pages}
+${timelineOf(tis, shown, changes, Date.now())}
 <table id="task-instances"><tr><th>task</th><th>state</th><th>try</th><th>host</th><th>started</th><th>ended</th><th>log</th></tr>
-${tis.map(
+${tis.slice(shown.from, shown.to).map(
   (
     ti,
-  ) => html`<tr data-task="${ti.taskId}"><td><a href="${href(['ti', ti.id])}">${ti.taskId}</a></td><td>${stateBadge(ti.state)}</td><td class="num">${ti.tryNumber}</td><td>${ti.hostname ?? ''}</td>
+  ) => html`<tr data-task="${ti.taskId}"${ti.mapIndex < 0 ? '' : html` data-map-index="${ti.mapIndex}"`}><td><a href="${href(['ti', ti.id])}">${taskLabel(ti)}</a></td><td>${stateBadge(ti.state)}</td><td class="num">${ti.tryNumber}</td><td>${ti.hostname ?? ''}</td>
 <td>${isoMoment(ti.startDate)}</td><td>${isoMoment(ti.endDate)}</td><td>${logLink(ti.id)}</td></tr>`,
-)}</table>`;
+)}</table>
+${pages}`;
 }
 
 async function logPage(storage: Stores, id: number, tryAsked: number | undefined): Promise<Html | null> {

@@ -2,10 +2,12 @@
 // operator would use them: the timeline's bars from the state history; the grid's cells in their
 // states and its run filter; what a task returned (a connection's password in it masked, as in
 // logs), the event its trigger delivered, a failed task's error with the stack's frames of the DAG
-// file before Node's and deferflow's; a sensor's reschedules.
+// file before Node's and deferflow's; a sensor's reschedules; a run of a wide mapped task, paged.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { Database } from '../../../src/database/connect.ts';
+import { toDbTime } from '../../../src/database/schema.ts';
 import { dropTestDatabases, oneDialect } from '../../support/databases.ts';
 import { sharedBrowser } from '../../support/shared-browser.ts';
 import { processScratch } from '../../support/process-scratch.ts';
@@ -45,8 +47,52 @@ export const dag = new Dag({ dagId: 'inspected' }).add(
 );
 `;
 
+/** A finished run of DAG `dagId` whose one task, mapped, has `count` task instances (the last ten failed), each started a second after the one before. */
+async function insertMappedRun({ db }: Database, dagId: string, runId: string, count: number): Promise<void> {
+  const start = Date.now() - count * 1000;
+  await db
+    .insertInto('dag_run')
+    .values({
+      dag_id: dagId,
+      run_id: runId,
+      run_type: 'manual',
+      logical_date: toDbTime(start),
+      state: 'failed',
+      conf: '{}',
+      created_at: toDbTime(start),
+      start_date: toDbTime(start),
+      updated_at: toDbTime(start),
+    })
+    .execute();
+  await db
+    .insertInto('task_instance')
+    .values(
+      Array.from({ length: count }, (_, i) => ({
+        dag_id: dagId,
+        task_id: 'map',
+        map_index: i,
+        run_id: runId,
+        state: 'running' as const,
+        try_number: 1,
+        start_date: toDbTime(start + i * 1000),
+        updated_at: toDbTime(start + i * 1000),
+      })),
+    )
+    .execute();
+  // Each ran half a second: the database's history records both changes, as a worker's would make.
+  for (let i = 0; i < count; i++) {
+    const end = toDbTime(start + i * 1000 + 500);
+    await db
+      .updateTable('task_instance')
+      .set({ state: i < count - 10 ? 'success' : 'failed', end_date: end, updated_at: end })
+      .where('run_id', '=', runId)
+      .where('map_index', '=', i)
+      .execute();
+  }
+}
+
 describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) => {
-  it("shows the DAG's grid of runs × tasks with its filter, what a task returned (secrets masked), the event that resumed it, and a failure with the DAG file's frames first", async () => {
+  it("shows the DAG's grid of runs × tasks with its filter, what a task returned (secrets masked), the event that resumed it, a failure with the DAG file's frames first, and a wide run paged", async () => {
     const db = await scratch.database(dialect);
     const dags = scratch.dir('task-instance-page');
     writeFileSync(path.join(dags, 'inspected.mjs'), dagSource);
@@ -136,6 +182,27 @@ describe.each(oneDialect)('the task instance page in Chromium on %s', (dialect) 
 
       await page.locator('a', { hasText: /^log$/ }).click();
       await page.locator('#log').waitFor();
+
+      // A run of a task mapped over 250 items is paged, 100 task instances at a time, under the
+      // whole run's counts; the timeline's rows are the page's.
+      await insertMappedRun(db, 'mapped', 'manual__mapped', 250);
+      await page.goto(`${base}/dags/mapped/runs/manual__mapped`);
+      expect(await page.locator('#run-summary').textContent()).toBe('250 task instances: 240 success, 10 failed');
+      const labels = () => page.locator('#timeline .tl-row .tl-label').allTextContents();
+      const rows = page.locator('#task-instances tr[data-task="map"]');
+      expect(await page.locator('#run-pager').first().textContent()).toBe('task instances 1–100 of 250 next 100 →');
+      expect(await labels()).toEqual(Array.from({ length: 100 }, (_, i) => `map [${i}]`));
+      expect(await rows.count()).toBe(100);
+      expect(await page.locator('#slot-time').textContent()).toMatch(/, all 250 task instances together\.$/);
+      await page.locator('#run-pager a', { hasText: 'next 100' }).first().click();
+      await page.locator('#run-pager', { hasText: 'task instances 101–200 of 250' }).first().waitFor();
+      expect((await labels())[0]).toBe('map [100]');
+      await page.locator('#run-pager a', { hasText: 'next 50' }).first().click();
+      await page.locator('#run-pager', { hasText: 'task instances 201–250 of 250' }).first().waitFor();
+      expect(await rows.count()).toBe(50);
+      expect(await page.locator('#run-pager').first().textContent()).toBe('task instances 201–250 of 250 ← previous 100');
+      expect(await rows.last().getAttribute('data-map-index')).toBe('249');
+      expect(await page.locator('#task-instances tr[data-map-index="249"] .state').textContent()).toBe('failed');
       expect(consoleErrors).toEqual([]);
     } finally {
       await page.close();
