@@ -9,17 +9,6 @@ import { withMigratedDatabase, withStorage } from './db-commands.ts';
 import { positiveInteger } from '../vocabulary/options/option-table.ts';
 import { DAG_RUN_STATES, type DagRunState } from '../database/schema.ts';
 
-/** A stored schedule as people write it: the cron (with its zone), the interval or the signal; null for none. */
-function describeSchedule(
-  schedule: { cron?: string; timezone?: string; interval_ms?: number; signal?: string; watch?: { classpath: string }[] } | null | undefined,
-): string | null {
-  if (!schedule) return null;
-  if (typeof schedule.signal === 'string') return `on signal ${schedule.signal}`;
-  if (Array.isArray(schedule.watch)) return `watch ${schedule.watch.map((watcher) => watcher.classpath).join(', ')}`;
-  if (typeof schedule.cron === 'string') return `${schedule.cron} (${schedule.timezone})`;
-  return typeof schedule.interval_ms === 'number' ? `every ${schedule.interval_ms / 1000} s` : null;
-}
-
 /** `dags pause` / `dags unpause`: one line saying what changed; DF_INVALID_OPTION naming a DAG the database does not have. */
 async function setPaused(dbUrl: string | undefined, dagId: string, paused: boolean): Promise<void> {
   const { OperatorActions, cliActor } = await import('../services/operator-actions.ts');
@@ -39,6 +28,7 @@ export function registerDagsCommands(cli: Argv): void {
         'List the serialized DAGs and the DAG files that failed to load',
         (command) => command.option('json', { type: 'boolean', describe: 'One JSON object instead of a table' }),
         async (args) => {
+          const { describeSchedule } = await import('../model/schedule.ts');
           await withStorage(args.db, async (storage) => {
             const dagRows = (await storage.serializedDags.listSerializedDags()).map((row) => ({
               dag_id: row.dagId,

@@ -2,6 +2,7 @@ import type { CronExpressionParser } from 'cron-parser';
 import { lazyPackage } from '../vocabulary/lazy-package.ts';
 import { DateTime, Duration, IANAZone } from 'luxon';
 import type { JsonObject } from '../vocabulary/serialization/json.ts';
+import { ago } from '../vocabulary/time/readable-duration.ts';
 
 const cronParser = lazyPackage<{ CronExpressionParser: typeof CronExpressionParser }>('cron-parser');
 
@@ -101,6 +102,27 @@ export function nextDueAt(window: ScheduleWindow, lastLogicalDate: number | null
 /** The serialized form: { "cron", "timezone" } or { "interval_ms" }. */
 export function scheduleToJson(schedule: Schedule): JsonObject {
   return schedule.kind === 'cron' ? { cron: schedule.cron, timezone: schedule.timezone } : { interval_ms: schedule.intervalMs };
+}
+
+/** A schedule as a serialized DAG stores it: scheduleToJson's forms, a signal key, or watchers. */
+export interface StoredSchedule {
+  readonly cron?: string;
+  readonly timezone?: string;
+  readonly interval_ms?: number;
+  readonly signal?: string;
+  readonly watch?: readonly { readonly classpath: string }[];
+}
+
+/**
+ * A stored schedule as people read it (`dags list`, the status page): `0 2 * * * (Europe/Amsterdam)`,
+ * `every 60 min`, `on signal orders.loaded`, `watch <classpath>, …`; null for none (triggered only).
+ */
+export function describeSchedule(schedule: StoredSchedule | null | undefined): string | null {
+  if (!schedule) return null;
+  if (typeof schedule.signal === 'string') return `on signal ${schedule.signal}`;
+  if (Array.isArray(schedule.watch)) return `watch ${schedule.watch.map((watcher) => watcher.classpath).join(', ')}`;
+  if (typeof schedule.cron === 'string') return `${schedule.cron} (${schedule.timezone})`;
+  return typeof schedule.interval_ms === 'number' ? `every ${ago(schedule.interval_ms)}` : null;
 }
 
 /** The first interval start at or after `moment`. */

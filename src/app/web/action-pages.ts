@@ -6,7 +6,8 @@ import type { AuditRecord, Stores } from '../../storage/index.ts';
 import { DeferflowError, NotJsonError } from '../../vocabulary/errors.ts';
 import { assertJsonObject, type JsonObject, type JsonValue } from '../../vocabulary/serialization/json.ts';
 import { CSRF_FIELD, type Visitor, type WebAccess } from './access.ts';
-import { Html, ago, href, html, isoMoment } from './html.ts';
+import { Html, href, html, isoMoment } from './html.ts';
+import { ago } from '../../vocabulary/time/readable-duration.ts';
 import type { SecretMasker } from '../../services/logs/secret-masker.ts';
 
 /*

@@ -6,11 +6,12 @@ import type { Database } from '../../database/connect.ts';
 import { toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
 import { JOB_TYPES, judgeJobs, type LivenessThresholds } from '../../services/jobs/job-liveness.ts';
 import { livenessLocksOf, type LivenessLocks } from '../../database/liveness-locks.ts';
-import { nextDueAt } from '../../model/schedule.ts';
+import { describeSchedule, nextDueAt, type StoredSchedule } from '../../model/schedule.ts';
 import type { HttpReply, HttpRequest } from '../../services/observability/http-server.ts';
 import { type DagRunRow, type GridCell, type JobListing, type StateChange, type StoredLogLine, openStores, type Stores } from '../../storage/index.ts';
 import { slotTime, stateSpans } from '../../model/state-timeline.ts';
-import { ago, Html, href, html, isoMoment, page, stateBadge } from './html.ts';
+import { Html, href, html, isoMoment, page, stateBadge } from './html.ts';
+import { ago } from '../../vocabulary/time/readable-duration.ts';
 import { InputService } from '../../services/human-input/input-service.ts';
 import { inputRoutes, questionPage } from './input-pages.ts';
 import { WebAccess } from './access.ts';
@@ -366,7 +367,7 @@ function dagOf(dagId: string, dataJson: string) {
   const data = JSON.parse(dataJson) as {
     dag: {
       description?: string | null;
-      schedule: null | { cron?: string; timezone?: string; interval_ms?: number; signal?: string; watch?: { classpath: string }[] };
+      schedule: StoredSchedule | null;
       tasks: {
         task_id: string;
         operator: string;
@@ -378,17 +379,7 @@ function dagOf(dagId: string, dataJson: string) {
       }[];
     };
   };
-  const schedule = data.dag.schedule;
-  const scheduleText =
-    schedule === null
-      ? 'none (triggered only)'
-      : schedule.cron !== undefined
-        ? `cron ${schedule.cron} (${schedule.timezone})`
-        : schedule.interval_ms !== undefined
-          ? `every ${ago(schedule.interval_ms)}`
-          : schedule.watch !== undefined
-            ? `watch ${schedule.watch.map((watcher) => watcher.classpath).join(', ')}`
-            : `on signal ${schedule.signal}`;
+  const scheduleText = describeSchedule(data.dag.schedule) ?? 'none (triggered only)';
   return { dagId, description: data.dag.description ?? null, scheduleText, tasks: data.dag.tasks };
 }
 

@@ -5,7 +5,7 @@ import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Dag, FunctionOperator } from '../../../src/index.ts';
 import { serializedDagSource } from '../../../src/services/dags/dag-processor.ts';
-import { dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt, type ScheduleWindow } from '../../../src/model/schedule.ts';
+import { describeSchedule, type StoredSchedule, dueDataIntervals, MAX_RUNS_PER_CHECK, nextDueAt, type ScheduleWindow } from '../../../src/model/schedule.ts';
 import { serializeDag, SERIALIZED_DAG_VERSION } from '../../../src/authoring/dags/serialized-dag.ts';
 import { Scheduler } from '../../../src/daemons/scheduler/scheduler.ts';
 import { writeSerializedDag } from '../../../src/storage/serialized-dags.ts';
@@ -116,6 +116,24 @@ describe('schedule options of a Dag', () => {
       endDate: null,
       catchup: false,
     });
+  });
+});
+
+describe('a stored schedule as dags list and the status page say it', () => {
+  it('reads the serialized forms of a cron, an interval, a signal and watchers, and none', () => {
+    const stored = (dagId: string, schedule: string | Duration | undefined, timezone?: string) =>
+      (
+        serializeDag(
+          new Dag({ dagId, schedule, timezone, startDate: '2026-01-01T00:00:00Z' }).add(new FunctionOperator({ taskId: 'work', fn: () => 'done' })),
+          `/dags/${dagId}.ts`,
+        ).data as { dag: { schedule: StoredSchedule | null } }
+      ).dag.schedule;
+    expect(describeSchedule(stored('nightly', '0 2 * * *', 'Europe/Amsterdam'))).toBe('0 2 * * * (Europe/Amsterdam)');
+    expect(describeSchedule(stored('hourly', Duration.fromObject({ hours: 1 })))).toBe('every 60 min');
+    expect(describeSchedule(stored('quick', Duration.fromObject({ seconds: 30 })))).toBe('every 30 s');
+    expect(describeSchedule(stored('manual', undefined))).toBeNull();
+    expect(describeSchedule({ signal: 'orders.loaded' })).toBe('on signal orders.loaded');
+    expect(describeSchedule({ watch: [{ classpath: 'a.Lines' }, { classpath: 'b.Rows' }] })).toBe('watch a.Lines, b.Rows');
   });
 });
 
