@@ -3,7 +3,7 @@ import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabular
 import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidOptionError, InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
-import { checkConnectionName } from './connection-kwarg.ts';
+import { checkConnectionName } from './kwarg-checks.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 /** What an HTTP check asks of a response (HttpTrigger's kwargs, HttpSensor's options). */

@@ -3,7 +3,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { isTruthyCell, queryFirstCell } from '../src/authoring/connections/sql-connection.ts';
 import { TriggerEvent } from '../src/authoring/triggers/trigger-event.ts';
 import type { JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './connection-kwarg.ts';
+import { checkConnectionName } from './kwarg-checks.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 export interface SqlCheck {

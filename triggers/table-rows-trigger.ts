@@ -4,7 +4,7 @@ import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { connectionDialect, nextNotification, queryRows } from '../src/authoring/connections/sql-connection.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './connection-kwarg.ts';
+import { checkConnectionName } from './kwarg-checks.ts';
 import { describeValue } from './date-time-trigger.ts';
 import { jsonCell } from './sql-trigger.ts';
 
