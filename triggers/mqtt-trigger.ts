@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './kwarg-checks.ts';
+import { checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
 import { matchFilter } from './shared-stream.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -71,9 +71,7 @@ export class MqttTrigger extends BaseTrigger {
   constructor(kwargs: MqttTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('MqttTrigger', why);
-    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, topic, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'topic', 'match', 'keyField', 'session'];
-    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    checkKwargFields(kwargs, '{ connection, topic, … }', ['connection', 'topic', 'match', 'keyField', 'session'], invalid);
     const { connection, topic, match, keyField, session = 'deferflow' } = kwargs;
     checkConnectionName(connection, invalid);
     if (typeof topic !== 'string' || topic === '' || !validTopicFilter(topic))

@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './kwarg-checks.ts';
+import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
 import { inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
@@ -95,9 +95,12 @@ export class NatsJetStreamTrigger extends BaseTrigger {
   constructor(kwargs: NatsJetStreamTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('NatsJetStreamTrigger', why);
-    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'stream', 'subject', 'match', 'after', 'consumer', 'start', 'batch', 'block', 'ackWait', 'shared'];
-    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    checkKwargFields(
+      kwargs,
+      '{ connection, stream, … }',
+      ['connection', 'stream', 'subject', 'match', 'after', 'consumer', 'start', 'batch', 'block', 'ackWait', 'shared'],
+      invalid,
+    );
     const {
       connection,
       stream,
@@ -120,7 +123,7 @@ export class NatsJetStreamTrigger extends BaseTrigger {
     if (typeof consumer !== 'string' || !NAME.test(consumer))
       throw invalid(`consumer ${describeValue(consumer)} is not a consumer name (no spaces, ".", "*", ">")`);
     if (start !== 'new' && start !== 'all') throw invalid(`start ${describeValue(start)} must be "new" (messages from then on) or "all" (the whole stream)`);
-    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    checkBatch(batch, invalid);
     if (typeof block !== 'number' || !(block >= 1) || block > 60) throw invalid(`block ${describeValue(block)} is not a number of seconds from 1 to 60`);
     if (typeof ackWait !== 'number' || !(ackWait >= 1) || ackWait > 3600)
       throw invalid(`ackWait ${describeValue(ackWait)} is not a number of seconds from 1 to 3600`);

@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './kwarg-checks.ts';
+import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
 import { matchFilter } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
@@ -81,9 +81,7 @@ export class RabbitMqTrigger extends BaseTrigger {
   constructor(kwargs: RabbitMqTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('RabbitMqTrigger', why);
-    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, exchange or queue, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'exchange', 'routingKey', 'queue', 'match', 'keyField', 'batch'];
-    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    checkKwargFields(kwargs, '{ connection, exchange or queue, … }', ['connection', 'exchange', 'routingKey', 'queue', 'match', 'keyField', 'batch'], invalid);
     const { connection, exchange, routingKey = '#', queue, match, keyField, batch = 100 } = kwargs;
     checkConnectionName(connection, invalid);
     const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
@@ -94,7 +92,7 @@ export class RabbitMqTrigger extends BaseTrigger {
     if (exchange === undefined && queue === undefined) throw invalid('give an exchange (a wait binds to it) or a queue (a watcher consumes it)');
     if (typeof routingKey !== 'string' || routingKey.length > 255) throw invalid(`routingKey ${describeValue(routingKey)} is not a routing key`);
     if (keyField !== undefined && (typeof keyField !== 'string' || keyField === '')) throw invalid(`keyField ${describeValue(keyField)} is not a field name`);
-    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    checkBatch(batch, invalid);
     this.connection = connection;
     this.exchange = exchange;
     this.routingKey = routingKey;

@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './kwarg-checks.ts';
+import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
 import { inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
@@ -105,9 +105,12 @@ export class RedisStreamTrigger extends BaseTrigger {
   constructor(kwargs: RedisStreamTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('RedisStreamTrigger', why);
-    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, stream, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block', 'shared'];
-    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    checkKwargFields(
+      kwargs,
+      '{ connection, stream, … }',
+      ['connection', 'stream', 'match', 'jsonField', 'after', 'group', 'start', 'batch', 'block', 'shared'],
+      invalid,
+    );
     const {
       connection,
       stream,
@@ -126,7 +129,7 @@ export class RedisStreamTrigger extends BaseTrigger {
     if (typeof after !== 'string' || !/^(\d+(-\d+)?|\$)$/.test(after)) throw invalid(`after ${describeValue(after)} is not a stream id (<ms>-<seq>)`);
     if (typeof group !== 'string' || group === '') throw invalid(`group ${describeValue(group)} is not a consumer group name`);
     if (start !== '$' && start !== '0') throw invalid(`start ${describeValue(start)} must be "$" (new messages) or "0" (the whole stream)`);
-    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    checkBatch(batch, invalid);
     if (typeof block !== 'number' || !(block > 0) || block > 60) throw invalid(`block ${describeValue(block)} is not a number of seconds above 0, at most 60`);
     this.connection = connection;
     this.stream = stream;

@@ -4,7 +4,7 @@ import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { connectionDialect, nextNotification, queryRows } from '../src/authoring/connections/sql-connection.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName } from './kwarg-checks.ts';
+import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
 import { describeValue } from './date-time-trigger.ts';
 import { jsonCell } from './sql-trigger.ts';
 
@@ -66,9 +66,12 @@ export class TableRowsTrigger extends BaseTrigger {
   constructor(kwargs: TableRowsTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('TableRowsTrigger', why);
-    if (kwargs === null || typeof kwargs !== 'object') throw invalid(`expected { connection, table, cursorColumn, … }, got ${describeValue(kwargs)}`);
-    const known = ['connection', 'table', 'cursorColumn', 'columns', 'match', 'after', 'batch', 'pollInterval', 'notify'];
-    for (const key of Object.keys(kwargs)) if (!known.includes(key)) throw invalid(`unknown field ${JSON.stringify(key)} (the fields are ${known.join(', ')})`);
+    checkKwargFields(
+      kwargs,
+      '{ connection, table, cursorColumn, … }',
+      ['connection', 'table', 'cursorColumn', 'columns', 'match', 'after', 'batch', 'pollInterval', 'notify'],
+      invalid,
+    );
     const { connection, table, cursorColumn, columns, match, after = null, batch = 100, pollInterval = 5, notify } = kwargs;
     checkConnectionName(connection, invalid);
     if (typeof table !== 'string' || !IDENTIFIER.test(table))
@@ -80,7 +83,7 @@ export class TableRowsTrigger extends BaseTrigger {
       (!Array.isArray(columns) || columns.length === 0 || !columns.every((column) => typeof column === 'string' && /^[A-Za-z_][A-Za-z0-9_]*$/.test(column)))
     )
       throw invalid(`columns ${describeValue(columns)} is not a list of column names`);
-    if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to 10000`);
+    checkBatch(batch, invalid);
     if (typeof pollInterval !== 'number' || !(pollInterval > 0))
       throw invalid(`pollInterval ${describeValue(pollInterval)} is not a number of seconds above 0`);
     if (notify !== undefined && (typeof notify !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(notify)))
