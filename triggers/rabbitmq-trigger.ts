@@ -140,69 +140,51 @@ export class RabbitMqTrigger extends BaseTrigger {
   }
 
   async *#watch(signal: AbortSignal): AsyncGenerator<WatchEvents> {
-    const client = amqplib();
-    const url = connectionFromEnv(this.connection).url;
-    while (!signal.aborted && !this.#stopped) {
-      const inbox: AmqpMessage[] = [];
-      let lost: { message: string } | null = null;
-      let connection: AmqpConnection;
-      try {
-        connection = await client.connect(url);
-      } catch (error) {
-        if (!isConnectionError(error)) throw error;
-        this.log.warn({ error: (error as Error).message }, `rabbitmq: cannot connect (${(error as Error).message}); trying again`);
-        await this.sleep(RECONNECT_PAUSE_MS * 2);
+    const stopped = () => signal.aborted || this.#stopped;
+    const life: SessionLife = {
+      stopped,
+      warn: (message) => this.log.warn(`rabbitmq: ${message}`),
+      pause: (ms) => this.sleep(ms),
+      holding: (connection) => {
+        this.#connection = connection;
+      },
+    };
+    yield* sessionsOf(connectionFromEnv(this.connection).url, life, (channel, lost) => this.#consume(channel, lost, stopped));
+  }
+
+  /** One connection's part of a watcher's life: its queue consumed, batch by batch, each batch acknowledged once committed. */
+  async *#consume(channel: AmqpChannel, lost: LostConnection, stopped: () => boolean): AsyncGenerator<WatchEvents> {
+    const inbox: AmqpMessage[] = [];
+    const wake = () => this.#wake?.();
+    lost.onLost = wake;
+    const queue = await this.#subscribe(channel);
+    await channel.consume(
+      queue,
+      (message) => {
+        if (message !== null) inbox.push(message);
+        wake();
+      },
+      { noAck: false },
+    );
+    while (!stopped() && lost.reason === null) {
+      if (inbox.length === 0) {
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+        this.#wake = null;
         continue;
       }
-      this.#connection = connection;
-      const wake = () => this.#wake?.();
-      connection.on('error', () => {});
-      connection.on('close', (error?: Error) => {
-        lost = error ?? { message: 'connection closed' };
-        wake();
-      });
-      try {
-        const channel = await connection.createChannel();
-        channel.on('error', () => {});
-        const queue = await this.#subscribe(channel);
-        await channel.consume(
-          queue,
-          (message) => {
-            if (message !== null) inbox.push(message);
-            wake();
-          },
-          { noAck: false },
-        );
-        while (!signal.aborted && !this.#stopped && lost === null) {
-          if (inbox.length === 0) {
-            await new Promise<void>((resolve) => {
-              this.#wake = resolve;
-            });
-            this.#wake = null;
-            continue;
-          }
-          // A burst arrives frame by frame: what else is already here joins the batch.
-          await new Promise((resolve) => setImmediate(resolve));
-          const taken = inbox.splice(0, this.batch);
-          const events = taken.map((message) => eventOf(message)).filter((event) => this.#matches(event.event));
-          yield new WatchEvents(
-            events.map(({ event, content }) => ({ key: this.#keyOf(event, content), payload: event })),
-            { queue, deliveryTag: taken.at(-1)!.fields.deliveryTag },
-          );
-          // Committed: acknowledged, every message up to the batch's last. Lost with the
-          // connection, the broker delivers the batch again, and its keys make no second run.
-          if (lost === null) channel.ack(taken.at(-1)!, true);
-        }
-      } catch (error) {
-        if (signal.aborted || this.#stopped) return;
-        if (lost === null && !isConnectionError(error)) throw error;
-      } finally {
-        this.#connection = null;
-        void connection.close().catch(() => {});
-      }
-      if (signal.aborted || this.#stopped) return;
-      this.log.warn({ error: String((lost as { message: string } | null)?.message ?? '') }, 'rabbitmq: connection lost; connecting again');
-      await this.sleep(RECONNECT_PAUSE_MS);
+      // A burst arrives frame by frame: what else is already here joins the batch.
+      await new Promise((resolve) => setImmediate(resolve));
+      const taken = inbox.splice(0, this.batch);
+      const events = taken.map((message) => eventOf(message)).filter((event) => this.#matches(event.event));
+      yield new WatchEvents(
+        events.map(({ event, content }) => ({ key: this.#keyOf(event, content), payload: event })),
+        { queue, deliveryTag: taken.at(-1)!.fields.deliveryTag },
+      );
+      // Committed: acknowledged, every message up to the batch's last. Lost with the
+      // connection, the broker delivers the batch again, and its keys make no second run.
+      if (lost.reason === null) channel.ack(taken.at(-1)!, true);
     }
   }
 
@@ -273,61 +255,41 @@ class RabbitMqExchangeUpstream implements UpstreamSource {
   }
 
   async *read(_from: string, context: UpstreamContext): AsyncIterable<readonly UpstreamMessage[]> {
-    const client = amqplib();
-    const url = connectionFromEnv(this.connection).url;
     const inbox = new PushedMessages();
     context.signal.addEventListener('abort', () => inbox.interrupt(), { once: true });
-    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());
-    while (!context.signal.aborted) {
-      let lost: { message: string } | null = null;
-      let connection: AmqpConnection;
-      try {
-        connection = await client.connect(url);
-      } catch (error) {
-        if (!isConnectionError(error)) throw error;
-        context.warn(`cannot connect (${(error as Error).message}); trying again`);
-        await pause(RECONNECT_PAUSE_MS * 2);
-        continue;
-      }
-      this.#connection = connection;
-      connection.on('error', () => {});
-      connection.on('close', (error?: Error) => {
-        lost = error ?? { message: 'connection closed' };
-        inbox.interrupt();
-      });
-      try {
-        const channel = await connection.createChannel();
-        channel.on('error', () => {});
-        await channel.checkExchange(this.exchange);
-        const { queue } = await channel.assertQueue('', { exclusive: true, autoDelete: true });
-        await channel.bindQueue(queue, this.exchange, this.routingKey);
-        await channel.consume(
-          queue,
-          (message) => {
-            if (message === null) return;
-            const { event } = eventOf(message);
-            inbox.push({
-              position: String(++this.#received),
-              body: event.message,
-              meta: { exchange: event.exchange, routingKey: event.routingKey, messageId: event.messageId },
-            });
-          },
-          { noAck: true },
-        );
-        while (!context.signal.aborted && lost === null) {
-          const batch = await inbox.take();
-          if (batch.length > 0) yield batch;
-        }
-      } catch (error) {
-        if (context.signal.aborted) return;
-        if (lost === null && !isConnectionError(error)) throw error;
-      } finally {
-        this.#connection = null;
-        void connection.close().catch(() => {});
-      }
-      if (context.signal.aborted) return;
-      context.warn(`connection lost (${String((lost as { message: string } | null)?.message ?? '')}); connecting again`);
-      await pause(RECONNECT_PAUSE_MS);
+    const life: SessionLife = {
+      stopped: () => context.signal.aborted,
+      warn: (message) => context.warn(message),
+      pause: (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref()),
+      holding: (connection) => {
+        this.#connection = connection;
+      },
+    };
+    yield* sessionsOf(connectionFromEnv(this.connection).url, life, (channel, lost) => this.#consume(channel, lost, inbox, context.signal));
+  }
+
+  /** One connection's part of the reader's life: a new exclusive queue bound to the exchange, its messages pushed to `inbox`. */
+  async *#consume(channel: AmqpChannel, lost: LostConnection, inbox: PushedMessages, signal: AbortSignal): AsyncGenerator<readonly UpstreamMessage[]> {
+    lost.onLost = () => inbox.interrupt();
+    await channel.checkExchange(this.exchange);
+    const { queue } = await channel.assertQueue('', { exclusive: true, autoDelete: true });
+    await channel.bindQueue(queue, this.exchange, this.routingKey);
+    await channel.consume(
+      queue,
+      (message) => {
+        if (message === null) return;
+        const { event } = eventOf(message);
+        inbox.push({
+          position: String(++this.#received),
+          body: event.message,
+          meta: { exchange: event.exchange, routingKey: event.routingKey, messageId: event.messageId },
+        });
+      },
+      { noAck: true },
+    );
+    while (!signal.aborted && lost.reason === null) {
+      const batch = await inbox.take();
+      if (batch.length > 0) yield batch;
     }
   }
 
@@ -338,6 +300,66 @@ class RabbitMqExchangeUpstream implements UpstreamSource {
   async close(): Promise<void> {
     await this.#connection?.close().catch(() => {});
     this.#connection = null;
+  }
+}
+
+/** How a connection's life ends and is told of: what a watcher and a shared exchange reader each give sessionsOf. */
+interface SessionLife {
+  /** Whether to stop: no connecting again. */
+  stopped(): boolean;
+  /** Where a refused or lost connection is said. */
+  warn(message: string): void;
+  /** The pause before connecting again. */
+  pause(ms: number): Promise<unknown>;
+  /** Told of the open connection (null once closed), for a stop to close it. */
+  holding(connection: AmqpConnection | null): void;
+}
+
+/** A lost connection's reason once the connection closes, and whom to wake then. */
+interface LostConnection {
+  reason: string | null;
+  onLost: () => void;
+}
+
+/**
+ * What `session` yields over RabbitMQ connections to `url`, one after another until `life`
+ * stops: connects (a broker that refuses is tried again), gives `session` a channel and its
+ * connection's `lost`, and, when the connection is lost (or `session` fails for want of one),
+ * connects again after a pause. Any other failure is `session`'s own and ends it.
+ */
+async function* sessionsOf<T>(url: string, life: SessionLife, session: (channel: AmqpChannel, lost: LostConnection) => AsyncGenerator<T>): AsyncGenerator<T> {
+  const client = amqplib();
+  while (!life.stopped()) {
+    const lost: LostConnection = { reason: null, onLost: () => {} };
+    let connection: AmqpConnection;
+    try {
+      connection = await client.connect(url);
+    } catch (error) {
+      if (!isConnectionError(error)) throw error;
+      life.warn(`cannot connect (${(error as Error).message}); trying again`);
+      await life.pause(RECONNECT_PAUSE_MS * 2);
+      continue;
+    }
+    life.holding(connection);
+    connection.on('error', () => {});
+    connection.on('close', (error?: Error) => {
+      lost.reason = error?.message ?? 'connection closed';
+      lost.onLost();
+    });
+    try {
+      const channel = await connection.createChannel();
+      channel.on('error', () => {});
+      yield* session(channel, lost);
+    } catch (error) {
+      if (life.stopped()) return;
+      if (lost.reason === null && !isConnectionError(error)) throw error;
+    } finally {
+      life.holding(null);
+      void connection.close().catch(() => {});
+    }
+    if (life.stopped()) return;
+    life.warn(`connection lost (${lost.reason ?? 'a call failed for want of it'}); connecting again`);
+    await life.pause(RECONNECT_PAUSE_MS);
   }
 }
 
