@@ -128,8 +128,17 @@ export class MqttTrigger extends BaseTrigger {
       inbox.push({ packet, ack: () => done() });
       this.#wake?.();
     };
-    await client.subscribeAsync(this.topic, { qos: 1 });
+    // Not awaited: a session taken over holds messages the broker sends before the SUBACK, and
+    // the client reads no packet past one until it is acknowledged, which the loop below does
+    // (awaiting the SUBACK first waited for ever, every message queued while no triggerer ran it).
+    let refused: Error | null = null;
+    client.subscribe(this.topic, { qos: 1 }, (error) => {
+      if (error === null || error === undefined) return;
+      refused = error;
+      this.#wake?.();
+    });
     while (!signal.aborted && this.#client !== null) {
+      if (refused !== null) throw refused;
       const delivery = inbox.shift();
       if (delivery === undefined) {
         await new Promise<void>((resolve) => {
