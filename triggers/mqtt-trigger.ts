@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type * as MqttModule from 'mqtt';
-import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { BaseTrigger, type SerializedTrigger, type SerializedWatcher } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { PushedMessages, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
@@ -9,7 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
-import { matchFilter } from './shared-stream.ts';
+import { matchAsEventFilter, matchFilter } from './shared-stream.ts';
 import { describeValue } from './date-time-trigger.ts';
 
 // An optional peer dependency: only users of this trigger install it (see docs/events.md).
@@ -31,6 +31,14 @@ export interface MqttTriggerKwargs {
   readonly keyField?: string;
   /** A watcher's persistent session (its client id is made from this, the topic and `match`): messages published while no triggerer is connected wait in it. @default 'deferflow' */
   readonly session?: string;
+  /**
+   * A watcher shares one session with the shared watchers of the other DAGs on the same topic (and
+   * connection, keyField and session), whatever their `match`: one row, one session, each DAG's
+   * `match` applied to the events as its runs are written, and each message acknowledged once the
+   * runs of every DAG are committed. Without it, a watcher with its own `match` has a session of
+   * its own. A wait ignores it (waits on a topic always share). @default false
+   */
+  readonly shared?: boolean;
 }
 
 /** What a message event carries: its topic and body (JSON if it parses, else text). */
@@ -65,13 +73,14 @@ export class MqttTrigger extends BaseTrigger {
   readonly match: JsonValue | undefined;
   readonly keyField: string | undefined;
   readonly session: string;
+  readonly shared: boolean;
   #client: MqttClient | null = null;
   #wake: (() => void) | null = null;
 
   constructor(kwargs: MqttTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('MqttTrigger', why);
-    checkKwargFields(kwargs, '{ connection, topic, … }', ['connection', 'topic', 'match', 'keyField', 'session'], invalid);
+    checkKwargFields(kwargs, '{ connection, topic, … }', ['connection', 'topic', 'match', 'keyField', 'session', 'shared'], invalid);
     const { connection, topic, match, keyField, session = 'deferflow' } = kwargs;
     checkConnectionName(connection, invalid);
     if (typeof topic !== 'string' || topic === '' || !validTopicFilter(topic))
@@ -83,7 +92,9 @@ export class MqttTrigger extends BaseTrigger {
     this.topic = topic;
     this.match = match;
     this.keyField = keyField;
+    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
     this.session = session;
+    this.shared = kwargs.shared ?? false;
   }
 
   override serialize(): SerializedTrigger {
@@ -93,8 +104,14 @@ export class MqttTrigger extends BaseTrigger {
       ...(this.match === undefined ? {} : { match: this.match }),
       ...(this.keyField === undefined ? {} : { keyField: this.keyField }),
       session: this.session,
+      ...(this.shared ? { shared: true } : {}),
     };
     return { classpath: MqttTrigger.classpath, kwargs };
+  }
+
+  /** A shared watcher's row leaves its `match` out: it is the DAG's event filter (on the event's `message`), and the row is the session's. */
+  override serializeAsWatcher(): SerializedWatcher {
+    return this.shared ? matchAsEventFilter(this.serialize(), this.match) : this.serialize();
   }
 
   override describeWait(): string {
@@ -176,7 +193,8 @@ export class MqttTrigger extends BaseTrigger {
   #sessionClientId(): string {
     // The filter is part of it: two watchers of one topic with different filters are two sessions
     // (one client id is one connection: the broker would drop either for the other).
-    const filter = this.match === undefined ? '' : `\0${canonicalJson(this.match)}`;
+    // A shared watcher's session is named by all that makes its row (its match is no part of it).
+    const filter = this.shared ? `\0shared\0${this.keyField ?? ''}` : this.match === undefined ? '' : `\0${canonicalJson(this.match)}`;
     return `deferflow_${this.session}_${createHash('sha256').update(this.topic).update(filter).digest('hex').slice(0, 16)}`;
   }
 

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type * as AmqpModule from 'amqplib';
-import { BaseTrigger, type SerializedTrigger } from '../src/authoring/triggers/base-trigger.ts';
+import { BaseTrigger, type SerializedTrigger, type SerializedWatcher } from '../src/authoring/triggers/base-trigger.ts';
 import { TriggerEvent, WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { PushedMessages, type UpstreamContext, type UpstreamMessage, type UpstreamSource } from '../src/authoring/triggers/upstream-hub.ts';
@@ -9,7 +9,7 @@ import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
 import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
-import { matchFilter } from './shared-stream.ts';
+import { matchAsEventFilter, matchFilter } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -41,6 +41,14 @@ export interface RabbitMqTriggerKwargs {
   readonly keyField?: string;
   /** Messages a watcher holds unacknowledged at once (the channel's prefetch), handed over in one batch. @default 100 */
   readonly batch?: number;
+  /**
+   * A watcher shares one queue with the shared watchers of the other DAGs on the same exchange and
+   * routing key (and connection, queue, keyField and batch), whatever their `match`: one row, one
+   * queue, one consumer, each DAG's `match` applied to the events as its runs are written, and each
+   * message acknowledged once the runs of every DAG are committed. Without it, a watcher with its
+   * own `match` has a queue of its own. A wait ignores it (waits on an exchange always share). @default false
+   */
+  readonly shared?: boolean;
 }
 
 /** What a message event carries: its exchange, routing key, message id (null if none) and body (JSON if it parses, else text). */
@@ -74,6 +82,7 @@ export class RabbitMqTrigger extends BaseTrigger {
   readonly match: JsonValue | undefined;
   readonly keyField: string | undefined;
   readonly batch: number;
+  readonly shared: boolean;
   #connection: AmqpConnection | null = null;
   #stopped = false;
   #wake: (() => void) | null = null;
@@ -81,7 +90,12 @@ export class RabbitMqTrigger extends BaseTrigger {
   constructor(kwargs: RabbitMqTriggerKwargs) {
     super();
     const invalid = (why: string) => new InvalidTriggerArgumentError('RabbitMqTrigger', why);
-    checkKwargFields(kwargs, '{ connection, exchange or queue, … }', ['connection', 'exchange', 'routingKey', 'queue', 'match', 'keyField', 'batch'], invalid);
+    checkKwargFields(
+      kwargs,
+      '{ connection, exchange or queue, … }',
+      ['connection', 'exchange', 'routingKey', 'queue', 'match', 'keyField', 'batch', 'shared'],
+      invalid,
+    );
     const { connection, exchange, routingKey = '#', queue, match, keyField, batch = 100 } = kwargs;
     checkConnectionName(connection, invalid);
     const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
@@ -99,7 +113,9 @@ export class RabbitMqTrigger extends BaseTrigger {
     this.queue = queue;
     this.match = match;
     this.keyField = keyField;
+    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
     this.batch = batch;
+    this.shared = kwargs.shared ?? false;
   }
 
   override serialize(): SerializedTrigger {
@@ -111,8 +127,14 @@ export class RabbitMqTrigger extends BaseTrigger {
       ...(this.match === undefined ? {} : { match: this.match }),
       ...(this.keyField === undefined ? {} : { keyField: this.keyField }),
       batch: this.batch,
+      ...(this.shared ? { shared: true } : {}),
     };
     return { classpath: RabbitMqTrigger.classpath, kwargs };
+  }
+
+  /** A shared watcher's row leaves its `match` out: it is the DAG's event filter (on the event's `message`), and the row is the queue's. */
+  override serializeAsWatcher(): SerializedWatcher {
+    return this.shared ? matchAsEventFilter(this.serialize(), this.match) : this.serialize();
   }
 
   override describeWait(): string {
@@ -197,7 +219,10 @@ export class RabbitMqTrigger extends BaseTrigger {
 
   /** The watcher's durable queue, declared (and bound to the exchange when one is given). */
   async #subscribe(channel: AmqpChannel): Promise<string> {
-    const queue = this.queue ?? defaultConsumerName(`deferflow.${this.exchange}.${this.routingKey}`, [this.match], '.');
+    // A shared watcher's queue is named by all that makes its row (its match is no part of it): two
+    // rows never consume one queue, or each would take the other's messages.
+    const selectors = this.shared ? ['shared', this.keyField, this.batch] : [this.match];
+    const queue = this.queue ?? defaultConsumerName(`deferflow.${this.exchange}.${this.routingKey}`, selectors, '.');
     await channel.assertQueue(queue, { durable: true });
     if (this.exchange !== undefined) {
       await channel.checkExchange(this.exchange);

@@ -1,3 +1,4 @@
+import type { SerializedTrigger, SerializedWatcher } from '../src/authoring/triggers/base-trigger.ts';
 import { matches } from '../src/authoring/triggers/signal-trigger.ts';
 import { WatchEvents } from '../src/authoring/triggers/trigger-event.ts';
 import { probeOf, type UpstreamFilter, type UpstreamMessage, type UpstreamSubscription } from '../src/authoring/triggers/upstream-hub.ts';
@@ -40,4 +41,15 @@ export async function* inBatches(
   } finally {
     upstream.close();
   }
+}
+
+/**
+ * A shared watcher of a broker without history (MQTT, RabbitMQ) as a DAG stores it: its row's
+ * kwargs without `match`, so that the shared watchers of DAGs that differ only in it are one row,
+ * one queue or session; `match` becomes the DAG's event filter, on the event's `message`.
+ */
+export function matchAsEventFilter(serialized: SerializedTrigger, match: JsonValue | undefined): SerializedWatcher {
+  if (match === undefined) return serialized;
+  const { match: _match, ...kwargs } = serialized.kwargs;
+  return { classpath: serialized.classpath, kwargs, eventFilter: { message: match } };
 }

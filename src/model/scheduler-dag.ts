@@ -1,6 +1,6 @@
 import type { ScheduleWindow } from './schedule.ts';
 import type { RetryPolicy } from './retry-policy.ts';
-import type { JsonObject } from '../vocabulary/serialization/json.ts';
+import type { JsonObject, JsonValue } from '../vocabulary/serialization/json.ts';
 import type { TriggerRule } from './trigger-rules.ts';
 import type { SignalAction } from './signal-actions.ts';
 
@@ -30,8 +30,11 @@ export interface SchedulerDag {
  * watching (run id `event__<the event's key>`, conf `{ event: { key, payload, trigger } }`).
  */
 export interface WatchSchedule {
-  /** The watcher triggers, as stored: classpath and constructor kwargs. */
-  readonly watchers: readonly { readonly classpath: string; readonly kwargs: JsonObject }[];
+  /**
+   * The watcher triggers, as stored: classpath and constructor kwargs (what makes the row), and the
+   * events this DAG takes from the watcher, a subset match on each payload (absent: every event).
+   */
+  readonly watchers: readonly { readonly classpath: string; readonly kwargs: JsonObject; readonly eventFilter?: JsonValue }[];
   /** The queue the watchers run in (triggerers serving it run them). */
   readonly queue: string;
 }

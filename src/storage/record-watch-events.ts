@@ -4,6 +4,9 @@ import { DatabaseError } from '../vocabulary/errors.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 import { insertDagRuns } from './create-dag-run.ts';
+import { watcherRowHash } from './sync-dag-watchers.ts';
+import { matches } from '../authoring/triggers/signal-trigger.ts';
+import type { SchedulerDag } from '../model/scheduler-dag.ts';
 
 /** A watcher's batch as the triggerer hands it over: its events (payloads as JSON text) and the cursor after them. */
 export interface WatchBatch {
@@ -40,8 +43,9 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
       .where('id', '=', batch.triggerId)
       .where('triggerer_id', '=', ownerJobId)
       .where('watcher', '=', 1)
+      .returning('hash')
       .executeTakeFirst();
-    if (Number(owned.numUpdatedRows) !== 1) return { kind: 'lost' };
+    if (owned === undefined) return { kind: 'lost' };
     if (batch.events.length === 0) return { kind: 'written', runs: 0 };
     const dags = await trx
       .selectFrom('dag_watcher')
@@ -62,11 +66,13 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
         .where('dag_id', '=', dag.dagId)
         .executeTakeFirst();
       const firstDate = Math.max(now, latest?.at == null ? 0 : fromDbTime(latest.at) + 1);
-      const wanted = batch.events.map((event, index) => ({
+      const events = eventsOf(dag, batch, owned.hash, context.keyring);
+      if (events.length === 0) continue;
+      const wanted = events.map((event, index) => ({
         runId: eventRunId(event.key),
         runType: 'event' as const,
         logicalDate: firstDate + index,
-        conf: { event: { key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue, trigger: { id: batch.triggerId, classpath: batch.classpath } } },
+        conf: { event: { key: event.key, payload: event.payload, trigger: { id: batch.triggerId, classpath: batch.classpath } } },
       }));
       const made = await insertDagRuns({ ...context, db: trx }, dag, wanted, now);
       runs += made.size;
@@ -83,4 +89,19 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
     }
     return { kind: 'written', runs };
   });
+}
+
+/**
+ * The events of `batch` that make runs of `dag`: those its event filters match, from each of its
+ * watchers stored as the batch's row (more than one when a DAG watches one shared upstream
+ * twice); every event when one of them has no filter.
+ */
+function eventsOf(dag: SchedulerDag, batch: WatchBatch, rowHash: string | null, keyring: StorageContext['keyring']) {
+  const events = batch.events.map((event) => ({ key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue }));
+  const schedule = dag.watchSchedule;
+  const filters = (schedule?.watchers ?? [])
+    .filter((watcher) => watcherRowHash(keyring, watcher, schedule!.queue) === rowHash)
+    .map((watcher) => watcher.eventFilter);
+  if (filters.length === 0 || filters.includes(undefined)) return events;
+  return events.filter((event) => filters.some((filter) => matches(event.payload, filter!)));
 }

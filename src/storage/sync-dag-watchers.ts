@@ -5,11 +5,21 @@ import { DEFAULT_QUEUE } from '../model/queues.ts';
 import type { StorageContext } from './context.ts';
 import { activelyWatched } from './active-watcher.ts';
 import { wake } from './wake.ts';
+import type { JsonObject } from '../vocabulary/serialization/json.ts';
 
 /** A processed DAG and its watch schedule (null: it is not scheduled on watchers, or no longer). */
 export interface DagWatchers {
   readonly dagId: string;
   readonly schedule: WatchSchedule | null;
+}
+
+/**
+ * The hash of a watcher's trigger row: watchers alike in classpath, kwargs and queue are one row
+ * (an event filter, a DAG's own, is no part of it). Never a task wait's row: a wait is done at
+ * its first event, a watcher runs on.
+ */
+export function watcherRowHash(keyring: StorageContext['keyring'], watcher: { classpath: string; kwargs: JsonObject }, queue: string): string {
+  return keyring.triggerHash(`watch:${triggerHash(watcher)}${queue === DEFAULT_QUEUE ? '' : `@${queue}`}`);
 }
 
 /**
@@ -35,8 +45,7 @@ export async function syncDagWatchers(
       dagId,
       classpath: watcher.classpath,
       kwargs: keyring.seal(JSON.stringify(watcher.kwargs), 'trigger.kwargs'),
-      // Never a task wait's row: a wait is done at its first event, a watcher runs on.
-      hash: keyring.triggerHash(`watch:${triggerHash(watcher)}${schedule!.queue === DEFAULT_QUEUE ? '' : `@${schedule!.queue}`}`),
+      hash: watcherRowHash(keyring, watcher, schedule!.queue),
       queue: schedule!.queue,
     })),
   );

@@ -46,8 +46,9 @@ export async function processWatchingDags(
 
 /**
  * Shared watchers of one source, as a user sees them: two DAGs ('paid', 'refunds') scheduled on
- * `watcher` with different filters. Each writes where it starts before any event (a restart before
- * its first event misses nothing); `publish` adds messages from..to-1, message i being
+ * `watcher` with different filters. Before anything is published, `started` must hold: by default
+ * each watcher has written where it starts (a restart before its first event misses nothing); a
+ * broker without history gives its own check (its queue or session there); `publish` adds messages from..to-1, message i being
  * `{ kind: 'paid' | 'refund' (by parity), n: i }`, and 40 of them make 20 runs of each DAG, then
  * `whileRunning` checks the broker. With that triggerer stopped, 40 more are added and
  * `startAgain` starts another, which reads on from the committed cursors: 40 runs each, none twice.
@@ -59,6 +60,7 @@ export async function runSharedWatchers(
     readonly publish: (from: number, to: number) => Promise<void>;
     readonly whileRunning: () => Promise<void>;
     readonly startAgain: () => Promise<unknown>;
+    readonly started?: () => Promise<boolean>;
   },
 ): Promise<void> {
   await processWatchingDags(db, [
@@ -68,10 +70,9 @@ export async function runSharedWatchers(
   const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
   const first = await startTriggerer(db);
   try {
-    await waitFor(async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2, {
-      what: 'both starting cursors',
-      timeoutMs: 30_000,
-    });
+    const started =
+      options.started ?? (async () => (await db.db.selectFrom('trigger').select('cursor').where('cursor', 'is not', null).execute()).length === 2);
+    await waitFor(started, { what: 'the watchers started', timeoutMs: 30_000 });
     await options.publish(0, 40);
     await waitFor(async () => (await runsOf('paid')) === 20 && (await runsOf('refunds')) === 20, { what: '20 runs of each DAG', timeoutMs: 30_000 });
     await options.whileRunning();

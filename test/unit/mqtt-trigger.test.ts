@@ -15,7 +15,7 @@ import { startMosquitto } from '../support/broker-servers.ts';
 import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
 import { startTriggerer } from '../support/in-process-triggerer.ts';
-import { processWatchingDags } from '../support/watching-dags.ts';
+import { processWatchingDags, runSharedWatchers } from '../support/watching-dags.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { triggerRefusal } from '../support/trigger-refusal.ts';
 
@@ -36,6 +36,14 @@ describe('MqttTrigger kwargs', () => {
       topic: 'plant/+/temperature',
       session: 'deferflow',
     });
+    expect(refused({ connection: 'mqtt', topic: 'a', shared: 1 })).toMatch(/shared number 1 is not true or false/);
+    // Shared, a watcher's row leaves its match out, as the DAG's own event filter on the message.
+    expect(new MqttTrigger({ connection: 'mqtt', topic: 'a/#', match: { kind: 'paid' }, shared: true }).serializeAsWatcher()).toEqual({
+      classpath: MqttTrigger.classpath,
+      kwargs: { connection: 'mqtt', topic: 'a/#', session: 'deferflow', shared: true },
+      eventFilter: { message: { kind: 'paid' } },
+    });
+    expect(new MqttTrigger({ connection: 'mqtt', topic: 'a/#', match: { kind: 'paid' } }).serializeAsWatcher().kwargs.match).toEqual({ kind: 'paid' });
   });
 });
 
@@ -120,6 +128,32 @@ describe.each(testDialects)('MqttTrigger on %s', (dialect) => {
     // Five waits, one connection through the proxy (the most seen while they waited): the triggerer's shared subscription.
     expect(connections).toBe(1);
   }, 60_000);
+
+  it('shared watchers: two DAGs with different filters are one row and one session, each DAG taking its own messages; a new triggerer reads on, none twice', async () => {
+    const db = await database();
+    const topic = unique('shared-watch');
+    const own = await client(MQTT_URL);
+    const message = (i: number) => own.publishAsync(`${topic}/x`, JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i }), { qos: 1 });
+    const runsOf = async (dagId: string) => (await db.db.selectFrom('dag_run').select('run_id').where('dag_id', '=', dagId).execute()).length;
+    await runSharedWatchers(db, {
+      watcher: (kind) => new MqttTrigger({ connection: 'test_mqtt', topic: `${topic}/#`, keyField: 'n', match: { kind }, shared: true }),
+      // Subscribed once message 0 made its run (published again below, its key makes no second).
+      started: async () => {
+        await message(0);
+        return (await runsOf('paid')) === 1;
+      },
+      publish: async (from, to) => {
+        for (let i = from; i < to; i++) await message(i);
+      },
+      whileRunning: async () => {
+        expect(await countRows(db, 'trigger')).toBe(1);
+      },
+      startAgain: async () => {
+        const again = await startTriggerer(db);
+        open.push({ close: () => again.stop() });
+      },
+    });
+  }, 120_000);
 
   it('a DAG scheduled on a topic: one run per matching message, across a broker restart, none twice', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'deferflow-mqtt-'));

@@ -12,7 +12,7 @@ import { dropTestDatabases, testDialects } from '../support/databases.ts';
 import { countRows, createTaskInstance, migratedDatabase, taskInstance, waitFor } from '../support/fixtures.ts';
 import { startTriggerer } from '../support/in-process-triggerer.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
-import { processWatchingDags } from '../support/watching-dags.ts';
+import { processWatchingDags, runSharedWatchers } from '../support/watching-dags.ts';
 import { triggerRefusal } from '../support/trigger-refusal.ts';
 
 const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
@@ -32,6 +32,13 @@ describe('RabbitMqTrigger kwargs', () => {
       exchange: 'orders',
       routingKey: '#',
       batch: 100,
+    });
+    expect(refused({ connection: 'bus', exchange: 'orders', shared: 'yes' })).toMatch(/shared "yes" is not true or false/);
+    // Shared, a watcher's row leaves its match out, as the DAG's own event filter on the message.
+    expect(new RabbitMqTrigger({ connection: 'bus', exchange: 'orders', match: { kind: 'paid' }, shared: true }).serializeAsWatcher()).toEqual({
+      classpath: RabbitMqTrigger.classpath,
+      kwargs: { connection: 'bus', exchange: 'orders', routingKey: '#', batch: 100, shared: true },
+      eventFilter: { message: { kind: 'paid' } },
     });
   });
 });
@@ -151,6 +158,31 @@ describe.each(testDialects)('RabbitMqTrigger on %s', (dialect) => {
     // Four waits, one connection through the proxy (the most seen while they waited): the triggerer's shared queue.
     expect(connections).toBe(1);
   }, 60_000);
+
+  it('shared watchers: two DAGs with different filters are one row and one queue with one consumer, each DAG taking its own messages; a new triggerer reads on, none twice', async () => {
+    const db = await database();
+    const orders = await exchange('shared-watch');
+    const queue = unique('shared-queue');
+    open.push({ close: () => channel.deleteQueue(queue) });
+    await runSharedWatchers(db, {
+      watcher: (kind) => new RabbitMqTrigger({ connection: 'test_amqp', exchange: orders, queue, match: { kind }, batch: 10, shared: true }),
+      started: async () => (await queueState(queue))?.consumerCount === 1,
+      publish: async (from, to) => {
+        for (let i = from; i < to; i++)
+          channel.publish(orders, 'order', Buffer.from(JSON.stringify({ kind: i % 2 === 0 ? 'paid' : 'refund', n: i })), { messageId: `m-${i}` });
+      },
+      whileRunning: async () => {
+        expect(await countRows(db, 'trigger')).toBe(1);
+        expect(await queueState(queue)).toMatchObject({ consumerCount: 1, messageCount: 0 });
+      },
+      startAgain: async () => {
+        const again = await startTriggerer(db);
+        open.push({ close: () => again.stop() });
+      },
+    });
+    // Every message acknowledged once both DAGs' runs were written.
+    await waitFor(async () => (await queueState(queue))?.messageCount === 0, { what: 'the queue drained' });
+  }, 120_000);
 
   it('a DAG scheduled on a queue: one run per matching message, acknowledged once committed, across connections cut mid-stream', async () => {
     const url = new URL(RABBITMQ_URL);

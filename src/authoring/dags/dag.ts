@@ -180,7 +180,11 @@ function watchScheduleOf(options: DagOptions): WatchSchedule | null {
     if (typeof trigger !== 'object' || trigger === null || !isTriggerClass(trigger.constructor))
       throw bad(`schedule.watch[${index}]`, 'is not a trigger (an instance of a BaseTrigger class)');
     const serialized = (trigger as BaseTrigger).serializeAsWatcher();
-    return Object.freeze({ classpath: serialized.classpath, kwargs: serialized.kwargs });
+    return Object.freeze({
+      classpath: serialized.classpath,
+      kwargs: serialized.kwargs,
+      ...(serialized.eventFilter === undefined ? {} : { eventFilter: serialized.eventFilter }),
+    });
   });
   for (const field of ['startDate', 'endDate', 'catchup', 'timezone'] as const) {
     if (options[field] !== undefined && options[field] !== null) throw bad(field, 'has no meaning with a watch schedule: every event runs');

@@ -94,6 +94,7 @@ export function serializeDag(dag: Dag, fileloc: string): SerializedDag {
               watch: dag.watchSchedule.watchers.map((watcher) => ({
                 classpath: watcher.classpath,
                 kwargs: jsonOf(watcher.kwargs, `DAG ${dag.dagId}: schedule.watch kwargs`),
+                ...(watcher.eventFilter === undefined ? {} : { event_filter: watcher.eventFilter }),
               })),
               ...(dag.watchSchedule.queue === DEFAULT_QUEUE ? {} : { queue: dag.watchSchedule.queue }),
             }
@@ -253,7 +254,11 @@ function readWatchSchedule(dag: any, bad: (field: string, why: string) => Error)
   const watchers = schedule.watch.map((watcher: any, index: number) => {
     if (typeof watcher?.classpath !== 'string' || typeof watcher.kwargs !== 'object' || watcher.kwargs === null || Array.isArray(watcher.kwargs))
       throw bad(`dag.schedule.watch[${index}]`, 'is not { classpath, kwargs }');
-    return Object.freeze({ classpath: watcher.classpath as string, kwargs: watcher.kwargs as JsonObject });
+    return Object.freeze({
+      classpath: watcher.classpath as string,
+      kwargs: watcher.kwargs as JsonObject,
+      ...(watcher.event_filter === undefined ? {} : { eventFilter: watcher.event_filter as JsonValue }),
+    });
   });
   let queue: string;
   try {

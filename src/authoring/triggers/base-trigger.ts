@@ -16,6 +16,17 @@ export interface SerializedTrigger {
   readonly kwargs: JsonObject;
 }
 
+/** A trigger as a DAG's watcher is stored (`schedule: { watch }`): its row's classpath and kwargs, and the events the DAG takes. */
+export interface SerializedWatcher extends SerializedTrigger {
+  /**
+   * A subset match (as SignalTrigger's `match`) on each event's payload: only the events it
+   * matches make runs of the DAG; absent, every event does. Left out of the row's kwargs, so that
+   * the watchers of DAGs that differ only in it are one row and one reader (see MqttTrigger's and
+   * RabbitMqTrigger's `shared`), each DAG taking its own events from the batch it writes.
+   */
+  readonly eventFilter?: JsonValue;
+}
+
 /**
  * What the triggerer lends a running trigger. Created once per trigger by the runner; the
  * trigger reaches it through its protected helpers.
@@ -102,7 +113,7 @@ export abstract class BaseTrigger {
    * trigger is made (a wait's starting point) are left out, so that the DAG's watcher stays one
    * row from one DAG processing to the next.
    */
-  serializeAsWatcher(): SerializedTrigger {
+  serializeAsWatcher(): SerializedWatcher {
     return this.serialize();
   }
 
