@@ -35,7 +35,7 @@ export type { TriggerListing } from './list-triggers.ts';
 export type { CleanCounts } from './clean-database.ts';
 export type { RunProgress } from './run-progress.ts';
 export type { DagRunRow } from './list-dag-runs.ts';
-export type { JobListing } from './list-jobs.ts';
+export type { JobListing, JobRowLiveness } from './list-jobs.ts';
 export type { QueueServer, QueueWork } from './queue-work.ts';
 export type { WatchBatch, WatchBatchResult } from './record-watch-events.ts';
 export type { DagWatcherListing } from './list-dag-watchers.ts';

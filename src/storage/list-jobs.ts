@@ -1,18 +1,22 @@
 import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
 
-export interface JobListing {
+/** What judging a job's liveness reads of its row (judgeJobs): every listing of jobs carries it. */
+export interface JobRowLiveness {
   readonly id: number;
   readonly jobType: string;
   readonly state: string;
-  readonly hostname: string;
-  readonly pid: number | null;
-  readonly capacity: number | null;
-  readonly startDate: number;
   readonly endDate: number | null;
   readonly latestHeartbeat: number | null;
   /** What it holds for its life (see liveness-locks.ts); null: only its heartbeat tells. */
   readonly livenessLock: string | null;
+}
+
+export interface JobListing extends JobRowLiveness {
+  readonly hostname: string;
+  readonly pid: number | null;
+  readonly capacity: number | null;
+  readonly startDate: number;
   /** The queues a worker or triggerer serves, as --queues took them; null: a scheduler, or `default` only. */
   readonly queues: string | null;
 }

@@ -1,5 +1,6 @@
 import { fromDbTime } from '../database/schema.ts';
 import type { StorageContext } from './context.ts';
+import type { JobRowLiveness } from './list-jobs.ts';
 
 /** Work waiting in one queue for a daemon to claim it. */
 export interface QueueWork {
@@ -11,13 +12,7 @@ export interface QueueWork {
 }
 
 /** A worker's or triggerer's running job row, with the queues it serves. */
-export interface QueueServer {
-  readonly id: number;
-  readonly jobType: string;
-  readonly state: string;
-  readonly endDate: number | null;
-  readonly latestHeartbeat: number | null;
-  readonly livenessLock: string | null;
+export interface QueueServer extends JobRowLiveness {
   /** As --queues took them (`default,gpu`); null: `default` only (a daemon from before queues). */
   readonly queues: string | null;
 }

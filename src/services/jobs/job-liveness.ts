@@ -1,6 +1,6 @@
 import { SCHEDULER_JOB_TYPE, TRIGGERER_JOB_TYPE, WORKER_JOB_TYPE } from '../../database/schema.ts';
 import type { LivenessLocks } from '../../database/liveness-locks.ts';
-import type { JobHolder, JobLiveness } from '../../storage/index.ts';
+import type { JobHolder, JobLiveness, JobRowLiveness } from '../../storage/index.ts';
 
 export type Liveness = 'alive' | 'dead' | 'ended';
 
@@ -38,14 +38,7 @@ export function jobLiveness(
  * tried: what `jobs list`, `jobs check` and the status page show.
  */
 export async function judgeJobs(
-  jobs: readonly {
-    readonly id: number;
-    readonly jobType: string;
-    readonly state: string;
-    readonly endDate: number | null;
-    readonly latestHeartbeat: number | null;
-    readonly livenessLock: string | null;
-  }[],
+  jobs: readonly JobRowLiveness[],
   thresholds: LivenessThresholds,
   now: number,
   locks: LivenessLocks,
