@@ -189,6 +189,10 @@ export class MqttTrigger extends BaseTrigger {
     await client?.endAsync(true);
   }
 
+  override watcherConsumer(): string {
+    return `mqtt:${this.connection}:session:${this.#sessionClientId()}`;
+  }
+
   /** A client id every triggerer running this watcher shares, so that each resumes the same session. */
   #sessionClientId(): string {
     // The filter is part of it: two watchers of one topic with different filters are two sessions

@@ -150,6 +150,11 @@ export class NatsJetStreamTrigger extends BaseTrigger {
     return { classpath: NatsJetStreamTrigger.classpath, kwargs: this.#kwargs(false) };
   }
 
+  /** Its durable consumer; a shared watcher reads through none (its cursor is its own). */
+  override watcherConsumer(): string | undefined {
+    return this.shared ? undefined : `nats:${this.connection}:${this.stream}:consumer:${this.consumer}`;
+  }
+
   #kwargs(withAfter: boolean): JsonObject {
     return {
       connection: this.connection,

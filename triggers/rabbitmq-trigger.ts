@@ -217,12 +217,21 @@ export class RabbitMqTrigger extends BaseTrigger {
     this.#connection = null;
   }
 
-  /** The watcher's durable queue, declared (and bound to the exchange when one is given). */
-  async #subscribe(channel: AmqpChannel): Promise<string> {
+  override watcherConsumer(): string {
+    return `amqp:${this.connection}:queue:${this.#watcherQueue()}`;
+  }
+
+  /** The queue a watcher consumes: `queue`, or one named after what selects its messages. */
+  #watcherQueue(): string {
     // A shared watcher's queue is named by all that makes its row (its match is no part of it): two
     // rows never consume one queue, or each would take the other's messages.
     const selectors = this.shared ? ['shared', this.keyField, this.batch] : [this.match];
-    const queue = this.queue ?? defaultConsumerName(`deferflow.${this.exchange}.${this.routingKey}`, selectors, '.');
+    return this.queue ?? defaultConsumerName(`deferflow.${this.exchange}.${this.routingKey}`, selectors, '.');
+  }
+
+  /** The watcher's durable queue, declared (and bound to the exchange when one is given). */
+  async #subscribe(channel: AmqpChannel): Promise<string> {
+    const queue = this.#watcherQueue();
     await channel.assertQueue(queue, { durable: true });
     if (this.exchange !== undefined) {
       await channel.checkExchange(this.exchange);

@@ -153,6 +153,11 @@ export class RedisStreamTrigger extends BaseTrigger {
     return { classpath: RedisStreamTrigger.classpath, kwargs: this.#kwargs(false) };
   }
 
+  /** Its consumer group; a shared watcher reads through none (its cursor is its own). */
+  override watcherConsumer(): string | undefined {
+    return this.shared ? undefined : `redis:${this.connection}:${this.stream}:group:${this.group}`;
+  }
+
   #kwargs(withAfter: boolean): JsonObject {
     return {
       connection: this.connection,

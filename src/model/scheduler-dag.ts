@@ -34,7 +34,13 @@ export interface WatchSchedule {
    * The watcher triggers, as stored: classpath and constructor kwargs (what makes the row), and the
    * events this DAG takes from the watcher, a subset match on each payload (absent: every event).
    */
-  readonly watchers: readonly { readonly classpath: string; readonly kwargs: JsonObject; readonly eventFilter?: JsonValue }[];
+  readonly watchers: readonly {
+    readonly classpath: string;
+    readonly kwargs: JsonObject;
+    readonly eventFilter?: JsonValue;
+    /** The broker-side consumer it reads through (BaseTrigger.watcherConsumer): known where the DAG is loaded, never stored. */
+    readonly consumer?: string;
+  }[];
   /** The queue the watchers run in (triggerers serving it run them). */
   readonly queue: string;
 }

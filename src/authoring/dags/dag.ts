@@ -180,10 +180,12 @@ function watchScheduleOf(options: DagOptions): WatchSchedule | null {
     if (typeof trigger !== 'object' || trigger === null || !isTriggerClass(trigger.constructor))
       throw bad(`schedule.watch[${index}]`, 'is not a trigger (an instance of a BaseTrigger class)');
     const serialized = (trigger as BaseTrigger).serializeAsWatcher();
+    const consumer = (trigger as BaseTrigger).watcherConsumer();
     return Object.freeze({
       classpath: serialized.classpath,
       kwargs: serialized.kwargs,
       ...(serialized.eventFilter === undefined ? {} : { eventFilter: serialized.eventFilter }),
+      ...(consumer === undefined ? {} : { consumer }),
     });
   });
   for (const field of ['startDate', 'endDate', 'catchup', 'timezone'] as const) {

@@ -118,6 +118,17 @@ export abstract class BaseTrigger {
   }
 
   /**
+   * The broker-side consumer this trigger reads through as a watcher (a queue, a consumer group, a
+   * durable consumer, a session), named so that equal names are one consumer; undefined (the
+   * default) when it reads through nothing of the kind (a cursor of its own). Two watcher rows
+   * naming one consumer would each take messages the other never sees, so DAG processing refuses
+   * a DAG whose watcher names a consumer another DAG's different watcher reads.
+   */
+  watcherConsumer(): string | undefined {
+    return undefined;
+  }
+
+  /**
    * Waits for what the trigger is about and yields a TriggerEvent when it happens (the first ends
    * the wait); running as a watcher (`this.watching`), yields WatchEvents for as long as it runs.
    * Declare `signal` only when you use it: the triggerer then makes an AbortSignal for the trigger.

@@ -2,7 +2,7 @@ import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Database } from '../../database/connect.ts';
-import { DagFolderError, errorFields, InvalidOptionError } from '../../vocabulary/errors.ts';
+import { DagFolderError, errorFields, InvalidDagError, InvalidOptionError } from '../../vocabulary/errors.ts';
 import {
   activeDagFilelocs,
   markMissingDagsDeleted,
@@ -12,7 +12,8 @@ import {
   writeSerializedDag,
   type SerializedDagWrite,
 } from '../../storage/serialized-dags.ts';
-import type { DagSource, SchedulerDag } from '../../model/scheduler-dag.ts';
+import type { DagSource, SchedulerDag, WatchSchedule } from '../../model/scheduler-dag.ts';
+import { canonicalJson } from '../../vocabulary/serialization/json.ts';
 import { syncDagWatchers, type DagWatchers } from '../../storage/sync-dag-watchers.ts';
 
 import { loadDagFolder, type DagFileError } from '../../authoring/dags/loader.ts';
@@ -61,10 +62,12 @@ export async function processDagFolder(database: Database, folder: string, optio
   const errors: DagFileError[] = [...loaded.errors];
   const written: Record<string, SerializedDagWrite> = {};
   const watchers: DagWatchers[] = [];
+  const consumers = new Map<string, { dagId: string; row: string }>();
   for (const { dag, fileloc } of loaded.dags) {
     let serialized: ReturnType<typeof serializeDag>;
     try {
       serialized = serializeDag(dag, fileloc);
+      claimWatcherConsumers(dag.dagId, dag.watchSchedule, consumers);
     } catch (error) {
       errors.push({ fileloc, message: (error as Error).message });
       continue;
@@ -82,6 +85,33 @@ export async function processDagFolder(database: Database, folder: string, optio
   await syncDagWatchers(context, watchers, deleted, now);
   await replaceImportErrors(context, errors, now);
   return { written, deleted, errors, unreloadable: loaded.unreloadable };
+}
+
+/**
+ * Records which broker-side consumer each watcher of `dagId` reads through, refusing (DF_INVALID_DAG)
+ * one that another DAG's different watcher row already reads: a queue, group, durable consumer or
+ * session read by two rows hands each message to one of them, so each DAG would silently miss the
+ * other's share. Alike watchers are one row and share it.
+ */
+function claimWatcherConsumers(dagId: string, schedule: WatchSchedule | null, consumers: Map<string, { dagId: string; row: string }>): void {
+  const wanted = (schedule?.watchers ?? []).flatMap((watcher, index) =>
+    watcher.consumer === undefined
+      ? []
+      : [{ index, consumer: watcher.consumer, row: `${watcher.classpath}\0${canonicalJson(watcher.kwargs)}\0${schedule!.queue}` }],
+  );
+  const own = new Map<string, { dagId: string; row: string }>();
+  for (const { index, consumer, row } of wanted) {
+    const claimed = own.get(consumer) ?? consumers.get(consumer);
+    if (claimed !== undefined && claimed.row !== row) {
+      const by = claimed.dagId === dagId ? 'another of its watchers' : `a different watcher of DAG ${claimed.dagId}`;
+      throw new InvalidDagError(
+        `DAG ${dagId}: schedule.watch[${index}] reads through ${consumer}, which ${by} reads (their kwargs or queues differ): ` +
+          'each would take messages the other never sees. Make the watchers alike (one row serves both), or give this one its own queue, group, consumer or session',
+      );
+    }
+    own.set(consumer, { dagId, row });
+  }
+  for (const [consumer, claim] of own) if (!consumers.has(consumer)) consumers.set(consumer, claim);
 }
 
 /**

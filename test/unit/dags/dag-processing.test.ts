@@ -10,7 +10,7 @@ import { openStores } from '../../../src/storage/index.ts';
 import { Scheduler } from '../../../src/daemons/scheduler/scheduler.ts';
 import { dagFileResolver } from '../../../src/daemons/worker/dag-file-resolver.ts';
 import { Worker } from '../../../src/daemons/worker/worker.ts';
-import { PACKAGE_ENTRY } from '../../support/processes.ts';
+import { PACKAGE_ENTRY, PACKAGE_TRIGGERS } from '../../support/processes.ts';
 import { dropTestDatabases, testDialects } from '../../support/databases.ts';
 import { LogCapture, migratedDatabase, waitFor, type TestDatabase } from '../../support/fixtures.ts';
 
@@ -54,6 +54,30 @@ describe.each(testDialects)('DAG processing on %s', (dialect) => {
       Object.fromEntries((await db.db.selectFrom('import_error').select(['fileloc', 'message']).execute()).map((r) => [path.basename(r.fileloc), r.message]));
     return { db, dir, write, rows, importErrors };
   };
+
+  it("refuses a watcher that would read through another DAG's different watcher's queue (each would miss the other's messages); alike and shared watchers are one row", async () => {
+    const { db, dir, write, rows, importErrors } = await setup();
+    const watching = (dagId: string, kwargs: string) => `
+import { BaseOperator, Dag } from ${JSON.stringify(INDEX)};
+import { RabbitMqTrigger } from ${JSON.stringify(PACKAGE_TRIGGERS)};
+class Step extends BaseOperator { execute() { return null; } }
+export const dag = new Dag({ dagId: ${JSON.stringify(dagId)}, schedule: { watch: new RabbitMqTrigger({ connection: 'bus', exchange: 'orders', ${kwargs} }) } }).add(new Step({ taskId: 'handle' }));
+`;
+    write('a.ts', watching('a', 'batch: 50'));
+    // The default queue is named by the exchange, routing key and match: the same as a's, read by another row.
+    write('b.ts', watching('b', 'batch: 100'));
+    write('c.ts', watching('c', 'batch: 50'));
+    write('d.ts', watching('d', "match: { kind: 'paid' }, shared: true"));
+    write('e.ts', watching('e', "match: { kind: 'refund' }, shared: true"));
+    await processDagFolder(db, dir);
+    expect(await rows()).toEqual({ a: 'live', c: 'live', d: 'live', e: 'live' });
+    expect(Object.keys(await importErrors())).toEqual(['b.ts']);
+    expect((await importErrors())['b.ts']).toContain(
+      'DAG b: schedule.watch[0] reads through amqp:bus:queue:deferflow.orders.#, which a different watcher of DAG a reads (their kwargs or queues differ)',
+    );
+    // a and c alike: one row; d and e shared, differing only in their filters: one row.
+    expect((await db.db.selectFrom('trigger').select('id').where('watcher', '=', 1).execute()).length).toBe(2);
+  });
 
   it('records serialized DAGs and import errors; one broken file never stops the others; changes and deletions are tracked', async () => {
     const { db, dir, write, rows, importErrors } = await setup();
