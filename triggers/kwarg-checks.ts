@@ -24,3 +24,9 @@ export function checkBatch(batch: unknown, invalid: (why: string) => Error): ass
   if (!Number.isInteger(batch) || (batch as number) < 1 || (batch as number) > MAX_BATCH)
     throw invalid(`batch ${describeValue(batch)} is not a whole number from 1 to ${MAX_BATCH}`);
 }
+
+/** A broker trigger's `shared` kwarg checked (true or false, else `invalid` saying so); absent, false. */
+export function sharedFlag(shared: unknown, invalid: (why: string) => Error): boolean {
+  if (shared !== undefined && typeof shared !== 'boolean') throw invalid(`shared ${describeValue(shared)} is not true or false`);
+  return shared ?? false;
+}

@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import { canonicalJson, type JsonObject, type JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
+import { checkConnectionName, checkKwargFields, sharedFlag } from './kwarg-checks.ts';
 import { matchAsEventFilter, matchFilter } from './shared-stream.ts';
 import { describeValue } from './date-time-trigger.ts';
 
@@ -92,9 +92,8 @@ export class MqttTrigger extends BaseTrigger {
     this.topic = topic;
     this.match = match;
     this.keyField = keyField;
-    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
     this.session = session;
-    this.shared = kwargs.shared ?? false;
+    this.shared = sharedFlag(kwargs.shared, invalid);
   }
 
   override serialize(): SerializedTrigger {

@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
+import { checkBatch, checkConnectionName, checkKwargFields, sharedFlag } from './kwarg-checks.ts';
 import { matchAsEventFilter, matchFilter } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
@@ -113,9 +113,8 @@ export class RabbitMqTrigger extends BaseTrigger {
     this.queue = queue;
     this.match = match;
     this.keyField = keyField;
-    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
     this.batch = batch;
-    this.shared = kwargs.shared ?? false;
+    this.shared = sharedFlag(kwargs.shared, invalid);
   }
 
   override serialize(): SerializedTrigger {

@@ -8,7 +8,7 @@ import { connectionFromEnv } from '../src/authoring/connections/connections.ts';
 import { InvalidTriggerArgumentError } from '../src/vocabulary/errors.ts';
 import { optionalPackage } from '../src/vocabulary/lazy-package.ts';
 import type { JsonObject, JsonValue } from '../src/vocabulary/serialization/json.ts';
-import { checkBatch, checkConnectionName, checkKwargFields } from './kwarg-checks.ts';
+import { checkBatch, checkConnectionName, checkKwargFields, sharedFlag } from './kwarg-checks.ts';
 import { inBatches, matchFilter, watcherCapacity } from './shared-stream.ts';
 import { defaultConsumerName } from './consumer-name.ts';
 import { describeValue } from './date-time-trigger.ts';
@@ -140,8 +140,7 @@ export class RedisStreamTrigger extends BaseTrigger {
     this.start = start;
     this.batch = batch;
     this.block = block;
-    if (kwargs.shared !== undefined && typeof kwargs.shared !== 'boolean') throw invalid(`shared ${describeValue(kwargs.shared)} is not true or false`);
-    this.shared = kwargs.shared ?? false;
+    this.shared = sharedFlag(kwargs.shared, invalid);
   }
 
   override serialize(): SerializedTrigger {
