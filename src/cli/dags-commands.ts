@@ -45,6 +45,7 @@ export function registerDagsCommands(cli: Argv): void {
               triggerer_id: watcher.triggererId,
               cursor: watcher.cursor === null ? null : (JSON.parse(watcher.cursor) as unknown),
               last_event_at: watcher.lastEventAt === null ? null : new Date(watcher.lastEventAt).toISOString(),
+              event_filters: watcher.eventFilters,
             }));
             if (args.json) {
               process.stdout.write(`${JSON.stringify({ dags: dagRows, watchers, import_errors: errors })}\n`);
@@ -61,7 +62,7 @@ export function registerDagsCommands(cli: Argv): void {
             if (watchers.length > 0)
               process.stdout.write(
                 `\n${formatTable(
-                  ['WATCHED BY', 'TRIGGER', 'CLASSPATH', 'QUEUE', 'TRIGGERER', 'CURSOR', 'LAST EVENT'],
+                  ['WATCHED BY', 'TRIGGER', 'CLASSPATH', 'QUEUE', 'TRIGGERER', 'CURSOR', 'LAST EVENT', 'EVENTS TAKEN'],
                   watchers.map((watcher) => [
                     watcher.dag_id,
                     String(watcher.trigger_id),
@@ -70,6 +71,7 @@ export function registerDagsCommands(cli: Argv): void {
                     watcher.triggerer_id === null ? 'unclaimed' : String(watcher.triggerer_id),
                     watcher.cursor === null ? '-' : JSON.stringify(watcher.cursor),
                     watcher.last_event_at ?? '-',
+                    watcher.event_filters === null ? 'all' : watcher.event_filters.map((filter) => JSON.stringify(filter)).join(' or '),
                   ]),
                 )}`,
               );

@@ -4,7 +4,7 @@ import { DatabaseError } from '../vocabulary/errors.ts';
 import type { JsonValue } from '../vocabulary/serialization/json.ts';
 import type { StorageContext } from './context.ts';
 import { insertDagRuns } from './create-dag-run.ts';
-import { watcherRowHash } from './sync-dag-watchers.ts';
+import { dagEventFilters } from './sync-dag-watchers.ts';
 import { matches } from '../authoring/triggers/signal-trigger.ts';
 import type { SchedulerDag } from '../model/scheduler-dag.ts';
 
@@ -91,17 +91,9 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
   });
 }
 
-/**
- * The events of `batch` that make runs of `dag`: those its event filters match, from each of its
- * watchers stored as the batch's row (more than one when a DAG watches one shared upstream
- * twice); every event when one of them has no filter.
- */
+/** The events of `batch` that make runs of `dag`: those its event filters on the batch's row accept (see dagEventFilters). */
 function eventsOf(dag: SchedulerDag, batch: WatchBatch, rowHash: string | null, keyring: StorageContext['keyring']) {
   const events = batch.events.map((event) => ({ key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue }));
-  const schedule = dag.watchSchedule;
-  const filters = (schedule?.watchers ?? [])
-    .filter((watcher) => watcherRowHash(keyring, watcher, schedule!.queue) === rowHash)
-    .map((watcher) => watcher.eventFilter);
-  if (filters.length === 0 || filters.includes(undefined)) return events;
-  return events.filter((event) => filters.some((filter) => matches(event.payload, filter!)));
+  const filters = dagEventFilters(keyring, dag.watchSchedule, rowHash);
+  return filters === null ? events : events.filter((event) => filters.some((filter) => matches(event.payload, filter)));
 }

@@ -5,7 +5,7 @@ import { DEFAULT_QUEUE } from '../model/queues.ts';
 import type { StorageContext } from './context.ts';
 import { activelyWatched } from './active-watcher.ts';
 import { wake } from './wake.ts';
-import type { JsonObject } from '../vocabulary/serialization/json.ts';
+import type { JsonObject, JsonValue } from '../vocabulary/serialization/json.ts';
 
 /** A processed DAG and its watch schedule (null: it is not scheduled on watchers, or no longer). */
 export interface DagWatchers {
@@ -20,6 +20,19 @@ export interface DagWatchers {
  */
 export function watcherRowHash(keyring: StorageContext['keyring'], watcher: { classpath: string; kwargs: JsonObject }, queue: string): string {
   return keyring.triggerHash(`watch:${triggerHash(watcher)}${queue === DEFAULT_QUEUE ? '' : `@${queue}`}`);
+}
+
+/**
+ * The event filters a DAG applies to the events of the watcher row hashed `rowHash`: those of its
+ * watchers stored as that row (more than one when it watches one shared upstream twice); null
+ * when it takes every event (one of them has no filter, or none is that row any more).
+ */
+export function dagEventFilters(keyring: StorageContext['keyring'], schedule: WatchSchedule | null, rowHash: string | null): JsonValue[] | null {
+  const filters = (schedule?.watchers ?? [])
+    .filter((watcher) => watcherRowHash(keyring, watcher, schedule!.queue) === rowHash)
+    .map((watcher) => watcher.eventFilter);
+  if (filters.length === 0 || filters.includes(undefined)) return null;
+  return filters as JsonValue[];
 }
 
 /**

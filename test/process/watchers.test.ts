@@ -92,6 +92,7 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
           queue: 'default',
           triggerer_id: row.triggerer_id,
           cursor: 5,
+          event_filters: null,
         }),
       ),
     );
@@ -102,6 +103,7 @@ describe.each(testDialects)('watchers on %s', (dialect) => {
       const watcherRow = await page.locator(`#watchers tr[data-trigger="${watchers[0]!.id}"]`).textContent();
       expect(watcherRow).toContain('test.LinesWatcher');
       expect(watcherRow).toContain(String(row.triggerer_id));
+      expect(await page.locator(`#watchers tr[data-trigger="${watchers[0]!.id}"] .event-filters`).textContent()).toBe('all');
       expect(await page.locator('#runs').textContent()).toContain('event__order-4');
     } finally {
       await page.close();

@@ -182,6 +182,12 @@ describe.each(testDialects)('RabbitMqTrigger on %s', (dialect) => {
     });
     // Every message acknowledged once both DAGs' runs were written.
     await waitFor(async () => (await queueState(queue))?.messageCount === 0, { what: 'the queue drained' });
+    // What dags list and the DAG page show: one row, each DAG with the events it takes.
+    const listed = await openStores(db).serializedDags.listDagWatchers();
+    expect(listed.map((watcher) => [watcher.dagId, watcher.triggerId, watcher.eventFilters])).toEqual([
+      ['paid', listed[0]!.triggerId, [{ message: { kind: 'paid' } }]],
+      ['refunds', listed[0]!.triggerId, [{ message: { kind: 'refund' } }]],
+    ]);
   }, 120_000);
 
   it('a DAG scheduled on a queue: one run per matching message, acknowledged once committed, across connections cut mid-stream', async () => {

@@ -442,13 +442,14 @@ ${
   watchers.length === 0
     ? ''
     : html`<h2>Watchers</h2>
-<table id="watchers"><tr><th>trigger</th><th>classpath</th><th>queue</th><th>triggerer</th><th>cursor</th><th>last event</th></tr>
+<table id="watchers"><tr><th>trigger</th><th>classpath</th><th>queue</th><th>triggerer</th><th>cursor</th><th>last event</th><th>events taken</th></tr>
 ${watchers.map(
   (
     watcher,
   ) => html`<tr data-trigger="${watcher.triggerId}"><td class="num">${watcher.triggerId}</td><td><code>${watcher.classpath}</code></td><td>${watcher.queue}</td>
 <td>${watcher.triggererId === null ? html`<span class="muted">unclaimed</span>` : watcher.triggererId}</td><td><code>${watcher.cursor ?? ''}</code></td>
-<td title="${isoMoment(watcher.lastEventAt)}">${watcher.lastEventAt === null ? html`<span class="muted">none yet</span>` : ago(Date.now() - watcher.lastEventAt)}</td></tr>`,
+<td title="${isoMoment(watcher.lastEventAt)}">${watcher.lastEventAt === null ? html`<span class="muted">none yet</span>` : ago(Date.now() - watcher.lastEventAt)}</td>
+<td class="event-filters">${watcher.eventFilters === null ? 'all' : watcher.eventFilters.map((filter, i) => html`${i > 0 ? ' or ' : ''}<code>${JSON.stringify(filter)}</code>`)}</td></tr>`,
 )}</table>`
 }
 <h2>Grid</h2>
