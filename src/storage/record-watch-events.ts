@@ -58,16 +58,18 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
       .orderBy('serialized_dag.dag_id')
       .execute();
     let runs = 0;
+    const parsed = batch.events.map((event) => ({ key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue }));
     for (const row of dags) {
       const dag = toSchedulerDag(row.dag_id, row.data, row.hash);
+      // A DAG whose filters take none of the batch costs no statement.
+      const events = eventsOf(dag, parsed, owned.hash, context.keyring);
+      if (events.length === 0) continue;
       const latest = await trx
         .selectFrom('dag_run')
         .select((eb) => eb.fn.max('logical_date').as('at'))
         .where('dag_id', '=', dag.dagId)
         .executeTakeFirst();
       const firstDate = Math.max(now, latest?.at == null ? 0 : fromDbTime(latest.at) + 1);
-      const events = eventsOf(dag, batch, owned.hash, context.keyring);
-      if (events.length === 0) continue;
       const wanted = events.map((event, index) => ({
         runId: eventRunId(event.key),
         runType: 'event' as const,
@@ -91,9 +93,13 @@ export async function recordWatchEvents(context: StorageContext, batch: WatchBat
   });
 }
 
-/** The events of `batch` that make runs of `dag`: those its event filters on the batch's row accept (see dagEventFilters). */
-function eventsOf(dag: SchedulerDag, batch: WatchBatch, rowHash: string | null, keyring: StorageContext['keyring']) {
-  const events = batch.events.map((event) => ({ key: event.key, payload: JSON.parse(event.payloadJson) as JsonValue }));
+/** The events (payloads parsed, once for every DAG) that make runs of `dag`: those its event filters on the batch's row accept (see dagEventFilters). */
+function eventsOf<E extends { readonly payload: JsonValue }>(
+  dag: SchedulerDag,
+  events: readonly E[],
+  rowHash: string | null,
+  keyring: StorageContext['keyring'],
+): readonly E[] {
   const filters = dagEventFilters(keyring, dag.watchSchedule, rowHash);
   return filters === null ? events : events.filter((event) => filters.some((filter) => matches(event.payload, filter)));
 }
