@@ -13,8 +13,7 @@ import {
   type SerializedDagWrite,
 } from '../../storage/serialized-dags.ts';
 import type { DagSource, SchedulerDag, WatchSchedule } from '../../model/scheduler-dag.ts';
-import { canonicalJson } from '../../vocabulary/serialization/json.ts';
-import { syncDagWatchers, type DagWatchers } from '../../storage/sync-dag-watchers.ts';
+import { syncDagWatchers, watcherRowHash, type DagWatchers } from '../../storage/sync-dag-watchers.ts';
 
 import { loadDagFolder, type DagFileError } from '../../authoring/dags/loader.ts';
 import { SERIALIZED_DAG_VERSION, serializeDag, toSchedulerDag } from '../../authoring/dags/serialized-dag.ts';
@@ -67,7 +66,7 @@ export async function processDagFolder(database: Database, folder: string, optio
     let serialized: ReturnType<typeof serializeDag>;
     try {
       serialized = serializeDag(dag, fileloc);
-      claimWatcherConsumers(dag.dagId, dag.watchSchedule, consumers);
+      claimWatcherConsumers(dag.dagId, dag.watchSchedule, consumers, database.keyring);
     } catch (error) {
       errors.push({ fileloc, message: (error as Error).message });
       continue;
@@ -93,11 +92,15 @@ export async function processDagFolder(database: Database, folder: string, optio
  * session read by two rows hands each message to one of them, so each DAG would silently miss the
  * other's share. Alike watchers are one row and share it.
  */
-function claimWatcherConsumers(dagId: string, schedule: WatchSchedule | null, consumers: Map<string, { dagId: string; row: string }>): void {
+function claimWatcherConsumers(
+  dagId: string,
+  schedule: WatchSchedule | null,
+  consumers: Map<string, { dagId: string; row: string }>,
+  keyring: Database['keyring'],
+): void {
+  // Watchers are the same row when their row hashes are (syncDagWatchers makes the rows by them).
   const wanted = (schedule?.watchers ?? []).flatMap((watcher, index) =>
-    watcher.consumer === undefined
-      ? []
-      : [{ index, consumer: watcher.consumer, row: `${watcher.classpath}\0${canonicalJson(watcher.kwargs)}\0${schedule!.queue}` }],
+    watcher.consumer === undefined ? [] : [{ index, consumer: watcher.consumer, row: watcherRowHash(keyring, watcher, schedule!.queue) }],
   );
   const own = new Map<string, { dagId: string; row: string }>();
   for (const { index, consumer, row } of wanted) {
