@@ -9,20 +9,25 @@
  * Side by side in one run: `authoring`, the runner as it is (deferflow's authoring API shared
  * with the DAG file, the rest loaded on first use), and `whole`, the runner sharing the whole
  * public entry (as before the authoring API; it loads kysely and the drivers), with a bare
- * `node` process's resident memory for reference. One JSON line per mode:
+ * `node` process's resident memory for reference. The runners are forked as the worker forks them:
+ * with the worker's own Node flags (its default heap limit), not this script's (tsx's loader, which
+ * a fork would otherwise inherit). One JSON line per mode:
  *   ready_ms_p50/max   fork → the runner's 'ready'
+ *   ready_rss_mb       the runner's resident memory when it said it was ready (from /proc)
+ *   first_run_ms_p50   the first task's prepare + run (it compiles the DAG file)
  *   rss_mb             the runner's resident memory after its first task (from its result)
  *   run_ms_p50/p99     one task's prepare + run, message to result (the slot time a warm runner adds)
  * and a last line with the ratios authoring / whole.
  */
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { percentile } from './bench-support.ts';
+import { WORKER_OPTIONS } from '../src/daemons/worker/options.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('runners', { type: 'number', default: 4, describe: 'runner processes started at once, per mode' })
@@ -62,6 +67,7 @@ interface Message {
 
 function start(mode: Mode): { child: ChildProcess; next(): Promise<Message> } {
   const child = fork(runnerMain, [], {
+    execArgv: [`--max-old-space-size=${WORKER_OPTIONS.runnerMaxMemory.default}`],
     env: { ...process.env, DEFERFLOW_RUNNER_PRELOAD: JSON.stringify(entries(mode)), DEFERFLOW_RUNNER_SMART_SENSORS: 'null' },
     serialization: 'advanced',
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -82,16 +88,20 @@ function start(mode: Mode): { child: ChildProcess; next(): Promise<Message> } {
 async function measure(mode: Mode) {
   const started = performance.now();
   const runners = Array.from({ length: args.runners }, () => start(mode));
+  const readyRss: number[] = [];
   const readyMs = (
     await Promise.all(
       runners.map(async (runner) => {
         const message = await runner.next();
         if (message.type !== 'ready') throw new Error(`a runner said ${message.type} before ready`);
-        return performance.now() - started;
+        const at = performance.now() - started;
+        readyRss.push(residentBytes(runner.child.pid!));
+        return at;
       }),
     )
   ).sort((a, b) => a - b);
   const runMs: number[] = [];
+  const firstRunMs: number[] = [];
   const rss: number[] = [];
   await Promise.all(
     runners.map(async (runner, r) => {
@@ -123,24 +133,36 @@ async function measure(mode: Mode) {
         });
         const result = await runner.next();
         if (result.type !== 'result' || result.result?.kind !== 'returned') throw new Error(`run answered ${JSON.stringify(result)}`);
-        runMs.push(performance.now() - t0);
-        if (n === 0) rss.push(result.rss!);
+        if (n === 0) {
+          firstRunMs.push(performance.now() - t0);
+          rss.push(result.rss!);
+        } else runMs.push(performance.now() - t0);
       }
     }),
   );
   for (const runner of runners) runner.child.disconnect();
   runMs.sort((a, b) => a - b);
+  firstRunMs.sort((a, b) => a - b);
   return {
     mode,
     runners: args.runners,
     tasks_per_runner: args.tasks,
     ready_ms_p50: Math.round(percentile(readyMs, 0.5)),
     ready_ms_max: Math.round(readyMs.at(-1)!),
-    rss_mb: Number((rss.reduce((sum, value) => sum + value, 0) / rss.length / 1e6).toFixed(1)),
+    ready_rss_mb: megabytes(mean(readyRss)),
+    first_run_ms_p50: Math.round(percentile(firstRunMs, 0.5)),
+    rss_mb: megabytes(mean(rss)),
     run_ms_p50: Number(percentile(runMs, 0.5).toFixed(2)),
     run_ms_p99: Number(percentile(runMs, 0.99).toFixed(2)),
   };
 }
+
+/** A process's resident set size now, in bytes (what its result's `rss` reports for itself). */
+function residentBytes(pid: number): number {
+  return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024;
+}
+const mean = (values: readonly number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+const megabytes = (bytes: number) => Number((bytes / 1e6).toFixed(1));
 
 try {
   const bareNodeMb = Number((Number(execFileSync(process.execPath, ['-e', 'process.stdout.write(String(process.memoryUsage.rss()))'])) / 1e6).toFixed(1));
