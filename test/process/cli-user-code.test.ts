@@ -104,6 +104,40 @@ describe('user files', () => {
     expect(loads[0]).toBe(String(run.pid));
   }, 60_000);
 
+  it('TypeScript that user code loads with import() as it runs loads in a runner, from the DAG file itself or from a module it imports', async () => {
+    const db = await scratch.database('sqlite');
+    const project = scratch.dir('runtime-import');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'runtime-import', type: 'module' }));
+    mkdirSync(path.join(project, 'dags'));
+    mkdirSync(path.join(project, 'lib'));
+    writeFileSync(path.join(project, 'lib/shout.ts'), `export const shout = (word: string): string => word.toUpperCase();\n`);
+    // Imported statically by a DAG file with no import() of its own: the import() is in this module only.
+    writeFileSync(
+      path.join(project, 'lib/later.ts'),
+      `export async function later(word: string): Promise<string> {\n  const { shout } = await import('./shout.ts');\n  return shout(word);\n}\n`,
+    );
+    writeFileSync(
+      path.join(project, 'dags/direct.ts'),
+      `import { BaseOperator, Dag } from ${entry};\nclass Direct extends BaseOperator {\n  async execute(): Promise<string> {\n    const { shout } = await import('../lib/shout.ts');\n    return shout('direct');\n  }\n}\n` +
+        `export const dag = new Dag({ dagId: 'direct_import' }).add(new Direct({ taskId: 'shout' }));\n`,
+    );
+    writeFileSync(
+      path.join(project, 'dags/nested.ts'),
+      `import { BaseOperator, Dag } from ${entry};\nimport { later } from '../lib/later.ts';\nclass Nested extends BaseOperator {\n  execute(): Promise<string> {\n    return later('nested');\n  }\n}\n` +
+        `export const dag = new Dag({ dagId: 'nested_import' }).add(new Nested({ taskId: 'shout' }));\n`,
+    );
+    for (const dagId of ['direct_import', 'nested_import']) {
+      const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', dagId, '--exit-when-done'], RUNNER_PROCESSES, project);
+      const exit = await run.exit;
+      expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+    }
+    const rows = await db.db.selectFrom('task_instance').select(['dag_id', 'state', 'return_value']).orderBy('dag_id').execute();
+    expect(rows.map((r) => [r.dag_id, r.state, JSON.parse(r.return_value!)])).toEqual([
+      ['direct_import', 'success', 'DIRECT'],
+      ['nested_import', 'success', 'NESTED'],
+    ]);
+  }, 60_000);
+
   it('a file whose project lacks deferflow is reported with the fix', async () => {
     const db = await scratch.database('sqlite');
     const dir = scratch.dir('user-code');

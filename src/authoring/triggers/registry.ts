@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { TriggerModuleError, UnknownSensorError, UnknownTriggerError } from '../../vocabulary/errors.ts';
 import { isSensorClass, sensorClasspathOf, type SensorClass } from '../sensors/sensor-class.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
-import { registerTypeScriptHooks } from '../user-code/typescript-hooks.ts';
+import { registerTypeScriptImportHooks } from '../user-code/typescript-hooks.ts';
 import { exportsOf, importUserModule } from '../user-code/user-module.ts';
 import { classpathOf, isTriggerClass, type TriggerClass } from './base-trigger.ts';
 
@@ -101,7 +101,7 @@ export class TriggerRegistry {
  * condition cannot be resolved by require.resolve; deferflow's own resolution is the fallback.
  */
 async function importPackage(name: string): Promise<Record<string, unknown>> {
-  await registerTypeScriptHooks();
+  await registerTypeScriptImportHooks();
   let url = name;
   try {
     url = pathToFileURL(createRequire(path.join(process.cwd(), 'package.json')).resolve(name)).href;

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { transform } from 'esbuild';
 import { moduleFormatOf } from './module-format.ts';
-import { registerTypeScriptHooks } from './typescript-hooks.ts';
+import { registerTypeScriptHooks, registerTypeScriptImportHooks } from './typescript-hooks.ts';
 
 /**
  * Loads a user's file (a DAG file, a trigger module) of any flavour: `.ts`, `.mts`, `.cts`,
@@ -117,6 +117,7 @@ const TOP_LEVEL_AWAIT = /Top-level await is currently not supported with the "cj
 const ESM_ONLY_IMPORT = new Set(['ERR_REQUIRE_ESM', 'ERR_REQUIRE_ASYNC_MODULE', 'ERR_PACKAGE_PATH_NOT_EXPORTED', 'ERR_REQUIRE_CYCLE_MODULE']);
 
 async function importAsEsModule(file: string, version: string): Promise<Record<string, unknown>> {
+  await registerTypeScriptImportHooks();
   // The version in the URL makes Node load the file afresh after an edit.
   return exportsOf(await import(`${pathToFileURL(file).href}?v=${version}`));
 }
