@@ -16,6 +16,7 @@
  *   ready_rss_mb       the runner's resident memory when it said it was ready (from /proc)
  *   first_run_ms_p50   the first task's prepare + run (it compiles the DAG file)
  *   rss_mb             the runner's resident memory after its first task (from its result)
+ *   children_rss_mb    its child processes' resident memory then (an esbuild service, if it compiled itself)
  *   run_ms_p50/p99     one task's prepare + run, message to result (the slot time a warm runner adds)
  * and a last line with the ratios authoring / whole.
  */
@@ -28,6 +29,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { percentile } from './bench-support.ts';
 import { WORKER_OPTIONS } from '../src/daemons/worker/options.ts';
+import { CompiledUserFiles } from '../src/daemons/worker/compiled-user-files.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('runners', { type: 'number', default: 4, describe: 'runner processes started at once, per mode' })
@@ -61,11 +63,15 @@ const entries = (mode: Mode) => [
 
 interface Message {
   readonly type: string;
+  readonly id?: number;
+  readonly file?: string;
+  readonly source?: string;
   readonly rss?: number;
   readonly result?: { kind: string };
 }
 
-function start(mode: Mode): { child: ChildProcess; next(): Promise<Message> } {
+/** Serves its runners' compile requests, as their worker would (one per mode, like one worker). */
+function start(mode: Mode, compiled: CompiledUserFiles): { child: ChildProcess; next(): Promise<Message> } {
   const child = fork(runnerMain, [], {
     execArgv: [`--max-old-space-size=${WORKER_OPTIONS.runnerMaxMemory.default}`],
     env: { ...process.env, DEFERFLOW_RUNNER_PRELOAD: JSON.stringify(entries(mode)), DEFERFLOW_RUNNER_SMART_SENSORS: 'null' },
@@ -76,6 +82,13 @@ function start(mode: Mode): { child: ChildProcess; next(): Promise<Message> } {
   let waiting: ((message: Message) => void) | null = null;
   child.on('message', (message: Message) => {
     if (message.type === 'log') return;
+    if (message.type === 'compile') {
+      compiled.compile(message.file!, message.source!).then(
+        (value) => child.send({ type: 'reply', id: message.id, value }),
+        (error: Error) => child.send({ type: 'reply', id: message.id, error: { name: error.name, message: error.message, stack: null, code: null } }),
+      );
+      return;
+    }
     if (waiting) {
       const resolve = waiting;
       waiting = null;
@@ -87,7 +100,8 @@ function start(mode: Mode): { child: ChildProcess; next(): Promise<Message> } {
 
 async function measure(mode: Mode) {
   const started = performance.now();
-  const runners = Array.from({ length: args.runners }, () => start(mode));
+  const compiled = new CompiledUserFiles();
+  const runners = Array.from({ length: args.runners }, () => start(mode, compiled));
   const readyRss: number[] = [];
   const readyMs = (
     await Promise.all(
@@ -103,6 +117,7 @@ async function measure(mode: Mode) {
   const runMs: number[] = [];
   const firstRunMs: number[] = [];
   const rss: number[] = [];
+  const childrenRss: number[] = [];
   await Promise.all(
     runners.map(async (runner, r) => {
       for (let n = 0; n < args.tasks; n++) {
@@ -136,6 +151,7 @@ async function measure(mode: Mode) {
         if (n === 0) {
           firstRunMs.push(performance.now() - t0);
           rss.push(result.rss!);
+          childrenRss.push(childrenResidentBytes(runner.child.pid!));
         } else runMs.push(performance.now() - t0);
       }
     }),
@@ -152,6 +168,7 @@ async function measure(mode: Mode) {
     ready_rss_mb: megabytes(mean(readyRss)),
     first_run_ms_p50: Math.round(percentile(firstRunMs, 0.5)),
     rss_mb: megabytes(mean(rss)),
+    children_rss_mb: megabytes(mean(childrenRss)),
     run_ms_p50: Number(percentile(runMs, 0.5).toFixed(2)),
     run_ms_p99: Number(percentile(runMs, 0.99).toFixed(2)),
   };
@@ -160,6 +177,10 @@ async function measure(mode: Mode) {
 /** A process's resident set size now, in bytes (what its result's `rss` reports for itself). */
 function residentBytes(pid: number): number {
   return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024;
+}
+function childrenResidentBytes(pid: number): number {
+  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+  return children.reduce((sum, child) => sum + residentBytes(Number(child)), 0);
 }
 const mean = (values: readonly number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 const megabytes = (bytes: number) => Number((bytes / 1e6).toFixed(1));

@@ -342,7 +342,7 @@ export const dag = new Dag({ dagId: 'same' }).add(new Same({ taskId: 'same' }));
 });
 
 describe('a task runner, on sqlite', () => {
-  it("loads deferflow's authoring API and no database code; the rest comes with a first call, and openDatabase before it is a coded error", async () => {
+  it("loads deferflow's authoring API and no database code, and has no compiler process of its own; the rest comes with a first call, and openDatabase before it is a coded error", async () => {
     const db = await scratch.database('sqlite');
     const dags = scratch.dir('light');
     const hooks = scratch.dir('light-hooks');
@@ -359,7 +359,7 @@ describe('a task runner, on sqlite', () => {
     // A TypeScript DAG file, as \`deferflow init\` writes them.
     writeFileSync(
       path.join(dags, 'light.ts'),
-      `import { appendFileSync } from 'node:fs';
+      `import { appendFileSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { BaseOperator, Dag, latestSignalVersion, listSignals, openDatabase } from ${JSON.stringify(PACKAGE_ENTRY)};
 class Light extends BaseOperator {
@@ -371,12 +371,14 @@ class Light extends BaseOperator {
       before = (error as { code?: string }).code;
     }
     appendFileSync(${JSON.stringify(record)}, Object.keys(createRequire(import.meta.url).cache).map((file) => process.pid + ' ' + file + '\\n').join('') + process.pid + ' first call\\n');
+    // The runner's own child processes (its worker compiled this file: no esbuild service here).
+    const children = readFileSync('/proc/self/task/' + process.pid + '/children', 'utf8').trim();
     // Any function of deferflow that returns a promise loads the rest of it (this one then fails: no database given).
     await listSignals(null as never, 'light').catch(() => {});
     const database = openDatabase(${JSON.stringify(db.url)});
     const version = await latestSignalVersion(database, 'light');
     await database.close();
-    return { pid: process.pid, before, version };
+    return { pid: process.pid, before, version, children };
   }
 }
 export const dag = new Dag({ dagId: 'light' }).add(new Light({ taskId: 'light' }));
@@ -391,7 +393,7 @@ export const dag = new Dag({ dagId: 'light' }).add(new Light({ taskId: 'light' }
     const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();
     expect(row.state).toBe('success');
     const returned = JSON.parse(row.return_value!) as { pid: number; before: unknown; version: number };
-    expect(returned).toMatchObject({ before: 'DF_NOT_IN_TASK_RUNNER', version: 0 });
+    expect(returned).toMatchObject({ before: 'DF_NOT_IN_TASK_RUNNER', version: 0, children: '' });
     expect(returned.pid).not.toBe(standalone.pid);
 
     const lines = readFileSync(record, 'utf8').split('\n');

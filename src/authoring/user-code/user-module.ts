@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import Module from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { transform } from 'esbuild';
+import { compileAsThisProcessDoes, IMPORT_META_URL } from './compile-user-file.ts';
 import { moduleFormatOf } from './module-format.ts';
 import { registerTypeScriptHooks, registerTypeScriptImportHooks } from './typescript-hooks.ts';
 
@@ -16,8 +16,7 @@ import { registerTypeScriptHooks, registerTypeScriptImportHooks } from './typesc
  * re-imports an edited DAG file would keep every version of it (about 50 KB an edit, measured
  * by `npm run bench:reload`). Instead the file is compiled to a CommonJS module object that is
  * not kept in any cache: when the file changes, the old version is garbage once nothing uses
- * its DAG. esbuild (already what tsx runs) strips the types and rewrites import/export; the
- * inline source map keeps stack traces pointing at the user's lines. A trigger module, loaded
+ * its DAG (compile-user-file.ts compiles it). A trigger module, loaded
  * once for the life of the process, is `shared`: kept in the require cache, so a DAG file that
  * imports it gets the same module rather than a second compilation.
  *
@@ -36,25 +35,9 @@ export async function importUserModule(file: string, version: string, options: {
   if (loaded?.loaded) return { exports: exportsOf(loaded.exports), importedBecause: null };
   const source = await readFile(file, 'utf8');
   const format = moduleFormatOf(file);
-  let code: string;
-  try {
-    code = (
-      await transform(source, {
-        loader: /\.[cm]?ts$/.test(file) ? 'ts' : 'js',
-        format: 'cjs',
-        platform: 'node',
-        target: `node${process.versions.node.split('.')[0]}`,
-        sourcemap: 'inline',
-        sourcefile: file,
-        // An ES module's import.meta, as CommonJS can give it.
-        define: { 'import.meta.url': IMPORT_META_URL, 'import.meta.filename': '__filename', 'import.meta.dirname': '__dirname' },
-      })
-    ).code;
-  } catch (error) {
-    if (TOP_LEVEL_AWAIT.test(String((error as Error).message)))
-      return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await' };
-    throw error;
-  }
+  const compiled = await compileAsThisProcessDoes(file, source);
+  if (!('code' in compiled)) return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await' };
+  const { code } = compiled;
   const module = new Module(file);
   module.filename = file;
   // Node's own resolution paths for a file in this folder: node_modules here and above.
@@ -111,8 +94,6 @@ function importOnlySpecifier(code: string, file: string): string | null {
 /** A require of a literal specifier, as esbuild writes the imports it rewrites. */
 const REQUIRE_CALL = /\brequire\("([^"]+)"\)/g;
 
-const IMPORT_META_URL = '__deferflow_import_meta_url';
-const TOP_LEVEL_AWAIT = /Top-level await is currently not supported with the "cjs" output format/;
 /** Errors that mean "this file needs import() to load what it imports", not "this file is broken". */
 const ESM_ONLY_IMPORT = new Set(['ERR_REQUIRE_ESM', 'ERR_REQUIRE_ASYNC_MODULE', 'ERR_PACKAGE_PATH_NOT_EXPORTED', 'ERR_REQUIRE_CYCLE_MODULE']);
 

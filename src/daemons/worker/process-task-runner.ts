@@ -13,6 +13,8 @@ import { sharedEntries } from '../../authoring/user-code/shared-modules.ts';
 import type { PreparedTask, TaskResult, TaskRunner } from './task-runner.ts';
 import { RunSettingsCache, type RunSettings } from './run-settings-cache.ts';
 import type { TryLoggers } from './task-log-writer.ts';
+import type { UserFileCompiler } from '../../authoring/user-code/compile-user-file.ts';
+import { CompiledUserFiles } from './compiled-user-files.ts';
 
 export interface ProcessTaskRunnerOptions {
   /** Tasks a runner process runs before it is replaced (leaks in task code do not pile up). */
@@ -97,6 +99,7 @@ class RunnerProcess {
     options: ProcessTaskRunnerOptions,
     private readonly log: Logger,
     private readonly onReady: (runner: RunnerProcess) => void,
+    private readonly compile: UserFileCompiler,
   ) {
     this.child = fork(entry.file, [], {
       execArgv: [...entry.execArgv, `--max-old-space-size=${options.maxMemoryMb}`],
@@ -161,7 +164,12 @@ class RunnerProcess {
       this.onReady(this);
     } else if (message.type === 'log') this.hooks?.log(message.text);
     else if (message.type === 'call') this.hooks?.call(message);
-    else {
+    else if (message.type === 'compile') {
+      this.compile(message.file, message.source).then(
+        (value) => this.send({ type: 'reply', id: message.id, value }),
+        (error: unknown) => this.send({ type: 'reply', id: message.id, error: toWireError(error) }),
+      );
+    } else {
       const waiter = this.#waiter;
       this.#waiter = null;
       waiter?.resolve(message);
@@ -206,6 +214,8 @@ export class ProcessTaskRunner implements TaskRunner {
   /** Looks again once the oldest waiter has waited #startMs. */
   #startCheck: NodeJS.Timeout | undefined;
   readonly #entry = runnerEntry();
+  /** The user files runners load, compiled here once for all of them. */
+  readonly #compiled = new CompiledUserFiles();
   #closed = false;
   #retireTimer: NodeJS.Timeout | undefined;
 
@@ -392,11 +402,17 @@ export class ProcessTaskRunner implements TaskRunner {
   #spawn(): void {
     if (this.#closed || this.#all.size >= this.options.slots) return;
     const spawnedAt = performance.now();
-    const runner = new RunnerProcess(this.#entry, this.options, this.log, (ready) => {
-      this.#starting.delete(ready);
-      this.#startMs = 0.7 * this.#startMs + 0.3 * (performance.now() - spawnedAt);
-      this.#offer(ready);
-    });
+    const runner = new RunnerProcess(
+      this.#entry,
+      this.options,
+      this.log,
+      (ready) => {
+        this.#starting.delete(ready);
+        this.#startMs = 0.7 * this.#startMs + 0.3 * (performance.now() - spawnedAt);
+        this.#offer(ready);
+      },
+      (file, source) => this.#compiled.compile(file, source),
+    );
     this.#all.add(runner);
     this.#starting.add(runner);
     void runner.exited.then(() => {

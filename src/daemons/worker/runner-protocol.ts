@@ -16,6 +16,7 @@ import type { TASK_SERVICE_NAMES } from './claimed-task.ts';
  *                    a run may come to another runner, which loads the task itself)
  *   worker → runner: abort (timeout, signal, stop)       the runner is killed if it does not end soon
  *   worker → runner: reply (to a call: a database service of the task's context)
+ *   runner → worker: compile (a user file's text, at any time) → worker: reply (its CommonJS code)
  */
 
 /**
@@ -70,6 +71,8 @@ export type FromRunner =
   /** A line the task's code logged: pino JSON text, bound to the try. */
   | { readonly type: 'log'; readonly text: string }
   | { readonly type: 'call'; readonly id: number; readonly name: TaskServiceName; readonly args: readonly unknown[] }
+  /** A user file to compile (see compileUserFilesWith): the worker replies with a CompiledUserFile. */
+  | { readonly type: 'compile'; readonly id: number; readonly file: string; readonly source: string }
   /** `rss`: the runner's resident memory after the run, in bytes (a runner past its ceiling is replaced). */
   | { readonly type: 'result'; readonly result: WireTaskResult; readonly rss: number };
 

@@ -26,6 +26,7 @@ import { runToResult, type TaskResult } from './task-runner.ts';
 import { registerTypeScriptHooks } from '../../authoring/user-code/typescript-hooks.ts';
 import type { SharedEntry } from '../../authoring/user-code/shared-modules.ts';
 import { shareInTaskRunner } from '../../authoring/user-code/task-runner-api.ts';
+import { type CompiledUserFile, compileUserFilesWith } from '../../authoring/user-code/compile-user-file.ts';
 
 // Nothing to tell once the worker has let go (it stopped, retired this runner while it was
 // starting, or died): the disconnect handler ends the process. process.connected turns false
@@ -50,21 +51,27 @@ async function loadTask(claimed: ClaimedTaskInstance): Promise<LoadedTask> {
   return { ...(await loadClaimedTask(claimed)), taskInstanceId: claimed.id };
 }
 let running: AbortController | null = null;
-const calls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
-let nextCall = 0;
+/** Requests to the worker awaiting its reply, by id. */
+const requests = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
+let nextRequest = 0;
+
+/** Sends a request (a call or a compile) to the worker, and resolves with its reply. */
+function request(message: DistributiveOmit<Extract<FromRunner, { id: number }>, 'id'>): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const id = nextRequest++;
+    requests.set(id, { resolve, reject });
+    send({ ...message, id } as FromRunner);
+  });
+}
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /** The context's database services, answered by the worker. */
 const services = Object.fromEntries(
-  TASK_SERVICE_NAMES.map((name) => [
-    name,
-    (...args: unknown[]) =>
-      new Promise((resolve, reject) => {
-        const id = nextCall++;
-        calls.set(id, { resolve, reject });
-        send({ type: 'call', id, name, args });
-      }),
-  ]),
+  TASK_SERVICE_NAMES.map((name) => [name, (...args: unknown[]) => request({ type: 'call', name, args })]),
 ) as unknown as TaskServices;
+
+// DAG files are compiled by the worker, once for all its runners (see compileUserFilesWith).
+compileUserFilesWith((file, source) => request({ type: 'compile', file, source }) as Promise<CompiledUserFile>);
 
 async function handle(message: ToRunner): Promise<void> {
   switch (message.type) {
@@ -114,10 +121,10 @@ async function handle(message: ToRunner): Promise<void> {
       running?.abort(fromWireError(message.reason));
       return;
     case 'reply': {
-      const call = calls.get(message.id);
-      calls.delete(message.id);
-      if (message.error) call?.reject(fromWireError(message.error));
-      else call?.resolve(message.value);
+      const pending = requests.get(message.id);
+      requests.delete(message.id);
+      if (message.error) pending?.reject(fromWireError(message.error));
+      else pending?.resolve(message.value);
       return;
     }
   }
