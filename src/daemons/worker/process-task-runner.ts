@@ -1,5 +1,6 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import os from 'node:os';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -33,20 +34,22 @@ export interface ProcessTaskRunnerOptions {
 
 /**
  * Idle runners kept however quiet the worker is (the next task need not wait for one to start),
- * the first started with the worker. No other spare is started ahead: each costs most of a
- * second of CPU, and a worker whose tasks run one after another needs one runner.
+ * the first started with the worker. No other spare is started ahead: each costs CPU to start
+ * and about 65 MB to keep, and a worker whose tasks run one after another needs one runner.
  */
 const KEEP_IDLE = 1;
 /** An idle runner beyond KEEP_IDLE is retired after this long without a task. */
 const IDLE_RETIRE_MS = 60_000;
 const IDLE_CHECK_MS = 10_000;
 /**
- * Runner processes starting at once, at most: one. Starting one costs most of a second of CPU;
- * more at once starve the warm runners serving the tasks meanwhile (measured with
- * bench:runtime on 2 cores, with a spare runner then: 11.5 s with one at a time, 13.6 s with two,
- * 15.6 s unbounded).
+ * Runner processes starting at once, at most: one per core. Starting one costs about a fifth of
+ * a second of CPU, on one core. Measured on 2 cores: two at once brought a peer's handed-back
+ * tasks back running sooner (bench:failover, 10 tasks: 2.0 -> 1.5 s) with bench:runtime unchanged
+ * (7.6-8.0 s either way, interleaved runs). Before runners started light, when a start cost most of
+ * a second, more at once starved the warm runners serving tasks meanwhile (bench:runtime then:
+ * 11.5 s with one at a time, 13.6 s with two, 15.6 s unbounded).
  */
-const MAX_STARTING = 1;
+const MAX_STARTING = Math.max(1, os.availableParallelism());
 /**
  * What starting a runner is taken to cost until one has been timed (spawn to ready): another
  * runner starts only for a task that has waited that long for one (see #startForWaiters).
@@ -337,8 +340,8 @@ export class ProcessTaskRunner implements TaskRunner {
   }
 
   /**
-   * Starts the runner kept idle (KEEP_IDLE), so the first task does not wait the half second
-   * or more a runner takes to start (bench:runtime: 8.1 -> 7.5 s), and starts retiring idle
+   * Starts the runner kept idle (KEEP_IDLE), so the first task does not wait for a runner to
+   * start (bench:runtime, when a start took half a second or more: 8.1 -> 7.5 s), and starts retiring idle
    * runners beyond it.
    */
   start(): void {
@@ -377,8 +380,8 @@ export class ProcessTaskRunner implements TaskRunner {
       // A started task's run goes before the tasks still to be prepared: it is further along.
       if (run) this.#waiters.unshift(waiter);
       else this.#waiters.push(waiter);
-      // Starting a runner costs most of a second of CPU: a few at a time, so a burst of short
-      // tasks is served by the warm runners meanwhile instead of starving them of CPU.
+      // Starting a runner costs CPU: a few at a time, so a burst of short tasks is served by the
+      // warm runners meanwhile instead of starving them of CPU.
       this.#startForWaiters();
     });
   }
@@ -446,10 +449,10 @@ export class ProcessTaskRunner implements TaskRunner {
   }
 
   /**
-   * Starts a runner if tasks wait for more than are starting (a few at a time, see
+   * Starts a runner if tasks wait for more than are starting (one per core at a time, see
    * MAX_STARTING), and either none runs at all or the task waiting longest has waited as long as
    * a runner takes to start: a burst of short tasks is served sooner by the warm runners, and
-   * each runner started costs most of a second of CPU that they would lose (bench:runtime: 1,000
+   * each runner started costs CPU that they would lose (bench:runtime: 1,000
    * deferring tasks on 8 slots start 8 runners otherwise). Long tasks keep their slots busy, so
    * tasks wait, and runners start up to one per slot.
    */
