@@ -2,7 +2,7 @@
 // whatever a task does to its own process (spins the CPU, exits, throws outside its promise
 // chain, runs out of memory), the worker keeps heartbeating and running its other tasks, and
 // only that task's try fails, with a code saying what happened. Real processes throughout.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -266,6 +266,57 @@ export const dag = new Dag({ dagId: 'edited' }).add(first, flaky);
     await waitFor(async () => Date.now() - editedAt > 2 * WORKER_RECHECK_MS + 100, { what: 'two recheck intervals after the edit' });
     const after = await triggerDagRun(db, 'edited', { runId: 'after_the_edit' });
     await waitFor(async () => (await flakyState(after)) === 'up_for_retry', { what: 'flaky up for retry, as the edit allows', timeoutMs: 30_000 });
+    await stop();
+  }, 60_000);
+
+  it('sees an edit of a module the DAG file imports, not only of the DAG file: in DAG processing, and in the tasks starting after it', async () => {
+    const db = await scratch.database('sqlite');
+    const project = scratch.dir('helper-edit');
+    const dags = path.join(project, 'dags');
+    const lib = path.join(project, 'lib');
+    mkdirSync(dags);
+    mkdirSync(lib);
+    // The DAG file imports tasks.ts, which imports label.ts: an edit of either must be seen.
+    const writeLib = (taskIds: string[], label: string) => {
+      writeFileSync(path.join(lib, 'label.ts'), `export const label: string = ${JSON.stringify(label)};\n`);
+      writeFileSync(
+        path.join(lib, 'tasks.ts'),
+        `import { label } from './label.ts';\nexport const taskIds: string[] = ${JSON.stringify(taskIds)};\nexport const labelNow = (): string => label;\n`,
+      );
+    };
+    writeLib(['a'], 'v1');
+    writeFileSync(
+      path.join(dags, 'uses_lib.ts'),
+      `import { Dag, FunctionOperator } from ${JSON.stringify(PACKAGE_ENTRY)};
+import { labelNow, taskIds } from '../lib/tasks.ts';
+export const dag = new Dag({ dagId: 'uses_lib' });
+for (const taskId of taskIds) dag.add(new FunctionOperator({ taskId, fn: () => labelNow() }));
+`,
+    );
+    await processDagFolder(db, dags);
+    const { stop } = await schedulerAndWorker(db, dags);
+    const returned = async (runId: string) =>
+      Object.fromEntries(
+        (await db.db.selectFrom('task_instance').select(['task_id', 'state', 'return_value']).where('run_id', '=', runId).execute()).map(
+          (row) => [row.task_id, row.state === 'success' ? JSON.parse(row.return_value!) : row.state] as const,
+        ),
+      );
+    const first = await triggerDagRun(db, 'uses_lib');
+    await waitFor(async () => (await returned(first)).a === 'v1', { what: 'the first run returning v1', timeoutMs: 30_000 });
+
+    writeLib(['a', 'b'], 'v2');
+    // DAG processing (this process, as a scheduler's would be: it has loaded both modules) sees the new task.
+    await processDagFolder(db, dags);
+    const serialized = await db.db.selectFrom('serialized_dag').select('data').where('dag_id', '=', 'uses_lib').executeTakeFirstOrThrow();
+    expect(serialized.data).toContain('"b"');
+    // The worker and its runners look again at most once a second.
+    const editedAt = Date.now();
+    await waitFor(async () => Date.now() - editedAt > 2 * WORKER_RECHECK_MS + 100, { what: 'two recheck intervals after the edit' });
+    const after = await triggerDagRun(db, 'uses_lib', { runId: 'after_the_edit' });
+    await waitFor(async () => Object.keys(await returned(after)).length === 2 && Object.values(await returned(after)).every((value) => value === 'v2'), {
+      what: 'both tasks of the run after the edit returning v2',
+      timeoutMs: 30_000,
+    });
     await stop();
   }, 60_000);
 

@@ -1,8 +1,10 @@
+import { createHash } from 'node:crypto';
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { describeThrown, TaskNotFoundError } from '../../vocabulary/errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
 import { importUserModule, type UserModule } from '../user-code/user-module.ts';
+import { type LocalImportMtimes, localImportMtimes } from '../user-code/local-modules.ts';
 import { isDag, type Dag } from './dag.ts';
 
 /** A DAG a folder's file defined. */
@@ -52,10 +54,12 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
   const errors: DagFileError[] = [];
   const unreloadable: DagFileError[] = [];
   const definedIn = new Map<string, string>();
+  // Helpers many DAG files import are looked at once a pass.
+  const mtimes: LocalImportMtimes = new Map();
   for (const fileloc of files) {
     let exports: Record<string, unknown>;
     try {
-      const loaded = await importDagFile(fileloc);
+      const loaded = await importDagFile(fileloc, 0, mtimes);
       exports = loaded.exports;
       if (loaded.importedBecause !== null) unreloadable.push({ fileloc, message: loaded.importedBecause });
     } catch (error) {
@@ -84,29 +88,50 @@ export async function loadDagFolder(folder: string): Promise<DagFolder> {
   return { dags, errors, files, unreloadable };
 }
 
-/** Imports one DAG file as it is now (its mtime is checked, so an edit is seen). */
-async function importDagFile(fileloc: string, maxAgeMs = 0): Promise<UserModule> {
+/** Imports one DAG file as it is now (its mtime and its local imports' are checked, so an edit of either is seen). */
+async function importDagFile(fileloc: string, maxAgeMs = 0, mtimes?: LocalImportMtimes): Promise<UserModule> {
   // A worker imports a DAG file for every task it runs: unchanged files are served from here
   // (compiling one costs milliseconds), and a worker re-checks a file's mtime at most every maxAgeMs.
   const cached = imported.get(fileloc);
   if (cached && performance.now() - cached.checkedAt < maxAgeMs) return cached.module;
-  const version = await dagFileVersion(fileloc);
-  const module = cached?.version === version ? cached.module : await importUserModule(fileloc, version);
-  imported.set(fileloc, { version, module, checkedAt: performance.now() });
+  const version = await dagFileVersion(fileloc, cached?.module.localImports, mtimes);
+  if (cached?.version === version) {
+    cached.checkedAt = performance.now();
+    return cached.module;
+  }
+  const module = await importUserModule(fileloc, version);
+  // Its version by what it imports now, which an edit may have changed.
+  const loadedVersion = sameList(module.localImports, cached?.module.localImports) ? version : await dagFileVersion(fileloc, module.localImports);
+  imported.set(fileloc, { version: loadedVersion, module, checkedAt: performance.now() });
   return module;
 }
 
 const imported = new Map<string, { version: string; module: UserModule; checkedAt: number }>();
 
-/** A DAG file's version as this process sees it now: its mtime, in whole microseconds. */
-export async function dagFileVersion(fileloc: string): Promise<string> {
+/**
+ * A DAG file's version as this process sees it now: its mtime, in whole microseconds, and when
+ * it imports modules of the user's own (`localImports`, as its last load found them: see
+ * local-modules.ts), a digest of theirs, so that an edit of a helper is an edit of the DAG file.
+ */
+export async function dagFileVersion(fileloc: string, localImports: readonly string[] = [], mtimes?: LocalImportMtimes): Promise<string> {
   // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
-  return String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+  const own = String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+  if (localImports.length === 0) return own;
+  const digest = createHash('sha1')
+    .update(localImports.join('\n'))
+    .update((await localImportMtimes(localImports, mtimes)).join(','))
+    .digest('hex');
+  return `${own}-${digest.slice(0, 12)}`;
 }
 
-/** The version of `fileloc` this process last loaded (see loadDagFromFile), if it has. */
-export function loadedDagFileVersion(fileloc: string): string | undefined {
-  return imported.get(fileloc)?.version;
+function sameList(a: readonly string[], b: readonly string[] | undefined): boolean {
+  return b !== undefined && a.length === b.length && a.every((item, index) => item === b[index]);
+}
+
+/** The version of `fileloc` this process last loaded (see loadDagFromFile) and the local modules it imports, if it has. */
+export function loadedDagFile(fileloc: string): { readonly version: string; readonly localImports: readonly string[] } | undefined {
+  const loaded = imported.get(fileloc);
+  return loaded && { version: loaded.version, localImports: loaded.module.localImports };
 }
 
 /** How stale a worker's view of a DAG file may be: an edit is picked up by tasks starting this long after it. */

@@ -1,6 +1,7 @@
 import Module from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { pinModule } from './local-modules.ts';
 
 /**
  * Hands one of deferflow's public entry points, already loaded in this process, to the user code
@@ -17,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 export function shareWithUserCode(moduleUrl: string, namespace: object, inTaskRunners: InTaskRunners = 'whole'): void {
   if (!shared.some((entry) => entry.url === moduleUrl)) shared.push({ url: moduleUrl, inTaskRunners });
   const file = fileURLToPath(moduleUrl);
+  pinModule(file);
   const cache = Module.createRequire(file).cache;
   if (cache[file] !== undefined) return;
   const module = new Module(file);

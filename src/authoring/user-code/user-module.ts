@@ -3,6 +3,7 @@ import Module from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { compileAsThisProcessDoes, IMPORT_META_URL } from './compile-user-file.ts';
+import { dropEditedLocalModules, noteLocalImports, pinModule } from './local-modules.ts';
 import { moduleFormatOf } from './module-format.ts';
 import { registerTypeScriptHooks, registerTypeScriptImportHooks } from './typescript-hooks.ts';
 
@@ -32,11 +33,11 @@ export async function importUserModule(file: string, version: string, options: {
   // would name the other's lines.
   const requireCache = Module.createRequire(file).cache;
   const loaded = options.shared ? requireCache[file] : undefined;
-  if (loaded?.loaded) return { exports: exportsOf(loaded.exports), importedBecause: null };
+  if (loaded?.loaded) return { exports: exportsOf(loaded.exports), importedBecause: null, localImports: [] };
   const source = await readFile(file, 'utf8');
   const format = moduleFormatOf(file);
   const compiled = await compileAsThisProcessDoes(file, source);
-  if (!('code' in compiled)) return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await' };
+  if (!('code' in compiled)) return { exports: await importAsEsModule(file, version), importedBecause: 'it uses top-level await', localImports: [] };
   const { code } = compiled;
   const module = new Module(file);
   module.filename = file;
@@ -46,7 +47,10 @@ export async function importUserModule(file: string, version: string, options: {
   // under import()). What is only found out by loading (an imported module with top-level await)
   // fails at its require, which esbuild hoists above the file's own statements.
   const esmOnly = importOnlySpecifier(code, file);
-  if (esmOnly !== null) return { exports: await importAsEsModule(file, version), importedBecause: `it imports ${esmOnly}, which only loads with import()` };
+  if (esmOnly !== null)
+    return { exports: await importAsEsModule(file, version), importedBecause: `it imports ${esmOnly}, which only loads with import()`, localImports: [] };
+  // What it requires now is compiled as it is now (see local-modules.ts).
+  dropEditedLocalModules();
   const preamble = `${format === 'module' ? '"use strict";' : ''}var ${IMPORT_META_URL}=${JSON.stringify(pathToFileURL(file).href)};`;
   try {
     (module as unknown as { _compile(code: string, file: string): void })._compile(preamble + code, file);
@@ -55,13 +59,18 @@ export async function importUserModule(file: string, version: string, options: {
       return {
         exports: await importAsEsModule(file, version),
         importedBecause: `what it imports only loads with import() (${(error as Error).message.split('\n')[0]})`,
+        localImports: [],
       };
     }
     throw error;
   }
   module.loaded = true;
-  if (options.shared) requireCache[file] = module;
-  return { exports: exportsOf(module.exports), importedBecause: null };
+  if (options.shared) {
+    requireCache[file] = module;
+    pinModule(file);
+    return { exports: exportsOf(module.exports), importedBecause: null, localImports: [] };
+  }
+  return { exports: exportsOf(module.exports), importedBecause: null, localImports: noteLocalImports(module) };
 }
 
 export interface UserModule {
@@ -72,6 +81,12 @@ export interface UserModule {
    * every edit of it costs memory); null when it was not.
    */
   readonly importedBecause: string | null;
+  /**
+   * The user's own modules it imports, directly or not (see local-modules.ts), sorted: an edit
+   * of one is an edit of the file (dagFileVersion). Empty for a file loaded with import() (Node
+   * never loads its imports again) and for a shared module.
+   */
+  readonly localImports: readonly string[];
 }
 
 /**

@@ -252,7 +252,7 @@ export class ProcessTaskRunner implements TaskRunner {
     this.#offer(runner);
     if (answer.type === 'prepare-failed') throw fromWireError(answer.error);
     if (answer.type !== 'prepared') throw new TaskCrashedError(`loading ${label}`, `its runner answered ${answer.type} to prepare`);
-    this.#settings.store(claimed, answer.version, answer.dagTasks);
+    this.#settings.store(claimed, answer.file, answer.dagTasks);
     return this.#prepared(answer, runner);
   }
 

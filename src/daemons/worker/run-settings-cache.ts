@@ -15,6 +15,8 @@ export type DagRunSettings = ReadonlyMap<string, RunSettings>;
 interface CachedDag {
   /** The DAG file's version the settings were read from. */
   readonly version: string;
+  /** The user's own modules the file imports (its version covers them: see dagFileVersion). */
+  readonly localImports: readonly string[];
   readonly tasks: DagRunSettings;
   /** The file's version when the worker last looked, and when that was (performance.now()). */
   current: string;
@@ -43,7 +45,7 @@ export class RunSettingsCache {
     if (cached === undefined || settings === undefined) return null;
     if (performance.now() - cached.checkedAt >= WORKER_RECHECK_MS) {
       try {
-        cached.current = await dagFileVersion(claimed.fileloc);
+        cached.current = await dagFileVersion(claimed.fileloc, cached.localImports);
       } catch {
         return null; // gone or unreadable: the runner says what is wrong
       }
@@ -52,10 +54,11 @@ export class RunSettingsCache {
     return cached.current === cached.version ? settings : null;
   }
 
-  /** What a runner found preparing a task of `claimed`'s DAG, in `version` of its file. */
-  store(claimed: ClaimedTaskInstance, version: string | null, tasks: DagRunSettings): void {
-    if (claimed.fileloc === null || version === null) return;
-    this.#dags.set(keyOf(claimed.fileloc, claimed.dagId), { version, tasks, current: version, checkedAt: performance.now() });
+  /** What a runner found preparing a task of `claimed`'s DAG, in a version of its file (null if unknown). */
+  store(claimed: ClaimedTaskInstance, file: { readonly version: string; readonly localImports: readonly string[] } | null, tasks: DagRunSettings): void {
+    if (claimed.fileloc === null || file === null) return;
+    const { version, localImports } = file;
+    this.#dags.set(keyOf(claimed.fileloc, claimed.dagId), { version, localImports, tasks, current: version, checkedAt: performance.now() });
   }
 }
 

@@ -58,13 +58,14 @@ export type FromRunner =
   | { readonly type: 'ready' }
   /**
    * The task's settings, and those of every task of its DAG in the version of the DAG file loaded
-   * (null if unknown): the worker starts them without asking again (see RunSettingsCache).
+   * and the local modules it imports (null if unknown): the worker starts them without asking
+   * again while the file's version is that one (see RunSettingsCache).
    */
   | {
       readonly type: 'prepared';
       readonly retry: RetryPolicy;
       readonly executionTimeoutMs: number | null;
-      readonly version: string | null;
+      readonly file: { readonly version: string; readonly localImports: readonly string[] } | null;
       readonly dagTasks: DagRunSettings;
     }
   | { readonly type: 'prepare-failed'; readonly error: WireError }

@@ -7,7 +7,7 @@
 import pino, { type Logger } from 'pino';
 import type { Dag } from '../../authoring/dags/dag.ts';
 import { taskSettings } from '../../authoring/dags/task-settings.ts';
-import { loadedDagFileVersion } from '../../authoring/dags/loader.ts';
+import { loadedDagFile } from '../../authoring/dags/loader.ts';
 import type { DagRunSettings, RunSettings } from './run-settings-cache.ts';
 import type { AnyOperator } from '../../authoring/operators/base-operator.ts';
 import type { SmartSensors } from '../../authoring/sensors/base-sensor.ts';
@@ -83,7 +83,7 @@ async function handle(message: ToRunner): Promise<void> {
           type: 'prepared',
           retry: settings.retry,
           executionTimeoutMs: settings.executionTimeoutMs,
-          version: loadedDagFileVersion(message.claimed.fileloc!) ?? null,
+          file: loadedDagFile(message.claimed.fileloc!) ?? null,
           dagTasks: runSettingsOf(task.dag),
         });
       } catch (error) {
