@@ -138,6 +138,39 @@ describe('user files', () => {
     ]);
   }, 60_000);
 
+  it("compiles DAG files with the project's tsconfig.json, as the modules they import are: legacy decorators", async () => {
+    const db = await scratch.database('sqlite');
+    const project = scratch.dir('tsconfig-decorators');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'tsconfig-decorators', type: 'module' }));
+    writeFileSync(
+      path.join(project, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', experimentalDecorators: true } }),
+    );
+    mkdirSync(path.join(project, 'dags'));
+    mkdirSync(path.join(project, 'lib'));
+    // A legacy (experimentalDecorators) method decorator: (target, key, descriptor); TC39 decorators get (value, context).
+    writeFileSync(
+      path.join(project, 'lib/tagged.ts'),
+      `export function tagged(_target: object, _key: string, descriptor: PropertyDescriptor): void {\n  const original = descriptor.value;\n  descriptor.value = function (this: unknown) { return 'tagged:' + original.call(this); };\n}\n`,
+    );
+    writeFileSync(
+      path.join(project, 'dags/decorated.ts'),
+      `import { BaseOperator, Dag } from ${entry};\nimport { tagged } from '../lib/tagged.js';\nclass Greeter extends BaseOperator {\n  @tagged\n  execute(): string { return 'hello'; }\n}\n` +
+        `export const dag = new Dag({ dagId: 'decorated' }).add(new Greeter({ taskId: 'greet' }));\n`,
+    );
+    // The project's own tsconfig.json, found from the working directory as a user's run finds it
+    // (spawned tests otherwise point tsx at the repository's: see processes.ts).
+    const run = spawnDeferflow(
+      ['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'decorated', '--exit-when-done'],
+      { ...RUNNER_PROCESSES, TSX_TSCONFIG_PATH: '' },
+      project,
+    );
+    const exit = await run.exit;
+    expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+    const row = await db.db.selectFrom('task_instance').select(['state', 'return_value']).executeTakeFirstOrThrow();
+    expect([row.state, JSON.parse(row.return_value!)]).toEqual(['success', 'tagged:hello']);
+  }, 60_000);
+
   it('a file whose project lacks deferflow is reported with the fix', async () => {
     const db = await scratch.database('sqlite');
     const dir = scratch.dir('user-code');

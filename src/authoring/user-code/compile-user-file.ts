@@ -1,12 +1,19 @@
+import path from 'node:path';
+import { createFilesMatcher, getTsconfig, parseTsconfig, type TsConfigJsonResolved } from 'get-tsconfig';
+
 /**
  * Compiles a user's file (a DAG file, a trigger module) to the CommonJS that importUserModule
  * runs: esbuild (already what tsx runs) strips the types and rewrites import/export, and the
- * inline source map keeps stack traces pointing at the user's lines.
+ * inline source map keeps stack traces pointing at the user's lines. The project's tsconfig.json
+ * settings that change what code does (`experimentalDecorators`, `useDefineForClassFields`, …)
+ * apply as they do to the modules the file imports, which tsx compiles (see projectTsconfig).
  */
 export async function compileUserFile(file: string, source: string): Promise<CompiledUserFile> {
   const { transform } = await import('esbuild');
+  const compilerOptions = projectTsconfig()?.(file)?.compilerOptions;
   try {
     const { code } = await transform(source, {
+      ...(compilerOptions && { tsconfigRaw: JSON.stringify({ compilerOptions }) }),
       loader: /\.[cm]?ts$/.test(file) ? 'ts' : 'js',
       format: 'cjs',
       platform: 'node',
@@ -22,6 +29,22 @@ export async function compileUserFile(file: string, source: string): Promise<Com
     throw error;
   }
 }
+
+/**
+ * Which project tsconfig.json applies to a file, as tsx decides for the modules it compiles: the
+ * one found from the working directory upwards (or at TSX_TSCONFIG_PATH), for the files it
+ * includes. Read once per process, as tsx reads it.
+ */
+function projectTsconfig(): ((file: string) => TsConfigJsonResolved | undefined) | null {
+  if (tsconfigMatcher === undefined) {
+    const explicit = process.env.TSX_TSCONFIG_PATH;
+    const found = explicit ? { path: path.resolve(explicit), config: parseTsconfig(path.resolve(explicit)) } : getTsconfig(process.cwd());
+    tsconfigMatcher = found === null ? null : createFilesMatcher(found);
+  }
+  return tsconfigMatcher;
+}
+
+let tsconfigMatcher: ((file: string) => TsConfigJsonResolved | undefined) | null | undefined;
 
 /** A user file compiled: its CommonJS code, or that CommonJS cannot express it (top-level await: it needs import()). */
 export type CompiledUserFile = { readonly code: string } | { readonly topLevelAwait: true };
