@@ -1,6 +1,5 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import os from 'node:os';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -42,14 +41,15 @@ const KEEP_IDLE = 1;
 const IDLE_RETIRE_MS = 60_000;
 const IDLE_CHECK_MS = 10_000;
 /**
- * Runner processes starting at once, at most: one per core. Starting one costs about a fifth of
- * a second of CPU, on one core. Measured on 2 cores: two at once brought a peer's handed-back
- * tasks back running sooner (bench:failover, 10 tasks: 2.0 -> 1.5 s) with bench:runtime unchanged
- * (7.6-8.0 s either way, interleaved runs). Before runners started light, when a start cost most of
- * a second, more at once starved the warm runners serving tasks meanwhile (bench:runtime then:
- * 11.5 s with one at a time, 13.6 s with two, 15.6 s unbounded).
+ * Runner processes starting at once, at most: one. Starting one costs about a fifth of a second
+ * of CPU; more at once take it from the warm runners serving a burst of short tasks meanwhile.
+ * Measured on 2 cores, interleaved runs: `npm start` (200 short tasks, 4 slots) 11.5-12.1 s with
+ * one at a time against 12.1-12.5 s with two (slot time 6.1-7.7 against 7.4-9.4 s), though two
+ * bring a peer's 10 handed-back long tasks back running sooner (bench:failover: 1.5 against
+ * 2.0 s). When a start cost most of a second: bench:runtime 11.5 s with one at a time, 13.6 s
+ * with two, 15.6 s unbounded.
  */
-const MAX_STARTING = Math.max(1, os.availableParallelism());
+const MAX_STARTING = 1;
 /**
  * What starting a runner is taken to cost until one has been timed (spawn to ready): another
  * runner starts only for a task that has waited that long for one (see #startForWaiters).
@@ -449,7 +449,7 @@ export class ProcessTaskRunner implements TaskRunner {
   }
 
   /**
-   * Starts a runner if tasks wait for more than are starting (one per core at a time, see
+   * Starts a runner if tasks wait for more than are starting (one at a time, see
    * MAX_STARTING), and either none runs at all or the task waiting longest has waited as long as
    * a runner takes to start: a burst of short tasks is served sooner by the warm runners, and
    * each runner started costs CPU that they would lose (bench:runtime: 1,000
