@@ -33,6 +33,7 @@ export const ERROR_CODES = [
   'DF_RETURN_VALUE_TOO_LARGE',
   'DF_INVALID_TASK_STATE',
   'DF_DAG_IMPORT',
+  'DF_USER_CODE_EXIT',
   'DF_TASK_NOT_FOUND',
   'DF_NOT_IN_TASK_RUNNER',
   'DF_WORKER_STOPPING',
@@ -497,6 +498,20 @@ export class InvalidSignalError extends DeferflowError {
 export class EncryptionKeyError extends DeferflowError {
   constructor(message: string) {
     super('DF_ENCRYPTION_KEY', message);
+  }
+}
+
+/**
+ * A user file (a DAG file, a trigger module) called process.exit() while it loaded: it would have
+ * ended the daemon loading it. The call throws this instead, and the file fails to load with it.
+ */
+export class UserCodeExitError extends DeferflowError {
+  constructor(file: string, code: unknown) {
+    super(
+      'DF_USER_CODE_EXIT',
+      `${file} called process.exit(${code === undefined ? '' : JSON.stringify(code)}) while it loaded: a DAG file or trigger module must not end ` +
+        'the process that loads it. A script in the DAG folder? Move it out, or start its name with _ so that it is skipped',
+    );
   }
 }
 

@@ -171,6 +171,27 @@ describe('user files', () => {
     expect([row.state, JSON.parse(row.return_value!)]).toEqual(['success', 'tagged:hello']);
   }, 60_000);
 
+  it('a DAG file that calls process.exit() while it loads is an import error: the daemon goes on and the other DAGs run', async () => {
+    const db = await scratch.database('sqlite');
+    const project = scratch.dir('exiting-script');
+    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'exiting-script', type: 'module' }));
+    mkdirSync(path.join(project, 'dags'));
+    writeFileSync(path.join(project, 'dags/good.ts'), DAG_TS.replace('esm_syntax_ts', 'good'));
+    // A script left in the DAG folder: its top level ends the process (loaded after good.ts).
+    writeFileSync(path.join(project, 'dags/script.ts'), `console.log('migrating');\nprocess.exit(3);\n`);
+    const run = spawnDeferflow(['standalone', '--db', db.url, '--dags', './dags', '--trigger-dag', 'good', '--exit-when-done'], {}, project);
+    const exit = await run.exit;
+    expect(exit.code, `${run.text.join('\n')}\n${run.stderr.join('\n')}`).toBe(0);
+    const row = await db.db.selectFrom('task_instance').select(['dag_id', 'state']).executeTakeFirstOrThrow();
+    expect(row).toEqual({ dag_id: 'good', state: 'success' });
+    const list = spawnDeferflow(['dags', 'list', '--db', db.url, '--json'], {}, project);
+    expect((await list.exit).code).toBe(0);
+    const listed = JSON.parse(list.text.join('\n')) as { import_errors: { fileloc: string; message: string }[] };
+    expect(listed.import_errors).toEqual([
+      { fileloc: path.join(project, 'dags/script.ts'), message: expect.stringContaining('called process.exit(3) while it loaded') },
+    ]);
+  }, 60_000);
+
   it('a file whose project lacks deferflow is reported with the fix', async () => {
     const db = await scratch.database('sqlite');
     const dir = scratch.dir('user-code');

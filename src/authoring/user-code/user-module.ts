@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import Module from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { UserCodeExitError } from '../../vocabulary/errors.ts';
 import { compileAsThisProcessDoes, IMPORT_META_URL } from './compile-user-file.ts';
 import { dropEditedLocalModules, noteLocalImports, pinModule } from './local-modules.ts';
 import { moduleFormatOf } from './module-format.ts';
@@ -52,17 +53,31 @@ export async function importUserModule(file: string, version: string, options: {
   // What it requires now is compiled as it is now (see local-modules.ts).
   dropEditedLocalModules();
   const preamble = `${format === 'module' ? '"use strict";' : ''}var ${IMPORT_META_URL}=${JSON.stringify(pathToFileURL(file).href)};`;
+  // The file runs now, with what it requires, synchronously: nothing else of the process runs
+  // meanwhile, so a process.exit() called is the file's own (a script left in the DAG folder),
+  // and it fails the load instead of ending the daemon (Python's sys.exit() is an exception that
+  // Airflow's DAG parsing catches the same way).
+  const exit = process.exit;
+  process.exit = ((exitCode?: unknown) => {
+    throw new UserCodeExitError(file, exitCode);
+  }) as typeof process.exit;
+  let failure: { error: unknown } | null = null;
   try {
     (module as unknown as { _compile(code: string, file: string): void })._compile(preamble + code, file);
   } catch (error) {
-    if (ESM_ONLY_IMPORT.has((error as { code?: unknown }).code as string)) {
-      return {
-        exports: await importAsEsModule(file, version),
-        importedBecause: `what it imports only loads with import() (${(error as Error).message.split('\n')[0]})`,
-        localImports: [],
-      };
-    }
-    throw error;
+    failure = { error };
+  } finally {
+    // Before anything awaits: the process's own code may then run, and exit.
+    process.exit = exit;
+  }
+  if (failure !== null) {
+    const { error } = failure;
+    if (!ESM_ONLY_IMPORT.has((error as { code?: unknown }).code as string)) throw error;
+    return {
+      exports: await importAsEsModule(file, version),
+      importedBecause: `what it imports only loads with import() (${(error as Error).message.split('\n')[0]})`,
+      localImports: [],
+    };
   }
   module.loaded = true;
   if (options.shared) {
