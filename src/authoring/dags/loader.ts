@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readdir, stat } from 'node:fs/promises';
+import { readdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { describeThrown, TaskNotFoundError } from '../../vocabulary/errors.ts';
 import { explainLoadFailure } from '../user-code/explain-load-failure.ts';
@@ -109,13 +109,16 @@ async function importDagFile(fileloc: string, maxAgeMs = 0, mtimes?: LocalImport
 const imported = new Map<string, { version: string; module: UserModule; checkedAt: number }>();
 
 /**
- * A DAG file's version as this process sees it now: its mtime, in whole microseconds, and when
- * it imports modules of the user's own (`localImports`, as its last load found them: see
- * local-modules.ts), a digest of theirs, so that an edit of a helper is an edit of the DAG file.
+ * A DAG file's version as this process sees it now: its mtime, in whole microseconds, and its
+ * inode (a link swapped to another checkout's file is another file, however close the two
+ * mtimes: the kernel stamps files by a clock a few milliseconds coarse), and when it imports
+ * modules of the user's own (`localImports`, as its last load found them: see local-modules.ts),
+ * a digest of theirs, so that an edit of a helper is an edit of the DAG file.
  */
 export async function dagFileVersion(fileloc: string, localImports: readonly string[] = [], mtimes?: LocalImportMtimes): Promise<string> {
+  const { mtimeMs, ino } = await stat(fileloc);
   // Whole microseconds: a '.' in a module URL would read as a file extension to some loaders (vite).
-  const own = String(Math.round((await stat(fileloc)).mtimeMs * 1000));
+  const own = `${Math.round(mtimeMs * 1000)}i${ino}`;
   if (localImports.length === 0) return own;
   const digest = createHash('sha1')
     .update(localImports.join('\n'))
@@ -152,14 +155,25 @@ export async function loadDagFromFile(fileloc: string, dagId: string): Promise<D
 
 const validated = new WeakSet<Dag>();
 
-async function dagFiles(dir: string): Promise<string[]> {
+/**
+ * The DAG files under `dir`, in name order, by their paths there. Symbolic links are followed, to
+ * files and to folders: git-sync publishes each checkout by swapping a link to it, and Kubernetes
+ * mounts a ConfigMap's files as links, so a walk that passed them by found no DAGs at all. Each
+ * folder is walked once, by its real path (a link back up the tree ends there); a link to nothing,
+ * as one may be for a moment during a swap, is passed by.
+ */
+async function dagFiles(dir: string, walked = new Set<string>()): Promise<string[]> {
+  const real = await realpath(dir);
+  if (walked.has(real)) return [];
+  walked.add(real);
   const entries = await readdir(dir, { withFileTypes: true });
   const files: string[] = [];
   for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
     if (entry.name.startsWith('_') || entry.name.startsWith('.') || entry.name === 'node_modules') continue;
     const full = path.join(dir, entry.name);
-    if (entry.isDirectory()) files.push(...(await dagFiles(full)));
-    else if (entry.isFile() && DAG_FILE.test(entry.name) && !entry.name.endsWith('.d.ts')) files.push(full);
+    const target = entry.isSymbolicLink() ? await stat(full).catch(() => null) : entry;
+    if (target?.isDirectory()) files.push(...(await dagFiles(full, walked)));
+    else if (target?.isFile() && DAG_FILE.test(entry.name) && !entry.name.endsWith('.d.ts')) files.push(full);
   }
   return files;
 }

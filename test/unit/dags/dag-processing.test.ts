@@ -1,5 +1,5 @@
 // DAG files in a folder → serialized DAGs and import errors → scheduler and worker running them.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -109,6 +109,42 @@ export const dag = new Dag({ dagId: ${JSON.stringify(dagId)}, schedule: { watch:
     expect(later.deleted).toEqual(['reports']);
     expect(await rows()).toEqual({ etl: 'live', reports: 'deleted', broken: 'live' });
     expect(Object.keys(await importErrors()).sort()).toEqual(['loop.ts', 'zz-copycat.ts']);
+  });
+
+  it('follows symbolic links to DAG files and folders (git-sync swapping its link to a new checkout, a ConfigMap mounted as links), once per folder; a link to nothing is passed by', async () => {
+    const { db, dir, rows, importErrors } = await setup();
+    // Outside the DAG folder: two checkouts, as git-sync keeps them, and a file mounted by link.
+    const outside = mkdtempSync(path.join(os.tmpdir(), 'deferflow-linked-'));
+    open.dirs.push(outside);
+    for (const [checkout, retries] of [
+      ['one', 1],
+      ['two', 2],
+    ] as const) {
+      mkdirSync(path.join(outside, checkout));
+      writeFileSync(path.join(outside, checkout, 'synced.ts'), dagFile('synced', { retries }));
+    }
+    writeFileSync(path.join(outside, 'mounted.ts'), dagFile('mounted'));
+    symlinkSync(path.join(outside, 'one'), path.join(dir, 'repo'));
+    symlinkSync(path.join(outside, 'mounted.ts'), path.join(dir, 'mounted.ts'));
+    symlinkSync('.', path.join(dir, 'again')); // back to the folder itself: walked once
+    symlinkSync(path.join(outside, 'nowhere.ts'), path.join(dir, 'dangling.ts'));
+
+    const first = await processDagFolder(db, dir);
+    expect(first.written).toEqual({ mounted: 'created', synced: 'created' });
+    expect(await importErrors()).toEqual({});
+    const stored = async (dagId: string) =>
+      db.db.selectFrom('serialized_dag').select(['fileloc', 'data']).where('dag_id', '=', dagId).executeTakeFirstOrThrow();
+    // Filelocs are the paths in the DAG folder, which a swap keeps.
+    expect((await stored('synced')).fileloc).toBe(path.join(dir, 'repo', 'synced.ts'));
+    expect((await stored('mounted')).fileloc).toBe(path.join(dir, 'mounted.ts'));
+
+    // git-sync publishes the next checkout: the same path, the new file.
+    const swap = path.join(dir, 'repo.next');
+    symlinkSync(path.join(outside, 'two'), swap);
+    renameSync(swap, path.join(dir, 'repo'));
+    expect((await processDagFolder(db, dir)).written).toEqual({ mounted: 'unchanged', synced: 'updated' });
+    expect(JSON.parse((await stored('synced')).data).dag.tasks.map((task: { retries: number }) => task.retries)).toEqual([2, 2]);
+    expect(await rows()).toEqual({ mounted: 'live', synced: 'live' });
   });
 
   it('manual runs: a logical date or run id the DAG already has is refused naming it; runs asked for in one millisecond each get the next free one', async () => {
