@@ -172,7 +172,9 @@ async function dagFiles(dir: string, walked = new Set<string>()): Promise<string
     if (entry.name.startsWith('_') || entry.name.startsWith('.') || entry.name === 'node_modules') continue;
     const full = path.join(dir, entry.name);
     const target = entry.isSymbolicLink() ? await stat(full).catch(() => null) : entry;
-    if (target?.isDirectory()) files.push(...(await dagFiles(full, walked)));
+    // A folder gone since it was listed (a swapped-out checkout being removed) is passed by too.
+    if (target?.isDirectory())
+      files.push(...(await dagFiles(full, walked).catch((error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? [] : Promise.reject(error)))));
     else if (target?.isFile() && DAG_FILE.test(entry.name) && !entry.name.endsWith('.d.ts')) files.push(full);
   }
   return files;
