@@ -39,14 +39,19 @@ const greeting: string = 'from ts';
 export const dag = new Dag({ dagId: 'esm_syntax_ts' }).add(new FunctionOperator({ taskId: 'hello', fn: () => greeting }));
 `;
 
+/** A user's project outside the repository: its package.json (an ES module package unless `type` says otherwise) and these folders in it. */
+function userProject(name: string, folders: readonly string[], type: 'module' | 'commonjs' = 'module'): string {
+  const project = scratch.dir(name);
+  writeFileSync(path.join(project, 'package.json'), JSON.stringify(type === 'module' ? { name, type } : { name }));
+  for (const folder of folders) mkdirSync(path.join(project, folder));
+  return project;
+}
+
 describe('user files', () => {
   it('.cts, .cjs and a .ts outside an ESM package load as DAG files and trigger modules, and run', async () => {
     const db = await scratch.database('sqlite');
     // A CommonJS project: its package.json has no "type": "module".
-    const project = scratch.dir('commonjs-project');
-    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'commonjs-project' }));
-    mkdirSync(path.join(project, 'dags'));
-    mkdirSync(path.join(project, 'triggers'));
+    const project = userProject('commonjs-project', ['dags', 'triggers'], 'commonjs');
     writeFileSync(path.join(project, 'triggers/countdown.cts'), TRIGGER_CTS);
     writeFileSync(path.join(project, 'dags/typed.cts'), DAG_CTS);
     writeFileSync(path.join(project, 'dags/plain.cjs'), DAG_CJS);
@@ -71,14 +76,12 @@ describe('user files', () => {
 
   it('a DAG file importing a package that only loads with import() runs its top-level code once, and the worker says it is not reloadable', async () => {
     const db = await scratch.database('sqlite');
-    const project = scratch.dir('esm-only-import');
-    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'esm-only-import', type: 'module' }));
+    const project = userProject('esm-only-import', ['dags']);
     // A package with no export for require: only the "import" condition.
     const pkg = path.join(project, 'node_modules/import-only');
     mkdirSync(pkg, { recursive: true });
     writeFileSync(path.join(pkg, 'package.json'), JSON.stringify({ name: 'import-only', type: 'module', exports: { import: './index.js' } }));
     writeFileSync(path.join(pkg, 'index.js'), `export const word = 'imported';\n`);
-    mkdirSync(path.join(project, 'dags'));
     writeFileSync(
       path.join(project, 'dags/import-only.ts'),
       `import { appendFileSync } from 'node:fs';\nimport { Dag, FunctionOperator } from ${entry};\nimport { word } from 'import-only';\n` +
@@ -106,10 +109,7 @@ describe('user files', () => {
 
   it('TypeScript that user code loads with import() as it runs loads in a runner, from the DAG file itself or from a module it imports', async () => {
     const db = await scratch.database('sqlite');
-    const project = scratch.dir('runtime-import');
-    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'runtime-import', type: 'module' }));
-    mkdirSync(path.join(project, 'dags'));
-    mkdirSync(path.join(project, 'lib'));
+    const project = userProject('runtime-import', ['dags', 'lib']);
     writeFileSync(path.join(project, 'lib/shout.ts'), `export const shout = (word: string): string => word.toUpperCase();\n`);
     // Imported statically by a DAG file with no import() of its own: the import() is in this module only.
     writeFileSync(
@@ -140,14 +140,11 @@ describe('user files', () => {
 
   it("compiles DAG files with the project's tsconfig.json, as the modules they import are: legacy decorators", async () => {
     const db = await scratch.database('sqlite');
-    const project = scratch.dir('tsconfig-decorators');
-    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'tsconfig-decorators', type: 'module' }));
+    const project = userProject('tsconfig-decorators', ['dags', 'lib']);
     writeFileSync(
       path.join(project, 'tsconfig.json'),
       JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', experimentalDecorators: true } }),
     );
-    mkdirSync(path.join(project, 'dags'));
-    mkdirSync(path.join(project, 'lib'));
     // A legacy (experimentalDecorators) method decorator: (target, key, descriptor); TC39 decorators get (value, context).
     writeFileSync(
       path.join(project, 'lib/tagged.ts'),
@@ -173,9 +170,7 @@ describe('user files', () => {
 
   it('a DAG file that calls process.exit() while it loads is an import error: the daemon goes on and the other DAGs run', async () => {
     const db = await scratch.database('sqlite');
-    const project = scratch.dir('exiting-script');
-    writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'exiting-script', type: 'module' }));
-    mkdirSync(path.join(project, 'dags'));
+    const project = userProject('exiting-script', ['dags']);
     writeFileSync(path.join(project, 'dags/good.ts'), DAG_TS.replace('esm_syntax_ts', 'good'));
     // A script left in the DAG folder: its top level ends the process (loaded after good.ts).
     writeFileSync(path.join(project, 'dags/script.ts'), `console.log('migrating');\nprocess.exit(3);\n`);
