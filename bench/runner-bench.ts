@@ -30,6 +30,7 @@ import { hideBin } from 'yargs/helpers';
 import { percentile } from './bench-support.ts';
 import { WORKER_OPTIONS } from '../src/daemons/worker/options.ts';
 import { CompiledUserFiles } from '../src/daemons/worker/compiled-user-files.ts';
+import { toWireError } from '../src/daemons/worker/runner-protocol.ts';
 
 const args = await yargs(hideBin(process.argv))
   .option('runners', { type: 'number', default: 4, describe: 'runner processes started at once, per mode' })
@@ -85,7 +86,7 @@ function start(mode: Mode, compiled: CompiledUserFiles): { child: ChildProcess; 
     if (message.type === 'compile') {
       compiled.compile(message.file!, message.source!).then(
         (value) => child.send({ type: 'reply', id: message.id, value }),
-        (error: Error) => child.send({ type: 'reply', id: message.id, error: { name: error.name, message: error.message, stack: null, code: null } }),
+        (error: unknown) => child.send({ type: 'reply', id: message.id, error: toWireError(error) }),
       );
       return;
     }
